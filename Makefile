@@ -1,0 +1,33 @@
+# Two entry points for a fresh machine (see README):  make demo   and   make test
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PYTEST_ARGS ?=
+
+.PHONY: setup demo test lint bench clean
+
+$(VENV)/.installed: pyproject.toml setup.py
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e ".[dev,spark]"
+	touch $@
+
+setup: $(VENV)/.installed
+
+## the main job: the museum example
+demo: setup
+	$(PY) examples/museum_demo.py --out out/museum
+
+## the whole test suite (what CI runs)
+test: setup
+	$(VENV)/bin/ruff check .
+	$(PY) -m pytest -n 2 --timeout=600 $(PYTEST_ARGS)
+
+lint: setup
+	$(VENV)/bin/ruff check .
+
+## kernel micro-benchmarks (pytest-benchmark; not part of `make test`)
+bench: setup
+	$(PY) -m pytest bench --benchmark-only
+
+clean:
+	rm -rf $(VENV) build *.egg-info out

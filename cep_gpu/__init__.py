@@ -1,0 +1,47 @@
+"""cep-gpu: complex event detection with the Column Delayed Processing algorithm on CPU and GPU.
+
+Public API (DESIGN.md section 4)::
+
+    rule = cep_gpu.parse_rule(text)
+    rules = cep_gpu.parse_rules(text)
+    out = cep_gpu.detect(events, rules, backend="auto", time_unit="s")
+    engine = cep_gpu.Engine(rules, backend="auto")
+"""
+
+from __future__ import annotations
+
+from .detect import detect
+from .errors import (
+    BackendUnavailableError,
+    CepError,
+    EventError,
+    LateEventError,
+    RuleError,
+    RuleSyntaxError,
+)
+from .language import parse_rule, parse_rules
+from .model import Rule
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BackendUnavailableError",
+    "CepError",
+    "Engine",
+    "EventError",
+    "LateEventError",
+    "Rule",
+    "RuleError",
+    "RuleSyntaxError",
+    "detect",
+    "parse_rule",
+    "parse_rules",
+]
+
+
+def __getattr__(name: str):
+    if name == "Engine":  # imported lazily: the streaming engine pulls in the backends
+        from .engine import Engine
+
+        return Engine
+    raise AttributeError(f"module 'cep_gpu' has no attribute {name!r}")

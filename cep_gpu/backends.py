@@ -1,0 +1,109 @@
+"""The backend contract: what every matcher (reference, cpu, gpu, aip) implements.
+
+A backend finds the matches of one rule over an :class:`~cep_gpu.events.EventTable`. Everything
+around that (ingestion, composite-event hierarchies, attributes, sorting, output) is shared and
+lives in :mod:`cep_gpu.detect` and :mod:`cep_gpu.output`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from .errors import BackendUnavailableError
+from .events import EventTable
+from .model import Rule
+
+
+@dataclass
+class Matches:
+    """The matches of one rule.
+
+    ``rows``: int64 (n, n_predicates), the table rows bound to each predicate in declaration
+    order. ``aggs``: float64 (n, n_aggregates), the value of each aggregate for the match (NaN when
+    null). Order does not matter; the caller sorts.
+    """
+
+    rows: np.ndarray
+    aggs: np.ndarray
+
+    @classmethod
+    def empty(cls, rule: Rule) -> Matches:
+        return cls(
+            np.empty((0, rule.n_predicates), dtype=np.int64),
+            np.empty((0, len(rule.aggregates)), dtype=np.float64),
+        )
+
+    def __len__(self) -> int:
+        return self.rows.shape[0]
+
+    @classmethod
+    def concat(cls, rule: Rule, parts: list[Matches]) -> Matches:
+        if not parts:
+            return cls.empty(rule)
+        return cls(np.concatenate([p.rows for p in parts]), np.concatenate([p.aggs for p in parts]))
+
+
+class Backend(Protocol):
+    """A matcher. ``match`` must be exact: every backend returns the same set of matches."""
+
+    name: str
+
+    def match(
+        self,
+        rule: Rule,
+        table: EventTable,
+        lo: int = 0,
+        hi: int | None = None,
+        excluded: np.ndarray | None = None,
+    ) -> Matches:
+        """Matches of ``rule`` whose terminator is a row in ``[lo, hi)``.
+
+        Rows before ``lo`` are context (earlier events still inside some window). Rows at or
+        after ``hi`` may only serve trailing negations (``SEQ`` ``NOT`` after the last event).
+        ``excluded`` (bool per row) marks events consumed by earlier calls: positive predicates
+        must not bind them. For rules with ``consuming``, terminators are processed in row order
+        and each terminator's composite events consume their bound events before the next one.
+        """
+        ...
+
+
+_REGISTRY: dict[str, Callable[[], Backend]] = {}
+
+
+def register(name: str, factory: Callable[[], Backend]) -> None:
+    """Make ``backend=name`` available; ``factory`` is called lazily on first use."""
+    _REGISTRY[name] = factory
+
+
+_INSTANCES: dict[str, Backend] = {}
+
+# Modules that register a backend on import. Imported lazily so that importing cep_gpu stays cheap
+# and so that a missing optional dependency only affects the backend that needs it.
+_PROVIDERS = {
+    "reference": "cep_gpu.reference",
+    "cpu": "cep_gpu.cdp",
+    "gpu": "cep_gpu.cdp",
+    "auto": "cep_gpu.planner",
+    "aip": "cep_gpu.aip",
+}
+
+
+def get_backend(name: str) -> Backend:
+    """The backend called ``name``; raises ``ValueError`` for an unknown name."""
+    if name not in _INSTANCES:
+        if name not in _REGISTRY and name in _PROVIDERS:
+            import importlib
+
+            importlib.import_module(_PROVIDERS[name])
+        if name not in _REGISTRY:
+            known = sorted(set(_REGISTRY) | set(_PROVIDERS))
+            raise ValueError(f"unknown backend {name!r}; choose one of {known}")
+        try:
+            _INSTANCES[name] = _REGISTRY[name]()
+        except BackendUnavailableError:
+            raise
+    return _INSTANCES[name]

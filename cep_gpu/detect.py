@@ -1,0 +1,279 @@
+"""Batch detection: events + rules -> composite events, with any backend.
+
+The driver ingests the events once, orders the rules so that a rule runs after every rule whose
+composite events it reads, asks the backend for each rule's matches, turns them into composite
+events (which re-enter the table as input events of later rules), and assembles the output.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from .backends import Matches, get_backend
+from .errors import EventError, RuleError
+from .evaluate import evaluate
+from .events import AttributeColumn, EventTable
+from .model import (
+    SELF,
+    Aggregate,
+    Attr,
+    Compare,
+    Const,
+    Rule,
+    walk,
+)
+from .output import OutputSchema, assemble
+
+RulesLike = "Rule | Sequence[Rule] | str"
+
+
+def as_rules(rules) -> list[Rule]:
+    """Accept a Rule, a list of Rules, or rule text."""
+    if isinstance(rules, Rule):
+        return [rules]
+    if isinstance(rules, str):
+        from . import parse_rules
+
+        return parse_rules(rules)
+    out = list(rules)
+    for r in out:
+        if not isinstance(r, Rule):
+            raise TypeError(f"rules must be Rule objects or rule text, got {type(r).__name__}")
+    return out
+
+
+def rule_order(rules: Sequence[Rule]) -> list[int]:
+    """Indices of ``rules`` in dependency order (producers before consumers); stable otherwise.
+
+    Raises :class:`RuleError` on a cycle in the composite-event hierarchy.
+    """
+    producers: dict[str, list[int]] = {}
+    for i, r in enumerate(rules):
+        producers.setdefault(r.name, []).append(i)
+    deps = {i: sorted({p for t in r.input_types for p in producers.get(t, [])}) for i, r in enumerate(rules)}
+    order: list[int] = []
+    state: dict[int, int] = {}
+
+    def visit(i: int, path: list[int]) -> None:
+        if state.get(i) == 2:
+            return
+        if state.get(i) == 1:
+            cycle = " -> ".join(rules[j].name for j in path[path.index(i):] + [i])
+            raise RuleError(f"cycle in composite-event hierarchy: {cycle}")
+        state[i] = 1
+        for d in deps[i]:
+            visit(d, path + [i])
+        state[i] = 2
+        order.append(i)
+
+    for i in range(len(rules)):
+        visit(i, [])
+    return order
+
+
+def check_schema(rules: Sequence[Rule], table: EventTable) -> None:
+    """Reject rules that read attributes no event in the input (or no rule's output) has,
+    and comparisons that the kernels cannot make (ordering on strings, strings vs numbers)."""
+    produced = {a.name: a.type for r in rules for a in r.attributes}
+    known = set(table.columns) | set(produced)
+
+    def kind_of(expr) -> str | None:
+        if isinstance(expr, Const):
+            v = expr.value
+            return "string" if isinstance(v, str) else "bool" if isinstance(v, bool) else "num"
+        if isinstance(expr, Attr):
+            col = table.columns.get(expr.name)
+            k = col.kind if col is not None and col.valid.any() else produced.get(expr.name)
+            return {"int": "num", "float": "num"}.get(k, k)
+        return None
+
+    for rule in rules:
+        exprs = list(rule.conditions)
+        for part in list(rule.negations) + list(rule.aggregates):
+            exprs.extend(part.conditions)
+        exprs.extend(a.expr for a in rule.attributes)
+        for agg in rule.aggregates:
+            if agg.attribute is not None:
+                exprs.append(Attr(SELF, agg.attribute))
+        for expr in exprs:
+            for node in walk(expr):
+                if isinstance(node, Attr) and node.name not in known:
+                    raise RuleError(
+                        f"rule {rule.name!r} reads attribute {node.name!r}, which no event in the "
+                        f"input has (attributes: {sorted(known)})"
+                    )
+                if isinstance(node, Compare):
+                    kl, kr = kind_of(node.left), kind_of(node.right)
+                    if "string" in (kl, kr):
+                        if kl and kr and kl != kr:
+                            raise RuleError(
+                                f"rule {rule.name!r} compares a string with a {kl if kr == 'string' else kr}: {node}"
+                            )
+                        if node.op not in ("=", "!="):
+                            raise RuleError(
+                                f"rule {rule.name!r}: strings can only be compared with = and != ({node})"
+                            )
+        for agg in rule.aggregates:
+            _check_aggregate(rule, agg, table, produced)
+
+
+def _check_aggregate(rule: Rule, agg: Aggregate, table: EventTable, produced) -> None:
+    if agg.attribute is None:
+        return
+    col = table.columns.get(agg.attribute)
+    kind = col.kind if col is not None and col.valid.any() else produced.get(agg.attribute)
+    if kind in ("string", "bool"):
+        raise RuleError(
+            f"rule {rule.name!r}: {agg.function.capitalize()} needs a numeric attribute, "
+            f"but {agg.attribute!r} holds {kind} values"
+        )
+
+
+@dataclass
+class RuleResult:
+    """The composite events of one rule, before output assembly."""
+
+    rule: Rule
+    ts: np.ndarray  # int64 ns
+    ids: np.ndarray  # int64 (n, n_predicates) event ids in declaration order
+    attributes: dict[str, AttributeColumn]
+
+
+def composite_events(rule: Rule, table: EventTable, matches: Matches) -> RuleResult:
+    """Timestamps, ids and attributes of the composite events of ``matches``, sorted by (ts, ids)."""
+    rows = matches.rows
+    term = rule.plans[0].terminator
+    ts = table.ts[rows[:, term]] if len(rows) else np.empty(0, np.int64)
+    ids = table.ids[rows] if len(rows) else np.empty((0, rule.n_predicates), np.int64)
+    order = np.lexsort(tuple(ids[:, j] for j in reversed(range(ids.shape[1]))) + (ts,))
+    rows, aggs, ts, ids = rows[order], matches.aggs[order], ts[order], ids[order]
+    attrs = {}
+    for a in rule.attributes:
+        v = evaluate(a.expr, table, rows, aggs)
+        kind = _declared_kind(a.type, v.kind, rule, a.name)
+        values = v.values
+        if kind == "float":
+            values = values.astype(np.float64)
+        elif kind == "int":
+            values = values.astype(np.int64)
+        attrs[a.name] = AttributeColumn(kind, values, v.valid.copy())
+    return RuleResult(rule, ts, ids, attrs)
+
+
+def _declared_kind(declared, actual, rule: Rule, name: str):
+    if declared is None or declared == actual:
+        return actual
+    if declared in ("int", "float") and actual in ("int", "float"):
+        return declared
+    raise RuleError(f"rule {rule.name!r}: attribute {name!r} is declared {declared} but its value is {actual}")
+
+
+def append_composites(table: EventTable, results: Iterable[RuleResult], next_id: int) -> tuple[EventTable, int]:
+    """Add composite events to the table as events of type ``rule.name``; returns the new next id."""
+    parts = []
+    for res in results:
+        n = len(res.ts)
+        if n == 0:
+            continue
+        ids = np.arange(next_id, next_id + n, dtype=np.int64)
+        next_id += n
+        parts.append(_table_of(res, ids, table))
+    for p in parts:
+        table = table.concat(p)
+    return table, next_id
+
+
+def _table_of(res: RuleResult, ids: np.ndarray, like: EventTable) -> EventTable:
+    n = len(res.ts)
+    return EventTable(
+        ts=res.ts.copy(),
+        ids=ids,
+        types=np.zeros(n, np.int32),
+        type_names=[res.rule.name],
+        columns=dict(res.attributes),
+        strings=like.strings,
+        time=like.time,
+        schema={res.rule.name: {k for k, c in res.attributes.items() if c.valid.any()}},
+    )
+
+
+def detect_table(table: EventTable, rules: Sequence[Rule], backend: str = "auto") -> list[RuleResult]:
+    """Run ``rules`` over an already-ingested table; the composite events of each rule, in rule order."""
+    check_schema(rules, table)
+    impl = get_backend(backend)
+    order = rule_order(rules)
+    consumed_types = {t for r in rules for t in r.input_types}
+    results: dict[int, RuleResult] = {}
+    next_id = int(table.ids.max()) + 1 if len(table) else 0
+    for i in order:
+        rule = rules[i]
+        matches = impl.match(rule, table, 0, len(table), None)
+        res = composite_events(rule, table, matches)
+        results[i] = res
+        if rule.name in consumed_types:
+            table, next_id = append_composites(table, [res], next_id)
+        else:
+            next_id += len(res.ts)
+    return [results[i] for i in range(len(rules))]
+
+
+def detect(
+    events: pd.DataFrame | pa.Table,
+    rules,
+    backend: str = "auto",
+    time_unit: str = "s",
+    output: str = "pandas",
+):
+    """Detect the composite events that ``rules`` define in ``events``.
+
+    Parameters
+    ----------
+    events:
+        A pandas DataFrame (or Arrow table) with ``type``, ``ts`` (datetime64 or numbers in
+        ``time_unit``), optional ``id`` (int64; else the row position) and attribute columns.
+    rules:
+        A :class:`~cep_gpu.model.Rule`, a list of them, or rule text (see ``parse_rules``).
+    backend:
+        ``"auto"``, ``"cpu"``, ``"gpu"``, ``"reference"`` or ``"aip"``. All return the same rows.
+    time_unit:
+        Unit of numeric ``ts`` values: ``ns``, ``us``, ``ms``, ``s``, ``min`` or ``h``.
+    output:
+        ``"pandas"`` (a DataFrame), ``"arrow"`` (a ``pyarrow.Table``) or ``"count"`` (a dict of
+        composite events per rule name).
+
+    Returns
+    -------
+    One row per composite event, sorted by ``ts``, ``rule``, ``ids``: columns ``rule``, ``ts``
+    (the input's dtype), ``ids`` (Arrow ``list<int64>`` of the bound event ids in declaration
+    order) and one column per attribute defined by any rule.
+
+    Example
+    -------
+    >>> import pandas as pd, cep_gpu
+    >>> ev = pd.DataFrame({"type": ["A", "B"], "ts": [1.0, 2.0], "x": [1, 1]})
+    >>> cep_gpu.detect(ev, "define AB(x: int) from B(x=$x) and each A(x=$x) within 5 s from B where x=B.x",
+    ...                backend="reference")[["rule", "ts", "x"]]
+      rule   ts  x
+    0   AB  2.0  1
+    """
+    if output not in ("pandas", "arrow", "count"):
+        raise ValueError(f"output must be 'pandas', 'arrow' or 'count', not {output!r}")
+    rule_list = as_rules(rules)
+    if isinstance(events, pa.Table):
+        events = events.to_pandas()
+    if not isinstance(events, pd.DataFrame):
+        raise EventError(f"events must be a pandas DataFrame or a pyarrow Table, got {type(events).__name__}")
+    table = EventTable.from_pandas(events, time_unit=time_unit)
+    results = detect_table(table, rule_list, backend)
+    if output == "count":
+        counts: dict[str, int] = {}
+        for r in results:
+            counts[r.rule.name] = counts.get(r.rule.name, 0) + len(r.ts)
+        return counts
+    schema = OutputSchema.of(rule_list)
+    return assemble(results, schema, table, arrow=output == "arrow")

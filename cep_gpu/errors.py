@@ -1,0 +1,73 @@
+"""The error types of the public API."""
+
+from __future__ import annotations
+
+
+class CepError(Exception):
+    """Base class of every error cep-gpu raises on purpose."""
+
+
+class RuleSyntaxError(CepError, SyntaxError):
+    """Rule text that does not parse.
+
+    Carries ``line`` and ``column`` (1-based), the offending ``text`` and the tokens that were
+    ``expected`` there; ``str(err)`` shows the rule line with a caret under the spot.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        line: int,
+        column: int,
+        text: str = "",
+        expected: tuple[str, ...] = (),
+    ) -> None:
+        self.message = message
+        self.line = line
+        self.column = column
+        self.rule_text = text
+        self.expected = tuple(expected)
+        super().__init__(_located(message, line, column, text))
+
+    def __str__(self) -> str:  # SyntaxError would otherwise format its own way
+        return self.args[0]
+
+
+class RuleError(CepError, ValueError):
+    """A rule that parses but makes no sense (unknown reference, unbound parameter, ...).
+
+    ``line``/``column`` point at the spot in the rule text when known.
+    """
+
+    def __init__(
+        self, message: str, *, line: int | None = None, column: int | None = None, text: str = ""
+    ) -> None:
+        self.message = message
+        self.line = line
+        self.column = column
+        self.rule_text = text
+        super().__init__(_located(message, line, column, text) if line else message)
+
+
+class EventError(CepError, ValueError):
+    """Event input that cannot be processed; the message names the column or event at fault."""
+
+
+class LateEventError(EventError):
+    """An event older than the newest one already published, with no ``allowed_lateness``."""
+
+
+class BackendUnavailableError(CepError, RuntimeError):
+    """The requested backend cannot run here (for example ``gpu`` without a usable device)."""
+
+
+def _located(message: str, line: int | None, column: int | None, text: str) -> str:
+    if not line:
+        return message
+    out = f"{message} (line {line}, column {column})"
+    lines = text.splitlines()
+    if text and 1 <= line <= len(lines):
+        src = lines[line - 1]
+        out += f"\n    {src}\n    {' ' * max((column or 1) - 1, 0)}^"
+    return out

@@ -1,0 +1,374 @@
+"""EventTable: events as time-sorted columns of plain NumPy arrays.
+
+A pandas DataFrame (or Arrow table) with ``type``, ``ts``, optional ``id`` and attribute columns
+becomes one struct-of-arrays over all events: ``ts`` as int64 nanoseconds, ``type`` as int32 codes
+into ``type_names``, ``ids`` as int64, and one :class:`AttributeColumn` per attribute (values plus a
+validity mask; strings dictionary-encoded to int32 codes through one table-wide
+:class:`StringDictionary`, so that equal strings have equal codes across columns and types).
+Kernels index these arrays by row; nothing here knows about rules.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from .errors import EventError
+
+Kind = Literal["int", "float", "string", "bool"]
+RESERVED = ("type", "ts", "id")
+
+_UNIT_NS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000, "min": 60_000_000_000, "h": 3_600_000_000_000}
+
+
+class StringDictionary:
+    """Interns strings to int32 codes; grows as new strings arrive (codes never change)."""
+
+    def __init__(self) -> None:
+        self._codes: dict[str, int] = {}
+        self._strings: list[str] = []
+
+    def encode_one(self, s: str) -> int:
+        code = self._codes.get(s)
+        if code is None:
+            code = len(self._strings)
+            self._codes[s] = code
+            self._strings.append(s)
+        return code
+
+    def lookup(self, s: str) -> int:
+        """The code of ``s``, or -2 (matches nothing) when it never occurred."""
+        return self._codes.get(s, -2)
+
+    def encode(self, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Codes and validity for an object array of str/None."""
+        uniq, inverse = _unique_objects(values)
+        table = np.array([-1 if u is None else self.encode_one(u) for u in uniq], dtype=np.int32)
+        codes = table[inverse] if len(values) else np.empty(0, np.int32)
+        return codes.astype(np.int32), codes >= 0
+
+    def decode(self, codes: np.ndarray) -> np.ndarray:
+        """An object array of str (None where the code is negative)."""
+        lut = np.array(self._strings + [None], dtype=object)
+        codes = np.asarray(codes)
+        return lut[np.where(codes < 0, len(self._strings), codes)]
+
+    def __len__(self) -> int:
+        return len(self._strings)
+
+
+def _unique_objects(values: np.ndarray) -> tuple[list, np.ndarray]:
+    codes, uniq = pd.factorize(pd.Series(values, dtype=object), use_na_sentinel=True)
+    uniq_list = list(uniq) + [None]
+    codes = np.where(codes < 0, len(uniq_list) - 1, codes)
+    return uniq_list, codes
+
+
+@dataclass
+class AttributeColumn:
+    """One attribute over all rows: ``values`` (int64, float64, int32 string codes or bool) and ``valid``."""
+
+    kind: Kind
+    values: np.ndarray
+    valid: np.ndarray
+
+    def take(self, rows: np.ndarray) -> AttributeColumn:
+        return AttributeColumn(self.kind, self.values[rows], self.valid[rows])
+
+
+@dataclass(frozen=True)
+class TimeFormat:
+    """How input timestamps map to int64 ns, so output ``ts`` gets the input's dtype back."""
+
+    kind: Literal["datetime", "numeric"]
+    unit: str = "s"
+    dtype: str = "float64"
+    tz: str | None = None
+
+    def to_ns(self, values: np.ndarray) -> np.ndarray:
+        if self.kind == "datetime":
+            return values.astype("datetime64[ns]").astype(np.int64)
+        scale = _UNIT_NS[self.unit]
+        if np.issubdtype(values.dtype, np.integer):
+            return values.astype(np.int64) * scale
+        return np.round(values.astype(np.float64) * scale).astype(np.int64)
+
+    def from_ns(self, ns: np.ndarray) -> pd.Series | np.ndarray:
+        ns = np.asarray(ns, dtype=np.int64)
+        if self.kind == "datetime":
+            out = pd.Series(ns.astype("datetime64[ns]"))
+            return out.dt.tz_localize("UTC").dt.tz_convert(self.tz) if self.tz else out
+        scale = _UNIT_NS[self.unit]
+        if np.issubdtype(np.dtype(self.dtype), np.integer):
+            return (ns // scale).astype(self.dtype)
+        return (ns / scale).astype(self.dtype)
+
+
+@dataclass
+class EventTable:
+    """Time-sorted events as NumPy arrays (see module docstring)."""
+
+    ts: np.ndarray
+    ids: np.ndarray
+    types: np.ndarray
+    type_names: list[str]
+    columns: dict[str, AttributeColumn]
+    strings: StringDictionary
+    time: TimeFormat
+    #: attribute names present per type name (for schema checks)
+    schema: dict[str, set[str]] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.ts)
+
+    # -- construction ---------------------------------------------------------------------------
+
+    @classmethod
+    def from_pandas(
+        cls,
+        df: pd.DataFrame,
+        time_unit: str = "s",
+        strings: StringDictionary | None = None,
+        sort: bool = True,
+    ) -> EventTable:
+        """Build a table from a DataFrame; rows are sorted stably by ``ts`` unless ``sort=False``."""
+        if not isinstance(df, pd.DataFrame):
+            raise EventError(f"events must be a pandas DataFrame, got {type(df).__name__}")
+        for col in ("type", "ts"):
+            if col not in df.columns:
+                raise EventError(f"events have no {col!r} column (columns: {list(map(str, df.columns))})")
+        if time_unit not in _UNIT_NS:
+            raise EventError(f"unknown time_unit {time_unit!r}; use one of {sorted(_UNIT_NS)}")
+        strings = strings or StringDictionary()
+        n = len(df)
+
+        tcol = df["type"]
+        if tcol.isna().any():
+            row = int(np.flatnonzero(tcol.isna().to_numpy())[0])
+            raise EventError(f"column 'type' is null at row {row}")
+        type_codes, type_uniq = pd.factorize(tcol.astype(str), sort=False)
+        type_names = [str(t) for t in type_uniq]
+
+        time, ts = _convert_ts(df["ts"], time_unit)
+
+        if "id" in df.columns:
+            idcol = df["id"]
+            if idcol.isna().any():
+                row = int(np.flatnonzero(idcol.isna().to_numpy())[0])
+                raise EventError(f"column 'id' is null at row {row}")
+            if not pd.api.types.is_integer_dtype(idcol.dtype):
+                raise EventError(f"column 'id' must hold integers, got dtype {idcol.dtype}")
+            ids = idcol.to_numpy(dtype=np.int64)
+            if len(np.unique(ids)) != n:
+                dup = pd.Series(ids)[pd.Series(ids).duplicated()].iloc[0]
+                raise EventError(f"column 'id' has duplicate id {int(dup)}")
+        else:
+            ids = np.arange(n, dtype=np.int64)
+
+        columns: dict[str, AttributeColumn] = {}
+        for name in df.columns:
+            if name in RESERVED:
+                continue
+            columns[str(name)] = _convert_attribute(str(name), df[name], strings)
+
+        schema: dict[str, set[str]] = {t: set() for t in type_names}
+        codes = type_codes.astype(np.int32)
+        for name, col in columns.items():
+            present = np.unique(codes[col.valid])
+            for c in present:
+                schema[type_names[c]].add(name)
+
+        table = cls(ts, ids, codes, type_names, columns, strings, time, schema)
+        if sort and n and np.any(np.diff(ts) < 0):
+            table = table.take(np.argsort(ts, kind="stable"))
+        return table
+
+    @classmethod
+    def empty_like(cls, other: EventTable) -> EventTable:
+        return other.take(np.empty(0, dtype=np.int64))
+
+    # -- access ---------------------------------------------------------------------------------
+
+    def type_code(self, name: str) -> int:
+        """The code of event type ``name`` (-1 if no such event occurs)."""
+        try:
+            return self.type_names.index(name)
+        except ValueError:
+            return -1
+
+    def rows_of_type(self, name: str) -> np.ndarray:
+        """Row indices (time-sorted) of the events of type ``name``."""
+        code = self.type_code(name)
+        if code < 0:
+            return np.empty(0, dtype=np.int64)
+        return np.flatnonzero(self.types == code)
+
+    def column(self, name: str) -> AttributeColumn | None:
+        return self.columns.get(name)
+
+    def has_attribute(self, type_name: str, attr: str) -> bool:
+        return attr in self.schema.get(type_name, set())
+
+    # -- reshaping ------------------------------------------------------------------------------
+
+    def take(self, rows: np.ndarray) -> EventTable:
+        """A new table with the given rows (in the given order)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        return replace(
+            self,
+            ts=self.ts[rows],
+            ids=self.ids[rows],
+            types=self.types[rows],
+            columns={k: c.take(rows) for k, c in self.columns.items()},
+        )
+
+    def concat(self, other: EventTable) -> EventTable:
+        """This table and ``other`` merged in time order (stable: this table first on equal ts).
+
+        Both must share the string dictionary; type codes and attribute columns are unified.
+        """
+        if other.strings is not self.strings:
+            raise ValueError("tables to concatenate must share one StringDictionary")
+        type_names = list(self.type_names)
+        remap = np.empty(max(len(other.type_names), 1), dtype=np.int32)
+        for i, t in enumerate(other.type_names):
+            if t not in type_names:
+                type_names.append(t)
+            remap[i] = type_names.index(t)
+        types = np.concatenate([self.types, remap[other.types] if len(other) else other.types])
+        columns: dict[str, AttributeColumn] = {}
+        for name in list(self.columns) + [k for k in other.columns if k not in self.columns]:
+            a, b = self.columns.get(name), other.columns.get(name)
+            kind = _merge_kind(name, a, b)
+            columns[name] = AttributeColumn(
+                kind,
+                np.concatenate([_values_as(a, kind, len(self)), _values_as(b, kind, len(other))]),
+                np.concatenate([
+                    a.valid if a else np.zeros(len(self), bool),
+                    b.valid if b else np.zeros(len(other), bool),
+                ]),
+            )
+        schema = {t: set(s) for t, s in self.schema.items()}
+        for t, s in other.schema.items():
+            schema.setdefault(t, set()).update(s)
+        merged = EventTable(
+            np.concatenate([self.ts, other.ts]),
+            np.concatenate([self.ids, other.ids]),
+            types,
+            type_names,
+            columns,
+            self.strings,
+            self.time,
+            schema,
+        )
+        order = np.argsort(merged.ts, kind="stable")
+        return merged.take(order) if np.any(order != np.arange(len(order))) else merged
+
+    def to_pandas(self) -> pd.DataFrame:
+        """Back to a DataFrame (for debugging and for re-ingestion elsewhere)."""
+        data = {
+            "type": np.array(self.type_names, dtype=object)[self.types] if len(self) else [],
+            "ts": self.time.from_ns(self.ts),
+            "id": self.ids,
+        }
+        for name, col in self.columns.items():
+            data[name] = column_to_python(col, self.strings)
+        return pd.DataFrame(data)
+
+
+def column_to_python(col: AttributeColumn, strings: StringDictionary) -> pd.Series:
+    """An attribute column as a pandas Series with nulls (strings decoded)."""
+    if col.kind == "string":
+        return pd.Series(strings.decode(np.where(col.valid, col.values, -1)), dtype=object)
+    if col.kind == "float":
+        return pd.Series(np.where(col.valid, col.values, np.nan))
+    dtype = "Int64" if col.kind == "int" else "boolean"
+    return pd.Series(pd.array(col.values, dtype=dtype)).mask(~col.valid)
+
+
+# ------------------------------------------------------------------------------------------------
+
+
+def _convert_ts(col: pd.Series, time_unit: str) -> tuple[TimeFormat, np.ndarray]:
+    if col.isna().any():
+        row = int(np.flatnonzero(col.isna().to_numpy())[0])
+        raise EventError(f"column 'ts' is null at row {row}: every event needs a timestamp")
+    dtype = col.dtype
+    if isinstance(dtype, pd.DatetimeTZDtype):
+        fmt = TimeFormat("datetime", tz=str(dtype.tz))
+        return fmt, col.dt.tz_convert("UTC").dt.tz_localize(None).to_numpy().astype("datetime64[ns]").astype(np.int64)
+    if pd.api.types.is_datetime64_dtype(dtype):
+        fmt = TimeFormat("datetime")
+        return fmt, fmt.to_ns(col.to_numpy())
+    if pd.api.types.is_bool_dtype(dtype) or not pd.api.types.is_numeric_dtype(dtype):
+        raise EventError(
+            f"column 'ts' has unsupported dtype {dtype}: use datetime64 or numbers in time_unit"
+        )
+    values = col.to_numpy(dtype=np.float64 if pd.api.types.is_float_dtype(dtype) else np.int64)
+    if values.dtype.kind == "f" and not np.all(np.isfinite(values)):
+        row = int(np.flatnonzero(~np.isfinite(values))[0])
+        raise EventError(f"column 'ts' is not finite at row {row}")
+    np_dtype = "float64" if values.dtype.kind == "f" else "int64"
+    fmt = TimeFormat("numeric", unit=time_unit, dtype=np_dtype)
+    return fmt, fmt.to_ns(values)
+
+
+def _convert_attribute(name: str, col: pd.Series, strings: StringDictionary) -> AttributeColumn:
+    dtype = col.dtype
+    isna = col.isna().to_numpy()
+    valid = ~isna
+    if pd.api.types.is_bool_dtype(dtype):
+        return AttributeColumn("bool", col.fillna(False).to_numpy(dtype=bool), valid)
+    if pd.api.types.is_integer_dtype(dtype):
+        return AttributeColumn("int", col.fillna(0).to_numpy(dtype=np.int64), valid)
+    if pd.api.types.is_float_dtype(dtype):
+        return AttributeColumn("float", col.to_numpy(dtype=np.float64, na_value=np.nan), valid)
+    if pd.api.types.is_datetime64_any_dtype(dtype):
+        raise EventError(f"attribute column {name!r} holds datetimes; only 'ts' may be a datetime")
+    values = col.to_numpy(dtype=object)
+    present = values[valid]
+    if len(present) == 0:
+        return AttributeColumn("float", np.full(len(values), np.nan), valid)
+    kinds = {type(v) for v in present}
+    if kinds <= {str}:
+        codes, ok = strings.encode(np.where(valid, values, None))
+        return AttributeColumn("string", codes, ok)
+    if kinds <= {bool, np.bool_}:
+        return AttributeColumn("bool", np.where(valid, values, False).astype(bool), valid)
+    if all(issubclass(k, (int, float, np.integer, np.floating)) and not issubclass(k, (bool, np.bool_)) for k in kinds):
+        num = pd.to_numeric(pd.Series(np.where(valid, values, np.nan)), errors="coerce").to_numpy(np.float64)
+        if kinds <= {int, np.int64, np.int32}:
+            return AttributeColumn("int", np.where(valid, num, 0).astype(np.int64), valid)
+        return AttributeColumn("float", num, valid & ~np.isnan(num))
+    bad = next(v for v in present if type(v) is not next(iter(kinds)))
+    raise EventError(
+        f"attribute column {name!r} mixes value types ({sorted(k.__name__ for k in kinds)}), "
+        f"e.g. {bad!r}; give each attribute one type"
+    )
+
+
+def _merge_kind(name: str, a: AttributeColumn | None, b: AttributeColumn | None) -> Kind:
+    kinds = {c.kind for c in (a, b) if c is not None and c.valid.any()}
+    if not kinds:
+        return (a or b).kind  # type: ignore[union-attr]
+    if len(kinds) == 1:
+        return kinds.pop()
+    if kinds == {"int", "float"}:
+        return "float"
+    raise EventError(f"attribute {name!r} has kinds {sorted(kinds)} in different events")
+
+
+def _values_as(col: AttributeColumn | None, kind: Kind, n: int) -> np.ndarray:
+    dtype = {"int": np.int64, "float": np.float64, "string": np.int32, "bool": np.bool_}[kind]
+    if col is None:
+        return np.full(n, -1 if kind == "string" else 0, dtype=dtype)
+    return col.values.astype(dtype, copy=False)
+
+
+def from_arrow(table: pa.Table, time_unit: str = "s") -> EventTable:
+    """Build an :class:`EventTable` from an Arrow table (through pandas, zero-copy where possible)."""
+    return EventTable.from_pandas(table.to_pandas(), time_unit=time_unit)

@@ -1,0 +1,115 @@
+"""Composite events -> Arrow / pandas, in the one output layout of DESIGN.md section 4."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from .events import EventTable
+from .model import Rule
+
+_ARROW_TYPES = {"string": pa.string(), "int": pa.int64(), "float": pa.float64(), "bool": pa.bool_()}
+
+
+@dataclass(frozen=True)
+class OutputSchema:
+    """The attribute columns of the output: every attribute any rule defines, first seen first."""
+
+    attributes: tuple[tuple[str, str], ...]
+
+    @classmethod
+    def of(cls, rules: Sequence[Rule]) -> OutputSchema:
+        seen: dict[str, str] = {}
+        for r in rules:
+            for a in r.attributes:
+                t = a.type or "float"
+                if a.name in seen and seen[a.name] != t:
+                    if {seen[a.name], t} == {"int", "float"}:
+                        t = "float"
+                    else:
+                        t = "string" if "string" in (seen[a.name], t) else t
+                seen[a.name] = t
+        return cls(tuple(seen.items()))
+
+    def arrow_schema(self, ts_type: pa.DataType) -> pa.Schema:
+        fields = [pa.field("rule", pa.string()), pa.field("ts", ts_type), pa.field("ids", pa.list_(pa.int64()))]
+        fields += [pa.field(n, _ARROW_TYPES[t]) for n, t in self.attributes]
+        return pa.schema(fields)
+
+
+def assemble(results, schema: OutputSchema, table: EventTable, arrow: bool = False):
+    """Concatenate per-rule results, sort by (ts, rule, ids), and build the output table."""
+    n_total = sum(len(r.ts) for r in results)
+    width = max((r.ids.shape[1] for r in results), default=1)
+    ts = np.concatenate([r.ts for r in results]) if results else np.empty(0, np.int64)
+    names = np.concatenate([np.full(len(r.ts), r.rule.name, dtype=object) for r in results]) if results else np.empty(0, object)
+    # pad ids so that a shorter tuple sorts before its extensions, as Python tuples do
+    pad = np.full((n_total, width), np.iinfo(np.int64).min, dtype=np.int64)
+    lengths = np.empty(n_total, dtype=np.int64)
+    start = 0
+    for r in results:
+        k = len(r.ts)
+        pad[start:start + k, : r.ids.shape[1]] = r.ids
+        lengths[start:start + k] = r.ids.shape[1]
+        start += k
+    name_codes = pd.factorize(names, sort=True)[0] if n_total else np.empty(0, np.int64)
+    keys = tuple(pad[:, j] for j in reversed(range(width))) + (name_codes, ts)
+    order = np.lexsort(keys) if n_total else np.empty(0, np.int64)
+
+    flat = pad[order]
+    lens = lengths[order]
+    mask = np.arange(width)[None, :] < lens[:, None]
+    offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.int32 if n_total * width < 2**31 else np.int64)
+    list_cls = pa.ListArray if offsets.dtype == np.int32 else pa.LargeListArray
+    ids_arr = list_cls.from_arrays(pa.array(offsets), pa.array(flat[mask], type=pa.int64()))
+    if list_cls is pa.LargeListArray:
+        ids_arr = ids_arr.cast(pa.list_(pa.int64()))
+
+    ts_values = table.time.from_ns(ts[order])
+    ts_arr = pa.array(ts_values)
+    columns = {"rule": pa.array(names[order], type=pa.string()), "ts": ts_arr, "ids": ids_arr}
+    for name, kind in schema.attributes:
+        columns[name] = _attribute_array(results, name, kind, order, table, n_total)
+    out = pa.table(columns)
+    if arrow:
+        return out
+    df = out.to_pandas(types_mapper=_types_mapper)
+    df["ts"] = pd.Series(ts_values).reset_index(drop=True) if len(df) else pd.Series(ts_values)
+    return df
+
+
+def _types_mapper(t: pa.DataType):
+    if pa.types.is_list(t):
+        return pd.ArrowDtype(t)
+    if pa.types.is_integer(t):
+        return pd.Int64Dtype()
+    if pa.types.is_boolean(t):
+        return pd.BooleanDtype()
+    return None
+
+
+def _attribute_array(results, name: str, kind: str, order, table: EventTable, n: int) -> pa.Array:
+    values = np.empty(n, dtype=object)
+    valid = np.zeros(n, dtype=bool)
+    start = 0
+    for r in results:
+        k = len(r.ts)
+        col = r.attributes.get(name)
+        if col is not None and k:
+            if col.kind == "string":
+                values[start:start + k] = table.strings.decode(np.where(col.valid, col.values, -1))
+            else:
+                values[start:start + k] = col.values
+            valid[start:start + k] = col.valid
+        start += k
+    values, valid = values[order], valid[order]
+    values[~valid] = None
+    if kind == "string":
+        return pa.array(values, type=pa.string())
+    if kind == "float":
+        return pa.array(values, type=pa.float64(), from_pandas=True)
+    return pa.array(values, type=_ARROW_TYPES[kind])
