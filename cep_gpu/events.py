@@ -5,7 +5,8 @@ becomes one struct-of-arrays over all events: ``ts`` as int64 nanoseconds, ``typ
 into ``type_names``, ``ids`` as int64, and one :class:`AttributeColumn` per attribute (values plus a
 validity mask; strings dictionary-encoded to int32 codes through one table-wide
 :class:`StringDictionary`, so that equal strings have equal codes across columns and types).
-Kernels index these arrays by row; nothing here knows about rules.
+Kernels index these arrays by row; nothing here knows about rules. Rows are sorted by
+``(ts, id)``, so row order is the total order that ``last``/``first`` tie-break on.
 """
 
 from __future__ import annotations
@@ -183,9 +184,7 @@ class EventTable:
                 schema[type_names[c]].add(name)
 
         table = cls(ts, ids, codes, type_names, columns, strings, time, schema)
-        if sort and n and np.any(np.diff(ts) < 0):
-            table = table.take(np.argsort(ts, kind="stable"))
-        return table
+        return table.sorted() if sort else table
 
     @classmethod
     def empty_like(cls, other: EventTable) -> EventTable:
@@ -227,7 +226,7 @@ class EventTable:
         )
 
     def concat(self, other: EventTable) -> EventTable:
-        """This table and ``other`` merged in time order (stable: this table first on equal ts).
+        """This table and ``other`` merged in (ts, id) order.
 
         Both must share the string dictionary; type codes and attribute columns are unified.
         """
@@ -265,8 +264,20 @@ class EventTable:
             self.time,
             schema,
         )
-        order = np.argsort(merged.ts, kind="stable")
-        return merged.take(order) if np.any(order != np.arange(len(order))) else merged
+        return merged.sorted()
+
+    def sorted(self) -> EventTable:
+        """This table in (ts, id) order: row order is the engine's notion of "earlier".
+
+        With default ids (row positions) this is the stable sort by ``ts`` of the input.
+        """
+        n = len(self)
+        if n < 2:
+            return self
+        d = np.diff(self.ts)
+        if np.all((d > 0) | ((d == 0) & (np.diff(self.ids) > 0))):
+            return self
+        return self.take(np.lexsort((self.ids, self.ts)))
 
     def to_pandas(self) -> pd.DataFrame:
         """Back to a DataFrame (for debugging and for re-ingestion elsewhere)."""
