@@ -173,19 +173,43 @@ def _declared_kind(declared, actual, rule: Rule, name: str):
     raise RuleError(f"rule {rule.name!r}: attribute {name!r} is declared {declared} but its value is {actual}")
 
 
-def append_composites(table: EventTable, results: Iterable[RuleResult], next_id: int) -> tuple[EventTable, int]:
-    """Add composite events to the table as events of type ``rule.name``; returns the new next id."""
-    parts = []
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
+
+
+def _mix(h: np.ndarray) -> np.ndarray:
+    # splitmix64 finaliser: a cheap, well-distributed 64-bit mix
+    h = (h ^ (h >> np.uint64(30))) * _M1
+    h = (h ^ (h >> np.uint64(27))) * _M2
+    return h ^ (h >> np.uint64(31))
+
+
+def composite_ids(rule_name: str, ids: np.ndarray) -> np.ndarray:
+    """Ids of composite events: a hash of the rule name and the bound ids, as a negative int64.
+
+    Content-derived, so batch, streaming and Spark (any partitioning) give a composite event the
+    same id; negative, so it never collides with the (non-negative) ids of primitive events.
+    """
+    h = np.full(ids.shape[0], hash_text(rule_name), dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for j in range(ids.shape[1]):
+            h = _mix(h ^ ids[:, j].astype(np.uint64))
+    return -((h & np.uint64((1 << 62) - 1)).astype(np.int64)) - 1
+
+
+def hash_text(text: str) -> int:
+    """A stable 64-bit hash of a string (Python's ``hash`` is salted per process)."""
+    import hashlib
+
+    return int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest(), "little")
+
+
+def append_composites(table: EventTable, results: Iterable[RuleResult]) -> EventTable:
+    """Add composite events to the table as events of type ``rule.name`` (ids from :func:`composite_ids`)."""
     for res in results:
-        n = len(res.ts)
-        if n == 0:
-            continue
-        ids = np.arange(next_id, next_id + n, dtype=np.int64)
-        next_id += n
-        parts.append(_table_of(res, ids, table))
-    for p in parts:
-        table = table.concat(p)
-    return table, next_id
+        if len(res.ts):
+            table = table.concat(_table_of(res, composite_ids(res.rule.name, res.ids), table))
+    return table
 
 
 def _table_of(res: RuleResult, ids: np.ndarray, like: EventTable) -> EventTable:
@@ -209,16 +233,13 @@ def detect_table(table: EventTable, rules: Sequence[Rule], backend: str = "auto"
     order = rule_order(rules)
     consumed_types = {t for r in rules for t in r.input_types}
     results: dict[int, RuleResult] = {}
-    next_id = int(table.ids.max()) + 1 if len(table) else 0
     for i in order:
         rule = rules[i]
         matches = impl.match(rule, table, 0, len(table), None)
         res = composite_events(rule, table, matches)
         results[i] = res
         if rule.name in consumed_types:
-            table, next_id = append_composites(table, [res], next_id)
-        else:
-            next_id += len(res.ts)
+            table = append_composites(table, [res])
     return [results[i] for i in range(len(rules))]
 
 

@@ -164,6 +164,12 @@ class EventTable:
             if not pd.api.types.is_integer_dtype(idcol.dtype):
                 raise EventError(f"column 'id' must hold integers, got dtype {idcol.dtype}")
             ids = idcol.to_numpy(dtype=np.int64)
+            if n and ids.min() < 0:
+                row = int(np.flatnonzero(ids < 0)[0])
+                raise EventError(
+                    f"column 'id' is negative ({ids[row]}) at row {row}: ids must be >= 0 "
+                    "(negative ids are reserved for composite events)"
+                )
             if len(np.unique(ids)) != n:
                 dup = pd.Series(ids)[pd.Series(ids).duplicated()].iloc[0]
                 raise EventError(f"column 'id' has duplicate id {int(dup)}")
