@@ -7,7 +7,7 @@ events (which re-enter the table as input events of later rules), and assembles 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -226,8 +226,16 @@ def _table_of(res: RuleResult, ids: np.ndarray, like: EventTable) -> EventTable:
     )
 
 
-def detect_table(table: EventTable, rules: Sequence[Rule], backend: str = "auto") -> list[RuleResult]:
-    """Run ``rules`` over an already-ingested table; the composite events of each rule, in rule order."""
+def detect_table(
+    table: EventTable,
+    rules: Sequence[Rule],
+    backend: str = "auto",
+    on_rule: Callable[[Rule], None] | None = None,
+) -> list[RuleResult]:
+    """Run ``rules`` over an already-ingested table; the composite events of each rule, in rule order.
+
+    ``on_rule`` is called after each rule (for progress reporting).
+    """
     check_schema(rules, table)
     impl = get_backend(backend)
     order = rule_order(rules)
@@ -240,6 +248,8 @@ def detect_table(table: EventTable, rules: Sequence[Rule], backend: str = "auto"
         results[i] = res
         if rule.name in consumed_types:
             table = append_composites(table, [res])
+        if on_rule is not None:
+            on_rule(rule)
     return [results[i] for i in range(len(rules))]
 
 

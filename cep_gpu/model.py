@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Literal, Union
+from typing import Literal
 
 Policy = Literal["each", "last", "first"]
 AggFunction = Literal["avg", "sum", "min", "max", "count"]
@@ -103,7 +103,7 @@ class Not:
     arg: Expr
 
 
-Expr = Union[Const, Attr, Timestamp, AggValue, Arith, Neg, Compare, BoolOp, Not]
+Expr = Const | Attr | Timestamp | AggValue | Arith | Neg | Compare | BoolOp | Not
 
 
 def children(expr: Expr) -> tuple[Expr, ...]:
@@ -257,12 +257,7 @@ class Rule:
 
     def trailing_horizon(self) -> int:
         """How far (ns) after its terminator a match may still be rejected (trailing ``NOT``)."""
-        h = 0
-        for neg in self.negations:
-            for ref, off in ((neg.span.lo_ref, neg.span.lo_offset), (neg.span.hi_ref, neg.span.hi_offset)):
-                if off > 0:
-                    h = max(h, off)
-        return h
+        return max((max(n.span.lo_offset, n.span.hi_offset, 0) for n in self.negations), default=0)
 
     def lookback(self) -> int:
         """An upper bound (ns) on how far before its terminator any event a match reads can lie.

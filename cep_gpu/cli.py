@@ -1,0 +1,171 @@
+"""The ``cep-gpu`` command line.
+
+    cep-gpu run RULES EVENTS [--backend auto] [--out FILE] [--time-unit s]
+    cep-gpu explain RULES [EVENTS]
+    cep-gpu bench WORKLOAD ...      (see ``cep-gpu bench --help``)
+    cep-gpu calibrate ...
+    cep-gpu spark RULES EVENTS --master URL --out DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from .errors import CepError
+
+BACKENDS = ["auto", "cpu", "gpu", "aip", "reference"]
+PROGRESS_THRESHOLD = 1_000_000
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``cep-gpu`` script; returns the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except (CepError, FileNotFoundError) as err:
+        print(f"cep-gpu: error: {err}", file=sys.stderr)
+        return 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="cep-gpu", description="Complex event processing on CPU and GPU.")
+    sub = parser.add_subparsers(dest="command")
+
+    run = sub.add_parser("run", help="detect composite events in an event file")
+    run.add_argument("rules", help="rule file (TESLA or SEQ patterns)")
+    run.add_argument("events", help="events as .csv or .parquet")
+    run.add_argument("--backend", default="auto", choices=BACKENDS + ["gpu-host"])
+    run.add_argument("--out", help="write composite events to this .csv or .parquet file")
+    run.add_argument("--time-unit", default="s", help="unit of numeric ts values (default: s)")
+    run.add_argument("--limit", type=int, default=50, help="rows to print when no --out is given")
+    run.set_defaults(func=cmd_run)
+
+    explain = sub.add_parser("explain", help="show how rules are compiled and planned")
+    explain.add_argument("rules")
+    explain.add_argument("events", nargs="?", help="optional events, for window sizes and planner decisions")
+    explain.add_argument("--backend", default="auto", choices=BACKENDS)
+    explain.add_argument("--time-unit", default="s")
+    explain.set_defaults(func=cmd_explain)
+
+    _add_optional(sub, "cep_gpu.benchmarks.cli", ("add_bench_parser", "add_calibrate_parser"))
+    _add_optional(sub, "cep_gpu.spark_udfs.cli", ("add_spark_parser",))
+    return parser
+
+
+def _add_optional(sub, module: str, adders: tuple[str, ...]) -> None:
+    """Subcommands that live with their feature (benchmarks, Spark); absent ones are skipped."""
+    import importlib
+
+    try:
+        mod = importlib.import_module(module)
+    except ImportError:
+        return
+    for name in adders:
+        adder = getattr(mod, name, None)
+        if adder is not None:
+            adder(sub)
+
+
+def _read_rules(path: str):
+    from . import parse_rules
+
+    p = Path(path)
+    if not p.exists():
+        raise FileNotFoundError(f"{path}: no such rule file")
+    return parse_rules(p.read_text())
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from .detect import detect_table
+    from .events import EventTable
+    from .io import read_events, write_output
+    from .output import OutputSchema, assemble
+
+    console = Console(stderr=True)
+    rules = _read_rules(args.rules)
+    t0 = time.perf_counter()
+    events = read_events(args.events)
+    big = len(events) > PROGRESS_THRESHOLD
+    with _progress(console, big) as progress:
+        task = progress.add_task("ingest", total=len(rules) + 2)
+        table = EventTable.from_pandas(events, time_unit=args.time_unit)
+        progress.update(task, advance=1, description="detect")
+        results = detect_table(table, rules, args.backend, on_rule=lambda r: progress.update(
+            task, advance=1, description=f"rule {r.name}"))
+        progress.update(task, advance=1, description="output")
+        out = assemble(results, OutputSchema.of(rules), table, arrow=True)
+    elapsed = time.perf_counter() - t0
+    if args.out:
+        write_output(out, args.out)
+        console.print(f"{out.num_rows} composite events from {len(events)} events "
+                      f"in {elapsed:.2f} s -> {args.out}")
+    else:
+        _print_table(out.to_pandas(), args.limit)
+        console.print(f"{out.num_rows} composite events from {len(events)} events in {elapsed:.2f} s")
+    return 0
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    from . import Engine
+    from .io import read_events
+
+    rules = _read_rules(args.rules)
+    engine = Engine(rules, backend=args.backend, time_unit=args.time_unit)
+    if args.events:
+        print(engine.explain(read_events(args.events)))
+    else:
+        print(engine.explain())
+    return 0
+
+
+def _progress(console, enabled: bool):
+    from contextlib import nullcontext
+
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    if enabled:
+        return Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=console)
+
+    class _Quiet:
+        def add_task(self, *a, **k):
+            return 0
+
+        def update(self, *a, **k):
+            pass
+
+    return nullcontext(_Quiet())
+
+
+def _print_table(df, limit: int) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(show_lines=False)
+    for col in df.columns:
+        table.add_column(str(col))
+    for row in df.head(limit).itertuples(index=False):
+        table.add_row(*[_fmt(v) for v in row])
+    Console().print(table)
+    if len(df) > limit:
+        Console().print(f"... {len(df) - limit} more rows (use --out to write them all)")
+
+
+def _fmt(v) -> str:
+    if hasattr(v, "tolist"):
+        v = v.tolist()
+    if isinstance(v, (list, tuple)):
+        return "(" + ", ".join(map(str, v)) + ")"
+    return "" if v is None else str(v)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,47 @@
+"""Reading events and writing composite events: CSV and Parquet through pyarrow."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+
+from .errors import EventError
+
+FORMATS = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
+
+
+def file_format(path: str | Path) -> str:
+    """``csv`` or ``parquet`` from the file name; a clear error otherwise."""
+    suffix = Path(path).suffix.lower()
+    if suffix not in FORMATS:
+        raise EventError(f"{path}: unknown file type {suffix!r}; use .csv or .parquet")
+    return FORMATS[suffix]
+
+
+def read_events(path: str | Path) -> pd.DataFrame:
+    """Events from a CSV or Parquet file (a directory of Parquet files works too)."""
+    path = Path(path)
+    if not path.exists():
+        raise EventError(f"{path}: no such file")
+    if path.is_dir():
+        table = pq.read_table(path)
+    elif file_format(path) == "csv":
+        table = pacsv.read_csv(path)
+    else:
+        table = pq.read_table(path)
+    return table.to_pandas()
+
+
+def write_output(out: pd.DataFrame | pa.Table, path: str | Path) -> None:
+    """Composite events to CSV (ids as space-separated text) or Parquet (ids as list<int64>)."""
+    table = out if isinstance(out, pa.Table) else pa.Table.from_pandas(out, preserve_index=False)
+    if file_format(path) == "parquet":
+        pq.write_table(table, path)
+        return
+    ids_text = pa.array([" ".join(map(str, ids)) for ids in table.column("ids").to_pylist()], pa.string())
+    table = table.set_column(table.schema.get_field_index("ids"), "ids", ids_text)
+    pacsv.write_csv(table, path)
