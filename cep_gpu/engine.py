@@ -1,0 +1,573 @@
+"""The streaming :class:`Engine`: publish events as they happen, get composite events back.
+
+The engine keeps a sliding :class:`~cep_gpu.events.EventTable` (one string dictionary for the
+whole stream) holding the events that some window may still read, plus the composite events that
+other rules read. Each :meth:`Engine.publish` appends the new events, then, rule by rule in
+dependency order, hands the backend the new terminators (``backend.match(rule, buffer, lo, hi,
+excluded)``): the rows before them are context, consumed events are excluded. Composite events
+re-enter the buffer, with the same ids as in batch :func:`cep_gpu.detect`. Finally rows that no
+window can reach any more are dropped, so memory stays bounded by the longest window.
+
+Rules with a trailing ``NOT`` (and rules reading their output) hold a terminator back until an
+event later than its timestamp plus the rule's horizon has arrived, or until :meth:`Engine.flush`.
+The results are those of batch ``detect`` over the concatenated input.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from .backends import Matches, get_backend
+from .detect import append_composites, as_rules, composite_events, composite_ids, rule_order
+from .errors import EventError, LateEventError
+from .events import _UNIT_NS, EventTable, StringDictionary, TimeFormat
+from .model import (
+    SELF,
+    AggValue,
+    Arith,
+    Attr,
+    BoolOp,
+    Compare,
+    Const,
+    Expr,
+    Neg,
+    Not,
+    Rule,
+    Span,
+    Timestamp,
+    static_conditions,
+)
+from .output import OutputSchema, assemble
+
+log = logging.getLogger("cep_gpu.engine")
+
+#: Callables ``hook(engine, rule) -> str | list[str] | None`` whose lines :meth:`Engine.explain`
+#: appends under each rule (the planner adds its decisions this way).
+ExplainHook = Callable[["Engine", Rule], "str | list[str] | None"]
+_EXPLAIN_HOOKS: list[ExplainHook] = []
+
+
+def register_explain_hook(hook: ExplainHook) -> None:
+    """Add ``hook`` to what :meth:`Engine.explain` reports for every rule (idempotent)."""
+    if hook not in _EXPLAIN_HOOKS:
+        _EXPLAIN_HOOKS.append(hook)
+
+
+@dataclass
+class _RuleState:
+    """What the engine remembers per rule between publishes."""
+
+    term_types: frozenset[str]
+    delay: int  # ns a terminator waits for (trailing NOT here or upstream); 0 = none
+    pending: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))  # ids held back
+    consumed: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))  # ids consumed
+    composites: int = 0
+
+
+class Engine:
+    """Streaming complex event detection (DESIGN.md section 4).
+
+    Parameters
+    ----------
+    rules:
+        A Rule, a list of Rules, or rule text.
+    backend:
+        ``"auto"``, ``"cpu"``, ``"gpu"``, ``"reference"`` or ``"aip"``.
+    allowed_lateness:
+        ``None`` (default): an event older than the newest one already published raises
+        :class:`~cep_gpu.LateEventError`. Otherwise a duration (a number in ``time_unit``, or a
+        ``pandas.Timedelta``): events are buffered and released in timestamp order once the
+        watermark (newest timestamp seen minus the lateness) has passed them; an event older than
+        what was already released is reported (``stats()["late_events"]``, ``on_late``, a log
+        warning) and not processed.
+    time_unit:
+        The unit of numeric ``ts`` values (as in :func:`cep_gpu.detect`).
+    on_late:
+        Optional ``callback(list of event dicts)`` for events that came too late.
+
+    Example
+    -------
+    >>> import cep_gpu
+    >>> eng = cep_gpu.Engine("define AB(x: int) from B(x=$x) and each A(x=$x) within 5 s from B "
+    ...                      "where x=B.x", backend="reference")
+    >>> _ = eng.publish({"type": "A", "ts": 1.0, "x": 1})
+    >>> eng.publish({"type": "B", "ts": 2.0, "x": 1})[["rule", "ts", "x"]]
+      rule   ts  x
+    0   AB  2.0  1
+    """
+
+    def __init__(
+        self,
+        rules,
+        backend: str = "auto",
+        allowed_lateness=None,
+        time_unit: str = "s",
+        on_late: Callable[[list[dict]], None] | None = None,
+    ) -> None:
+        if time_unit not in _UNIT_NS:
+            raise EventError(f"unknown time_unit {time_unit!r}; use one of {sorted(_UNIT_NS)}")
+        self.rules: list[Rule] = as_rules(rules)
+        self.backend_name = backend
+        self._backend = get_backend(backend)
+        self._order = rule_order(self.rules)
+        self._time_unit = time_unit
+        self._lateness = _duration_ns(allowed_lateness, time_unit)
+        self._on_late = on_late
+        self._schema = OutputSchema.of(self.rules)
+        self._read_types = {t for r in self.rules for t in r.input_types}
+        self._lookback = _max_lookback(self.rules)
+        self._states = self._init_states()
+        self._subscribers: dict[str, list[Callable[[list[dict]], None]]] = {}
+
+        self._strings = StringDictionary()
+        self._time: TimeFormat | None = None
+        self._buffer: EventTable | None = None
+        self._late_buffer: EventTable | None = None  # published, not yet released (lateness)
+        self._next_id = 0
+        self._newest: int | None = None  # newest released timestamp (ns)
+        self._max_seen: int | None = None  # newest timestamp published (ns)
+        self._published = 0
+        self._released = 0
+        self._expired = 0
+        self._late_events: list[dict] = []
+
+    def _init_states(self) -> dict[int, _RuleState]:
+        states: dict[int, _RuleState] = {}
+        producers: dict[str, list[int]] = {}
+        for i, r in enumerate(self.rules):
+            producers.setdefault(r.name, []).append(i)
+        for i in self._order:
+            rule = self.rules[i]
+            # a terminator may only be matched once every composite event it can read is known
+            upstream = [states[p].delay for t in rule.input_types for p in producers.get(t, [])]
+            states[i] = _RuleState(
+                term_types=frozenset(p.predicates[p.terminator].event_type for p in rule.plans),
+                delay=rule.trailing_horizon() + max(upstream, default=0),
+            )
+        return states
+
+    # -- public API -------------------------------------------------------------------------------
+
+    def publish(self, events) -> pd.DataFrame:
+        """Add one event (a dict) or many (a DataFrame or Arrow table), in timestamp order.
+
+        Rows of one DataFrame may come in any order (they are sorted like a batch), but none may
+        be older than an event of an earlier ``publish`` (see ``allowed_lateness``). Events
+        without an ``id`` get their position in the whole stream, as batch ``detect`` would.
+        Returns the new composite events in the output layout of :func:`cep_gpu.detect`.
+        """
+        new, n_rows = self._ingest(events)
+        if self._lateness is None:
+            if self._newest is not None and len(new) and new.ts[0] < self._newest:
+                raise LateEventError(
+                    f"late event {_describe(new, 0)}: older than the newest event already "
+                    f"published ({self._fmt_ts(self._newest)}); events must come in timestamp "
+                    "order, or create the Engine with allowed_lateness"
+                )
+            released = new
+        else:
+            released = self._admit_late(new)
+        self._next_id += n_rows
+        self._published += n_rows
+        return self._process(released, final=False)
+
+    def flush(self) -> pd.DataFrame:
+        """End of input: release buffered late events and the matches held back by trailing
+        negations; returns the composite events this produces."""
+        released = self._late_buffer
+        self._late_buffer = None
+        return self._process(released, final=True)
+
+    def subscribe(self, rule_name: str, callback: Callable[[list[dict]], None]) -> None:
+        """Call ``callback(list of composite events as dicts)`` whenever ``rule_name`` produces some.
+
+        Each dict has ``rule``, ``ts``, ``ids`` (a tuple) and the rule's attributes.
+        """
+        names = {r.name for r in self.rules}
+        if rule_name not in names:
+            raise ValueError(f"no rule named {rule_name!r}; rules: {sorted(names)}")
+        self._subscribers.setdefault(rule_name, []).append(callback)
+
+    def stats(self) -> dict:
+        """Counters: events published/released/buffered, composite events per rule, and more."""
+        return {
+            "events": self._published,
+            "released": self._released,
+            "buffered": 0 if self._buffer is None else len(self._buffer),
+            "waiting_late": 0 if self._late_buffer is None else len(self._late_buffer),
+            "expired": self._expired,
+            "late": len(self._late_events),
+            "late_events": list(self._late_events),
+            "composites": {self.rules[i].name: 0 for i in self._order}
+            | _sum_by_name(self.rules, {i: s.composites for i, s in self._states.items()}),
+            "held": _sum_by_name(self.rules, {i: len(s.pending) for i, s in self._states.items()}),
+            "newest_ts": None if self._newest is None else self._fmt_ts(self._newest),
+            "backend": self.backend_name,
+        }
+
+    def explain(self) -> str:
+        """Per rule: its plans (columns with their filters, windows, binding order), negations,
+        aggregates, lookback and delay; plus whatever registered explain hooks add."""
+        lines = [f"Engine: {len(self.rules)} rule(s), backend={self.backend_name!r}, "
+                 f"lookback={_fmt_duration(self._lookback)}"]
+        if self._lateness is not None:
+            lines.append(f"allowed lateness: {_fmt_duration(self._lateness)}")
+        for i in self._order:
+            rule = self.rules[i]
+            lines.extend(_explain_rule(rule, self._states[i]))
+            explain_backend = getattr(self._backend, "explain", None)
+            extra = [explain_backend(rule)] if callable(explain_backend) else []
+            extra += [hook(self, rule) for hook in _EXPLAIN_HOOKS]
+            for part in extra:
+                if part:
+                    lines.extend("  " + s for s in ([part] if isinstance(part, str) else part))
+        return "\n".join(lines)
+
+    # -- ingestion --------------------------------------------------------------------------------
+
+    def _ingest(self, events) -> tuple[EventTable, int]:
+        """The published events as a sorted table with running ids, and their number.
+
+        Changes no state (but the time format), so that a rejected publish leaves no trace.
+        """
+        if isinstance(events, dict):
+            df = pd.DataFrame([events])
+        elif isinstance(events, pa.Table):
+            df = events.to_pandas()
+        elif isinstance(events, pd.DataFrame):
+            df = events
+        else:
+            raise EventError(
+                f"publish() takes a dict (one event), a DataFrame or an Arrow table, "
+                f"got {type(events).__name__}"
+            )
+        if "id" not in df.columns:
+            df = df.assign(id=np.arange(self._next_id, self._next_id + len(df), dtype=np.int64))
+        new = EventTable.from_pandas(df, time_unit=self._time_unit, strings=self._strings, sort=True)
+        self._check_time(new.time)
+        for other in (self._buffer, self._late_buffer):
+            if other is not None and len(new):
+                dup = np.isin(new.ids, other.ids)
+                if dup.any():
+                    raise EventError(f"duplicate event id {int(new.ids[dup][0])}: already published")
+        new.time = self._time
+        return new, len(df)
+
+    def _check_time(self, fmt: TimeFormat) -> None:
+        if self._time is None:
+            self._time = fmt
+            return
+        if fmt.kind != self._time.kind:
+            raise EventError(
+                f"column 'ts' holds {fmt.kind} values, but earlier events had {self._time.kind} "
+                "timestamps: use one kind for the whole stream"
+            )
+        if fmt.kind == "numeric" and fmt.dtype == "float64" and self._time.dtype != "float64":
+            self._time = fmt  # int then float timestamps: report as float, like a batch would
+
+    def _admit_late(self, new: EventTable) -> EventTable | None:
+        """Lateness mode: buffer ``new``, report what is too late, release what the watermark passed."""
+        if len(new):
+            too_late = new.ts < self._newest if self._newest is not None else np.zeros(len(new), bool)
+            if too_late.any():
+                self._report_late(new.take(np.flatnonzero(too_late)))
+                new = new.take(np.flatnonzero(~too_late))
+            seen = int(new.ts.max()) if len(new) else self._max_seen
+            self._max_seen = seen if self._max_seen is None else max(self._max_seen, seen)
+            if len(new):
+                self._late_buffer = new if self._late_buffer is None else self._late_buffer.concat(new)
+        if self._late_buffer is None or self._max_seen is None:
+            return None
+        watermark = self._max_seen - self._lateness
+        cut = int(np.searchsorted(self._late_buffer.ts, watermark, "right"))
+        released = self._late_buffer.take(np.arange(cut))
+        rest = self._late_buffer.take(np.arange(cut, len(self._late_buffer)))
+        self._late_buffer = rest if len(rest) else None
+        return released
+
+    def _report_late(self, late: EventTable) -> None:
+        records = replace(late, time=self._time).to_pandas().to_dict("records")
+        self._late_events.extend(records)
+        for rec in records:
+            log.warning(
+                "event %s is later than the allowed lateness (already released up to %s); "
+                "it is reported, not processed", rec, self._fmt_ts(self._newest)
+            )
+        if self._on_late is not None:
+            self._on_late(records)
+
+    # -- processing -------------------------------------------------------------------------------
+
+    def _process(self, released: EventTable | None, final: bool) -> pd.DataFrame:
+        new_ids = np.empty(0, np.int64)
+        if released is not None and len(released):
+            self._buffer = released if self._buffer is None else self._buffer.concat(released)
+            newest = int(released.ts.max())
+            self._newest = newest if self._newest is None else max(self._newest, newest)
+            self._released += len(released)
+            new_ids = released.ids
+        results = []
+        if self._buffer is not None:
+            for i in self._order:
+                res = self._run_rule(i, new_ids, final)
+                results.append(res)
+                if len(res.ts) and self.rules[i].name in self._read_types:
+                    new_ids = np.concatenate([new_ids, composite_ids(res.rule.name, res.ids)])
+                    self._buffer = append_composites(self._buffer, [res])
+            self._expire()
+        out = self._output(results)
+        self._notify(out)
+        return out
+
+    def _run_rule(self, i: int, new_ids: np.ndarray, final: bool):
+        """Match rule ``i`` on its terminators that are new or held back and now ready."""
+        rule, st, buf = self.rules[i], self._states[i], self._buffer
+        codes = [buf.type_code(t) for t in st.term_types]
+        is_term = np.isin(buf.types, [c for c in codes if c >= 0])
+        if len(new_ids):
+            st.pending = np.concatenate([st.pending, buf.ids[is_term & np.isin(buf.ids, new_ids)]])
+        pending = is_term & np.isin(buf.ids, st.pending)
+        ready = pending.copy()
+        if st.delay and not final:
+            # a trailing span (ts, ts + delay] is settled once a later event has been released
+            ready &= buf.ts + st.delay < self._newest
+        excluded = np.isin(buf.ids, st.consumed) if len(st.consumed) else None
+        parts: list[Matches] = []
+        for lo, hi in _runs(ready, is_term):
+            m = self._backend.match(rule, buf, lo, hi, excluded)
+            parts.append(m)
+            if rule.consuming and len(m):
+                if excluded is None:
+                    excluded = np.zeros(len(buf), bool)
+                excluded[m.rows[:, list(rule.consuming)].ravel()] = True
+        matches = Matches.concat(rule, parts)
+        if rule.consuming and len(matches):
+            used = buf.ids[matches.rows[:, list(rule.consuming)].ravel()]
+            st.consumed = np.union1d(st.consumed, used)
+        if ready.any():
+            st.pending = np.setdiff1d(st.pending, buf.ids[ready])
+        res = composite_events(rule, buf, matches)
+        st.composites += len(res.ts)
+        return res
+
+    def _expire(self) -> None:
+        """Drop rows that no window of any rule (pending terminators included) can still read."""
+        buf = self._buffer
+        if buf is None or self._lookback is None or not len(buf):
+            return
+        horizon = self._newest
+        for st in self._states.values():
+            if len(st.pending):
+                horizon = min(horizon, int(buf.ts[np.isin(buf.ids, st.pending)].min()))
+        cutoff = horizon - self._lookback
+        n_old = int(np.searchsorted(buf.ts, cutoff, "left"))
+        if n_old == 0:
+            return
+        self._buffer = buf.take(np.arange(n_old, len(buf)))
+        self._expired += n_old
+        kept = self._buffer.ids
+        for st in self._states.values():
+            if len(st.consumed):
+                st.consumed = st.consumed[np.isin(st.consumed, kept)]
+
+    # -- output -----------------------------------------------------------------------------------
+
+    def _output(self, results) -> pd.DataFrame:
+        table = self._buffer if self._buffer is not None else _empty_table(self._strings, self._time)
+        return assemble(results, self._schema, replace(table, time=self._time or table.time))
+
+    def _notify(self, out: pd.DataFrame) -> None:
+        if not self._subscribers or not len(out):
+            return
+        for name, callbacks in self._subscribers.items():
+            part = out[out["rule"] == name]
+            if not len(part):
+                continue
+            records = composite_records(part)
+            for cb in callbacks:
+                cb(records)
+
+    def _fmt_ts(self, ns: int | None):
+        if ns is None or self._time is None:
+            return ns
+        return self._time.from_ns(np.array([ns], np.int64))[0]
+
+
+def composite_records(out: pd.DataFrame) -> list[dict]:
+    """Rows of a ``detect``/``publish`` output as dicts (``ids`` as a tuple, nulls as None)."""
+    records = []
+    columns = [c for c in out.columns if c != "ids"]
+    ids = out["ids"].tolist()
+    for k, row in enumerate(out[columns].itertuples(index=False, name=None)):
+        rec = {c: (None if _isnull(v) else v) for c, v in zip(columns, row)}
+        rec["ids"] = tuple(int(x) for x in ids[k])
+        records.append({"rule": rec.pop("rule"), "ts": rec.pop("ts"), "ids": rec.pop("ids"), **rec})
+    return records
+
+
+def _isnull(v) -> bool:
+    try:
+        return bool(pd.isna(v))
+    except (TypeError, ValueError):
+        return False
+
+
+# -- helpers --------------------------------------------------------------------------------------
+
+
+def _runs(ready: np.ndarray, is_term: np.ndarray) -> list[tuple[int, int]]:
+    """Contiguous ``[lo, hi)`` row ranges covering the ready terminators and no other terminator.
+
+    Non-terminator rows inside a range do no harm (the backend only starts matches at rows of a
+    terminator type); already processed terminators must stay outside.
+    """
+    term_rows = np.flatnonzero(is_term)
+    flags = ready[term_rows]
+    runs = []
+    k = 0
+    while k < len(term_rows):
+        if not flags[k]:
+            k += 1
+            continue
+        j = k
+        while j + 1 < len(term_rows) and flags[j + 1]:
+            j += 1
+        runs.append((int(term_rows[k]), int(term_rows[j]) + 1))
+        k = j + 1
+    return runs
+
+
+def _duration_ns(value, time_unit: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, (datetime.timedelta, np.timedelta64)):
+        ns = int(pd.Timedelta(value).value)
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        ns = int(round(value * _UNIT_NS[time_unit]))
+    else:
+        raise ValueError(
+            f"allowed_lateness must be a number (in time_unit) or a pandas Timedelta, got {value!r}"
+        )
+    if ns < 0:
+        raise ValueError(f"allowed_lateness must not be negative, got {value!r}")
+    return ns
+
+
+def _max_lookback(rules: Sequence[Rule]) -> int | None:
+    """The longest lookback of any rule (ns), or None when some window is unbounded."""
+    for r in rules:
+        for plan in r.plans:
+            if any(p.window is None for i, p in enumerate(plan.predicates) if i != plan.terminator):
+                return None
+    return max((r.lookback() for r in rules), default=0)
+
+
+def _sum_by_name(rules: Sequence[Rule], values: dict[int, int]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for i, v in values.items():
+        out[rules[i].name] = out.get(rules[i].name, 0) + v
+    return out
+
+
+def _empty_table(strings: StringDictionary, time: TimeFormat | None) -> EventTable:
+    return EventTable(
+        ts=np.empty(0, np.int64), ids=np.empty(0, np.int64), types=np.empty(0, np.int32),
+        type_names=[], columns={}, strings=strings, time=time or TimeFormat("numeric"),
+    )
+
+
+def _describe(table: EventTable, row: int) -> str:
+    typ = table.type_names[table.types[row]]
+    ts = table.time.from_ns(table.ts[row:row + 1])[0]
+    return f"{typ}(id={int(table.ids[row])}, ts={ts})"
+
+
+# -- explain --------------------------------------------------------------------------------------
+
+
+def _explain_rule(rule: Rule, st: _RuleState) -> list[str]:
+    names = [p.alias or p.event_type for p in rule.predicates]
+    lines = [f"rule {rule.name} ({rule.syntax}): {len(rule.plans)} plan(s), "
+             f"lookback {_fmt_duration(rule.lookback())}"]
+    if st.delay:
+        lines.append(f"  matches held back {_fmt_duration(st.delay)} (trailing negation)")
+    for k, plan in enumerate(rule.plans):
+        if len(rule.plans) > 1:
+            lines.append(f"  plan {k}: binding order {' -> '.join(names[i] for i in plan.order)}")
+        for i in plan.order:
+            p = plan.predicates[i]
+            filters = [_fmt_expr(rule.conditions[c], names) for c in static_conditions(rule, i)]
+            where = f" [{' and '.join(filters)}]" if filters else ""
+            if i == plan.terminator:
+                lines.append(f"    column {names[i]}: {p.event_type}{where} (terminator)")
+            else:
+                before = "" if p.before == p.anchor else f", before {names[p.before]}"
+                lines.append(
+                    f"    column {names[i]}: {p.policy} {p.event_type}{where} within "
+                    f"{_fmt_duration(p.window)} from {names[p.anchor]}{before}"
+                )
+    cross = [c for c in range(len(rule.conditions))
+             if not any(c in static_conditions(rule, i) for i in range(rule.n_predicates))]
+    for c in cross:
+        lines.append(f"  condition: {_fmt_expr(rule.conditions[c], names)}")
+    for n in rule.negations:
+        conds = " and ".join(_fmt_expr(c, names) for c in n.conditions)
+        lines.append(f"  not {n.event_type}({conds}) in {_fmt_span(n.span, names)}")
+    for a in rule.aggregates:
+        conds = " and ".join(_fmt_expr(c, names) for c in a.conditions)
+        attr = f".{a.attribute}" if a.attribute else ""
+        lines.append(f"  {a.name or 'aggregate'} = {a.function}({a.event_type}({conds}) "
+                     f"in {_fmt_span(a.span, names)}){attr}")
+    if rule.consuming:
+        lines.append(f"  consuming {', '.join(names[i] for i in rule.consuming)}")
+    for a in rule.attributes:
+        lines.append(f"  attribute {a.name}: {a.type or '?'} := {_fmt_expr(a.expr, names)}")
+    return lines
+
+
+def _fmt_duration(ns: int | None) -> str:
+    if ns is None:
+        return "unbounded"
+    for unit, scale in (("h", 3_600_000_000_000), ("min", 60_000_000_000), ("s", 1_000_000_000),
+                        ("ms", 1_000_000)):
+        if ns and ns % scale == 0:
+            return f"{ns // scale} {unit}"
+    return f"{ns} ns"
+
+
+def _fmt_span(span: Span, names: list[str]) -> str:
+    def end(ref: int, off: int) -> str:
+        return names[ref] + (f" {'+' if off > 0 else '-'} {_fmt_duration(abs(off))}" if off else "")
+
+    lo = ("[" if span.lo_inclusive else "(") + end(span.lo_ref, span.lo_offset)
+    return f"{lo}, {end(span.hi_ref, span.hi_offset)}" + ("]" if span.hi_inclusive else ")")
+
+
+def _fmt_expr(e: Expr, names: list[str]) -> str:
+    if isinstance(e, Const):
+        return repr(e.value) if isinstance(e.value, str) else str(e.value)
+    if isinstance(e, Attr):
+        return e.name if e.pred == SELF else f"{names[e.pred]}.{e.name}"
+    if isinstance(e, Timestamp):
+        return "ts" if e.pred == SELF else f"{names[e.pred]}.ts"
+    if isinstance(e, AggValue):
+        return f"agg{e.index}"
+    if isinstance(e, (Arith, Compare)):
+        return f"({_fmt_expr(e.left, names)} {e.op} {_fmt_expr(e.right, names)})"
+    if isinstance(e, Neg):
+        return f"-{_fmt_expr(e.arg, names)}"
+    if isinstance(e, BoolOp):
+        return "(" + f" {e.op} ".join(_fmt_expr(a, names) for a in e.args) + ")"
+    if isinstance(e, Not):
+        return f"not {_fmt_expr(e.arg, names)}"
+    return repr(e)
+
+
+__all__ = ["Engine", "composite_records", "register_explain_hook"]
