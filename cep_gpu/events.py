@@ -144,7 +144,7 @@ class EventTable:
                 raise EventError(f"events have no {col!r} column (columns: {list(map(str, df.columns))})")
         if time_unit not in _UNIT_NS:
             raise EventError(f"unknown time_unit {time_unit!r}; use one of {sorted(_UNIT_NS)}")
-        strings = strings or StringDictionary()
+        strings = strings if strings is not None else StringDictionary()
         n = len(df)
 
         tcol = df["type"]
