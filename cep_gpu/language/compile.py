@@ -1,0 +1,54 @@
+"""Rule text -> :class:`~cep_gpu.model.Rule` objects: parse, compile each rule, check the set."""
+
+from __future__ import annotations
+
+from lark import Tree
+
+from ..errors import RuleError
+from ..model import Rule
+from .common import Source
+from .parser import parse_tree
+from .seq import compile_seq
+from .tesla import compile_tesla
+
+
+def compile_tree(src: Source, tree: Tree) -> Rule:
+    """Compile one ``tesla_rule`` or ``seq_rule`` tree."""
+    if tree.data == "tesla_rule":
+        return compile_tesla(src, tree)
+    return compile_seq(src, tree)
+
+
+def compile_rules_text(text: str) -> list[Rule]:
+    """Parse and compile every rule in ``text`` (separated by blank lines or ``;``).
+
+    Each rule starts with ``define``, so a rule may itself contain blank lines. Raises
+    :class:`~cep_gpu.errors.RuleSyntaxError` or :class:`~cep_gpu.errors.RuleError`, the latter also
+    for a cycle in the composite-event hierarchy (a rule reading its own output, directly or
+    through other rules).
+    """
+    src = Source(text)
+    tree = parse_tree(text)
+    try:
+        rules = [compile_tree(src, t) for t in tree.children if isinstance(t, Tree)]
+    except RecursionError:
+        raise RuleError("rule nested too deeply") from None
+    _check_hierarchy(rules)
+    return rules
+
+
+def compile_rule_text(text: str) -> Rule:
+    """Parse and compile exactly one rule."""
+    rules = compile_rules_text(text)
+    if len(rules) != 1:
+        raise RuleError(
+            f"expected exactly one rule, found {len(rules)}"
+            + ("; use parse_rules for several" if rules else "")
+        )
+    return rules[0]
+
+
+def _check_hierarchy(rules: list[Rule]) -> None:
+    from ..detect import rule_order  # detect imports the language lazily; avoid a cycle at import
+
+    rule_order(rules)
