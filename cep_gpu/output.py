@@ -20,10 +20,13 @@ class OutputSchema:
     """The attribute columns of the output: every attribute any rule defines, first seen first."""
 
     attributes: tuple[tuple[str, str], ...]
+    #: attributes no rule declares a type for: their kind comes from the values (float if none)
+    inferred: frozenset[str] = frozenset()
 
     @classmethod
     def of(cls, rules: Sequence[Rule]) -> OutputSchema:
         seen: dict[str, str] = {}
+        declared = {a.name for r in rules for a in r.attributes if a.type is not None}
         for r in rules:
             for a in r.attributes:
                 t = a.type or "float"
@@ -33,7 +36,7 @@ class OutputSchema:
                     else:
                         t = "string" if "string" in (seen[a.name], t) else t
                 seen[a.name] = t
-        return cls(tuple(seen.items()))
+        return cls(tuple(seen.items()), frozenset(seen) - declared)
 
     def arrow_schema(self, ts_type: pa.DataType) -> pa.Schema:
         fields = [pa.field("rule", pa.string()), pa.field("ts", ts_type), pa.field("ids", pa.list_(pa.int64()))]
@@ -73,6 +76,8 @@ def assemble(results, schema: OutputSchema, table: EventTable, arrow: bool = Fal
     ts_arr = pa.array(ts_values)
     columns = {"rule": pa.array(names[order], type=pa.string()), "ts": ts_arr, "ids": ids_arr}
     for name, kind in schema.attributes:
+        if name in schema.inferred:
+            kind = _value_kind(results, name, kind)
         columns[name] = _attribute_array(results, name, kind, order, table, n_total)
     out = pa.table(columns)
     if arrow:
@@ -80,6 +85,16 @@ def assemble(results, schema: OutputSchema, table: EventTable, arrow: bool = Fal
     df = out.to_pandas(types_mapper=_types_mapper)
     df["ts"] = pd.Series(ts_values).reset_index(drop=True) if len(df) else pd.Series(ts_values)
     return df
+
+
+def _value_kind(results, name: str, default: str) -> str:
+    """The kind of an undeclared attribute from its computed values (int + float -> float)."""
+    kinds = {r.attributes[name].kind for r in results if name in r.attributes and len(r.ts)}
+    if len(kinds) == 1:
+        return kinds.pop()
+    if kinds == {"int", "float"}:
+        return "float"
+    return "string" if "string" in kinds else default
 
 
 def _types_mapper(t: pa.DataType):
