@@ -383,7 +383,11 @@ def _values_as(col: AttributeColumn | None, kind: Kind, n: int) -> np.ndarray:
     dtype = {"int": np.int64, "float": np.float64, "string": np.int32, "bool": np.bool_}[kind]
     if col is None:
         return np.full(n, -1 if kind == "string" else 0, dtype=dtype)
-    return col.values.astype(dtype, copy=False)
+    values = col.values
+    if values.dtype.kind == "f" and kind != "float":
+        # an all-null column read as float (e.g. one event without the attribute): NaN -> filler
+        values = np.where(col.valid, values, -1 if kind == "string" else 0)
+    return values.astype(dtype, copy=False)
 
 
 def from_arrow(table: pa.Table, time_unit: str = "s") -> EventTable:
