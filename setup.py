@@ -8,13 +8,13 @@
 from setuptools import setup
 
 setup(
-    packages=["cep_gpu", "cep_gpu.language", "cep_gpu.kernels", "cep_gpu.spark_udfs", "cep_gpu.cuda"],
+    packages=["cep_gpu", "cep_gpu.language", "cep_gpu.benchmarks", "cep_gpu.kernels", "cep_gpu.spark_udfs", "cep_gpu.cuda"],
     package_dir={
         "cep_gpu": "cep_gpu",
         "cep_gpu.kernels": "kernels",
         "cep_gpu.spark_udfs": "spark_udfs",
         "cep_gpu.cuda": "cuda",
     },
-    package_data={"cep_gpu.language": ["*.lark"], "cep_gpu.cuda": ["*.cu", "*.cuh", "*.h"]},
+    package_data={"cep_gpu": ["profiles/*.json"], "cep_gpu.language": ["*.lark"], "cep_gpu.cuda": ["*.cu", "*.cuh", "*.h"]},
     include_package_data=True,
 )

@@ -1,0 +1,169 @@
+"""The ``bench`` and ``calibrate`` subcommands of ``cep-gpu`` (wired in by :mod:`cep_gpu.cli`).
+
+    cep-gpu bench seq3 --backend cpu,auto --sizes 100,1000,4000 --out seq3.json --plot seq3.png
+    cep-gpu bench rules1000 --backend cpu,aip --sizes 2,3,4 --events 20000
+    cep-gpu bench museum --sizes 100000,1000000
+    cep-gpu calibrate [--out profile.json] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        return [int(float(x)) for x in text.replace(" ", "").split(",") if x]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+
+
+def _name_list(text: str) -> list[str]:
+    return [x for x in text.replace(" ", "").split(",") if x]
+
+
+def add_bench_parser(subparsers) -> argparse.ArgumentParser:
+    """Add ``cep-gpu bench`` to an argparse sub-parser set."""
+    p = subparsers.add_parser(
+        "bench", help="run a benchmark workload (seq3, rules1000, museum)",
+        description="Run a benchmark workload of DESIGN.md section 6 on several backends; "
+        "record min/median/max events/s and us per terminator, and the machine, as JSON.",
+    )
+    p.add_argument("workload", choices=["seq3", "rules1000", "museum"])
+    p.add_argument("--backend", type=_name_list, action="extend", dest="backends",
+                   help="backends, comma-separated or repeated (default: per workload); "
+                        "gpu without a device is reported as not measured")
+    p.add_argument("--sizes", type=_int_list,
+                   help="seq3: windows in ms (default 100,1000,4000,10000,40000); rules1000: chain "
+                        "lengths (2,3,4); museum: event counts (100000,1000000)")
+    p.add_argument("--policy", type=_name_list, default=["each", "last"], help="each,last (default both)")
+    p.add_argument("--events", type=int, help="events per input (seq3: 200000, fewer for large each "
+                                               "windows; rules1000: 200000)")
+    p.add_argument("--repeat", type=int, default=3, help="measured repetitions (default 3)")
+    p.add_argument("--warmup", type=int, default=1, help="unmeasured warm-up runs (default 1)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--output", choices=["count", "arrow"], default="count",
+                   help="count composite events only, or also build the Arrow output")
+    p.add_argument("--out", help="write the results as JSON here")
+    p.add_argument("--plot", help="draw the figure (PNG) here")
+    p.set_defaults(func=bench_main)
+    return p
+
+
+def add_calibrate_parser(subparsers) -> argparse.ArgumentParser:
+    """Add ``cep-gpu calibrate`` to an argparse sub-parser set."""
+    from ..planner import user_profile_path
+
+    p = subparsers.add_parser(
+        "calibrate", help="measure the kernels and write a planner profile",
+        description="Time the CPU kernels (and the GPU kernels where a device exists) on generated "
+        "data and write the planner's cost profile (JSON).",
+    )
+    p.add_argument("--out", help=f"profile path (default: {user_profile_path()})")
+    p.add_argument("--quick", action="store_true", help="fewer, smaller inputs (about 10 s)")
+    p.add_argument("--events", type=int, default=60_000, help="events per calibration input")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=calibrate_main)
+    return p
+
+
+def bench_main(args: argparse.Namespace) -> int:
+    """Run ``cep-gpu bench``; prints a summary table, writes JSON and a plot if asked."""
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from .plots import plot
+    from .runner import DEFAULT_BACKENDS, DEFAULT_SIZES, run_bench
+
+    console = Console(stderr=True)
+    backends = args.backends or list(DEFAULT_BACKENDS[args.workload])
+    sizes = args.sizes or list(DEFAULT_SIZES[args.workload])
+    policies = args.policy if args.workload != "museum" else ["rules"]
+    total = len(backends) * len(sizes) * len(policies)
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                  TimeElapsedColumn(), console=console, transient=True) as progress:
+        task = progress.add_task(args.workload, total=total)
+        steps = {"n": 0}
+
+        def on_step(desc: str) -> None:
+            if steps["n"]:
+                progress.advance(task)
+            steps["n"] += 1
+            progress.update(task, description=desc)
+
+        run = run_bench(args.workload, backends, sizes, args.policy, args.events, args.repeat,
+                        args.warmup, args.seed, args.output, on_step)
+        progress.advance(task)
+    print_summary(run, console)
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(run, indent=2) + "\n")
+        console.print(f"results -> {args.out}")
+    if args.plot:
+        console.print(f"plot -> {plot(run, args.plot)}")
+    return 0 if all(r["status"] != "error" for r in run["results"]) else 1
+
+
+def print_summary(run: dict, console=None) -> None:
+    """The results as a rich table: median (min-max) of events/s and us per terminator."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = console or Console()
+    m = run["machine"]
+    table = Table(title=f"{run['workload']} on {m['cpu_model']} ({m['cores']} cores, "
+                        f"{m['gpu'] or 'no GPU'})")
+    for col in ("policy", "size", "backend", "events", "events/s (median)", "us/terminator (median)",
+                "min-max us/term.", "composites/term.", "status"):
+        table.add_column(col, justify="right" if col not in ("policy", "backend", "status") else "left")
+    for r in run["results"]:
+        if r["status"] == "ok":
+            eps, upt = r["events_per_s"], r["us_per_terminator"]
+            table.add_row(r["policy"], str(r["size"]), r["backend"], str(r["n_events"]),
+                          f"{eps['median']:,.0f}", f"{upt['median']:.3g}",
+                          f"{upt['min']:.3g}-{upt['max']:.3g}", f"{r['composites_per_terminator']:.3g}",
+                          "ok" if r.get("agree", True) else "RESULTS DIFFER")
+        else:
+            table.add_row(r["policy"], str(r["size"]), r["backend"], "", "", "", "", "", r["status"])
+    console.print(table)
+    reasons = sorted({f"{r['backend']}: {r.get('reason', '')}" for r in run["results"] if r["status"] != "ok"})
+    for line in reasons:
+        console.print(f"  {line}", highlight=False)
+
+
+def calibrate_main(args: argparse.Namespace) -> int:
+    """Run ``cep-gpu calibrate``; writes the profile and prints its coefficients."""
+    from rich.console import Console
+
+    from ..planner import user_profile_path
+    from .calibrate import calibrate
+
+    console = Console(stderr=True)
+    with console.status("calibrating") as status:
+        prof = calibrate(args.quick, args.events, args.seed, on_step=lambda s: status.update(s))
+    out = Path(args.out) if args.out else user_profile_path()
+    prof.save(out)
+    for dev in ("cpu", "gpu"):
+        coefs = ", ".join(f"{k}={v:.3g}" for k, v in (prof.cpu if dev == "cpu" else prof.gpu).items())
+        console.print(f"{dev}: {coefs}")
+    console.print(f"cpu: {prof.meta.get('cpu_source')}; gpu: {prof.meta.get('gpu_source')}")
+    console.print(f"seq3 crossover (window ms): {prof.meta.get('seq3_crossover_window_ms')}")
+    console.print(f"profile -> {out}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Stand-alone entry point (``python -m cep_gpu.benchmarks.cli bench seq3 ...``)."""
+    parser = argparse.ArgumentParser(prog="cep-gpu")
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_bench_parser(sub)
+    add_calibrate_parser(sub)
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

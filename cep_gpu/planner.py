@@ -1,0 +1,659 @@
+"""The planner: ``backend="auto"`` hands each batch of terminators to the CPU or the GPU kernels.
+
+Cost model
+----------
+Before a batch of terminators runs, the host knows each terminator's window range in every
+column (binary search over the time-sorted columns). From those ranges the planner derives the
+*work* of the batch as a few counts (:data:`FEATURES`):
+
+``launches``     1 per batch (one launch of the combination kernels);
+``terminators``  terminators in the batch;
+``events``       column events the batch reads (what a GPU would have to hold);
+``pairs``        partial sequences x window candidates, summed over the steps (what a scan of the
+                 window touches: the GPU's threads);
+``matches``      the pairs that are expected to pass the step's conditions (what a kernel that
+                 finds candidates through the parameter index touches);
+``outputs``      composite events expected (what goes back to the host).
+
+The estimated cost on a device is the dot product of those counts with that device's
+coefficients (seconds per unit), read from a :class:`Profile`. ``auto`` takes the cheaper device,
+the CPU on ties, and never the GPU when no GPU is usable. Decisions are made per rule and per
+batch of terminators, never per candidate.
+
+Profiles
+--------
+JSON files (format :data:`PROFILE_FORMAT`). The package ships ``profiles/default.json`` (CPU
+coefficients measured on the development machine, GPU coefficients *chosen* so that the GPU wins on
+the seq3 workload from windows of about 4000 events, as in the T-Rex chapter). ``cep-gpu calibrate``
+writes a profile measured on the current machine to :func:`user_profile_path`. Lookup order of
+:func:`load_profile`: an explicit path, ``$CEP_GPU_PROFILE``, the user profile, the default. An
+explicit path that is missing or malformed raises :class:`ProfileError`; a malformed *user*
+profile (not asked for by name) is skipped with a warning and the default is used.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import threading
+import time
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+from .backends import Backend, Matches, get_backend, register
+from .errors import BackendUnavailableError, CepError
+from .evaluate import condition_mask
+from .events import EventTable
+from .model import Attr, Compare, Plan, Rule, static_conditions, step_checks
+
+FEATURES = ("launches", "terminators", "events", "pairs", "matches", "outputs")
+PROFILE_FORMAT = "cep-gpu-profile/1"
+DEVICES = ("cpu", "gpu")
+
+#: selectivity assumed for a condition that is not an equality with a known number of values
+OTHER_SELECTIVITY = 0.5
+#: values sampled per column to count the distinct values of an equality parameter
+_SAMPLE = 4096
+
+
+class ProfileError(CepError, ValueError):
+    """A planner profile that cannot be used (missing file, bad JSON, missing or bad constant)."""
+
+
+# ----------------------------------------------------------------------------------------------
+# Profiles
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Linear cost coefficients (seconds per unit of each feature) for the CPU and the GPU."""
+
+    cpu: Mapping[str, float]
+    gpu: Mapping[str, float]
+    source: str = "<memory>"
+    meta: Mapping[str, object] = field(default_factory=dict)
+
+    def cost(self, device: str, features: Mapping[str, float]) -> float:
+        """Estimated seconds for a batch with these feature counts on ``device``."""
+        coef = self.cpu if device == "cpu" else self.gpu
+        return float(sum(coef.get(f, 0.0) * float(features.get(f, 0.0)) for f in FEATURES))
+
+    def to_json(self) -> dict:
+        return {
+            "format": PROFILE_FORMAT,
+            "cpu": dict(self.cpu),
+            "gpu": dict(self.gpu),
+            "meta": dict(self.meta),
+        }
+
+    @classmethod
+    def from_json(cls, data: object, source: str = "<memory>") -> Profile:
+        """Validate and build a profile; raises :class:`ProfileError` naming the fault."""
+        if not isinstance(data, dict):
+            raise ProfileError(f"profile {source}: expected a JSON object, got {type(data).__name__}")
+        fmt = data.get("format")
+        if fmt != PROFILE_FORMAT:
+            raise ProfileError(f"profile {source}: 'format' must be {PROFILE_FORMAT!r}, got {fmt!r}")
+        coefs = {}
+        for dev in DEVICES:
+            block = data.get(dev)
+            if not isinstance(block, dict):
+                raise ProfileError(f"profile {source}: missing the {dev!r} object of cost coefficients")
+            unknown = sorted(set(block) - set(FEATURES))
+            if unknown:
+                raise ProfileError(
+                    f"profile {source}: unknown {dev} coefficient(s) {unknown}; known: {list(FEATURES)}"
+                )
+            for k, v in block.items():
+                if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+                    raise ProfileError(
+                        f"profile {source}: {dev}.{k} must be a finite number >= 0 (seconds), got {v!r}"
+                    )
+            coefs[dev] = {k: float(block.get(k, 0.0)) for k in FEATURES}
+        meta = data.get("meta", {})
+        if not isinstance(meta, dict):
+            raise ProfileError(f"profile {source}: 'meta' must be an object")
+        return cls(coefs["cpu"], coefs["gpu"], source, meta)
+
+    def save(self, path: str | os.PathLike) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(self.to_json(), indent=2, sort_keys=True) + "\n")
+        return path
+
+
+def user_cache_dir() -> Path:
+    """The per-user cache directory of cep-gpu (``platformdirs`` when installed)."""
+    try:
+        import platformdirs
+
+        return Path(platformdirs.user_cache_dir("cep-gpu"))
+    except ImportError:  # fall back to the XDG convention
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        return Path(base) / "cep-gpu"
+
+
+def user_profile_path() -> Path:
+    """Where ``cep-gpu calibrate`` writes its profile by default."""
+    return user_cache_dir() / "profile.json"
+
+
+def default_profile() -> Profile:
+    """The profile shipped with the package."""
+    text = resources.files("cep_gpu").joinpath("profiles/default.json").read_text()
+    return Profile.from_json(json.loads(text), "cep_gpu/profiles/default.json")
+
+
+def read_profile(path: str | os.PathLike) -> Profile:
+    """Read a profile file; :class:`ProfileError` if it is missing or malformed."""
+    p = Path(path)
+    if not p.is_file():
+        raise ProfileError(f"profile {p}: no such file (run `cep-gpu calibrate --out {p}` to write one)")
+    try:
+        data = json.loads(p.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ProfileError(f"profile {p}: not valid JSON ({exc})") from None
+    return Profile.from_json(data, str(p))
+
+
+def load_profile(path: str | os.PathLike | Profile | None = None) -> Profile:
+    """The profile to plan with: ``path`` if given (errors raise), else ``$CEP_GPU_PROFILE``
+    (errors raise), else the user profile (errors warn and fall back), else the default."""
+    if isinstance(path, Profile):
+        return path
+    if path is not None:
+        return read_profile(path)
+    env = os.environ.get("CEP_GPU_PROFILE")
+    if env:
+        return read_profile(env)
+    user = user_profile_path()
+    if user.is_file():
+        try:
+            return read_profile(user)
+        except ProfileError as exc:
+            warnings.warn(f"{exc}; using the default profile instead", stacklevel=2)
+    return default_profile()
+
+
+# ----------------------------------------------------------------------------------------------
+# Work estimates
+
+
+@dataclass
+class StepEstimate:
+    """The expected work of one binding step, averaged per terminator."""
+
+    pred: int
+    event_type: str
+    policy: str
+    window: int
+    events_per_window: float
+    selectivity: float
+    partials_in: float
+    pairs: float
+    matches: float
+    partials_out: float
+
+
+@dataclass
+class RuleWork:
+    """Per-terminator work of one rule over a range of terminators (every plan summed).
+
+    ``per_terminator`` is an array (n_terminators, len(FEATURES)) whose ``launches`` and
+    ``events`` columns are 0: those are counted per batch by :meth:`batch_features`.
+    """
+
+    rule: Rule
+    term_rows: np.ndarray
+    term_ts: np.ndarray
+    per_terminator: np.ndarray
+    steps: list[StepEstimate]
+    column_ts: list[np.ndarray]
+    lookback: int
+
+    def batch_features(self, i: int, j: int) -> dict[str, float]:
+        """Feature counts of one launch over terminators ``i:j`` (indices into ``term_rows``)."""
+        f = dict(zip(FEATURES, self.per_terminator[i:j].sum(axis=0).tolist()))
+        f["launches"] = 1.0 if j > i else 0.0
+        if j > i:
+            lo_t, hi_t = self.term_ts[i] - self.lookback, self.term_ts[j - 1]
+            f["events"] = float(
+                sum(np.searchsorted(c, hi_t, "right") - np.searchsorted(c, lo_t, "left") for c in self.column_ts)
+            )
+        return f
+
+
+def _column_rows(rule: Rule, table: EventTable, pred: int, event_type: str) -> np.ndarray:
+    """Rows of ``event_type`` that pass the static filters of predicate ``pred``."""
+    rows = table.rows_of_type(event_type)
+    if len(rows) == 0:
+        return rows
+    mat = np.repeat(rows[:, None], rule.n_predicates, axis=1)
+    keep = np.ones(len(rows), bool)
+    for ci in static_conditions(rule, pred):
+        try:
+            keep &= condition_mask(rule.conditions[ci], table, mat)
+        except (KeyError, IndexError, TypeError):  # cannot evaluate here: do not filter (upper bound)
+            pass
+    return rows[keep]
+
+
+def _selectivity(rule: Rule, table: EventTable, pred: int, cond_ids, column: np.ndarray) -> float:
+    """Expected fraction of (partial, candidate) pairs that pass the step's non-static conditions."""
+    static = set(static_conditions(rule, pred))
+    sel = 1.0
+    for ci in cond_ids:
+        if ci in static:
+            continue
+        cond = rule.conditions[ci]
+        own = None
+        if isinstance(cond, Compare) and cond.op == "=":
+            for side in (cond.left, cond.right):
+                if isinstance(side, Attr) and side.pred == pred:
+                    own = side.name
+        col = table.columns.get(own) if own else None
+        if col is not None and len(column):
+            sample = column[:: max(1, len(column) // _SAMPLE)]
+            vals = col.values[sample][col.valid[sample]]
+            sel *= 1.0 / max(1, len(np.unique(vals)))
+        else:
+            sel *= OTHER_SELECTIVITY
+    return sel
+
+
+def estimate_work(rule: Rule, table: EventTable, lo: int = 0, hi: int | None = None) -> RuleWork:
+    """The expected work of ``rule`` for each of its terminators in rows ``[lo, hi)``.
+
+    Window ranges are exact per terminator (binary search); a predicate anchored on another
+    predicate uses the terminator's time as a proxy for its anchor's. Partial sequences propagate
+    with the conditions' expected selectivity (equality: 1 / distinct values; other: 0.5).
+    """
+    hi = len(table) if hi is None else hi
+    all_term_rows, all_ts, parts, steps_all, col_ts = [], [], [], [], []
+    for plan in rule.plans:
+        term_rows, per, steps, cts = _plan_work(rule, plan, table, lo, hi)
+        all_term_rows.append(term_rows)
+        parts.append(per)
+        steps_all.extend(steps)
+        col_ts.extend(cts)
+    term_rows = np.concatenate(all_term_rows) if all_term_rows else np.empty(0, np.int64)
+    per = np.concatenate(parts) if parts else np.empty((0, len(FEATURES)))
+    order = np.argsort(term_rows, kind="stable")
+    term_rows, per = term_rows[order], per[order]
+    all_ts = table.ts[term_rows] if len(term_rows) else np.empty(0, np.int64)
+    return RuleWork(rule, term_rows, all_ts, per, steps_all, col_ts, rule.lookback())
+
+
+def _plan_work(rule: Rule, plan: Plan, table: EventTable, lo: int, hi: int):
+    term = plan.terminator
+    tcol = _column_rows(rule, table, term, plan.predicates[term].event_type)
+    term_rows = tcol[(tcol >= lo) & (tcol < hi)]
+    t = table.ts[term_rows]
+    n = len(term_rows)
+    idx = {f: k for k, f in enumerate(FEATURES)}
+    per = np.zeros((n, len(FEATURES)))
+    per[:, idx["terminators"]] = 1.0
+    partials = np.ones(n)
+    checks = step_checks(rule, plan)
+    steps, col_ts = [], [table.ts[tcol]]
+    for s in range(1, len(plan.order)):
+        p = plan.order[s]
+        pred = plan.predicates[p]
+        col = _column_rows(rule, table, p, pred.event_type)
+        cts = table.ts[col]
+        col_ts.append(cts)
+        w = int(pred.window or 0)
+        r = (np.searchsorted(cts, t, "left") - np.searchsorted(cts, t - w, "left")).astype(np.float64)
+        sel = _selectivity(rule, table, p, checks[s].conditions, col)
+        pairs = partials * r
+        matches = pairs * sel
+        out = matches if pred.policy == "each" else partials * np.minimum(1.0, r * sel)
+        per[:, idx["pairs"]] += pairs
+        per[:, idx["matches"]] += matches
+        steps.append(
+            StepEstimate(
+                p, pred.event_type, pred.policy or "each", w, float(r.mean()) if n else 0.0, sel,
+                float(partials.mean()) if n else 0.0, float(pairs.mean()) if n else 0.0,
+                float(matches.mean()) if n else 0.0, float(out.mean()) if n else 0.0,
+            )
+        )
+        partials = out
+    per[:, idx["outputs"]] = partials
+    return term_rows, per, steps, col_ts
+
+
+# ----------------------------------------------------------------------------------------------
+# Decisions and batches
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The planner's choice for one batch of terminators, with the two estimates behind it."""
+
+    device: str
+    cpu_s: float
+    gpu_s: float
+    first: int
+    stop: int
+    reason: str
+
+
+def decide(profile: Profile, features: Mapping[str, float], gpu_usable: bool) -> tuple[str, float, float, str]:
+    """``(device, cpu_estimate_s, gpu_estimate_s, reason)``: the GPU only when usable and cheaper."""
+    cpu_s = profile.cost("cpu", features)
+    gpu_s = profile.cost("gpu", features)
+    if not gpu_usable:
+        return "cpu", cpu_s, gpu_s, "no usable GPU"
+    if gpu_s < cpu_s:
+        return "gpu", cpu_s, gpu_s, "GPU estimate lower"
+    return "cpu", cpu_s, gpu_s, "CPU estimate lower or equal"
+
+
+def plan_batches(
+    work: RuleWork, profile: Profile, gpu_usable: bool, max_batch_latency: float | None = None
+) -> list[Decision]:
+    """Split the terminators into launches and decide each one.
+
+    ``max_batch_latency`` (seconds): a batch grows while the estimate of the device it would
+    use stays within the bound (at least one terminator per batch); ``None``: one batch with every
+    terminator; ``0``: one terminator per batch.
+    """
+    n = len(work.term_rows)
+    if n == 0:
+        return []
+    bounds: list[tuple[int, int]]
+    if max_batch_latency is None or math.isinf(max_batch_latency):
+        bounds = [(0, n)]
+    elif max_batch_latency <= 0:
+        bounds = [(i, i + 1) for i in range(n)]
+    else:
+        devices = DEVICES if gpu_usable else ("cpu",)
+        cum = {}
+        for dev in devices:
+            coef = np.array([(profile.cpu if dev == "cpu" else profile.gpu)[f] for f in FEATURES])
+            cum[dev] = np.concatenate([[0.0], np.cumsum(work.per_terminator @ coef)])
+        bounds, i = [], 0
+        while i < n:
+            stop = i + 1
+            for dev in devices:
+                fixed = (profile.cpu if dev == "cpu" else profile.gpu)["launches"]
+                budget = max_batch_latency - fixed
+                j = int(np.searchsorted(cum[dev], cum[dev][i] + budget, "right")) - 1
+                stop = max(stop, min(j, n))
+            bounds.append((i, stop))
+            i = stop
+    out = []
+    for i, j in bounds:
+        dev, c, g, why = decide(profile, work.batch_features(i, j), gpu_usable)
+        out.append(Decision(dev, c, g, i, j, why))
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# The auto backend
+
+
+def gpu_usable() -> bool:
+    """Whether the ``gpu`` backend can run here (a device and its kernels)."""
+    try:
+        get_backend("gpu")
+    except (BackendUnavailableError, ImportError, ValueError):
+        return False
+    return True
+
+
+@dataclass
+class BackendStats:
+    decisions: int = 0
+    terminators: int = 0
+    seconds: float = 0.0
+    estimated_s: float = 0.0
+
+
+class AutoBackend:
+    """``backend="auto"``: plans each rule's terminators into batches, runs each batch on the
+    device the cost model picks, and keeps per-device statistics.
+
+    ``cpu``/``gpu`` may be given (backend objects) for testing; by default they are the registered
+    ``cpu`` and ``gpu`` backends, and the GPU is used only if it can be created here.
+    """
+
+    name = "auto"
+
+    def __init__(
+        self,
+        profile: Profile | str | os.PathLike | None = None,
+        max_batch_latency: float | None = None,
+        cpu: Backend | None = None,
+        gpu: Backend | None = None,
+        gpu_available: bool | None = None,
+    ) -> None:
+        self.profile = load_profile(profile)
+        self.max_batch_latency = max_batch_latency
+        self._cpu = cpu
+        self._gpu = gpu
+        self._gpu_available = gpu_available if gpu_available is not None else (True if gpu else None)
+        self._lock = threading.Lock()
+        self._stats = {d: BackendStats() for d in DEVICES}
+        self.last_decisions: dict[str, list[Decision]] = {}
+
+    # -- devices ----------------------------------------------------------------------------------
+
+    @property
+    def cpu(self) -> Backend:
+        if self._cpu is None:
+            self._cpu = get_backend("cpu")
+        return self._cpu
+
+    @property
+    def gpu_available(self) -> bool:
+        if self._gpu_available is None:
+            self._gpu_available = gpu_usable()
+        return self._gpu_available
+
+    @property
+    def gpu(self) -> Backend:
+        if self._gpu is None:
+            self._gpu = get_backend("gpu")
+        return self._gpu
+
+    # -- the backend contract ---------------------------------------------------------------------
+
+    def match(
+        self,
+        rule: Rule,
+        table: EventTable,
+        lo: int = 0,
+        hi: int | None = None,
+        excluded: np.ndarray | None = None,
+    ) -> Matches:
+        hi = len(table) if hi is None else hi
+        usable = self.gpu_available
+        if not usable:
+            # Nothing to choose: one CPU call over the whole range (splitting could not lower the
+            # latency of events handed over together). Still counted, with both estimates.
+            # The estimate is skipped too (it cannot change the choice and would only cost time);
+            # `explain` shows it.
+            self.last_decisions[rule.name] = [Decision("cpu", math.nan, math.nan, 0, 0, "no usable GPU")]
+            return self._run("cpu", rule, table, lo, hi, excluded, 0, 0.0)
+        work = estimate_work(rule, table, lo, hi)
+        latency = None if rule.consuming else self.max_batch_latency
+        decisions = plan_batches(work, self.profile, True, latency)
+        self.last_decisions[rule.name] = decisions
+        parts = []
+        n = len(work.term_rows)
+        for d in decisions:
+            # a batch owns the rows from its first terminator up to the next batch's first one
+            b_lo = lo if d.first == 0 else int(work.term_rows[d.first])
+            b_hi = hi if d.stop >= n else int(work.term_rows[d.stop])
+            est = d.gpu_s if d.device == "gpu" else d.cpu_s
+            parts.append(self._run(d.device, rule, table, b_lo, b_hi, excluded, d.stop - d.first, est))
+        return Matches.concat(rule, parts)
+
+    def _run(self, device, rule, table, lo, hi, excluded, n_term, est) -> Matches:
+        impl = self.cpu if device == "cpu" else self.gpu
+        t0 = time.perf_counter()
+        out = impl.match(rule, table, lo, hi, excluded)
+        dt = time.perf_counter() - t0
+        with self._lock:
+            s = self._stats[device]
+            s.decisions += 1
+            s.terminators += n_term
+            s.seconds += dt
+            s.estimated_s += est
+        return out
+
+    # -- reporting --------------------------------------------------------------------------------
+
+    def stats(self) -> dict[str, dict[str, float]]:
+        """Per device: decisions (batches), terminators, measured and estimated seconds."""
+        with self._lock:
+            return {d: dict(vars(s)) for d, s in self._stats.items()}
+
+    def reset_stats(self) -> None:
+        with self._lock:
+            self._stats = {d: BackendStats() for d in DEVICES}
+
+
+register("auto", AutoBackend)
+
+
+# ----------------------------------------------------------------------------------------------
+# explain
+
+
+def _fmt_s(s: float) -> str:
+    if s >= 1:
+        return f"{s:.3g} s"
+    if s >= 1e-3:
+        return f"{s * 1e3:.3g} ms"
+    return f"{s * 1e6:.3g} us"
+
+
+def _fmt_ns(ns: int) -> str:
+    for unit, size in (("h", 3_600_000_000_000), ("min", 60_000_000_000), ("s", 1_000_000_000), ("ms", 1_000_000)):
+        if ns >= size and ns % size == 0:
+            return f"{ns // size} {unit}"
+    return f"{ns / 1e9:g} s"
+
+
+def explain_plan(
+    rule: Rule,
+    table_or_rates: EventTable | Mapping[str, float] | None = None,
+    profile: Profile | str | os.PathLike | None = None,
+    gpu_available: bool | None = None,
+) -> str:
+    """Per rule: its columns, windows, expected events per window, the decision and both estimates.
+
+    ``table_or_rates``: an :class:`EventTable` (exact window ranges of every terminator), a mapping
+    event type -> events per second (expected ranges), or ``None`` (structure only).
+    """
+    prof = load_profile(profile)
+    usable = gpu_usable() if gpu_available is None else gpu_available
+    lines = [f"rule {rule.name} ({rule.syntax}, {len(rule.plans)} plan{'s' if len(rule.plans) > 1 else ''})"]
+    work = None
+    if isinstance(table_or_rates, EventTable):
+        work = estimate_work(rule, table_or_rates)
+    elif table_or_rates is not None:
+        work = _work_from_rates(rule, table_or_rates)
+    steps = {s.pred: s for s in work.steps} if work is not None else {}
+    for k, plan in enumerate(rule.plans):
+        if len(rule.plans) > 1:
+            lines.append(f"  plan {k + 1}: binding order {list(plan.order)}")
+        for s, p in enumerate(plan.order):
+            pred = plan.predicates[p]
+            nfilt = len(static_conditions(rule, p))
+            head = f"  column {s}: {pred.event_type}"
+            head += f" as {pred.alias}" if pred.alias and pred.alias != pred.event_type else ""
+            if s == 0:
+                lines.append(f"{head}  terminator, {nfilt} filter(s)")
+                continue
+            anchor = plan.predicates[pred.anchor].alias if pred.anchor is not None else "?"
+            line = f"{head}  {pred.policy} within {_fmt_ns(int(pred.window or 0))} from {anchor}, {nfilt} filter(s)"
+            st = steps.get(p)
+            if st is not None:
+                line += (
+                    f"; expected {st.events_per_window:.1f} events per window, selectivity "
+                    f"{st.selectivity:.3g}, {st.partials_out:.3g} partial sequences out"
+                )
+            lines.append(line)
+    for neg in rule.negations:
+        lines.append(f"  not {neg.event_type} ({len(neg.conditions)} condition(s))")
+    for agg in rule.aggregates:
+        lines.append(f"  {agg.function}({agg.event_type}{'.' + agg.attribute if agg.attribute else ''})")
+    if work is None:
+        lines.append("  planner: no events or rates given, so no estimate")
+        return "\n".join(lines)
+    n = len(work.term_rows)
+    if n == 0:
+        lines.append("  planner: no terminators in the input")
+        return "\n".join(lines)
+    dev1, c1, g1, why1 = decide(prof, _average_launch(work, isinstance(table_or_rates, EventTable)), usable)
+    lines.append(
+        f"  per terminator (one launch each): cpu {_fmt_s(c1)}, gpu {_fmt_s(g1)} -> {dev1} ({why1})"
+    )
+    if isinstance(table_or_rates, EventTable):
+        feats = work.batch_features(0, n)
+        dev, c, g, why = decide(prof, feats, usable)
+        lines.append(
+            f"  all {n} terminators in one batch: cpu {_fmt_s(c)}, gpu {_fmt_s(g)} -> {dev} ({why})"
+        )
+    lines.append(f"  profile: {prof.source}")
+    return "\n".join(lines)
+
+
+def _average_launch(work: RuleWork, from_table: bool) -> dict[str, float]:
+    """Features of a launch holding one average terminator (streaming, one event at a time):
+    the events to move are the new ones since the previous terminator (columns stay resident)."""
+    n = len(work.term_rows)
+    f = dict(zip(FEATURES, work.per_terminator.mean(axis=0).tolist()))
+    f["launches"] = 1.0
+    if from_table:
+        f["events"] = work.batch_features(0, n)["events"] / n
+    return f
+
+
+def _work_from_rates(rule: Rule, rates: Mapping[str, float]) -> RuleWork:
+    """Expected work of one terminator from event rates (events per second of event time)."""
+    idx = {f: k for k, f in enumerate(FEATURES)}
+    per = np.zeros((1, len(FEATURES)))
+    per[0, idx["terminators"]] = 1.0
+    steps: list[StepEstimate] = []
+    events = 0.0
+    for plan in rule.plans:
+        partials = 1.0
+        checks = step_checks(rule, plan)
+        for s in range(1, len(plan.order)):
+            p = plan.order[s]
+            pred = plan.predicates[p]
+            w = int(pred.window or 0)
+            r = float(rates.get(pred.event_type, 0.0)) * w / 1e9
+            events += r
+            nonstatic = [c for c in checks[s].conditions if c not in static_conditions(rule, p)]
+            sel = OTHER_SELECTIVITY ** len(nonstatic)
+            pairs = partials * r
+            matches = pairs * sel
+            out = matches if pred.policy == "each" else partials * min(1.0, r * sel)
+            per[0, idx["pairs"]] += pairs
+            per[0, idx["matches"]] += matches
+            steps.append(StepEstimate(p, pred.event_type, pred.policy or "each", w, r, sel, partials, pairs, matches, out))
+            partials = out
+        per[0, idx["outputs"]] += partials
+    per[0, idx["events"]] = events
+    return RuleWork(rule, np.zeros(1, np.int64), np.zeros(1, np.int64), per, steps, [], rule.lookback())
+
+
+def explain_rules(rules, table_or_rates=None, profile=None, gpu_available: bool | None = None) -> str:
+    """:func:`explain_plan` for several rules, separated by blank lines."""
+    return "\n\n".join(explain_plan(r, table_or_rates, profile, gpu_available) for r in rules)
+
+
+if __name__ == "__main__":  # pragma: no cover - convenience: print the active profile
+    json.dump(load_profile().to_json(), sys.stdout, indent=2)
