@@ -49,7 +49,9 @@ class Source:
         if not IDENTIFIER.match(value):
             raise self.error(f"invalid {what} {value!r}", tok)
         if value.startswith("__") and value.endswith("__"):
-            raise self.error(f"{what} {value!r} is reserved (names may not start and end with '__')", tok)
+            raise self.error(
+                f"{what} {value!r} is reserved (names may not start and end with '__')", tok
+            )
         return value
 
 
@@ -157,8 +159,10 @@ def compile_expr(src: Source, tree: Tree | Token, res: Resolver) -> Expr:
         return res.qualified(tree.children[0], tree.children[1])
     if kind == "neg":
         arg = compile_expr(src, tree.children[1], res)
-        if isinstance(arg, Const) and isinstance(arg.value, (int, float)) and not isinstance(
-            arg.value, bool
+        if (
+            isinstance(arg, Const)
+            and isinstance(arg.value, (int, float))
+            and not isinstance(arg.value, bool)
         ):
             return Const(-arg.value)
         return Neg(arg)
@@ -175,9 +179,7 @@ def compile_expr(src: Source, tree: Tree | Token, res: Resolver) -> Expr:
 def compile_comparison(src: Source, tree: Tree, res: Resolver) -> Compare:
     """``expr op expr`` -> :class:`Compare`."""
     left, op, right = tree.children
-    return Compare(
-        str(op.children[0]), compile_expr(src, left, res), compile_expr(src, right, res)
-    )
+    return Compare(str(op.children[0]), compile_expr(src, left, res), compile_expr(src, right, res))
 
 
 # ------------------------------------------------------------------------------------ header, output

@@ -33,7 +33,7 @@ def compile_rules_text(text: str) -> list[Rule]:
         rules = [compile_tree(src, t) for t in tree.children if isinstance(t, Tree)]
     except RecursionError:
         raise RuleError("rule nested too deeply") from None
-    _check_hierarchy(rules)
+    _check_hierarchy(src, tree, rules)
     return rules
 
 
@@ -48,7 +48,16 @@ def compile_rule_text(text: str) -> Rule:
     return rules[0]
 
 
-def _check_hierarchy(rules: list[Rule]) -> None:
+def _check_hierarchy(src: Source, tree: Tree, rules: list[Rule]) -> None:
+    """Reject cycles among the rules' composite types, pointing at the first rule of the cycle."""
     from ..detect import rule_order  # detect imports the language lazily; avoid a cycle at import
 
-    rule_order(rules)
+    try:
+        rule_order(rules)
+    except RuleError as exc:
+        trees = [t for t in tree.children if isinstance(t, Tree)]
+        names = exc.message.rpartition(": ")[2].split(" -> ")
+        at = next((t for t, r in zip(trees, rules) if r.name == names[0]), None)
+        if at is None:
+            raise
+        raise src.error(exc.message, at.children[0]) from None

@@ -107,7 +107,9 @@ def _syntax_error(exc: UnexpectedInput, text: str) -> RuleSyntaxError:
     message = what
     if expected:
         message += "; expected " + _join(expected)
-    return RuleSyntaxError(message, line=line or 1, column=column or 1, text=text, expected=expected)
+    return RuleSyntaxError(
+        message, line=line or 1, column=column or 1, text=text, expected=expected
+    )
 
 
 def _join(items: tuple[str, ...]) -> str:

@@ -118,8 +118,8 @@ def compile_seq(src: Source, tree: Tree) -> Rule:
         alias = src.name(alias_tok, "alias")
         if alias in items:
             raise src.error(
-                f"duplicate alias {alias!r}" + ("" if len(item.children) > 1 else
-                                                 "; give each position its own alias"),
+                f"duplicate alias {alias!r}"
+                + ("" if len(item.children) > 1 else "; give each position its own alias"),
                 alias_tok,
             )
         negated = item.data == "not_item"
@@ -180,7 +180,9 @@ def compile_seq(src: Source, tree: Tree) -> Rule:
             span = Span(last, -window, True, 0, 0, False)
         else:  # trailing: (last, first + W]
             span = Span(last, 0, False, 0, window, True)
-        negations.append(Negation(item.event_type, span, tuple(neg_conditions[item.alias]), item.alias))
+        negations.append(
+            Negation(item.event_type, span, tuple(neg_conditions[item.alias]), item.alias)
+        )
 
     if is_and:
         plans = tuple(_and_plan(positives, t, window, policy) for t in range(n_pos))

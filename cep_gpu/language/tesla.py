@@ -86,7 +86,8 @@ class _Rule:
         for d in self.decls:
             if d.alias is not None and d.alias in types and d.alias != d.event_type:
                 raise self.src.error(
-                    f"alias {d.alias!r} is also the event type of another predicate", aliases[d.alias]
+                    f"alias {d.alias!r} is also the event type of another predicate",
+                    aliases[d.alias],
                 )
 
     def lookup(self, tok: Token, before: int | None, what: str) -> int:
@@ -97,7 +98,9 @@ class _Rule:
             found = [i for i, d in enumerate(self.decls) if d.event_type == name]
         if not found:
             known = ", ".join(sorted({d.alias or d.event_type for d in self.decls}))
-            raise self.src.error(f"{what} {name!r} is not a predicate of this rule (known: {known})", tok)
+            raise self.src.error(
+                f"{what} {name!r} is not a predicate of this rule (known: {known})", tok
+            )
         if len(found) > 1:
             raise self.src.error(
                 f"{what} {name!r} is ambiguous: {len(found)} predicates have that type; "
@@ -140,7 +143,9 @@ class _Rule:
                 and str(right.children[0])[1:] not in self.params
             ):
                 attr = self.src.name(left.children[0], "attribute name")
-                pname = self.src.name(right.children[0].update(value=str(right.children[0])[1:]), "parameter name")
+                pname = self.src.name(
+                    right.children[0].update(value=str(right.children[0])[1:]), "parameter name"
+                )
                 self.params[pname] = Attr(me, attr)
                 continue
             out.append(compile_comparison(self.src, cmp, res))
@@ -197,10 +202,13 @@ class _Rule:
             attr_tok = attr_tree.children[0]
             attr = self.src.name(attr_tok, "attribute name")
             if func == "count":
-                raise self.src.error("Count takes no attribute (write Count(...) without .attr)", attr_tok)
+                raise self.src.error(
+                    "Count takes no attribute (write Count(...) without .attr)", attr_tok
+                )
         elif func != "count":
             raise self.src.error(
-                f"{str(func_tok)} needs the attribute to aggregate: {str(func_tok)}(...).attr", func_tok
+                f"{str(func_tok)} needs the attribute to aggregate: {str(func_tok)}(...).attr",
+                func_tok,
             )
         type_ = self.src.name(pred.children[0], "event type")
         span = self.span(span_tree, n_before)
@@ -268,7 +276,9 @@ def compile_tesla(src: Source, tree: Tree) -> Rule:
     name = src.name(name_tok, "rule name")
     decls_tree = next((c for c in subtrees(tree, "attr_decls")), None)
     declared = attr_decls(src, decls_tree)
-    items = [c for c in subtrees(tree) if c.data in ("terminator", "selection", "negation", "aggregate")]
+    items = [
+        c for c in subtrees(tree) if c.data in ("terminator", "selection", "negation", "aggregate")
+    ]
     rule = _Rule(src, tree)
     rule.declare_all([i for i in items if i.data in ("terminator", "selection")])
 
