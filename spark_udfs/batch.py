@@ -1,0 +1,212 @@
+"""``detect_spark``: the batch pipeline, exact for any number of partitions.
+
+Planning (driver only, before any task runs): validate the input schema, parse and check the
+rules, choose keyed or time-sliced execution (:mod:`cep_gpu.spark_udfs.plan`). Then:
+
+* keyed: ``groupBy(key).applyInArrow`` runs the engine once per key value;
+* time-sliced: each event is copied (``explode``) to every slice whose owned range or context
+  covers it, ``groupBy(slice).applyInArrow`` runs the engine once per slice, and a Spark filter
+  keeps each composite event only in the slice that owns its terminator's timestamp.
+
+Rule hierarchies run whole inside each group (the context is the sum of lookbacks along the
+chain), so composite events that feed other rules need no extra stage.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+from pyspark.sql.pandas.types import to_arrow_schema
+
+from cep_gpu.detect import as_rules, rule_order
+from cep_gpu.errors import EventError
+
+from .plan import SparkPlan, plan_rules
+from .schema import SLICE, T_NS, TimeSpec, engine_columns, output_struct, time_spec
+from .task import run_group
+
+
+@dataclass(frozen=True)
+class SparkJob:
+    """Everything decided on the driver: rules, plan, time handling, output schema."""
+
+    rules: tuple
+    plan: SparkPlan
+    input_schema: T.StructType
+    time: TimeSpec
+    attributes: tuple[str, ...]
+    n_slices: int
+    backend: str
+
+    @property
+    def engine_struct(self) -> T.StructType:
+        """The UDF output: composite events with ``ts`` as the engine's number."""
+        return output_struct(self.rules, self.time.engine_type, self.input_schema)
+
+
+def plan_job(
+    df: DataFrame,
+    rules,
+    partition_by: str | None = None,
+    backend: str = "auto",
+    time_unit: str = "s",
+    num_slices: int | None = None,
+) -> SparkJob:
+    """Validate ``df`` and ``rules`` and plan the run, on the driver, without starting a task."""
+    rule_list = as_rules(rules)
+    if not rule_list:
+        raise ValueError("no rules given")
+    rule_order(rule_list)  # a cycle in the hierarchy fails here, not in a task
+    spec = time_spec(df.schema, time_unit)
+    if partition_by is not None and partition_by not in df.columns:
+        raise EventError(f"partition_by column {partition_by!r} is not in the events (columns: {df.columns})")
+    attrs = engine_columns(df, rule_list, extra=[partition_by] if partition_by else [])
+    if num_slices is None:
+        num_slices = max(df.sparkSession.sparkContext.defaultParallelism, 1)
+    if num_slices < 1:
+        raise ValueError(f"num_slices must be >= 1, got {num_slices}")
+    plan = plan_rules(rule_list, partition_by, num_slices)
+    return SparkJob(tuple(rule_list), plan, df.schema, spec, tuple(attrs), num_slices, backend)
+
+
+def detect_spark(
+    df: DataFrame,
+    rules,
+    partition_by: str | None = None,
+    backend: str = "auto",
+    time_unit: str = "s",
+    num_slices: int | None = None,
+) -> DataFrame:
+    """The composite events of ``rules`` in the Spark DataFrame ``df``, as a Spark DataFrame.
+
+    Exactly the rows ``cep_gpu.detect`` returns on ``df`` collected (``df.toPandas()``), for any
+    partitioning of ``df`` and any ``num_slices``; rows come unordered (use ``orderBy("ts",
+    "rule", "ids")`` for ``detect``'s order).
+
+    Parameters
+    ----------
+    df:
+        Events with ``type`` (string), ``ts`` (timestamp, or numbers in ``time_unit``), optional
+        ``id`` (integers >= 0; else the row position in ``df``, as ``detect`` would number them)
+        and attribute columns.
+    rules:
+        A Rule, a list of Rules, or rule text.
+    partition_by:
+        A column that every predicate, negation and aggregate of every rule is tied to by an
+        equality (``attr=$p`` everywhere): the engine then runs once per value of that column.
+        Otherwise (or when ``None``) the run is time-sliced.
+    backend:
+        The engine's backend inside each task (``auto`` lets the planner choose per partition;
+        a task with a GPU makes that GPU the CuPy device).
+    num_slices:
+        Number of time slices (default: the cluster's default parallelism).
+
+    Raises
+    ------
+    EventError, RuleError
+        On the driver, before any task runs: missing ``type``/``ts``, a ``ts`` of the wrong type,
+        rules reading unknown attributes, ``consuming`` rules that cannot be keyed.
+    """
+    job = plan_job(df, rules, partition_by, backend, time_unit, num_slices)
+    events = _engine_events(df, job)
+    if job.plan.mode == "keyed":
+        out = _run_keyed(events, job)
+    else:
+        out = _run_sliced(events, job)
+    return out.withColumn("ts", job.time.from_engine(F.col("ts")))
+
+
+# ------------------------------------------------------------------------------------------------
+
+
+def _engine_events(df: DataFrame, job: SparkJob) -> DataFrame:
+    """``type``, ``ts`` (engine units), ``id`` and the attributes the rules read."""
+    if "id" not in df.columns:
+        df = with_row_ids(df)
+    cols = [F.col("type"), job.time.to_engine(F.col("ts")).alias("ts"), F.col("id").cast("long").alias("id")]
+    cols += [F.col(f"`{a}`") for a in job.attributes]
+    return df.select(*cols)
+
+
+def with_row_ids(df: DataFrame) -> DataFrame:
+    """``df`` with ``id`` = the row's position in ``df.collect()`` (what ``detect`` numbers by).
+
+    Uses the partition index and the position within the partition (one small count job), so no
+    Python runs per row.
+    """
+    df = df.withColumn("__cep_pid", F.spark_partition_id()).withColumn(
+        "__cep_mid", F.monotonically_increasing_id()
+    )
+    counts = dict(df.groupBy("__cep_pid").count().collect())
+    offsets, total = [], 0
+    for pid in range(max(counts, default=-1) + 1):
+        offsets.append(total)
+        total += counts.get(pid, 0)
+    start = F.element_at(F.array(*[F.lit(o).cast("long") for o in offsets or [0]]), F.col("__cep_pid") + 1)
+    within = F.col("__cep_mid") - F.shiftleft(F.col("__cep_pid").cast("long"), 33)
+    return df.withColumn("id", start + within).drop("__cep_pid", "__cep_mid")
+
+
+def _run_keyed(events: DataFrame, job: SparkJob) -> DataFrame:
+    struct = job.engine_struct
+    fn = functools.partial(
+        _keyed_udf,
+        rules=job.rules,
+        backend=job.backend,
+        time_unit=job.time.engine_unit,
+        schema=to_arrow_schema(struct),
+    )
+    return events.groupBy(job.plan.key).applyInArrow(fn, struct)
+
+
+def _keyed_udf(key, table, *, rules, backend, time_unit, schema):
+    return run_group(table, rules, backend, time_unit, schema)
+
+
+def slice_bounds(events: DataFrame, n_slices: int) -> list[int]:
+    """Interior slice boundaries (ns, ascending, distinct) at approximate quantiles of time.
+
+    Slice ``s`` owns ``[bounds[s-1], bounds[s])`` (open-ended at both ends of the list).
+    """
+    if n_slices <= 1:
+        return []
+    probs = [i / n_slices for i in range(1, n_slices)]
+    qs = events.approxQuantile(T_NS, probs, 0.001)
+    return sorted({int(q) for q in qs})
+
+
+def slice_of(t_ns: Column, bounds: list[int]) -> Column:
+    """The slice owning time ``t_ns``: the number of boundaries at or before it."""
+    if not bounds:
+        return F.lit(0)
+    arr = F.array(*[F.lit(b).cast("long") for b in bounds])
+    return F.size(F.filter(arr, lambda b: b <= t_ns))
+
+
+def _run_sliced(events: DataFrame, job: SparkJob) -> DataFrame:
+    events = events.withColumn(T_NS, job.time.nanos(F.col("ts")))
+    bounds = slice_bounds(events, job.n_slices)
+    t = F.col(T_NS)
+    first = slice_of(t - F.lit(job.plan.horizon_ns), bounds)
+    last = slice_of(t + F.lit(job.plan.lookback_ns), bounds)
+    copies = events.withColumn(SLICE, F.explode(F.sequence(first, last))).drop(T_NS)
+
+    struct = T.StructType(job.engine_struct.fields + [T.StructField(SLICE, T.IntegerType())])
+    fn = functools.partial(
+        _sliced_udf,
+        rules=job.rules,
+        backend=job.backend,
+        time_unit=job.time.engine_unit,
+        schema=to_arrow_schema(struct),
+    )
+    out = copies.groupBy(SLICE).applyInArrow(fn, struct)
+    owner = slice_of(job.time.nanos(F.col("ts")), bounds)
+    return out.filter(owner == F.col(SLICE)).drop(SLICE)
+
+
+def _sliced_udf(key, table, *, rules, backend, time_unit, schema):
+    return run_group(table, rules, backend, time_unit, schema, slice_id=int(key[0].as_py()))

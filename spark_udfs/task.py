@@ -1,0 +1,73 @@
+"""What runs inside a Spark task: one Arrow table of events in, one Arrow table of composite events out.
+
+The functions here are the bodies of the Arrow-based grouped UDFs (``applyInArrow``) of
+:mod:`cep_gpu.spark_udfs.batch`: Spark hands a whole group (a key, or a time slice with its
+context) as one ``pyarrow.Table``, the engine runs on it once, and the composite events go back
+as one ``pyarrow.Table``. No Python runs per event.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from cep_gpu.detect import detect
+from cep_gpu.model import Rule
+
+from .rapids import use_task_gpu
+from .schema import SLICE, T_NS
+
+
+def _pandas_type(t: pa.DataType):
+    # nullable integers and booleans stay integers and booleans (Spark's own conversion would
+    # turn an int column with nulls into floats)
+    if pa.types.is_integer(t):
+        return pd.Int64Dtype()
+    if pa.types.is_boolean(t):
+        return pd.BooleanDtype()
+    return None
+
+
+def engine_input(table: pa.Table) -> pd.DataFrame:
+    """The events of one group as the DataFrame ``detect`` reads (internal columns dropped).
+
+    When cuDF is importable and the task owns a GPU, the columns could stay on the device; the
+    engine's ingestion reads host NumPy arrays today, so the Arrow table goes straight to pandas
+    without an intermediate copy (Arrow -> NumPy is zero-copy for numeric columns without nulls).
+    """
+    drop = [c for c in (T_NS, SLICE) if c in table.column_names]
+    if drop:
+        table = table.drop_columns(drop)
+    return table.to_pandas(types_mapper=_pandas_type)
+
+
+def conform(out: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``detect``'s Arrow output cast to the UDF's declared output schema (same column order)."""
+    cols = []
+    for field in schema:
+        if field.name in out.column_names:
+            cols.append(out.column(field.name).cast(field.type))
+        else:
+            cols.append(pa.nulls(out.num_rows, field.type))
+    return pa.Table.from_arrays(cols, schema=schema)
+
+
+def run_group(
+    table: pa.Table,
+    rules: Sequence[Rule],
+    backend: str,
+    time_unit: str,
+    schema: pa.Schema,
+    slice_id: int | None = None,
+) -> pa.Table:
+    """Detect ``rules`` over one group's events; composite events in ``schema`` (+ slice id)."""
+    use_task_gpu()  # the task's GPU (if any) becomes the CuPy device the planner may pick
+    out = detect(engine_input(table), list(rules), backend=backend, time_unit=time_unit, output="arrow")
+    body = schema if slice_id is None else pa.schema([f for f in schema if f.name != SLICE])
+    result = conform(out, body)
+    if slice_id is not None:
+        result = result.append_column(SLICE, pa.array(np.full(result.num_rows, slice_id, np.int32)))
+    return result
