@@ -517,6 +517,11 @@ class AutoBackend:
         with self._lock:
             return {d: dict(vars(s)) for d, s in self._stats.items()}
 
+    def explain(self, rule: Rule, table_or_rates: EventTable | Mapping[str, float] | None = None) -> str:
+        """:func:`explain_plan` with this backend's profile and GPU availability
+        (:meth:`cep_gpu.Engine.explain` calls it for every rule)."""
+        return explain_plan(rule, table_or_rates, self.profile, self.gpu_available)
+
     def reset_stats(self) -> None:
         with self._lock:
             self._stats = {d: BackendStats() for d in DEVICES}
