@@ -1,0 +1,440 @@
+"""Rule model -> the rule header of the CUDA kernels (``cuda/cdp.cuh`` hooks), as CUDA C text.
+
+The output defines ``CEP_NPRED``, ``CEP_NAGG``, ``cep_rule_check(step_id, ctx, s)`` and
+``cep_rule_aggregates(ctx, s, out)`` for one rule, specialised to the attribute kinds of the input.
+It is compiled with ``cuda/cdp.cu`` by NVRTC (:mod:`cep_gpu.kernels.gpu`) or by g++
+(:mod:`cep_gpu.kernels.host`).
+
+Lowering (:func:`lower`): per plan and binding step, the conditions and negations that become
+checkable there (:func:`cep_gpu.model.step_checks`). Conditions that read only the predicate being
+bound and no aggregate are its *static filters*: the host applies them when it builds the column
+(vectorised, :func:`cep_gpu.evaluate.condition_mask`), so the device checks only the rest. Negation
+and aggregate columns are likewise pre-filtered by their conditions on the event alone.
+
+Safety: rule text never becomes code. The emitted text contains only our own identifiers, slot
+numbers, and numeric literals written from Python ``int``/``float`` values; attribute names map to
+pointer slots, and string literals to int64 dictionary codes passed at run time in the scalar table.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from ..model import (
+    SELF,
+    Aggregate,
+    AggValue,
+    Arith,
+    Attr,
+    BoolOp,
+    Compare,
+    Const,
+    Expr,
+    Neg,
+    Negation,
+    Not,
+    Rule,
+    Span,
+    Timestamp,
+    inputs,
+    step_checks,
+    walk,
+)
+
+#: Steps per plan in ``step_id = plan * MAX_STEPS + step`` (``CEP_MAX_STEPS`` in cdp.cuh).
+MAX_STEPS = 64
+#: The most predicates a rule may have on the device (the local sequence copy of a thread).
+MAX_PREDICATES = 32
+
+# Pointer slots 0 and 1 are fixed by cdp.cuh.
+SLOT_TS = 0
+SLOT_EXCLUDED = 1
+
+
+@dataclass(frozen=True)
+class StepSpec:
+    """One binding step of one plan, as the kernels see it."""
+
+    plan: int
+    step: int
+    pred: int
+    policy: str | None  # None for the terminator
+    anchor: int | None
+    before: int | None
+    window: int | None
+    device_conditions: tuple[int, ...]  # indices into Rule.conditions, checked on the device
+    negations: tuple[int, ...]  # indices into Rule.negations
+
+    @property
+    def step_id(self) -> int:
+        return self.plan * MAX_STEPS + self.step
+
+    @property
+    def has_device_checks(self) -> bool:
+        return bool(self.device_conditions or self.negations)
+
+
+@dataclass(frozen=True)
+class Lowered:
+    """What the launcher needs besides the source: per-plan steps and the host-side filters."""
+
+    steps: tuple[tuple[StepSpec, ...], ...]  # [plan][step]
+    #: predicate -> condition indices the host applies when building its column
+    static_filters: Mapping[int, tuple[int, ...]]
+    #: negation index -> its conditions on the negated event alone (host pre-filter)
+    negation_filters: Mapping[int, tuple[Expr, ...]]
+    #: aggregate index -> its conditions on the aggregated event alone (host pre-filter)
+    aggregate_filters: Mapping[int, tuple[Expr, ...]]
+
+
+def _has_aggregate(expr: Expr) -> bool:
+    return any(isinstance(n, AggValue) for n in walk(expr))
+
+
+def _self_only(expr: Expr) -> bool:
+    """True for a condition that reads the negated/aggregated event alone (host-filterable)."""
+    return not inputs(expr) and not _has_aggregate(expr)
+
+
+def lower(rule: Rule) -> Lowered:
+    """Split the rule's checks into host column filters and per-step device checks."""
+    if rule.n_predicates > MAX_PREDICATES:
+        raise ValueError(f"rule {rule.name!r} has {rule.n_predicates} predicates; the GPU kernels take at most {MAX_PREDICATES}")
+    static: dict[int, list[int]] = {p: [] for p in range(rule.n_predicates)}
+    for i, c in enumerate(rule.conditions):
+        ins = inputs(c, rule)
+        if len(ins) == 1 and not _has_aggregate(c):
+            static[next(iter(ins))].append(i)
+    static_set = {i for v in static.values() for i in v}
+    plans = []
+    for pi, plan in enumerate(rule.plans):
+        if len(plan.order) > MAX_STEPS:
+            raise ValueError(f"rule {rule.name!r}: too many steps for the GPU kernels")
+        steps = []
+        for s, chk in enumerate(step_checks(rule, plan)):
+            p = plan.predicates[chk.pred]
+            steps.append(
+                StepSpec(
+                    plan=pi,
+                    step=s,
+                    pred=chk.pred,
+                    policy=p.policy if s else None,
+                    anchor=p.anchor if s else None,
+                    before=p.before if s else None,
+                    window=p.window if s else None,
+                    device_conditions=tuple(i for i in chk.conditions if i not in static_set),
+                    negations=chk.negations,
+                )
+            )
+        plans.append(tuple(steps))
+    return Lowered(
+        steps=tuple(plans),
+        static_filters={p: tuple(v) for p, v in static.items()},
+        negation_filters={i: tuple(c for c in n.conditions if _self_only(c)) for i, n in enumerate(rule.negations)},
+        aggregate_filters={i: tuple(c for c in a.conditions if _self_only(c)) for i, a in enumerate(rule.aggregates)},
+    )
+
+
+# ----------------------------------------------------------------------------------------------
+# Layout of the pointer and scalar tables
+
+
+@dataclass
+class Layout:
+    """Where the kernels find their data: pointer slots (``Ctx.tab``) and scalars (``Ctx.scal``).
+
+    ``pointers[k]`` names what slot ``k + 2`` holds: ``("attr", name, "values"|"valid")``,
+    ``("neg", i, "rows"|"ts")`` or ``("agg", i, "rows"|"ts")``. ``scalars[k]``:
+    ``("neg_len", i)``, ``("agg_len", i)`` or ``("string", text)`` (its dictionary code).
+    """
+
+    kinds: Mapping[str, str | None]
+    pointers: list[tuple] = field(default_factory=list)
+    scalars: list[tuple] = field(default_factory=list)
+
+    def pointer(self, *key) -> int:
+        if key not in self.pointers:
+            self.pointers.append(key)
+        return self.pointers.index(key) + 2
+
+    def scalar(self, *key) -> int:
+        if key not in self.scalars:
+            self.scalars.append(key)
+        return self.scalars.index(key)
+
+
+@dataclass(frozen=True)
+class CudaRule:
+    """The generated rule header with its data layout; ``key`` hashes everything it depends on."""
+
+    source: str
+    lowered: Lowered
+    pointers: tuple[tuple, ...]
+    scalars: tuple[tuple, ...]
+    n_predicates: int
+    n_aggregates: int
+
+    @property
+    def key(self) -> str:
+        return hashlib.sha256(self.source.encode()).hexdigest()[:24]
+
+
+# ----------------------------------------------------------------------------------------------
+# Expression emission
+
+
+def _int_literal(v: int) -> str:
+    v = int(v)
+    if not -(2**63) <= v < 2**63:
+        raise ValueError(f"integer literal {v} does not fit in int64")
+    if v == -(2**63):
+        return "(-9223372036854775807LL - 1)"
+    return f"({v}LL)"
+
+
+def _float_literal(v: float) -> str:
+    v = float(v)
+    if math.isnan(v):
+        return "cep_nan()"
+    if math.isinf(v):
+        return "cep_inf()" if v > 0 else "(-cep_inf())"
+    text = repr(v)  # shortest text that round-trips exactly
+    if not any(ch in text for ch in ".en"):
+        text += ".0"
+    return f"({text})"
+
+
+class _Emitter:
+    """Emits C statements computing (value, validity) of expressions into temporaries."""
+
+    def __init__(self, layout: Layout, rule: Rule) -> None:
+        self.layout = layout
+        self.rule = rule
+        self.lines: list[str] = []
+        self.n = 0
+
+    def _tmp(self, ctype: str, value: str, ok: str) -> tuple[str, str]:
+        self.n += 1
+        v, k = f"v{self.n}", f"k{self.n}"
+        self.lines.append(f"{ctype} {v} = {value}; bool {k} = {ok};")
+        return v, k
+
+    def expr(self, e: Expr) -> tuple[str, str, str]:
+        """(value variable, validity variable, kind) of ``e``; kind in int/float/bool/string."""
+        if isinstance(e, Const):
+            val = e.value
+            if isinstance(val, bool):
+                return ("true" if val else "false"), "true", "bool"
+            if isinstance(val, int):
+                return _int_literal(val), "true", "int"
+            if isinstance(val, float):
+                return _float_literal(val), "true", "float"
+            if isinstance(val, str):
+                return f"c.scal[{self.layout.scalar('string', val)}]", "true", "string"
+            raise TypeError(f"unsupported literal {val!r}")
+        if isinstance(e, Attr):
+            row = "self" if e.pred == SELF else f"s[{int(e.pred)}]"
+            kind = self.layout.kinds.get(e.name)
+            if kind is None:  # no event has it: null everywhere
+                return "0.0", "false", "float"
+            vs = self.layout.pointer("attr", e.name, "values")
+            ks = self.layout.pointer("attr", e.name, "valid")
+            ok = f"cep_ptr<cep_u8>(c, {ks})[{row}] != 0"
+            if kind == "int":
+                return (*self._tmp("cep_i64", f"cep_ptr<cep_i64>(c, {vs})[{row}]", ok), "int")
+            if kind == "float":
+                v, k = self._tmp("double", f"cep_ptr<double>(c, {vs})[{row}]", ok)
+                self.lines.append(f"{k} = {k} && !cep_isnan({v});")
+                return v, k, "float"
+            if kind == "string":
+                return (*self._tmp("cep_i64", f"cep_ptr<cep_i64>(c, {vs})[{row}]", ok), "string")
+            if kind == "bool":
+                return (*self._tmp("bool", f"cep_ptr<cep_u8>(c, {vs})[{row}] != 0", ok), "bool")
+            raise ValueError(f"attribute {e.name!r} has unsupported kind {kind!r}")
+        if isinstance(e, Timestamp):
+            row = "self" if e.pred == SELF else f"s[{int(e.pred)}]"
+            return f"cep_ts(c, {row})", "true", "int"
+        if isinstance(e, AggValue):
+            idx = int(e.index)
+            self.n += 1
+            v, k = f"v{self.n}", f"k{self.n}"
+            self.lines.append(f"double {v} = cep_agg_{idx}(c, s); bool {k} = !cep_isnan({v});")
+            return v, k, "float"
+        if isinstance(e, Neg):
+            v, k, kind = self.expr(e.arg)
+            if kind == "float":
+                return (*self._tmp("double", f"-{v}", k), "float")
+            return (*self._tmp("cep_i64", f"cep_neg((cep_i64){v})", k), "int")
+        if isinstance(e, Arith):
+            a, ka, ta = self.expr(e.left)
+            b, kb, tb = self.expr(e.right)
+            if e.op == "/":
+                return (*self._tmp("double", f"(double){a} / (double){b}", f"{ka} && {kb} && ((double){b} != 0.0)"), "float")
+            if ta == tb == "int":
+                fn = {"+": "cep_add", "-": "cep_sub", "*": "cep_mul"}[e.op]
+                return (*self._tmp("cep_i64", f"{fn}({a}, {b})", f"{ka} && {kb}"), "int")
+            return (*self._tmp("double", f"(double){a} {e.op} (double){b}", f"{ka} && {kb}"), "float")
+        if isinstance(e, Compare):
+            a, ka, ta = self.expr(e.left)
+            b, kb, tb = self.expr(e.right)
+            op = "==" if e.op == "=" else e.op
+            if ta == tb and ta in ("int", "string"):
+                cmp = f"{a} {op} {b}"
+            else:
+                cmp = f"(double){a} {op} (double){b}"
+            return (*self._tmp("bool", cmp, f"{ka} && {kb}"), "bool")
+        if isinstance(e, BoolOp):
+            parts = [self.expr(x) for x in e.args]
+            join = " && " if e.op == "and" else " || "
+            value = join.join(f"({v} != 0)" for v, _, _ in parts)
+            ok = " && ".join(k for _, k, _ in parts)
+            return (*self._tmp("bool", value, ok), "bool")
+        if isinstance(e, Not):
+            v, k, _ = self.expr(e.arg)
+            return (*self._tmp("bool", f"!({v} != 0)", k), "bool")
+        raise TypeError(f"not an expression: {e!r}")
+
+    def condition(self, e: Expr, on_fail: str) -> None:
+        """Emit a block that runs ``on_fail`` unless ``e`` holds (null = false)."""
+        outer, self.lines = self.lines, []
+        v, k, _ = self.expr(e)
+        body = self.lines
+        self.lines = outer
+        self.lines.append("{")
+        self.lines.extend("    " + line for line in body)
+        self.lines.append(f"    if (!({k} && ({v} != 0))) {on_fail}")
+        self.lines.append("}")
+
+
+def _span_code(span: Span) -> str:
+    return (
+        f"cep_ts(c, s[{int(span.lo_ref)}]) + {_int_literal(span.lo_offset)}, {str(bool(span.lo_inclusive)).lower()}, "
+        f"cep_ts(c, s[{int(span.hi_ref)}]) + {_int_literal(span.hi_offset)}, {str(bool(span.hi_inclusive)).lower()}"
+    )
+
+
+def _negation(j: int, neg: Negation, host_filtered: tuple[Expr, ...], layout: Layout, rule: Rule) -> list[str]:
+    rows = layout.pointer("neg", j, "rows")
+    ts = layout.pointer("neg", j, "ts")
+    n = layout.scalar("neg_len", j)
+    em = _Emitter(layout, rule)
+    for cond in neg.conditions:
+        if cond not in host_filtered:
+            em.condition(cond, "continue;")
+    body = [
+        f"// negation {j}: true when a forbidden event lies in the span",
+        f"CEP_DEVICE bool cep_neg_{j}(const Ctx& c, const cep_i64* s) {{",
+        f"    const cep_i64* rows = cep_ptr<cep_i64>(c, {rows});",
+        f"    const cep_i64* tss = cep_ptr<cep_i64>(c, {ts});",
+        "    cep_i64 first, last;",
+        f"    cep_span_range(tss, c.scal[{n}], {_span_code(neg.span)}, &first, &last);",
+        "    for (cep_i64 i = first; i < last; ++i) {",
+        "        cep_i64 self = rows[i];",
+        "        (void)self;",
+    ]
+    body += ["        " + line for line in em.lines]
+    body += ["        return true;", "    }", "    return false;", "}"]
+    return body
+
+
+def _aggregate(j: int, agg: Aggregate, host_filtered: tuple[Expr, ...], layout: Layout, rule: Rule) -> list[str]:
+    rows = layout.pointer("agg", j, "rows")
+    ts = layout.pointer("agg", j, "ts")
+    n = layout.scalar("agg_len", j)
+    em = _Emitter(layout, rule)
+    for cond in agg.conditions:
+        if cond not in host_filtered:
+            em.condition(cond, "continue;")
+    if agg.attribute is not None:
+        v, k, _ = em.expr(Attr(SELF, agg.attribute))
+        em.lines.append(f"if (!{k}) continue;  // aggregates skip events lacking the attribute")
+        em.lines.append(f"double x = (double){v};")
+        em.lines.append("sum += x; if (cnt == 0 || x < lo) lo = x; if (cnt == 0 || x > hi) hi = x;")
+    em.lines.append("cnt += 1;")
+    fn = agg.function
+    result = {
+        "count": "(double)cnt",
+        "sum": "sum",
+        "avg": "cnt ? sum / (double)cnt : cep_nan()",
+        "min": "cnt ? lo : cep_nan()",
+        "max": "cnt ? hi : cep_nan()",
+    }[fn]
+    body = [
+        f"// aggregate {j}: {fn} over its span (NaN = null); sequential sum in time order",
+        f"CEP_DEVICE double cep_agg_{j}(const Ctx& c, const cep_i64* s) {{",
+        f"    const cep_i64* rows = cep_ptr<cep_i64>(c, {rows});",
+        f"    const cep_i64* tss = cep_ptr<cep_i64>(c, {ts});",
+        "    cep_i64 first, last, cnt = 0;",
+        "    double sum = 0.0, lo = 0.0, hi = 0.0;",
+        f"    cep_span_range(tss, c.scal[{n}], {_span_code(agg.span)}, &first, &last);",
+        "    for (cep_i64 i = first; i < last; ++i) {",
+        "        cep_i64 self = rows[i];",
+        "        (void)self;",
+    ]
+    body += ["        " + line for line in em.lines]
+    body += ["    }", "    (void)lo; (void)hi; (void)sum;", f"    return {result};", "}"]
+    return body
+
+
+def generate(rule: Rule, kinds: Mapping[str, str | None]) -> CudaRule:
+    """The rule header for ``rule`` over attributes of the given kinds (name -> int/float/string/bool).
+
+    Raises ``ValueError`` for a rule the kernels cannot take (too many predicates or steps).
+    """
+    lowered = lower(rule)
+    layout = Layout(kinds=dict(kinds))
+    out = [
+        f"// generated by cep_gpu.codegen.cuda for a rule with {rule.n_predicates} predicates",
+        "#define CEP_RULE_DEFINED 1",
+        f"#define CEP_NPRED {rule.n_predicates}",
+        f"#define CEP_NAGG {len(rule.aggregates)}",
+        '#include "cdp.cuh"',
+        "",
+    ]
+    for j, agg in enumerate(rule.aggregates):
+        out += [f"CEP_DEVICE double cep_agg_{j}(const Ctx& c, const cep_i64* s);"]
+    for j, agg in enumerate(rule.aggregates):
+        out += _aggregate(j, agg, lowered.aggregate_filters[j], layout, rule) + [""]
+    for j, neg in enumerate(rule.negations):
+        out += _negation(j, neg, lowered.negation_filters[j], layout, rule) + [""]
+    cases = []
+    for plan_steps in lowered.steps:
+        for st in plan_steps:
+            if not st.has_device_checks:
+                continue
+            em = _Emitter(layout, rule)
+            for ci in st.device_conditions:
+                em.condition(rule.conditions[ci], "return false;")
+            for ni in st.negations:
+                em.lines.append(f"if (cep_neg_{ni}(c, s)) return false;")
+            out.append(f"// plan {st.plan}, step {st.step}: binds predicate {st.pred}")
+            out.append(f"CEP_DEVICE bool cep_check_{st.step_id}(const Ctx& c, const cep_i64* s) {{")
+            out += ["    " + line for line in em.lines]
+            out += ["    return true;", "}", ""]
+            cases.append(f"        case {st.step_id}: return cep_check_{st.step_id}(c, s);")
+    out += [
+        "CEP_DEVICE bool cep_rule_check(int step_id, const Ctx& c, const cep_i64* s) {",
+        "    (void)c; (void)s;",
+        "    switch (step_id) {",
+        *cases,
+        "        default: return true;",
+        "    }",
+        "}",
+        "",
+        "CEP_DEVICE void cep_rule_aggregates(const Ctx& c, const cep_i64* s, double* out) {",
+        "    (void)c; (void)s; (void)out;",
+        *[f"    out[{j}] = cep_agg_{j}(c, s);" for j in range(len(rule.aggregates))],
+        "}",
+        "",
+    ]
+    return CudaRule(
+        source="\n".join(out),
+        lowered=lowered,
+        pointers=tuple(layout.pointers),
+        scalars=tuple(layout.scalars),
+        n_predicates=rule.n_predicates,
+        n_aggregates=len(rule.aggregates),
+    )

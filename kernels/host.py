@@ -1,0 +1,192 @@
+"""The host build of ``cuda/``: the GPU kernels compiled as plain C++ and run serially (tests).
+
+DESIGN.md section 5: the kernel sources also build for the host (``cuda/portable.cuh`` supplies
+thread indices and atomics), and a host build runs every kernel over its whole grid, one thread
+after the other. :class:`HostRuntime` implements the runtime interface of
+:mod:`cep_gpu.kernels.gpu` with NumPy arrays as "device" buffers and a g++-built shared library
+loaded through ``ctypes`` as the "module", so :class:`~cep_gpu.kernels.gpu.DeviceMatcher` runs
+unchanged: same launches, same atomic output index, same overflow relaunch, same batch split on
+out-of-memory (simulated with ``memory_limit``).
+
+Registered as ``backend="gpu-host"``. Libraries are cached in ``$CEP_GPU_CACHE`` (default: a
+``cep_gpu`` folder in the user's cache directory) under a hash of the full source and the compiler
+command, so each rule compiles once per machine.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..backends import register
+from ..codegen.cuda import CudaRule
+from ..errors import BackendUnavailableError
+from .gpu import KERNELS, DeviceMatcher, DeviceOutOfMemory, cuda_dir, full_source
+
+#: Compiler command (the source file and output are appended). -fno-strict-aliasing: the kernels
+#: read NumPy int64 buffers (long) through long long pointers.
+CXXFLAGS = ("-std=c++17", "-O1", "-shared", "-fPIC", "-fno-strict-aliasing", "-Wall", "-Wno-unused-function")
+
+
+def cache_dir() -> Path:
+    """Where compiled host libraries are kept."""
+    env = os.environ.get("CEP_GPU_CACHE")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "cep_gpu"
+
+
+def compiler() -> str:
+    """The C++ compiler (``$CXX`` or g++); BackendUnavailableError when there is none."""
+    cxx = os.environ.get("CXX", "g++")
+    path = shutil.which(cxx)
+    if path is None:
+        raise BackendUnavailableError(f"backend 'gpu-host' needs a C++ compiler; {cxx!r} was not found on PATH")
+    return path
+
+
+def build(source: str) -> Path:
+    """Compile a translation unit (text) into a shared library, cached by content; its path."""
+    cxx = compiler()
+    inc = cuda_dir()
+    cmd_tail = (*CXXFLAGS, f"-I{inc}", "-x", "c++")
+    h = hashlib.sha256()
+    h.update(source.encode())
+    h.update(" ".join((cxx, *CXXFLAGS)).encode())
+    for p in sorted(inc.iterdir()):
+        if p.suffix in (".cu", ".cuh", ".h"):
+            h.update(p.name.encode())
+            h.update(p.read_bytes())
+    out = cache_dir() / f"cdp-host-{h.hexdigest()[:32]}.so"
+    if out.exists():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
+        src = Path(tmp) / "rule.cu"
+        src.write_text(source)
+        lib = Path(tmp) / "rule.so"
+        proc = subprocess.run([cxx, *cmd_tail, str(src), "-o", str(lib)], capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"host build of the CUDA kernels failed:\n{proc.stderr[-4000:]}")
+        os.replace(lib, out)  # atomic: parallel test workers never see a half-written library
+    return out
+
+
+class HostModule:
+    """The kernels of one rule, loaded from the host library; launches run the grid serially."""
+
+    def __init__(self, path: Path, block: int, max_blocks: int) -> None:
+        self._lib = ctypes.CDLL(str(path))
+        self._block = block
+        self._max_blocks = max_blocks
+        self._funcs = {}
+        for name, kinds in KERNELS.items():
+            fn = getattr(self._lib, name)
+            fn.restype = None
+            fn.argtypes = [ctypes.c_uint, ctypes.c_uint] + [
+                ctypes.c_void_p if k == "p" else ctypes.c_int64 for k in kinds
+            ]
+            self._funcs[name] = fn
+        self.grids: list[tuple[str, int, int]] = []  # (kernel, grid, block) of each launch
+
+    def launch(self, name: str, n_threads: int, *args: Any) -> None:
+        kinds = KERNELS[name]
+        conv = [_pointer(a) if k == "p" else int(a) for k, a in zip(kinds, args, strict=True)]
+        grid = max(min((n_threads + self._block - 1) // self._block, self._max_blocks), 1)
+        self.grids.append((name, grid, self._block))
+        self._funcs[name](grid, self._block, *conv)
+
+
+def _pointer(buf: np.ndarray) -> int:
+    if not isinstance(buf, np.ndarray) or not buf.flags.c_contiguous:
+        raise TypeError("host kernels take C-contiguous NumPy buffers")
+    return buf.ctypes.data
+
+
+class HostRuntime:
+    """The runtime interface over host memory (see module docstring).
+
+    ``block``/``max_blocks`` shape the launch grid; the defaults are small so that the kernels'
+    grid-stride loops run several rounds, as they do on a device for large batches.
+    ``memory_limit`` (bytes of live buffers) makes allocations fail like a full device.
+    """
+
+    name = "gpu-host"
+
+    def __init__(self, block: int = 32, max_blocks: int = 4, memory_limit: int | None = None) -> None:
+        compiler()
+        self.block = block
+        self.max_blocks = max_blocks
+        self.memory_limit = memory_limit
+        self._modules: dict[str, HostModule] = {}
+        self._live: dict[int, int] = {}  # id(buffer) -> bytes, for the simulated limit
+
+    def compile(self, rule: CudaRule) -> HostModule:
+        if rule.key not in self._modules:
+            self._modules[rule.key] = HostModule(build(full_source(rule.source)), self.block, self.max_blocks)
+        return self._modules[rule.key]
+
+    def _alloc(self, n: int, dtype: Any, fill: int | None = None) -> np.ndarray:
+        nbytes = int(n) * np.dtype(dtype).itemsize
+        if self.memory_limit is not None:
+            if self.bytes_in_use() + nbytes > self.memory_limit:
+                raise DeviceOutOfMemory(nbytes)
+        arr = np.empty(int(n), dtype) if fill is None else np.full(int(n), fill, dtype)
+        self._track(arr)
+        return arr
+
+    def _track(self, arr: np.ndarray) -> None:
+        import weakref
+
+        key = id(arr)
+        self._live[key] = arr.nbytes
+        weakref.finalize(arr, self._live.pop, key, None)
+
+    def to_device(self, host: np.ndarray) -> np.ndarray:
+        out = self._alloc(host.size, host.dtype)
+        out[...] = np.ascontiguousarray(host).ravel()
+        return out
+
+    def empty(self, n: int, dtype: Any) -> np.ndarray:
+        return self._alloc(n, dtype)
+
+    def full(self, n: int, value: int, dtype: Any) -> np.ndarray:
+        return self._alloc(n, dtype, value)
+
+    def to_host(self, buf: np.ndarray, n: int | None = None) -> np.ndarray:
+        return (buf if n is None else buf[: int(n)]).copy()
+
+    def scan(self, sizes: np.ndarray, n: int) -> tuple[np.ndarray, int]:
+        offsets = self._alloc(n + 1, np.int64, 0)
+        np.cumsum(sizes[:n], out=offsets[1:])
+        return offsets, int(offsets[n])
+
+    def pointer(self, buf: np.ndarray) -> int:
+        return _pointer(buf)
+
+    def set_flags(self, buf: np.ndarray, rows: np.ndarray) -> None:
+        buf[rows] = 1
+
+    def bytes_in_use(self) -> int:
+        return sum(self._live.values())
+
+
+def host_matcher(**kwargs: Any) -> DeviceMatcher:
+    """A :class:`DeviceMatcher` over a :class:`HostRuntime`; keyword arguments go to either
+    (``batch_size``, ``initial_capacity`` to the matcher; ``block``, ``max_blocks``,
+    ``memory_limit`` to the runtime)."""
+    rt_keys = {"block", "max_blocks", "memory_limit"}
+    runtime = HostRuntime(**{k: v for k, v in kwargs.items() if k in rt_keys})
+    return DeviceMatcher(runtime, "gpu-host", **{k: v for k, v in kwargs.items() if k not in rt_keys})
+
+
+register("gpu-host", host_matcher)
