@@ -1,0 +1,825 @@
+"""AIP: the automata-based incremental processing of the T-Rex chapter (section 3.1), ``backend="aip"``.
+
+A second, independent implementation of the semantics of docs/language.md, built the way the
+chapter describes T-Rex's automaton engine rather than around columns:
+
+* **Automaton model.** Each rule compiles to an :class:`Automaton` made of linear
+  :class:`SequenceModel` s. A sequence model lists the predicates of a plan in the order their
+  events *arrive* (the binding order reversed); its last, accepting transition is the terminator.
+  A plan whose ``from`` references form a tree (``each B within 5 s from T and each C within 5 s
+  from T``) admits several arrival orders, so it gets one sequence model per order (a linear
+  extension of "X happens before the predicate it is bound relative to"); a match is accepted by
+  exactly one of them (the one that sorts its events by row, ties by declaration index).
+* **Sequence instances.** The initial instance of every model waits in its initial state and never
+  expires. An event that satisfies the type, content (static filters), timing and cross-event
+  constraints of an instance's next transition *clones* the instance into the next state; the
+  original stays. An instance is deleted when the time limit of a transition it still needs has
+  passed (an event bound with ``within D from Y`` whose ``Y`` has not arrived after ``D``).
+  Reaching the accepting state (the terminator) produces a complete instance, which is removed.
+* **Selection.** ``last``/``first`` choose among the candidates that pass every check whose inputs
+  are bound at that binding step (docs/language.md). The candidates of step ``k`` are exactly the
+  complete instances of the *sub-plan* made of binding steps ``0..k``, so a plan gets one extra
+  family of sequence models per ``last``/``first`` step. When the terminator arrives the complete
+  instances are resolved step by step: per prefix (the rows of steps ``0..k-1``) the latest/earliest
+  complete instance of sub-plan ``k`` is chosen, and deeper instances must agree with every choice.
+  For ``last``, an older instance in the first state of such a model is deleted early once a newer
+  instance with identical relevant attributes supersedes it (see :meth:`_Run._supersede`).
+* **Negations and aggregates** are checked when the instances are resolved, against a per-rule
+  store of the negated/aggregated events (time-sorted, filtered by their static conditions). A rule
+  whose spans reach past the terminator (a trailing ``SEQ`` ``NOT``) keeps the terminator pending
+  until an event later than the span (or the end of the input) has arrived.
+
+:func:`trace` runs a rule and records the sequence instances alive after each event, named as in
+the chapter's Figure 2 (``Seq``, its clones ``Seq1``, ``Seq2``, their clones ``Seq21``, ...).
+
+Performance: the per-event loop is Python; each transition checks all instances of a state at once
+with NumPy (vectorised timing checks and :mod:`cep_gpu.evaluate` for conditions), so no Python runs
+per candidate comparison, but there is Python per event and per transition. See ``bench/aip_quick.py``.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .backends import Matches, register
+from .evaluate import condition_mask, evaluate
+from .events import EventTable
+from .model import (
+    SELF,
+    Aggregate,
+    AggValue,
+    Attr,
+    Expr,
+    Negation,
+    Plan,
+    Rule,
+    Span,
+    Timestamp,
+    aggregate_inputs,
+    inputs,
+    negation_inputs,
+    ready_step,
+    walk,
+)
+
+_NEVER = np.iinfo(np.int64).max  # deadline of instances that cannot expire
+
+# ------------------------------------------------------------------------------------------------
+# The automaton model (compiled once per rule; plain data)
+
+
+@dataclass(frozen=True)
+class Transition:
+    """The transition that binds ``pred`` (declaration index) at ``position`` of a sequence model.
+
+    ``lower``: ``(x, anchor, window)`` checks ``ts(x) >= ts(anchor) - window``; ``upper``:
+    ``(x, before)`` checks ``ts(x) < ts(before)``; ``conditions``: indices into ``Rule.conditions``
+    whose inputs are all bound once this transition fires (static filters excepted: they are the
+    content test of the event itself). ``expiry``: ``(x, window)`` of the bound predicates whose
+    anchor is still to come after this transition; the instance expires once
+    ``min(ts(x) + window)`` has passed. ``same_row``: the event that fired the previous transition
+    may fire this one too (two predicates may bind one event; ties go by declaration index).
+    """
+
+    pred: int
+    position: int
+    conditions: tuple[int, ...]
+    lower: tuple[tuple[int, int, int], ...]
+    upper: tuple[tuple[int, int], ...]
+    expiry: tuple[tuple[int, int], ...]
+    same_row: bool
+    accepting: bool
+
+
+@dataclass(frozen=True)
+class SequenceModel:
+    """A linear automaton for binding steps ``0..depth`` of plan ``plan``, in arrival order ``order``."""
+
+    plan: int
+    depth: int
+    order: tuple[int, ...]
+    transitions: tuple[Transition, ...]
+    #: ``last`` early deletion applies to the first state (see :meth:`_Run._supersede`).
+    supersede: bool = False
+
+    def state_name(self, rule: Rule, state: int) -> str:
+        """The name of ``state``: the alias bound last (as in Figure 1), or ``init``."""
+        return "init" if state == 0 else rule.predicates[self.order[state - 1]].alias
+
+
+@dataclass(frozen=True)
+class ResolveStep:
+    """What resolving the complete instances of sub-plan ``depth`` of a plan checks and chooses."""
+
+    depth: int
+    negations: tuple[int, ...]
+    conditions: tuple[int, ...]  # conditions that read aggregate values (checked here, not per event)
+    aggregates: tuple[int, ...]  # aggregates those conditions need
+    policy: str | None  # "last"/"first" of step ``depth``; None for "each" and the terminator
+    prefix: tuple[int, ...]  # declaration indices bound at steps 0..depth-1
+    pred: int  # declaration index bound at step ``depth``
+    final: bool
+
+
+@dataclass(frozen=True)
+class Automaton:
+    """A rule compiled for AIP: its sequence models and how to resolve their complete instances."""
+
+    rule: Rule
+    models: tuple[SequenceModel, ...]
+    steps: tuple[tuple[ResolveStep, ...], ...]  # per plan, ascending depth
+    static: tuple[tuple[int, ...], ...]  # per predicate: its static filters (condition indices)
+    waits_for_future: bool  # some span reaches past the terminator: resolve later
+
+    def describe(self) -> str:
+        """The sequence models as text (one line per model)."""
+        lines = []
+        for m in self.models:
+            names = " -> ".join(self.rule.predicates[p].alias for p in m.order)
+            lines.append(f"plan {m.plan} steps 0..{m.depth}: init -> {names} (accept)")
+        return "\n".join(lines)
+
+
+def _has_agg(expr: Expr) -> bool:
+    return any(isinstance(node, AggValue) for node in walk(expr))
+
+
+def compile_automaton(rule: Rule) -> Automaton:
+    """Build the automaton model of ``rule`` (see the module docstring)."""
+    static = []
+    for pred in range(rule.n_predicates):
+        static.append(tuple(
+            i for i, c in enumerate(rule.conditions)
+            if not _has_agg(c) and inputs(c) == frozenset((pred,))
+        ))
+    models: list[SequenceModel] = []
+    steps: list[tuple[ResolveStep, ...]] = []
+    for p, plan in enumerate(rule.plans):
+        n = len(plan.order)
+        chosen = {k for k in range(1, n) if plan.predicates[plan.order[k]].policy in ("last", "first")}
+        depths = sorted(chosen | {n - 1})
+        plan_steps = []
+        for k in depths:
+            for order in _arrival_orders(plan, plan.order[: k + 1]):
+                models.append(_sequence_model(rule, plan, p, k, order, static))
+            plan_steps.append(_resolve_step(rule, plan, k, chosen, final=k == n - 1))
+        steps.append(tuple(plan_steps))
+    return Automaton(rule, tuple(models), tuple(steps), tuple(static), _waits_for_future(rule))
+
+
+def _arrival_orders(plan: Plan, sub: tuple[int, ...]) -> Iterator[tuple[int, ...]]:
+    """Every order in which the events of ``sub`` can arrive: each before its ``before``."""
+    members = set(sub)
+    children = {x: [y for y in sub if plan.predicates[y].before == x] for x in sub}
+
+    def extend(done: tuple[int, ...]) -> Iterator[tuple[int, ...]]:
+        if len(done) == len(members):
+            yield done
+            return
+        for x in sub:
+            if x not in done and all(c in done for c in children[x]):
+                yield from extend(done + (x,))
+
+    yield from extend(())
+
+
+def _sequence_model(
+    rule: Rule, plan: Plan, p: int, k: int, order: tuple[int, ...], static
+) -> SequenceModel:
+    members = frozenset(order)
+    pos = {x: i for i, x in enumerate(order)}
+    term = plan.terminator
+    conds: list[list[int]] = [[] for _ in order]
+    for i, c in enumerate(rule.conditions):
+        ins = inputs(c) if not _has_agg(c) else None
+        if ins is None or not ins <= members or (len(ins) == 1 and i in static[next(iter(ins))]):
+            continue
+        conds[max((pos[x] for x in ins), default=pos[term])].append(i)
+    lower: list[list[tuple[int, int, int]]] = [[] for _ in order]
+    upper: list[list[tuple[int, int]]] = [[] for _ in order]
+    for x in order:
+        pr = plan.predicates[x]
+        if x == term:
+            continue
+        if pr.window is not None:
+            lower[max(pos[x], pos[pr.anchor])].append((x, pr.anchor, pr.window))
+        upper[max(pos[x], pos[pr.before])].append((x, pr.before))
+    transitions = []
+    for i, x in enumerate(order):
+        bound = set(order[: i + 1])
+        expiry = tuple(
+            (y, plan.predicates[y].window) for y in order[: i + 1]
+            if y != term and plan.predicates[y].window is not None
+            and plan.predicates[y].anchor not in bound
+        )
+        transitions.append(Transition(
+            pred=x, position=i, conditions=tuple(conds[i]), lower=tuple(lower[i]),
+            upper=tuple(upper[i]), expiry=expiry, same_row=i > 0 and x > order[i - 1],
+            accepting=i == len(order) - 1,
+        ))
+    first = order[0]
+    supersede = (
+        len(order) > 1 and first == plan.order[k] and plan.predicates[first].policy == "last"
+        and not rule.consuming and _supersedable(rule, first)
+    )
+    return SequenceModel(p, k, order, tuple(transitions), supersede)
+
+
+def _supersedable(rule: Rule, pred: int) -> bool:
+    """Whether two events bound to ``pred`` are interchangeable for everything but their time order.
+
+    True when nothing reads ``pred``'s timestamp (besides the window itself) and no negation or
+    aggregate span is fixed by it; then only the attributes that conditions read distinguish them.
+    """
+    exprs = list(rule.conditions)
+    for part in list(rule.negations) + list(rule.aggregates):
+        if pred in part.span.refs:
+            return False
+        exprs.extend(part.conditions)
+    return not any(
+        isinstance(node, Timestamp) and node.pred == pred for e in exprs for node in walk(e)
+    )
+
+
+def _read_attributes(rule: Rule, pred: int) -> tuple[str, ...]:
+    """The attributes of ``pred`` read by any condition, negation or aggregate condition."""
+    exprs = list(rule.conditions)
+    for part in list(rule.negations) + list(rule.aggregates):
+        exprs.extend(part.conditions)
+    names = {n.name for e in exprs for n in walk(e) if isinstance(n, Attr) and n.pred == pred}
+    return tuple(sorted(names))
+
+
+def _resolve_step(rule: Rule, plan: Plan, k: int, chosen: set[int], final: bool) -> ResolveStep:
+    negs = tuple(
+        i for i, n in enumerate(rule.negations) if ready_step(plan, negation_inputs(n)) <= k
+    )
+    conds = tuple(
+        i for i, c in enumerate(rule.conditions)
+        if _has_agg(c) and ready_step(plan, inputs(c, rule)) <= k
+    )
+    aggs = tuple(
+        i for i, a in enumerate(rule.aggregates) if ready_step(plan, aggregate_inputs(a)) <= k
+    )
+    policy = plan.predicates[plan.order[k]].policy if k in chosen else None
+    return ResolveStep(k, negs, conds, aggs, policy, plan.order[:k], plan.order[k], final)
+
+
+def _waits_for_future(rule: Rule) -> bool:
+    """Whether some negation or aggregate span may include events after the terminator."""
+    for span in [n.span for n in rule.negations] + [a.span for a in rule.aggregates]:
+        for off, incl in ((span.lo_offset, span.lo_inclusive), (span.hi_offset, span.hi_inclusive)):
+            if off > 0 or (off == 0 and incl):
+                return True
+    return False
+
+
+_CACHE: dict[int, tuple[Rule, Automaton]] = {}
+
+
+def automaton_of(rule: Rule) -> Automaton:
+    """The (cached) automaton of ``rule``."""
+    hit = _CACHE.get(id(rule))
+    if hit is not None and hit[0] is rule:
+        return hit[1]
+    auto = compile_automaton(rule)
+    if len(_CACHE) > 4096:
+        _CACHE.clear()
+    _CACHE[id(rule)] = (rule, auto)
+    return auto
+
+
+# ------------------------------------------------------------------------------------------------
+# Sequence instances
+
+
+class _States:
+    """The instances of one state of one sequence model: bound rows (declaration order, -1 = not
+    bound yet) and their expiry deadline, in creation order."""
+
+    __slots__ = ("rows", "deadline", "n", "min_deadline", "names")
+
+    def __init__(self, width: int, named: bool) -> None:
+        self.rows = np.empty((16, width), np.int64)
+        self.deadline = np.empty(16, np.int64)
+        self.n = 0
+        self.min_deadline = _NEVER
+        self.names: list[str] | None = [] if named else None
+
+    def append(self, rows: np.ndarray, deadline: np.ndarray, names: list[str] | None) -> None:
+        m = rows.shape[0]
+        if self.n + m > self.rows.shape[0]:
+            cap = max(2 * self.rows.shape[0], self.n + m)
+            grown = np.empty((cap, self.rows.shape[1]), np.int64)
+            grown[: self.n] = self.rows[: self.n]
+            dl = np.empty(cap, np.int64)
+            dl[: self.n] = self.deadline[: self.n]
+            self.rows, self.deadline = grown, dl
+        self.rows[self.n : self.n + m] = rows
+        self.deadline[self.n : self.n + m] = deadline
+        self.n += m
+        if m:
+            self.min_deadline = min(self.min_deadline, int(deadline.min()))
+        if self.names is not None and names is not None:
+            self.names.extend(names)
+
+    def keep(self, mask: np.ndarray) -> None:
+        """Delete the instances where ``mask`` is false."""
+        kept = int(mask.sum())
+        if kept == self.n:
+            return
+        self.rows[:kept] = self.rows[: self.n][mask]
+        self.deadline[:kept] = self.deadline[: self.n][mask]
+        if self.names is not None:
+            self.names[:] = [nm for nm, k in zip(self.names, mask) if k]
+        self.n = kept
+        self.min_deadline = int(self.deadline[:kept].min()) if kept else _NEVER
+
+    def expire(self, now: int) -> None:
+        """Delete the instances whose time limit has passed (deadline before ``now``)."""
+        if self.min_deadline < now:
+            self.keep(self.deadline[: self.n] >= now)
+
+
+@dataclass
+class InstanceView:
+    """One live sequence instance, for :func:`trace`."""
+
+    name: str
+    model: int
+    state: str
+    ids: dict[str, int]  # alias -> id of the bound event
+
+
+@dataclass
+class TraceStep:
+    """What happened when one event arrived (see :func:`trace`)."""
+
+    row: int
+    id: int
+    ts: int
+    type: str
+    alive: list[InstanceView]
+    accepted: list[InstanceView]
+    composite: list[tuple[int, ...]] = field(default_factory=list)  # ids, declaration order
+
+
+# ------------------------------------------------------------------------------------------------
+# Running the automaton over a table
+
+
+class _Run:
+    """One pass of an :class:`Automaton` over an event table (rows in order)."""
+
+    def __init__(self, auto: Automaton, table: EventTable, lo: int, hi: int,
+                 excluded: np.ndarray | None, tracing: bool = False) -> None:
+        self.auto = auto
+        self.rule = rule = auto.rule
+        self.table = table
+        self.lo, self.hi = lo, hi
+        self.tracing = tracing
+        self.width = rule.n_predicates
+        n = len(table)
+        self.consumed = np.zeros(n, bool) if excluded is None else np.array(excluded, bool)
+        self.ts = table.ts
+        self.static = [self._static_mask(p) for p in range(self.width)]
+        self.states = [
+            [None] + [_States(self.width, tracing) for _ in m.order[:-1]] for m in auto.models
+        ]
+        self.super_cols = [
+            _read_attributes(rule, m.order[0]) if m.supersede else () for m in auto.models
+        ]
+        self.super_models = [m for m, model in enumerate(auto.models) if model.supersede]
+        self.super_seen = [0] * len(auto.models)
+        self.stores = [self._store(n_.event_type, n_.conditions) for n_ in rule.negations]
+        self.agg_stores = [self._store(a.event_type, a.conditions) for a in rule.aggregates]
+        self.children: dict[str, int] = {}
+        self.out_rows: list[np.ndarray] = []
+        self.out_aggs: list[np.ndarray] = []
+        self.pending: deque[tuple[int, int, dict]] = deque()  # (deadline, term row, complete instances)
+        self.last_accepted: list[InstanceView] = []
+        self.last_composite: list[tuple[int, ...]] = []
+
+    # -- set-up --------------------------------------------------------------------------------
+
+    def _static_mask(self, pred: int) -> np.ndarray:
+        """Rows that pass ``pred``'s type and content test and are not excluded."""
+        t = self.table
+        code = t.type_code(self.rule.predicates[pred].event_type)
+        mask = (t.types == code) & ~self.consumed if code >= 0 else np.zeros(len(t), bool)
+        rows = np.flatnonzero(mask)
+        if len(rows) and self.auto.static[pred]:
+            probe = np.full((len(rows), self.width), -1, np.int64)
+            probe[:, pred] = rows
+            ok = np.ones(len(rows), bool)
+            for c in self.auto.static[pred]:
+                ok &= condition_mask(self.rule.conditions[c], t, probe)
+            mask = np.zeros(len(t), bool)
+            mask[rows[ok]] = True
+        return mask
+
+    def _store(self, event_type: str, conditions: tuple[Expr, ...]):
+        """The negated/aggregated events: time-sorted rows passing their conditions on themselves
+        alone, and the conditions left to check against each instance."""
+        t = self.table
+        rows = t.rows_of_type(event_type)
+        own = [c for c in conditions if not inputs(c) and not _has_agg(c)]
+        rest = tuple(c for c in conditions if c not in own)
+        if len(rows) and own:
+            empty = np.empty((len(rows), 0), np.int64)
+            ok = np.ones(len(rows), bool)
+            for c in own:
+                ok &= condition_mask(c, t, empty, None, rows)
+            rows = rows[ok]
+        return rows, t.ts[rows], rest
+
+    # -- the event loop --------------------------------------------------------------------------
+
+    def run(self) -> None:
+        """Feed the rows in order; terminators are accepted only for rows in ``[lo, hi)``."""
+        events = self._schedule()
+        if self.tracing:
+            self._trace_steps = []
+        for r, work in events:
+            self._process(r, work)
+        self._flush()
+
+    def _schedule(self) -> list[tuple[int, list[tuple[int, int]]]]:
+        """For each row that fires some transition: the (model, transition) pairs, in order."""
+        rows_l, ms, ts_ = [], [], []
+        for m, model in enumerate(self.auto.models):
+            for i, tr in enumerate(model.transitions):
+                mask = self.static[tr.pred]
+                rows = np.flatnonzero(mask[self.lo : self.hi]) + self.lo if tr.accepting \
+                    else np.flatnonzero(mask[: self.hi])
+                rows_l.append(rows)
+                ms.append(np.full(len(rows), m, np.int64))
+                ts_.append(np.full(len(rows), i, np.int64))
+        if self.tracing:  # every event shows up in the trace, even those that fire nothing
+            rows_l.append(np.arange(self.hi))
+            ms.append(np.full(self.hi, -1, np.int64))
+            ts_.append(np.full(self.hi, -1, np.int64))
+        if not rows_l:
+            return []
+        rows = np.concatenate(rows_l)
+        if not len(rows):
+            return []
+        mm, tt = np.concatenate(ms), np.concatenate(ts_)
+        order = np.lexsort((tt, mm, rows))
+        rows, mm, tt = rows[order], mm[order], tt[order]
+        out: list[tuple[int, list[tuple[int, int]]]] = []
+        cuts = np.flatnonzero(np.diff(rows)) + 1
+        for a, b in zip(np.r_[0, cuts], np.r_[cuts, len(rows)]):
+            out.append((int(rows[a]), [(int(m), int(t)) for m, t in zip(mm[a:b], tt[a:b]) if m >= 0]))
+        return out
+
+    def _process(self, r: int, work: list[tuple[int, int]]) -> None:
+        now = int(self.ts[r])
+        while self.pending and self.pending[0][0] < now:
+            _, term, done = self.pending.popleft()
+            self._resolve(term, done)
+        complete: dict[tuple[int, int], list[np.ndarray]] = {}
+        self.last_accepted = []
+        self.last_composite = []
+        for m, i in work:
+            self._advance(m, i, r, now, complete)
+        for m in self.super_models:
+            st = self.states[m][1]
+            if st.n >= 2 * self.super_seen[m] + 8:  # amortised: only once the state has grown
+                self._supersede(m, now)
+                self.super_seen[m] = st.n
+        if complete:
+            if self.auto.waits_for_future:
+                self.pending.append((now + self.rule.trailing_horizon(), r, complete))
+            else:
+                self._resolve(r, complete)
+        if self.tracing:
+            self._record(r, now)
+
+    def _flush(self) -> None:
+        for _, term, done in self.pending:
+            self._resolve(term, done)
+        self.pending.clear()
+
+    def _advance(self, m: int, i: int, r: int, now: int, complete: dict) -> None:
+        """Fire transition ``i`` of model ``m`` with row ``r`` on every instance that it fits."""
+        model = self.auto.models[m]
+        tr = model.transitions[i]
+        ts = self.ts
+        names = None
+        if i == 0:
+            rows = np.full((1, self.width), -1, np.int64)
+            if self.tracing:
+                names = ["Seq" if len(self.auto.models) == 1 else f"M{m}.Seq"]
+        else:
+            st = self.states[m][i]
+            st.expire(now)
+            if st.n == 0:
+                return
+            rows = st.rows[: st.n]
+            last = rows[:, model.order[i - 1]]
+            ok = last < r
+            if tr.same_row:
+                ok |= last == r
+            if self.tracing:
+                names = [nm for nm, k in zip(st.names, ok) if k]
+            rows = rows[ok]
+        rows = rows.copy()
+        rows[:, tr.pred] = r
+        ok = np.ones(rows.shape[0], bool)
+        for x, a, w in tr.lower:
+            ok &= ts[rows[:, x]] >= ts[rows[:, a]] - w
+        for x, b in tr.upper:
+            ok &= ts[rows[:, x]] < ts[rows[:, b]]
+        for c in tr.conditions:
+            if ok.any():
+                ok[ok] = condition_mask(self.rule.conditions[c], self.table, rows[ok])
+        if not ok.all():
+            rows = rows[ok]
+            if names is not None:
+                names = [nm for nm, k in zip(names, ok) if k]
+        if rows.shape[0] == 0:
+            return
+        if names is not None:
+            names = [self._clone_name(nm) for nm in names]
+        if tr.accepting:
+            complete.setdefault((model.plan, model.depth), []).append(rows)
+            if self.tracing:
+                self.last_accepted.extend(self._views(m, i + 1, rows, names))
+            return
+        if tr.expiry:
+            deadline = np.min(
+                np.stack([ts[rows[:, x]] + w for x, w in tr.expiry]), axis=0
+            )
+        else:
+            deadline = np.full(rows.shape[0], _NEVER, np.int64)
+        self.states[m][i + 1].append(rows, deadline, names)
+
+    def _supersede(self, m: int, now: int) -> None:
+        """``last`` early deletion in the first state of model ``m``.
+
+        Instance I (event e1) can never be chosen once a newer instance J (event e2, later row)
+        in the same state has the same values of every attribute of the predicate that any check
+        reads, and ``ts(e2) < now``: every event still to come is later than both, so each check
+        that e1 passes e2 passes too (same attributes; the window edge is further from the older
+        one; nothing reads the predicate's timestamp, see :func:`_supersedable`; it is the
+        deepest predicate of the sub-plan, so nothing is anchored at it), and e2 is later.
+        Clones of I that already advanced are kept: they bound events J cannot.
+        """
+        st = self.states[m][1]
+        if st.n < 2:
+            return
+        x = self.auto.models[m].order[0]
+        rows = st.rows[: st.n, x]
+        settled = self.ts[rows] < now
+        if settled.sum() < 2:
+            return
+        key = []
+        for name in self.super_cols[m]:
+            col = self.table.columns.get(name)
+            if col is None:
+                continue
+            valid = col.valid[rows]
+            v = col.values[rows]
+            if col.kind == "float":  # by bit pattern: equal bits, equal outcomes
+                v = np.where(valid, v, 0.0).view(np.int64)
+            key.append(np.where(valid, v.astype(np.int64, copy=False), 0))
+            key.append(valid.astype(np.int64))
+        order = np.lexsort([rows] + key[::-1])  # by key, then by row
+        pos = np.arange(st.n)
+        if key:
+            k = np.stack(key, axis=1)[order]
+            starts = np.r_[0, np.flatnonzero(np.any(k[1:] != k[:-1], axis=1)) + 1]
+        else:
+            starts = np.zeros(1, np.int64)
+        s = settled[order]
+        newest = np.maximum.reduceat(np.where(s, pos, -1), starts)
+        sizes = np.diff(np.r_[starts, st.n])
+        keep_sorted = ~s | (pos >= np.repeat(newest, sizes))
+        if keep_sorted.all():
+            return
+        keep = np.empty(st.n, bool)
+        keep[order] = keep_sorted
+        st.keep(keep)
+
+    # -- resolution at the terminator -------------------------------------------------------------
+
+    def _resolve(self, term: int, complete: dict) -> None:
+        """Choose the matches of terminator ``term`` from the complete instances."""
+        found_rows, found_aggs = [], []
+        n_aggs = len(self.rule.aggregates)
+        for p, steps in enumerate(self.auto.steps):
+            chosen: list[tuple[tuple[int, ...], np.ndarray]] = []
+            for step in steps:
+                parts = complete.get((p, step.depth))
+                if not parts:
+                    break
+                rows = np.concatenate(parts)
+                cols = step.prefix + (step.pred,)
+                ok = ~np.any(self.consumed[rows[:, list(cols)]], axis=1)
+                aggs = np.full((rows.shape[0], n_aggs), np.nan)
+                rows, aggs = rows[ok], aggs[ok]
+                for kcols, keys in chosen:
+                    if not len(rows):
+                        break
+                    sel = _isin_rows(rows[:, list(kcols)], keys)
+                    rows, aggs = rows[sel], aggs[sel]
+                for a in step.aggregates:
+                    if len(rows):
+                        aggs[:, a] = self._aggregate(a, rows)
+                for ni in step.negations:
+                    if len(rows):
+                        sel = self._negation_ok(ni, rows)
+                        rows, aggs = rows[sel], aggs[sel]
+                for c in step.conditions:
+                    if len(rows):
+                        sel = condition_mask(self.rule.conditions[c], self.table, rows, aggs)
+                        rows, aggs = rows[sel], aggs[sel]
+                if not len(rows):
+                    break
+                if step.policy is not None:
+                    pick = _choose(rows, step.prefix, step.pred, step.policy)
+                    rows, aggs = rows[pick], aggs[pick]
+                    chosen.append((cols, rows[:, list(cols)].copy()))
+                if step.final:
+                    for a in range(n_aggs):
+                        if a not in step.aggregates:
+                            aggs[:, a] = self._aggregate(a, rows)
+                    found_rows.append(rows)
+                    found_aggs.append(aggs)
+        if not found_rows:
+            return
+        rows = np.concatenate(found_rows)
+        self.out_rows.append(rows)
+        self.out_aggs.append(np.concatenate(found_aggs))
+        if self.tracing:
+            self.last_composite.extend(tuple(int(v) for v in self.table.ids[r]) for r in rows)
+        # all composite events of this terminator exist before its consumption applies
+        for pred in self.rule.consuming:
+            self.consumed[rows[:, pred]] = True
+
+    def _span_members(self, span: Span, rows: np.ndarray, store) -> tuple[np.ndarray, np.ndarray]:
+        """(instance index, stored row) pairs: the stored events inside each instance's span."""
+        cand, cts, _ = store
+        ts = self.ts
+        lo = ts[rows[:, span.lo_ref]] + span.lo_offset
+        hi = ts[rows[:, span.hi_ref]] + span.hi_offset
+        swap = lo > hi  # `between Y and Z` with Z before Y; the flags stay as they are
+        lo, hi = np.where(swap, hi, lo), np.where(swap, lo, hi)
+        a = np.searchsorted(cts, lo, "left" if span.lo_inclusive else "right")
+        b = np.searchsorted(cts, hi, "right" if span.hi_inclusive else "left")
+        counts = np.maximum(b - a, 0)
+        idx = np.repeat(np.arange(rows.shape[0]), counts)
+        starts = np.cumsum(counts) - counts
+        offs = np.arange(len(idx)) - np.repeat(starts, counts)
+        return idx, cand[np.repeat(a, counts) + offs]
+
+    def _members_ok(self, conditions, rows, idx, members) -> np.ndarray:
+        ok = np.ones(len(idx), bool)
+        for c in conditions:
+            if ok.any():
+                ok[ok] = condition_mask(c, self.table, rows[idx[ok]], None, members[ok])
+        return ok
+
+    def _negation_ok(self, ni: int, rows: np.ndarray) -> np.ndarray:
+        """For each instance: no negated event in its span satisfies the negation's conditions."""
+        neg: Negation = self.rule.negations[ni]
+        store = self.stores[ni]
+        idx, members = self._span_members(neg.span, rows, store)
+        ok = self._members_ok(store[2], rows, idx, members)
+        return np.bincount(idx[ok], minlength=rows.shape[0]) == 0
+
+    def _aggregate(self, ai: int, rows: np.ndarray) -> np.ndarray:
+        """The aggregate's value for each instance (NaN = null)."""
+        agg: Aggregate = self.rule.aggregates[ai]
+        store = self.agg_stores[ai]
+        m = rows.shape[0]
+        idx, members = self._span_members(agg.span, rows, store)
+        ok = self._members_ok(store[2], rows, idx, members)
+        idx, members = idx[ok], members[ok]
+        if agg.function == "count":
+            return np.bincount(idx, minlength=m).astype(np.float64)
+        v = evaluate(Attr(SELF, agg.attribute), self.table, np.empty((len(idx), 0), np.int64),
+                     None, members)
+        vals = v.values.astype(np.float64)
+        good = v.valid & ~np.isnan(vals)
+        idx, vals = idx[good], vals[good]
+        if agg.function == "sum":
+            return np.bincount(idx, weights=vals, minlength=m)
+        cnt = np.bincount(idx, minlength=m)
+        if agg.function == "avg":
+            with np.errstate(invalid="ignore", divide="ignore"):
+                out = np.bincount(idx, weights=vals, minlength=m) / cnt
+        elif agg.function == "min":
+            out = np.full(m, np.inf)
+            np.minimum.at(out, idx, vals)
+        else:
+            out = np.full(m, -np.inf)
+            np.maximum.at(out, idx, vals)
+        out[cnt == 0] = np.nan
+        return out
+
+    # -- tracing ---------------------------------------------------------------------------------
+
+    def _clone_name(self, parent: str) -> str:
+        k = self.children.get(parent, 0) + 1
+        self.children[parent] = k
+        return f"{parent}{k}"
+
+    def _views(self, m: int, state: int, rows: np.ndarray, names) -> list[InstanceView]:
+        model = self.auto.models[m]
+        preds = self.rule.predicates
+        out = []
+        for j, row in enumerate(rows):
+            ids = {preds[x].alias: int(self.table.ids[row[x]]) for x in model.order[:state]}
+            out.append(InstanceView(names[j], m, model.state_name(self.rule, state), ids))
+        return out
+
+    def _record(self, r: int, now: int) -> None:
+        alive = []
+        for m, model in enumerate(self.auto.models):
+            for s in range(1, len(model.order)):
+                st = self.states[m][s]
+                st.expire(now)
+                alive.extend(self._views(m, s, st.rows[: st.n], st.names))
+        t = self.table
+        self._trace_steps.append(TraceStep(
+            r, int(t.ids[r]), now, t.type_names[t.types[r]], alive,
+            list(self.last_accepted), list(self.last_composite),
+        ))
+
+    def matches(self) -> Matches:
+        if not self.out_rows:
+            return Matches.empty(self.rule)
+        return Matches(np.concatenate(self.out_rows), np.concatenate(self.out_aggs))
+
+
+def _choose(rows: np.ndarray, prefix: tuple[int, ...], pred: int, policy: str) -> np.ndarray:
+    """Indices of the latest (``last``) / earliest (``first``) row of ``pred`` per prefix."""
+    keys = [rows[:, pred]] + [rows[:, c] for c in reversed(prefix)]
+    order = np.lexsort(keys)
+    if not prefix:
+        return order[-1:] if policy == "last" else order[:1]
+    pre = rows[order][:, list(prefix)]
+    change = np.any(pre[1:] != pre[:-1], axis=1)
+    if policy == "last":
+        ends = np.r_[np.flatnonzero(change), len(order) - 1]
+    else:
+        ends = np.r_[0, np.flatnonzero(change) + 1]
+    return order[ends]
+
+
+def _isin_rows(rows: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """For each row of ``rows``: whether it equals some row of ``keys`` (same width)."""
+    if not len(keys):
+        return np.zeros(len(rows), bool)
+    both = np.ascontiguousarray(np.concatenate([keys, rows]))
+    view = both.view(np.dtype((np.void, both.dtype.itemsize * both.shape[1]))).ravel()
+    _, inv = np.unique(view, return_inverse=True)
+    inv = inv.ravel()
+    return np.isin(inv[len(keys):], inv[: len(keys)])
+
+
+# ------------------------------------------------------------------------------------------------
+# Public entry points
+
+
+class AipBackend:
+    """The automaton backend, implementing :class:`cep_gpu.backends.Backend`."""
+
+    name = "aip"
+
+    def match(
+        self,
+        rule: Rule,
+        table: EventTable,
+        lo: int = 0,
+        hi: int | None = None,
+        excluded: np.ndarray | None = None,
+    ) -> Matches:
+        """Matches of ``rule`` whose terminator is a row in ``[lo, hi)`` (see the backend contract)."""
+        hi = len(table) if hi is None else hi
+        if hi <= lo or len(table) == 0:
+            return Matches.empty(rule)
+        run = _Run(automaton_of(rule), table, lo, hi, excluded)
+        run.run()
+        return run.matches()
+
+
+def trace(rule: Rule, table: EventTable) -> list[TraceStep]:
+    """Run ``rule`` over ``table`` with AIP, recording the instances alive after each event.
+
+    Every event (row) gives one :class:`TraceStep`: the instances alive after it (the initial
+    instance of each model, which never changes, is left out as in Figure 2), the instances that
+    reached the accepting state on it, and the composite events (ids) produced on it.
+    """
+    run = _Run(automaton_of(rule), table, 0, len(table), None, tracing=True)
+    run.run()
+    return run._trace_steps
+
+
+register("aip", AipBackend)
