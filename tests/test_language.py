@@ -916,3 +916,17 @@ def test_many_rules_parse_quickly():
     assert len(rules) == 1000 and rules[999].predicates[2] == Predicate(
         "A999", "A999", "each", 15 * S, 1, 1
     )
+
+
+def test_every_rule_block_of_the_language_doc_parses():
+    import re
+    from pathlib import Path
+
+    doc = (Path(__file__).parent.parent / "docs" / "language.md").read_text()
+    blocks = re.findall(r"```(tesla|seq)\n(.*?)```", doc, re.S)
+    assert len(blocks) >= 7
+    for kind, text in blocks:
+        rule = parse_rule(text)
+        assert rule.syntax == ("tesla" if kind == "tesla" else "seq")
+    # the museum rules of the doc are the ones of the examples
+    assert parse_rule(blocks[0][1]) == TOUCH

@@ -215,11 +215,11 @@ class _Rule:
         conds = self.event_conditions(pred, SELF, positive=False)
         index = len(self.aggregates)
         self.aggregates.append(Aggregate(func, type_, attr, span, tuple(conds), name))
-        self.agg_names[name] = index
-        if test is not None:
+        if test is not None:  # compiled before the name exists: `v = ...).x > v` is an error
             op, rhs = test.children
             value = compile_expr(self.src, rhs, _OuterResolver(self, n_before))
             self.conditions.append(Compare(str(op.children[0]), AggValue(index), value))
+        self.agg_names[name] = index
 
 
 class _PredResolver(Resolver):
