@@ -87,6 +87,8 @@ _PROVIDERS = {
     "reference": "cep_gpu.reference",
     "cpu": "cep_gpu.cdp",
     "gpu": "cep_gpu.cdp",
+    # the GPU kernels compiled for the host and run serially (tests, no GPU needed)
+    "gpu-host": "cep_gpu.kernels.host",
     "auto": "cep_gpu.planner",
     "aip": "cep_gpu.aip",
 }
