@@ -13,6 +13,7 @@ _CANDIDATES = [
     ("reference", "cep_gpu.reference"),
     ("cpu", "cep_gpu.cdp"),
     ("aip", "cep_gpu.aip"),
+    ("gpu-host", "cep_gpu.kernels.host"),
 ]
 
 

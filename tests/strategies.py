@@ -101,6 +101,7 @@ def tesla_rules(
     negations: bool = True,
     aggregates: bool = True,
     consuming: bool = True,
+    policies=POLICIES,
 ) -> str:
     """Rule text of one random TESLA rule named ``name`` (predicates aliased ``p0``, ``p1``, ...)."""
     n = draw(st.integers(1, max_predicates))
@@ -122,7 +123,7 @@ def tesla_rules(
         if i == 0:
             items.append(pred)
         else:
-            policy = draw(st.sampled_from(POLICIES))
+            policy = draw(st.sampled_from(policies))
             anchor = draw(st.sampled_from(aliases))
             items.append(f"{policy} {pred} within {draw(st.sampled_from(WINDOWS))} s from {anchor}")
         aliases.append(f"p{i}")
@@ -168,7 +169,7 @@ def _span(draw, aliases: list[str]) -> str:
 
 
 @st.composite
-def seq_rules(draw, name: str = "S", max_positions: int = 5, types=TYPES) -> str:
+def seq_rules(draw, name: str = "S", max_positions: int = 5, types=TYPES, policies=POLICIES) -> str:
     """Rule text of one random sequence pattern: ``SEQ`` (or ``AND``) with optional ``NOT``s."""
     n = draw(st.integers(1, max_positions))
     kind = draw(st.sampled_from(["SEQ", "SEQ", "AND"])) if n > 1 else "SEQ"
@@ -196,7 +197,7 @@ def seq_rules(draw, name: str = "S", max_positions: int = 5, types=TYPES) -> str
         text += "\nwhere " + " and ".join(f"({c})" if " or " in c else c for c in conds)
     text += f"\nwithin {draw(st.sampled_from(WINDOWS))} s"
     if draw(st.booleans()):
-        text += f"\nselect {draw(st.sampled_from(POLICIES))}"
+        text += f"\nselect {draw(st.sampled_from(policies))}"
     if draw(st.booleans()):
         text += f"\nreturn t := e0.x, w := e{n - 1}.y"
     return text
