@@ -375,6 +375,11 @@ class TraceStep:
 class _Run:
     """One pass of an :class:`Automaton` over an event table (rows in order)."""
 
+    #: ``last`` early deletion runs once the first state holds ``GROWTH * n + SLACK`` instances,
+    #: ``n`` being its size after the previous pass (tests set both to 0: a pass per event).
+    SUPERSEDE_GROWTH = 2
+    SUPERSEDE_SLACK = 8
+
     def __init__(self, auto: Automaton, table: EventTable, lo: int, hi: int,
                  excluded: np.ndarray | None, tracing: bool = False) -> None:
         self.auto = auto
@@ -489,7 +494,8 @@ class _Run:
             self._advance(m, i, r, now, complete)
         for m in self.super_models:
             st = self.states[m][1]
-            if st.n >= 2 * self.super_seen[m] + 8:  # amortised: only once the state has grown
+            # amortised: only once the state has grown since the last pass
+            if st.n >= self.SUPERSEDE_GROWTH * self.super_seen[m] + self.SUPERSEDE_SLACK:
                 self._supersede(m, now)
                 self.super_seen[m] = st.n
         if complete:
