@@ -1,0 +1,83 @@
+"""The command line: run (CSV/Parquet in and out, table to the terminal), explain, errors."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+
+import cep_gpu
+from cep_gpu.cli import main
+from cep_gpu.museum import MUSEUM_RULES, generate_museum
+
+TOUCH = """define Touch(room: string, painting: string)
+from   Vibration(painting=$p and value>3.0) and
+       each PeopleNear(painting=$p) within 2 min. from Vibration
+where  room=Vibration.room and painting=Vibration.painting
+"""
+
+
+@pytest.fixture()
+def files(tmp_path):
+    rules = tmp_path / "museum.tesla"
+    rules.write_text(MUSEUM_RULES)
+    events = generate_museum(3000, seed=3)
+    pq_path = tmp_path / "events.parquet"
+    events.to_parquet(pq_path, index=False)
+    csv_path = tmp_path / "events.csv"
+    events.to_csv(csv_path, index=False)
+    return rules, pq_path, csv_path, events
+
+
+def test_run_parquet_to_parquet_equals_detect(files, tmp_path):
+    rules, pq_path, _, events = files
+    out = tmp_path / "out.parquet"
+    assert main(["run", str(rules), str(pq_path), "--backend", "reference", "--out", str(out)]) == 0
+    got = pq.read_table(out).to_pandas()
+    expected = cep_gpu.detect(events, MUSEUM_RULES, backend="reference")
+    assert len(expected) > 0
+    assert got["rule"].tolist() == expected["rule"].tolist()
+    assert [tuple(x) for x in got["ids"]] == [tuple(x) for x in expected["ids"]]
+    assert (pd.to_datetime(got["ts"]) == expected["ts"]).all()
+
+
+def test_run_csv_to_csv(files, tmp_path):
+    rules, _, csv_path, events = files
+    out = tmp_path / "out.csv"
+    assert main(["run", str(rules), str(csv_path), "--backend", "reference", "--out", str(out)]) == 0
+    got = pd.read_csv(out)
+    expected = cep_gpu.detect(events, MUSEUM_RULES, backend="reference")
+    assert got["ids"].tolist() == [" ".join(map(str, x)) for x in expected["ids"]]
+
+
+def test_run_prints_table(files, capsys):
+    rules, pq_path, _, _ = files
+    assert main(["run", str(rules), str(pq_path), "--backend", "reference", "--limit", "3"]) == 0
+    out = capsys.readouterr()
+    assert "Touch" in out.out or "Theft" in out.out or "Alarm" in out.out
+    assert "composite events from 3000 events" in out.err
+
+
+def test_run_reports_rule_errors(tmp_path, files, capsys):
+    _, pq_path, _, _ = files
+    bad = tmp_path / "bad.tesla"
+    bad.write_text("define X\nfrom A(x > ) and")
+    assert main(["run", str(bad), str(pq_path)]) == 1
+    err = capsys.readouterr().err
+    assert "line 2" in err
+
+
+def test_run_reports_unknown_file_type(tmp_path, files, capsys):
+    rules, _, _, _ = files
+    odd = tmp_path / "events.json"
+    odd.write_text("{}")
+    assert main(["run", str(rules), str(odd)]) == 1
+    assert "unknown file type" in capsys.readouterr().err
+
+
+def test_explain_names_rules_and_windows(files, capsys):
+    rules, _, _, _ = files
+    assert main(["explain", str(rules), "--backend", "reference"]) == 0
+    out = capsys.readouterr().out
+    for name in ("Touch", "Theft", "Alarm", "PeopleNear"):
+        assert name in out
