@@ -34,7 +34,7 @@ from ..codegen.cuda import CudaRule, StepSpec, generate
 from ..errors import BackendUnavailableError, CepError
 from ..evaluate import condition_mask
 from ..events import EventTable
-from ..model import SELF, Attr, Rule, walk
+from ..model import Attr, Rule, walk
 
 I64_MAX = np.iinfo(np.int64).max
 
@@ -380,16 +380,19 @@ class DeviceMatcher:
         try:
             return [self._run_batch(rule, data, plan_index, terms)]
         except DeviceOutOfMemory as err:
-            self._buffers.clear()
-            if len(terms) == 1:
-                raise DeviceMemoryError(
-                    f"rule {rule.name!r}: the device ran out of memory for a single terminator "
-                    f"(row {int(terms[0])}); the failed allocation asked for {err.nbytes} bytes "
-                    f"with {self.runtime.bytes_in_use()} bytes in use"
-                ) from err
-            self.stats.splits += 1
-            mid = len(terms) // 2
-            return self._run_split(rule, data, plan_index, terms[:mid]) + self._run_split(rule, data, plan_index, terms[mid:])
+            # leave the except block before retrying: its traceback keeps the failed attempt's
+            # buffers alive
+            failed = err.nbytes
+        self._buffers.clear()
+        if len(terms) == 1:
+            raise DeviceMemoryError(
+                f"rule {rule.name!r}: the device ran out of memory for a single terminator "
+                f"(row {int(terms[0])}); the failed allocation asked for {failed} bytes "
+                f"with {self.runtime.bytes_in_use()} bytes in use"
+            )
+        self.stats.splits += 1
+        mid = len(terms) // 2
+        return self._run_split(rule, data, plan_index, terms[:mid]) + self._run_split(rule, data, plan_index, terms[mid:])
 
     def _buffer(self, name: str, dtype: Any, n: int) -> GrowingBuffer:
         buf = self._buffers.get(name)

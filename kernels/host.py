@@ -129,6 +129,7 @@ class HostRuntime:
         self.memory_limit = memory_limit
         self._modules: dict[str, HostModule] = {}
         self._live: dict[int, int] = {}  # id(buffer) -> bytes, for the simulated limit
+        self.peak_bytes = 0
 
     def compile(self, rule: CudaRule) -> HostModule:
         if rule.key not in self._modules:
@@ -142,6 +143,7 @@ class HostRuntime:
                 raise DeviceOutOfMemory(nbytes)
         arr = np.empty(int(n), dtype) if fill is None else np.full(int(n), fill, dtype)
         self._track(arr)
+        self.peak_bytes = max(self.peak_bytes, self.bytes_in_use())
         return arr
 
     def _track(self, arr: np.ndarray) -> None:
