@@ -394,7 +394,7 @@ def generate(rule: Rule, kinds: Mapping[str, str | None]) -> CudaRule:
         '#include "cdp.cuh"',
         "",
     ]
-    for j, agg in enumerate(rule.aggregates):
+    for j in range(len(rule.aggregates)):
         out += [f"CEP_DEVICE double cep_agg_{j}(const Ctx& c, const cep_i64* s);"]
     for j, agg in enumerate(rule.aggregates):
         out += _aggregate(j, agg, lowered.aggregate_filters[j], layout, rule) + [""]

@@ -1,0 +1,398 @@
+"""Column Delayed Processing (the chapter's section 3.2): the host side shared by ``cpu`` and ``gpu``.
+
+For one rule over rows ``[lo, hi)`` of a table:
+
+1. **Columns** (:class:`~cep_gpu.columns.ColumnStore`): per predicate, the rows of its type that
+   pass its static filters, time-sorted; only rows within ``rule.lookback()`` of ``ts[lo]`` are
+   read, so a streaming call on a large buffer stays cheap.
+2. **Batch of terminators**: every terminator in ``[lo, hi)`` starts a partial sequence (an int64
+   row of table rows in declaration order, -1 = unbound).
+3. **Step by step** in the plan's binding order: the host computes each sequence's candidate range
+   in the step's column by binary search (:mod:`cep_gpu.ranges`), through the parameter index when
+   the step has an equality on already bound attributes; then a :class:`Combiner` runs the
+   combination kernel (``each``: every valid candidate, ``last``/``first``: the latest/earliest).
+4. Aggregates of the complete sequences are computed in kernels and returned in ``Matches.aggs``.
+
+Rules with ``consuming`` run terminator by terminator in row order, with an excluded mask that
+grows as composite events consume their events.
+
+Only the combination differs between backends: :class:`Combiner` is the seam. The ``cpu`` backend
+uses :class:`CpuCombiner` (Numba, :mod:`cep_gpu.kernels.cpu`); the ``gpu`` backend registers its own
+combiner through :func:`register_combiner`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from .backends import Matches, register
+from .codegen import RuleSpec, StepSpec, compile_numba, lower
+from .columns import Column, ColumnStore
+from .evaluate import evaluate
+from .events import EventTable
+from .model import Rule
+from .ranges import key_ranks, keyed_ranges, lower_window_bound, window_ranges
+
+# ------------------------------------------------------------------------------------------------
+# The seam between the host loop and the kernels
+
+
+@dataclass
+class StepInput:
+    """What a combination kernel gets for one step of one plan.
+
+    ``seqs`` (n, P) partial sequences; ``lo``/``hi`` (n,) candidate ranges into ``cand`` (table
+    rows); ``excluded``/``use_excluded``: consumed rows to skip; ``env``: the kernel argument tuple
+    (:class:`cep_gpu.codegen.Layout`); ``plan``/``spec``: which generated check applies.
+    """
+
+    spec: StepSpec
+    plan: int
+    seqs: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+    cand: np.ndarray
+    excluded: np.ndarray
+    use_excluded: bool
+    env: tuple
+
+
+class Combiner(Protocol):
+    """The backend-specific part of CDP: compile a rule, combine one step, compute aggregates."""
+
+    name: str
+
+    def prepare(self, spec: RuleSpec, kinds: dict[str, str | None]) -> object:
+        """Compile (or fetch from a cache) the rule's kernels; the result is passed back below."""
+        ...
+
+    def each(self, kernels: object, step: StepInput) -> np.ndarray:
+        """(n_out, P) new sequences: each sequence extended by every valid candidate, in order."""
+        ...
+
+    def select(self, kernels: object, step: StepInput, last: bool) -> np.ndarray:
+        """(n,) the latest (``last``) or earliest valid candidate row per sequence, -1 if none."""
+        ...
+
+    def aggregates(self, kernels: object, spec: RuleSpec, seqs: np.ndarray, env: tuple) -> np.ndarray:
+        """(n, n_aggregates) float64 aggregate values of complete sequences (NaN = null)."""
+        ...
+
+
+class CpuCombiner:
+    """Numba kernels of :mod:`cep_gpu.kernels.cpu` with the rule's generated checks."""
+
+    name = "cpu"
+
+    def prepare(self, spec: RuleSpec, kinds: dict[str, str | None]):
+        return compile_numba(spec, kinds)
+
+    def _valid(self, kernels, step: StepInput):
+        from .kernels.cpu import always_valid
+
+        return always_valid if step.spec.trivial else kernels.valid[step.plan][step.spec.step]
+
+    def each(self, kernels, step: StepInput) -> np.ndarray:
+        from .kernels.cpu import combine_each
+
+        return combine_each(
+            self._valid(kernels, step), step.seqs, step.lo, step.hi, step.cand, step.spec.pred,
+            step.excluded, step.use_excluded, step.env, step.spec.trivial,
+        )
+
+    def select(self, kernels, step: StepInput, last: bool) -> np.ndarray:
+        from .kernels.cpu import combine_select
+
+        if step.spec.trivial and not step.use_excluded:
+            # nothing to check: the choice is the range's edge
+            n = len(step.cand)
+            has = step.hi > step.lo
+            edge = np.clip(step.hi - 1 if last else step.lo, 0, max(n - 1, 0))
+            return np.where(has, step.cand[edge] if n else -1, -1).astype(np.int64)
+        return combine_select(
+            self._valid(kernels, step), step.seqs, step.lo, step.hi, step.cand,
+            step.excluded, step.use_excluded, step.env, last,
+        )
+
+    def aggregates(self, kernels, spec: RuleSpec, seqs: np.ndarray, env: tuple) -> np.ndarray:
+        from .kernels.cpu import compute_aggregates
+
+        return compute_aggregates(kernels.aggs_all, seqs, env, len(spec.rule.aggregates))
+
+
+# ------------------------------------------------------------------------------------------------
+# Host side
+
+
+def attribute_kinds(spec: RuleSpec, table: EventTable) -> dict[str, str | None]:
+    """Kind of every attribute the kernels read (None: no such column in the table)."""
+    return {a: (table.columns[a].kind if a in table.columns else None) for a in spec.layout.attrs}
+
+
+def build_env(spec: RuleSpec, table: EventTable, store: ColumnStore) -> tuple:
+    """The kernel argument tuple of :class:`cep_gpu.codegen.Layout`."""
+    env: list = [table.ts]
+    for a in spec.layout.attrs:
+        col = table.columns.get(a)
+        if col is None:  # never read: the generator emits a constant null for it
+            env += [np.zeros(1, np.float64), np.zeros(1, np.bool_)]
+        else:
+            env += [col.values, col.valid]
+    codes = [table.strings.lookup(s) for s in spec.layout.strings]
+    env.append(np.array(codes or [-2], dtype=np.int64))
+    for col in store.negations + store.aggregates:
+        env += [col.rows, col.ts]
+    return tuple(env)
+
+
+def _conds(rule: Rule, idx: tuple[int, ...]):
+    return tuple(rule.conditions[i] for i in idx)
+
+
+class CDPBackend:
+    """The CDP matcher (:class:`cep_gpu.backends.Backend`) over a given :class:`Combiner`.
+
+    ``use_index=False`` scans every window instead of using parameter indexes (for tests and
+    comparisons: both give the same matches).
+    """
+
+    def __init__(self, combiner: Combiner, name: str | None = None, use_index: bool = True) -> None:
+        self.combiner = combiner
+        self.name = name or combiner.name
+        self.use_index = use_index
+        self._specs: dict[int, tuple[Rule, RuleSpec]] = {}
+
+    def spec(self, rule: Rule) -> RuleSpec:
+        """The lowered rule (cached per rule object)."""
+        hit = self._specs.get(id(rule))
+        if hit is None or hit[0] is not rule:
+            hit = self._specs[id(rule)] = (rule, lower(rule, self.use_index))
+        return hit[1]
+
+    # -- the backend contract ---------------------------------------------------------------------
+
+    def match(
+        self,
+        rule: Rule,
+        table: EventTable,
+        lo: int = 0,
+        hi: int | None = None,
+        excluded: np.ndarray | None = None,
+    ) -> Matches:
+        """Matches of ``rule`` whose terminator is a row in ``[lo, hi)`` (see the backend contract)."""
+        hi = len(table) if hi is None else min(hi, len(table))
+        lo = max(lo, 0)
+        if hi <= lo:
+            return Matches.empty(rule)
+        spec = self.spec(rule)
+        ts = table.ts
+        # only rows that some window of a terminator in [lo, hi) can reach
+        start = int(np.searchsorted(ts, ts[lo] - rule.lookback(), "left"))
+        horizon = rule.trailing_horizon()
+        stop_ext = int(np.searchsorted(ts, ts[hi - 1] + horizon, "right")) if horizon else hi
+        consuming = bool(rule.consuming)
+        store = ColumnStore(
+            rule, table,
+            tuple(_conds(rule, f) for f in spec.filters),
+            tuple(tuple(n.conditions[i] for i in f) for n, f in zip(rule.negations, spec.neg_filters)),
+            tuple(tuple(a.conditions[i] for i in f) for a, f in zip(rule.aggregates, spec.agg_filters)),
+            start, hi, max(stop_ext, hi),
+            excluded=None if consuming else excluded,
+        )
+        env = build_env(spec, table, store)
+        kernels = self.combiner.prepare(spec, attribute_kinds(spec, table))
+        run = _Run(self.combiner, kernels, spec, table, store, env)
+        if not consuming:
+            no_excl = np.zeros(1, np.bool_)
+            parts = []
+            for p, plan in enumerate(spec.plans):
+                terms = _in_range(store.predicates[plan.plan.terminator].rows, lo, hi)
+                parts.append(run.plan(p, terms, no_excl, False))
+            seqs = np.concatenate(parts) if parts else np.empty((0, rule.n_predicates), np.int64)
+        else:
+            mask = np.zeros(len(table), np.bool_) if excluded is None else np.array(excluded, np.bool_)
+            seqs = run.consuming(lo, hi, mask)
+        aggs = (
+            self.combiner.aggregates(kernels, spec, seqs, env)
+            if rule.aggregates and len(seqs)
+            else np.full((len(seqs), len(rule.aggregates)), np.nan)
+        )
+        return Matches(np.ascontiguousarray(seqs, np.int64), aggs)
+
+
+def _in_range(rows: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    a, b = np.searchsorted(rows, [lo, hi])
+    return rows[a:b]
+
+
+@dataclass
+class _Run:
+    """One ``match`` call: the step loop over a batch of partial sequences."""
+
+    combiner: Combiner
+    kernels: object
+    spec: RuleSpec
+    table: EventTable
+    store: ColumnStore
+    env: tuple
+
+    def plan(self, p: int, terms: np.ndarray, excl: np.ndarray, use_excl: bool) -> np.ndarray:
+        """Complete sequences of plan ``p`` for the terminator rows ``terms``."""
+        plan = self.spec.plans[p]
+        n_pred = self.spec.rule.n_predicates
+        seqs = np.full((len(terms), n_pred), -1, np.int64)
+        for st in plan.steps:
+            if len(seqs) == 0:
+                break
+            if st.step == 0:
+                seqs[:, st.pred] = terms
+                if st.trivial:
+                    continue
+                # the terminator's own checks (aggregates, negations): a one-candidate `each`
+                lo = np.arange(len(terms), dtype=np.int64)
+                step = StepInput(st, p, seqs, lo, lo + 1, terms, excl, False, self.env)
+                seqs = self.combiner.each(self.kernels, step)
+                continue
+            lo, hi, cand = self.ranges(st, seqs)
+            step = StepInput(st, p, seqs, lo, hi, cand, excl, use_excl, self.env)
+            if st.policy == "each":
+                seqs = self.combiner.each(self.kernels, step)
+            else:
+                chosen = self.combiner.select(self.kernels, step, st.policy == "last")
+                keep = chosen >= 0
+                seqs = seqs[keep]
+                seqs[:, st.pred] = chosen[keep]
+        return seqs
+
+    def ranges(self, st: StepSpec, seqs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Each sequence's candidate range in the step's column (or its parameter index)."""
+        col: Column = self.store.predicates[st.pred]
+        ts = self.table.ts
+        lo_ts = lower_window_bound(ts[seqs[:, st.anchor]], st.window)
+        lo, hi = window_ranges(col.ts, lo_ts, ts[seqs[:, st.before]])
+        if st.key is None:
+            return lo, hi, col.rows
+        index = col.key_index(self.table, st.key.attr)
+        value = evaluate(st.key.expr, self.table, seqs)
+        ranks, found = key_ranks(index.uniq, value.values, value.valid)
+        klo, khi = keyed_ranges(index.uniq, index.composite, ranks, found, lo, hi)
+        return klo, khi, index.rows
+
+    def consuming(self, lo: int, hi: int, excluded: np.ndarray) -> np.ndarray:
+        """Terminator by terminator in row order; consumed events leave the positive columns."""
+        rule, spec = self.spec.rule, self.spec
+        cols = [np.asarray(self.store.predicates[pl.plan.terminator].rows) for pl in spec.plans]
+        terms = np.unique(np.concatenate([_in_range(c, lo, hi) for c in cols])) if cols else []
+        consumed = list(rule.consuming)
+        out = []
+        for t in terms:
+            if excluded[t]:
+                continue
+            found = [
+                self.plan(p, np.array([t], np.int64), excluded, True)
+                for p in range(len(spec.plans))
+                if _contains(cols[p], t)
+            ]
+            found = [f for f in found if len(f)]
+            if not found:
+                continue
+            got = np.concatenate(found)
+            out.append(got)
+            excluded[got[:, consumed].ravel()] = True
+        return np.concatenate(out) if out else np.empty((0, rule.n_predicates), np.int64)
+
+
+def _contains(sorted_rows: np.ndarray, row: int) -> bool:
+    i = np.searchsorted(sorted_rows, row)
+    return bool(i < len(sorted_rows) and sorted_rows[i] == row)
+
+
+# ------------------------------------------------------------------------------------------------
+# explain
+
+
+def describe(rule: Rule, use_index: bool = True) -> str:
+    """How CDP evaluates ``rule``: columns and their filters, windows, and the checks per step."""
+    spec = lower(rule, use_index)
+    lines = [f"rule {rule.name}: CDP, {len(spec.plans)} plan(s)"]
+    for p, pred in enumerate(rule.predicates):
+        filters = ", ".join(_show(rule.conditions[i]) for i in spec.filters[p]) or "none"
+        lines.append(f"  column {p} {pred.alias} ({pred.event_type}): filters {filters}")
+    for pi, plan in enumerate(spec.plans):
+        lines.append(f"  plan {pi}: binding order {list(plan.plan.order)}")
+        for st in plan.steps:
+            pred = plan.plan.predicates[st.pred]
+            if st.step == 0:
+                head = f"    step 0: terminator {pred.alias}"
+            else:
+                win = "unbounded" if st.window is None else f"{st.window} ns"
+                anchor = plan.plan.predicates[st.anchor].alias
+                before = plan.plan.predicates[st.before].alias
+                head = (
+                    f"    step {st.step}: {st.policy} {pred.alias} in "
+                    f"[{anchor}.ts - {win}, {before}.ts)"
+                )
+                if st.key is not None:
+                    head += f", parameter index on {st.key.attr} = {_show(st.key.expr)}"
+            checks = [_show(rule.conditions[i]) for i in st.conditions]
+            checks += [f"not {rule.negations[i].event_type} (negation {i})" for i in st.negations]
+            lines.append(head + (f"; checks {', '.join(checks)}" if checks else ""))
+    for k, agg in enumerate(rule.aggregates):
+        lines.append(f"  aggregate {k}: {agg.function}({agg.event_type}.{agg.attribute or '*'})")
+    if rule.consuming:
+        lines.append(f"  consuming {list(rule.consuming)}: terminators one by one, in order")
+    return "\n".join(lines)
+
+
+def _show(expr) -> str:
+    from .model import AggValue, Arith, Attr, BoolOp, Compare, Const, Neg, Not, Timestamp
+
+    if isinstance(expr, Const):
+        return repr(expr.value)
+    if isinstance(expr, Attr):
+        return f"{'self' if expr.pred < 0 else expr.pred}.{expr.name}"
+    if isinstance(expr, Timestamp):
+        return f"{expr.pred}.ts"
+    if isinstance(expr, AggValue):
+        return f"agg{expr.index}"
+    if isinstance(expr, (Arith, Compare)):
+        return f"({_show(expr.left)} {expr.op} {_show(expr.right)})"
+    if isinstance(expr, Neg):
+        return f"-{_show(expr.arg)}"
+    if isinstance(expr, Not):
+        return f"not {_show(expr.arg)}"
+    if isinstance(expr, BoolOp):
+        return "(" + f" {expr.op} ".join(_show(a) for a in expr.args) + ")"
+    return "?"
+
+
+# ------------------------------------------------------------------------------------------------
+# registry
+
+_COMBINERS: dict[str, Callable[[], Combiner]] = {"cpu": CpuCombiner}
+
+
+def register_combiner(name: str, factory: Callable[[], Combiner]) -> None:
+    """Register backend ``name`` as CDP over the combiner that ``factory`` builds (e.g. ``gpu``)."""
+    _COMBINERS[name] = factory
+    register(name, lambda: CDPBackend(factory(), name))
+
+
+register("cpu", lambda: CDPBackend(CpuCombiner(), "cpu"))
+
+
+def _register_gpu() -> None:
+    # backends.py maps "gpu" to this module: pull in the GPU combiner where it exists
+    try:
+        import importlib
+
+        importlib.import_module("cep_gpu.kernels.gpu")
+    except ImportError:
+        pass
+
+
+_register_gpu()

@@ -1,0 +1,315 @@
+"""Numba source emission: a :class:`~cep_gpu.codegen.spec.RuleSpec` -> Python source of njit functions.
+
+Safety: the source is built only from the validated model through this module's own templates.
+Attribute names become slot numbers (``a3``/``v3`` from the ``env`` tuple), string literals become
+runtime codes (``sc[2]``), numbers are emitted by value (``repr`` of a Python int/float, after a
+type check), comparison and arithmetic operators come from fixed tables. Every identifier in the
+output is generated here; nothing of the rule text is pasted. :func:`check_source` re-verifies that
+every name in the emitted source is one of ours before it is compiled.
+
+Null rules (docs/language.md): every sub-expression carries a validity flag; a null input makes the
+whole expression null and a null condition is false. Division by zero is null.
+
+Generated functions (``env`` is the tuple of :class:`~cep_gpu.codegen.spec.Layout`):
+
+* ``valid_<plan>_<step>(seqs, i, r, env) -> bool``: candidate row ``r`` for partial sequence ``i``
+  passes the step's residual conditions and negations.
+* ``neg<k>(env, p..) -> bool``: no event of negation ``k`` in its span (rows of its inputs given).
+* ``agg<k>(env, p..) -> float``: aggregate ``k`` (NaN = null).
+* ``aggs_all(seqs, i, env, out)``: every aggregate of complete sequence ``i`` into ``out[i]``.
+"""
+
+from __future__ import annotations
+
+import ast
+import keyword
+import math
+import re
+from collections.abc import Callable
+
+from ..model import (
+    SELF,
+    AggValue,
+    Arith,
+    Attr,
+    BoolOp,
+    Compare,
+    Const,
+    Expr,
+    Neg,
+    Not,
+    Timestamp,
+    aggregate_inputs,
+    negation_inputs,
+)
+from .spec import Layout, RuleSpec
+
+_CMP = {"=": "==", "!=": "!=", "<": "<", "<=": "<=", ">": ">", ">=": ">="}
+_ARITH = {"+": "+", "-": "-", "*": "*"}
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+#: Names the generated source may use besides its own locals (checked by :func:`check_source`).
+ALLOWED_GLOBALS = frozenset(
+    {"np", "lower_bound", "upper_bound", "True", "False", "float", "range", "min", "max"}
+)
+_LOCAL = re.compile(r"^(?:t|k|a|v|p)\d+$|^(?:seqs|i|r|q|j|env|ts|sc|out|lo|hi|s|e|nr|nt|cnt|tot|mn|mx|nv|x|res)$")
+_FUNC = re.compile(r"^(?:valid_\d+_\d+|neg\d+|neg\d+_cond|agg\d+|agg\d+_cond|aggs_all)$")
+
+
+class CodegenError(ValueError):
+    """The model holds something the generator cannot emit safely."""
+
+
+def literal(value) -> str:
+    """Source of a numeric or boolean constant, by value (never text from the rule)."""
+    if isinstance(value, bool):
+        return "True" if value else "False"
+    if isinstance(value, int):
+        if not INT64_MIN <= value <= INT64_MAX:
+            raise CodegenError(f"integer literal {value} does not fit in 64 bits")
+        return repr(int(value))
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "np.nan"
+        if math.isinf(value):
+            return "np.inf" if value > 0 else "(-np.inf)"
+        return repr(float(value))
+    raise CodegenError(f"unsupported literal of type {type(value).__name__}")
+
+
+class _Body:
+    """Statements of one function; ``emit`` lowers an expression to (value, valid, kind)."""
+
+    def __init__(self, layout: Layout, kinds: dict[str, str | None], row: Callable[[int], str]):
+        self.layout, self.kinds, self.row = layout, kinds, row
+        self.lines: list[str] = []
+        self.n = 0
+        self.used_aggs: set[int] = set()
+
+    def tmp(self) -> tuple[str, str]:
+        self.n += 1
+        return f"t{self.n}", f"k{self.n}"
+
+    def add(self, line: str, depth: int = 1) -> None:
+        self.lines.append("    " * depth + line)
+
+    def emit(self, expr: Expr, depth: int = 1) -> tuple[str, str, str]:
+        if isinstance(expr, Const):
+            v = expr.value
+            if isinstance(v, str):
+                return f"sc[{self.layout.strings.index(v)}]", "True", "string"
+            kind = "bool" if isinstance(v, bool) else "int" if isinstance(v, int) else "float"
+            return literal(v), "True", kind
+        if isinstance(expr, Attr):
+            kind = self.kinds.get(expr.name)
+            if kind is None:  # no event in the table has it: always null
+                return "0.0", "False", "float"
+            slot = self.layout.attrs.index(expr.name)
+            t, k = self.tmp()
+            r = self.row(expr.pred)
+            self.add(f"{t} = a{slot}[{r}]", depth)
+            self.add(f"{k} = v{slot}[{r}]", depth)
+            if kind == "float":
+                self.add(f"{k} = {k} and not np.isnan({t})", depth)
+            return t, k, kind
+        if isinstance(expr, Timestamp):
+            return f"ts[{self.row(expr.pred)}]", "True", "int"
+        if isinstance(expr, AggValue):
+            agg = self.layout_agg_args(expr.index)
+            t, k = self.tmp()
+            self.add(f"{t} = agg{expr.index}(env{agg})", depth)
+            self.add(f"{k} = not np.isnan({t})", depth)
+            self.used_aggs.add(expr.index)
+            return t, k, "float"
+        if isinstance(expr, Neg):
+            a, ok, kind = self.emit(expr.arg, depth)
+            return f"(-{a})", ok, "int" if kind == "bool" else kind
+        if isinstance(expr, Arith):
+            a, oka, ka = self.emit(expr.left, depth)
+            b, okb, kb = self.emit(expr.right, depth)
+            t, k = self.tmp()
+            if expr.op == "/":
+                self.add(f"{k} = {oka} and {okb} and float({b}) != 0.0", depth)
+                self.add(f"{t} = float({a}) / float({b}) if {k} else 0.0", depth)
+                return t, k, "float"
+            op = _ARITH[expr.op]
+            if {ka, kb} <= {"int", "bool"}:
+                self.add(f"{t} = {a} {op} {b}", depth)
+                kind = "int"
+            else:
+                self.add(f"{t} = float({a}) {op} float({b})", depth)
+                kind = "float"
+            self.add(f"{k} = {oka} and {okb}", depth)
+            return t, k, kind
+        if isinstance(expr, Compare):
+            a, oka, _ = self.emit(expr.left, depth)
+            b, okb, _ = self.emit(expr.right, depth)
+            t, k = self.tmp()
+            self.add(f"{k} = {oka} and {okb}", depth)
+            self.add(f"{t} = {a} {_CMP[expr.op]} {b}", depth)
+            return t, k, "bool"
+        if isinstance(expr, BoolOp):
+            parts = [self.emit(arg, depth) for arg in expr.args]
+            t, k = self.tmp()
+            self.add(f"{k} = " + " and ".join(f"({p[1]})" for p in parts), depth)
+            joiner = " and " if expr.op == "and" else " or "
+            self.add(f"{t} = " + joiner.join(_truth(p) for p in parts), depth)
+            return t, k, "bool"
+        if isinstance(expr, Not):
+            a, ok, kind = self.emit(expr.arg, depth)
+            return f"(not {_truth((a, ok, kind))})", ok, "bool"
+        raise CodegenError(f"not an expression: {type(expr).__name__}")
+
+    def layout_agg_args(self, index: int) -> str:
+        preds = self.agg_inputs[index]
+        return "".join(f", {self.row(p)}" for p in preds)
+
+    def check(self, expr: Expr, fail: str, depth: int = 1) -> None:
+        """Emit ``expr`` as a condition; run ``fail`` when it is false or null."""
+        v, ok, kind = self.emit(expr, depth)
+        self.add(f"if not ({ok} and {_truth((v, ok, kind))}):", depth)
+        self.add(fail, depth + 1)
+
+
+def _truth(part: tuple[str, str, str]) -> str:
+    v, _, kind = part
+    return f"({v})" if kind == "bool" else f"({v} != 0)"
+
+
+def _prologue(layout: Layout, kinds: dict[str, str | None]) -> list[str]:
+    lines = ["    ts = env[0]", f"    sc = env[{layout.strings_at}]"]
+    for s, name in enumerate(layout.attrs):
+        if kinds.get(name) is not None:
+            lines.append(f"    a{s} = env[{1 + 2 * s}]")
+            lines.append(f"    v{s} = env[{2 + 2 * s}]")
+    return lines
+
+
+def emit_source(spec: RuleSpec, kinds: dict[str, str | None]) -> str:
+    """Python source of every njit function of ``spec`` for attribute kinds ``kinds``."""
+    rule, layout = spec.rule, spec.layout
+    agg_inputs = [sorted(aggregate_inputs(a)) for a in rule.aggregates]
+    neg_inputs = [sorted(negation_inputs(n)) for n in rule.negations]
+    out: list[str] = []
+
+    def body(row: Callable[[int], str]) -> _Body:
+        b = _Body(layout, kinds, row)
+        b.agg_inputs = agg_inputs
+        return b
+
+    def span_part(kind: str, k: int, part, preds: list[int], base: int, cond_fn: str) -> list[str]:
+        sig = "".join(f", p{p}" for p in preds)
+        span = part.span
+        lines = [f"@numba.njit(cache=False)\ndef {kind}{k}(env{sig}):"]
+        lines += _prologue(layout, kinds)
+        lines.append(f"    nr = env[{base}]")
+        lines.append(f"    nt = env[{base + 1}]")
+        lines.append(f"    lo = ts[p{span.lo_ref}] + {literal(int(span.lo_offset))}")
+        lines.append(f"    hi = ts[p{span.hi_ref}] + {literal(int(span.hi_offset))}")
+        lines.append("    if lo > hi:")
+        lines.append("        lo, hi = hi, lo")
+        lo_fn = "lower_bound" if span.lo_inclusive else "upper_bound"
+        hi_fn = "upper_bound" if span.hi_inclusive else "lower_bound"
+        lines.append(f"    s = {lo_fn}(nt, lo)")
+        lines.append(f"    e = {hi_fn}(nt, hi)")
+        return lines, sig
+
+    # conditions of negations and aggregates over their own event q
+    for kind, parts, inputs_of, checks, base_of in (
+        ("neg", rule.negations, neg_inputs, spec.neg_checks, lambda k: layout.neg_at + 2 * k),
+        ("agg", rule.aggregates, agg_inputs, spec.agg_checks, lambda k: layout.agg_at + 2 * k),
+    ):
+        for k, part in enumerate(parts):
+            preds = inputs_of[k]
+            sig = "".join(f", p{p}" for p in preds)
+            b = body(lambda p: "q" if p == SELF else f"p{p}")
+            for c in checks[k]:
+                b.check(part.conditions[c], "return False")
+            out.append(f"@numba.njit(cache=False)\ndef {kind}{k}_cond(env, q{sig}):")
+            out += _prologue(layout, kinds) + b.lines + ["    return True", ""]
+
+    for k, neg in enumerate(rule.negations):
+        lines, sig = span_part("neg", k, neg, neg_inputs[k], layout.neg_at + 2 * k, "")
+        lines.append("    for j in range(s, e):")
+        lines.append(f"        if neg{k}_cond(env, nr[j]{sig}):")
+        lines.append("            return False")
+        lines.append("    return True")
+        out += lines + [""]
+
+    for k, agg in enumerate(rule.aggregates):
+        lines, sig = span_part("agg", k, agg, agg_inputs[k], layout.agg_at + 2 * k, "")
+        attr_kind = kinds.get(agg.attribute) if agg.attribute is not None else None
+        lines.append("    cnt = 0")
+        lines.append("    nv = 0")
+        lines.append("    tot = 0.0")
+        lines.append("    mn = np.inf")
+        lines.append("    mx = -np.inf")
+        lines.append("    for j in range(s, e):")
+        lines.append("        q = nr[j]")
+        lines.append(f"        if not agg{k}_cond(env, q{sig}):")
+        lines.append("            continue")
+        lines.append("        cnt += 1")
+        if attr_kind is not None:
+            slot = layout.attrs.index(agg.attribute)
+            lines.append(f"        if v{slot}[q]:")
+            lines.append(f"            x = float(a{slot}[q])")
+            lines.append("            if not np.isnan(x):")
+            lines.append("                nv += 1")
+            lines.append("                tot += x")
+            lines.append("                mn = min(mn, x)")
+            lines.append("                mx = max(mx, x)")
+        fn = agg.function
+        if fn == "count":
+            lines.append("    return float(cnt)")
+        elif fn == "sum":
+            lines.append("    return tot")
+        else:
+            lines.append("    if nv == 0:")
+            lines.append("        return np.nan")
+            result = {"avg": "tot / nv", "min": "mn", "max": "mx"}[fn]
+            lines.append(f"    return {result}")
+        out += lines + [""]
+
+    for pi, plan in enumerate(spec.plans):
+        for st in plan.steps:
+            b = body(lambda p, cur=st.pred: "r" if p == cur else f"seqs[i, {int(p)}]")
+            for c in st.conditions:
+                b.check(rule.conditions[c], "return False")
+            for n in st.negations:
+                args = "".join(f", {b.row(p)}" for p in neg_inputs[n])
+                b.add(f"if not neg{n}(env{args}):")
+                b.add("return False", 2)
+            out.append(f"@numba.njit(cache=False)\ndef valid_{pi}_{st.step}(seqs, i, r, env):")
+            out += _prologue(layout, kinds) + b.lines + ["    return True", ""]
+
+    out.append("@numba.njit(cache=False)\ndef aggs_all(seqs, i, env, out):")
+    for k in range(len(rule.aggregates)):
+        args = "".join(f", seqs[i, {int(p)}]" for p in agg_inputs[k])
+        out.append(f"    out[i, {k}] = agg{k}(env{args})")
+    out.append("    return")
+    return "\n".join(out) + "\n"
+
+
+def check_source(source: str) -> None:
+    """Refuse source with any name, attribute access or call target that the generator does not make."""
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            name = node.id
+            if not (name in ALLOWED_GLOBALS or _LOCAL.match(name) or _FUNC.match(name) or name == "numba"):
+                raise CodegenError(f"generated source uses an unexpected name {name!r}")
+            if keyword.iskeyword(name) or name.startswith("__"):
+                raise CodegenError(f"generated source uses a reserved name {name!r}")
+        elif isinstance(node, ast.Attribute):
+            if node.attr not in {"njit", "nan", "inf", "isnan"}:
+                raise CodegenError(f"generated source uses an unexpected attribute {node.attr!r}")
+        elif isinstance(node, ast.FunctionDef):
+            if not _FUNC.match(node.name):
+                raise CodegenError(f"generated source defines an unexpected function {node.name!r}")
+            for arg in node.args.args:
+                if not _LOCAL.match(arg.arg):
+                    raise CodegenError(f"generated source has an unexpected argument {arg.arg!r}")
+        elif isinstance(node, ast.Constant) and isinstance(node.value, (str, bytes)):
+            raise CodegenError("generated source contains a string literal")
+        elif isinstance(node, (ast.Import, ast.ImportFrom, ast.Lambda, ast.Global, ast.Nonlocal)):
+            raise CodegenError(f"generated source contains {type(node).__name__}")

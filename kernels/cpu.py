@@ -1,0 +1,155 @@
+"""Numba CPU kernels of the CDP combination step (each / last / first), plus span helpers.
+
+The kernels are generic over the rule: they take the rule's generated ``valid`` function (see
+:mod:`cep_gpu.codegen.numba_src`) as a first-class argument, and Numba specialises (and inlines)
+them per function. Negation and aggregate checks live inside ``valid`` / ``aggs_all`` and use
+:func:`lower_bound` / :func:`upper_bound` on the span's column.
+
+Each kernel exists twice: serial (cheap to compile, for small inputs such as streaming calls and
+tests) and ``parallel=True`` (``prange`` over partial sequences, for batch). Output order never
+depends on threads: ``each`` counts per sequence, takes an exclusive prefix sum, then fills.
+
+Arguments shared by the combination kernels:
+``seqs`` (n, P) int64 partial sequences (-1 = unbound); ``lo``/``hi`` (n,) the candidate range of
+each sequence in ``cand`` (table rows); ``excl`` bool per table row and ``use_excl`` (consumed rows
+are skipped); ``env`` the rule's argument tuple.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+from numba import prange
+
+
+@numba.njit(cache=False, inline="always")
+def lower_bound(a, x):
+    """First index of sorted ``a`` with ``a[i] >= x``."""
+    lo, hi = 0, a.shape[0]
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if a[mid] < x:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@numba.njit(cache=False, inline="always")
+def upper_bound(a, x):
+    """First index of sorted ``a`` with ``a[i] > x``."""
+    lo, hi = 0, a.shape[0]
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if a[mid] <= x:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@numba.njit(cache=False)
+def always_valid(seqs, i, r, env):
+    """The ``valid`` of a step with nothing to check."""
+    return True
+
+
+def _each_count(valid, seqs, lo, hi, cand, excl, use_excl, env, counts):
+    for i in prange(seqs.shape[0]):
+        c = 0
+        for j in range(lo[i], hi[i]):
+            r = cand[j]
+            if use_excl and excl[r]:
+                continue
+            if valid(seqs, i, r, env):
+                c += 1
+        counts[i] = c
+
+
+def _each_fill(valid, seqs, lo, hi, cand, excl, use_excl, env, offsets, pred, out):
+    width = seqs.shape[1]
+    for i in prange(seqs.shape[0]):
+        k = offsets[i]
+        for j in range(lo[i], hi[i]):
+            r = cand[j]
+            if use_excl and excl[r]:
+                continue
+            if valid(seqs, i, r, env):
+                for c in range(width):
+                    out[k, c] = seqs[i, c]
+                out[k, pred] = r
+                k += 1
+
+
+def _select(valid, seqs, lo, hi, cand, excl, use_excl, env, last, chosen):
+    for i in prange(seqs.shape[0]):
+        res = -1
+        n = hi[i] - lo[i]
+        for t in range(n):
+            j = hi[i] - 1 - t if last else lo[i] + t
+            r = cand[j]
+            if use_excl and excl[r]:
+                continue
+            if valid(seqs, i, r, env):
+                res = r
+                break
+        chosen[i] = res
+
+
+def _aggregates(aggs_all, seqs, env, out):
+    for i in prange(seqs.shape[0]):
+        aggs_all(seqs, i, env, out)
+
+
+_SERIAL = {f.__name__: numba.njit(cache=False)(f) for f in (_each_count, _each_fill, _select, _aggregates)}
+_PARALLEL = {
+    f.__name__: numba.njit(cache=False, parallel=True)(f)
+    for f in (_each_count, _each_fill, _select, _aggregates)
+}
+
+#: Work (candidates to look at) above which the parallel kernels pay for their start-up.
+PARALLEL_WORK = 200_000
+
+
+def _kernels(work: int) -> dict:
+    return _PARALLEL if work >= PARALLEL_WORK else _SERIAL
+
+
+def combine_each(valid, seqs, lo, hi, cand, pred, excl, use_excl, env, trivial: bool) -> np.ndarray:
+    """``each``: every valid candidate of every sequence; (n_out, P) new partial sequences.
+
+    ``trivial``: every candidate in range is valid (no checks, no consumed rows), so the counts
+    are the range lengths and only the fill runs.
+    """
+    sizes = hi - lo
+    work = int(sizes.sum())
+    k = _kernels(work)
+    if trivial and not use_excl:
+        counts = sizes
+    else:
+        counts = np.empty(len(seqs), np.int64)
+        k["_each_count"](valid, seqs, lo, hi, cand, excl, use_excl, env, counts)
+    offsets = np.zeros(len(seqs), np.int64)
+    np.cumsum(counts[:-1], out=offsets[1:])
+    total = int(counts.sum())
+    out = np.empty((total, seqs.shape[1]), np.int64)
+    if total:
+        k["_each_fill"](valid, seqs, lo, hi, cand, excl, use_excl, env, offsets, pred, out)
+    return out
+
+
+def combine_select(valid, seqs, lo, hi, cand, excl, use_excl, env, last: bool) -> np.ndarray:
+    """``last`` / ``first``: the latest / earliest valid candidate row per sequence (-1 = none)."""
+    chosen = np.empty(len(seqs), np.int64)
+    if len(seqs):
+        work = int((hi - lo).sum())
+        _kernels(work)["_select"](valid, seqs, lo, hi, cand, excl, use_excl, env, last, chosen)
+    return chosen
+
+
+def compute_aggregates(aggs_all, seqs, env, n_aggregates: int) -> np.ndarray:
+    """(n, n_aggregates) float64 aggregate values of complete sequences (NaN = null)."""
+    out = np.full((len(seqs), n_aggregates), np.nan)
+    if len(seqs) and n_aggregates:
+        _kernels(len(seqs) * 64)["_aggregates"](aggs_all, seqs, env, out)
+    return out
