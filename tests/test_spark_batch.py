@@ -207,7 +207,7 @@ def _no_job_runs(spark, call):  # noqa: F811
         ("type string, ts date, k long", None, "'ts' has unsupported type date"),
         ("type long, ts long, k long", [(1, 1, 1)], "'type' must be a string"),
         ("type string, ts long, id string, k long", [("A", 1, "x", 1)], "'id' must hold integers"),
-        ("type string, ts long, q long", [("A", 1, 1)], "reads attribute 'k'"),
+        ("type string, ts long, q long", [("A", 1, 1)], "reads attribute 'v'"),
     ],
 )
 def test_bad_input_fails_before_any_task(spark, schema, data, message):  # noqa: F811
