@@ -1,0 +1,330 @@
+"""The streaming Engine: same results as batch detect, lateness, bounded memory, callbacks, flush."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import id_tuples
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from strategies import rules_and_streams
+
+import cep_gpu
+from cep_gpu import Engine, EventError, LateEventError
+
+AB = "define AB(v: float) from B(x = $k) as b and each A(x = $k) as a within 5 s from b where v = a.y"
+TRAIL = "define S pattern SEQ(A a, B b, NOT(C z)) within 3 s return v := a.y"
+
+
+def _stream(engine: Engine, events: pd.DataFrame, cuts: list[int]) -> pd.DataFrame:
+    parts, prev = [], 0
+    for c in sorted(cuts) + [len(events)]:
+        parts.append(engine.publish(events.iloc[prev:c]))
+        prev = c
+    parts.append(engine.flush())
+    return parts
+
+
+def _rows(out) -> list[tuple]:
+    """Rows as comparable tuples (rule, ts, ids, attributes with NaN/None as None), sorted.
+
+    ``out`` is one output frame or a list of them (the outputs of successive publishes).
+    """
+    if isinstance(out, list):
+        return sorted((row for part in out for row in _rows(part)), key=repr)
+    cols = [c for c in out.columns if c not in ("rule", "ts", "ids")]
+    rows = []
+    for k in range(len(out)):
+        attrs = tuple(None if pd.isna(out[c].iloc[k]) else out[c].iloc[k] for c in cols)
+        rows.append((out["rule"].iloc[k], out["ts"].iloc[k], tuple(out["ids"].iloc[k]), attrs))
+    return sorted(rows, key=repr)
+
+
+# -- streaming == batch ------------------------------------------------------------------------------
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))
+@given(rules_and_streams(min_events=4), st.data())
+def test_streaming_equals_batch(case, data):
+    text, events = case
+    rules = cep_gpu.parse_rules(text)
+    batch = cep_gpu.detect(events, rules, backend="reference")
+    cuts = data.draw(st.lists(st.integers(0, len(events)), max_size=6))
+    stream = _stream(Engine(rules, backend="reference"), events, cuts)
+    assert _rows(stream) == _rows(batch)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+@given(rules_and_streams(min_events=4, max_events=16))
+def test_event_by_event_equals_batch(case):
+    text, events = case
+    rules = cep_gpu.parse_rules(text)
+    batch = cep_gpu.detect(events, rules, backend="reference")
+    eng = Engine(rules, backend="reference")
+    parts = [eng.publish(rec) for rec in _records(events)] + [eng.flush()]
+    assert _rows(parts) == _rows(batch)
+
+
+def _records(events: pd.DataFrame) -> list[dict]:
+    """One dict per event, leaving out null attributes (as a producer would)."""
+    out = []
+    for rec in events.to_dict("records"):
+        out.append({k: v for k, v in rec.items() if not (v is None or v is pd.NA or (isinstance(v, float) and np.isnan(v)))})
+    return out
+
+
+def test_publish_returns_composites_at_once_in_the_output_layout():
+    eng = Engine(AB, backend="reference")
+    first = eng.publish({"type": "A", "ts": 1.0, "x": 1, "y": 2.5})
+    assert list(first.columns) == ["rule", "ts", "ids", "v"] and len(first) == 0
+    out = eng.publish({"type": "B", "ts": 2.0, "x": 1})
+    assert id_tuples(out) == [(1, 0)]
+    assert out["ts"].tolist() == [2.0] and out["v"].tolist() == [2.5]
+    assert str(out["ids"].dtype) == "list<item: int64>[pyarrow]"
+
+
+def test_running_ids_across_publishes_match_batch():
+    frames = [
+        pd.DataFrame({"type": ["A", "A"], "ts": [0, 1], "x": [1, 1], "y": [1.0, 2.0]}),
+        pd.DataFrame({"type": ["B"], "ts": [2], "x": [1]}),
+    ]
+    eng = Engine(AB, backend="reference")
+    got = [eng.publish(f) for f in frames]
+    assert id_tuples(got[1]) == [(2, 0), (2, 1)]
+    assert got[1]["ts"].tolist() == [2, 2] and got[1]["ts"].dtype == np.int64  # ints stay ints
+    batch = cep_gpu.detect(pd.concat(frames, ignore_index=True), AB, backend="reference")
+    assert _rows(got[1]) == _rows(batch)
+
+
+def test_datetime_stream():
+    t0 = pd.Timestamp("2024-01-01 12:00")
+    eng = Engine(AB, backend="reference")
+    eng.publish({"type": "A", "ts": t0, "x": 1, "y": 1.0})
+    out = eng.publish({"type": "B", "ts": t0 + pd.Timedelta(seconds=3), "x": 1})
+    assert out["ts"].tolist() == [t0 + pd.Timedelta(seconds=3)]
+    with pytest.raises(EventError, match="earlier events had datetime"):
+        eng.publish({"type": "B", "ts": 10.0, "x": 1})
+
+
+def test_arrow_input_and_empty_frames():
+    import pyarrow as pa
+
+    eng = Engine(AB, backend="reference")
+    assert len(eng.publish(pd.DataFrame({"type": pd.Series([], dtype=object), "ts": pd.Series([], dtype=float)}))) == 0
+    out = eng.publish(pa.table({"type": ["A", "B"], "ts": [0.0, 1.0], "x": [2, 2], "y": [1.0, None]}))
+    assert id_tuples(out) == [(1, 0)]
+    with pytest.raises(EventError, match="publish\\(\\) takes a dict"):
+        eng.publish([1, 2, 3])
+
+
+def test_duplicate_ids_across_publishes():
+    eng = Engine(AB, backend="reference")
+    eng.publish(pd.DataFrame({"type": ["A"], "ts": [0], "id": [7]}))
+    with pytest.raises(EventError, match="duplicate event id 7"):
+        eng.publish(pd.DataFrame({"type": ["A"], "ts": [1], "id": [7]}))
+
+
+# -- late events --------------------------------------------------------------------------------------
+
+
+def test_late_event_is_an_error_naming_it():
+    eng = Engine(AB, backend="reference")
+    eng.publish({"type": "A", "ts": 5.0, "x": 1})
+    with pytest.raises(LateEventError, match=r"late event B\(id=1, ts=4.0\).*allowed_lateness"):
+        eng.publish({"type": "B", "ts": 4.0, "x": 1})
+    # the rejected event left no trace: the next event still gets id 1
+    out = eng.publish({"type": "B", "ts": 6.0, "x": 1})
+    assert id_tuples(out) == [(1, 0)]
+
+
+def test_equal_timestamps_are_not_late():
+    eng = Engine(AB, backend="reference")
+    eng.publish({"type": "A", "ts": 5.0, "x": 1})
+    eng.publish({"type": "B", "ts": 5.0, "x": 1})
+    assert eng.stats()["events"] == 2
+
+
+def test_rows_of_one_frame_may_come_in_any_order():
+    ev = pd.DataFrame({"type": ["B", "A"], "ts": [3.0, 1.0], "x": [1, 1], "y": [None, 4.0]})
+    out = Engine(AB, backend="reference").publish(ev)
+    assert id_tuples(out) == [(0, 1)]
+
+
+def test_lateness_buffers_and_releases_in_order():
+    eng = Engine(AB, backend="reference", allowed_lateness=2)
+    assert len(eng.publish({"type": "B", "ts": 3.0, "x": 1})) == 0  # held: watermark 1
+    assert len(eng.publish({"type": "A", "ts": 2.0, "x": 1, "y": 1.0})) == 0  # late but allowed
+    assert eng.stats()["waiting_late"] == 2
+    out = eng.publish({"type": "C", "ts": 5.0})  # watermark 3: releases A@2 and B@3
+    assert id_tuples(out) == [(0, 1)]
+    assert eng.stats()["waiting_late"] == 1
+    assert eng.stats()["late"] == 0
+
+
+def test_lateness_as_timedelta_and_flush_releases_everything():
+    t0 = pd.Timestamp("2024-01-01")
+    eng = Engine(AB, backend="reference", allowed_lateness=pd.Timedelta(minutes=1))
+    eng.publish({"type": "B", "ts": t0 + pd.Timedelta(seconds=4), "x": 1})
+    eng.publish({"type": "A", "ts": t0 + pd.Timedelta(seconds=1), "x": 1, "y": 1.0})
+    out = eng.flush()
+    assert id_tuples(out) == [(0, 1)]
+
+
+def test_too_late_events_are_reported_not_lost(caplog):
+    reported = []
+    eng = Engine(AB, backend="reference", allowed_lateness=1, on_late=reported.extend)
+    eng.publish({"type": "A", "ts": 1.0, "x": 1})
+    eng.publish({"type": "A", "ts": 5.0, "x": 1})  # releases A@1 (watermark 4)
+    with caplog.at_level(logging.WARNING, logger="cep_gpu.engine"):
+        eng.publish({"type": "B", "ts": 0.5, "x": 1})  # older than what was released
+    assert [(r["type"], r["ts"], r["id"]) for r in reported] == [("B", 0.5, 2)]
+    stats = eng.stats()
+    assert stats["late"] == 1 and stats["late_events"][0]["id"] == 2
+    assert "later than the allowed lateness" in caplog.text
+    # within the lateness it is still accepted
+    eng.publish({"type": "B", "ts": 4.5, "x": 1})
+    assert eng.stats()["late"] == 1
+
+
+def test_lateness_argument_errors():
+    with pytest.raises(ValueError, match="allowed_lateness"):
+        Engine(AB, backend="reference", allowed_lateness="soon")
+    with pytest.raises(ValueError, match="negative"):
+        Engine(AB, backend="reference", allowed_lateness=-1)
+
+
+def test_lateness_streaming_equals_batch_on_shuffled_input():
+    rng = np.random.default_rng(3)
+    n = 300
+    ts = np.sort(rng.integers(0, 150, n)).astype(float)
+    events = pd.DataFrame({
+        "type": rng.choice(["A", "B"], n), "ts": ts, "x": rng.integers(0, 3, n), "y": rng.random(n),
+    })
+    # deliver with bounded disorder: each event at most 4 s late
+    arrival = ts + rng.uniform(0, 4, n)
+    order = np.argsort(arrival, kind="stable")
+    shuffled = events.iloc[order]
+    eng = Engine(AB, backend="reference", allowed_lateness=4)
+    got = [eng.publish(shuffled.iloc[k:k + 7]) for k in range(0, n, 7)] + [eng.flush()]
+    # ids follow arrival order (running ids), so compare with a batch over the arrival order
+    batch = cep_gpu.detect(shuffled.reset_index(drop=True), AB, backend="reference")
+    assert eng.stats()["late"] == 0
+    assert _rows(got) == _rows(batch) and len(batch) > 50
+
+
+# -- trailing negations and flush -----------------------------------------------------------------------
+
+
+def test_trailing_not_is_held_until_its_span_has_passed():
+    eng = Engine(TRAIL, backend="reference")
+    eng.publish({"type": "A", "ts": 0, "y": 1.0})
+    assert len(eng.publish({"type": "B", "ts": 1})) == 0  # span (1, 3] still open
+    assert eng.stats()["held"] == {"S": 1}
+    # held until an event later than ts(b) + 3 (a safe bound on the span's end) has arrived
+    assert len(eng.publish({"type": "D", "ts": 3})) == 0
+    assert len(eng.publish({"type": "D", "ts": 4})) == 0
+    out = eng.publish({"type": "D", "ts": 4.5})
+    assert id_tuples(out) == [(0, 1)]
+    assert eng.stats()["held"] == {"S": 0}
+
+
+def test_trailing_not_rejects_when_the_event_arrives():
+    eng = Engine(TRAIL, backend="reference")
+    eng.publish({"type": "A", "ts": 0})
+    eng.publish({"type": "B", "ts": 1})
+    assert len(eng.publish({"type": "C", "ts": 3})) == 0
+    assert len(eng.publish({"type": "D", "ts": 10})) == 0
+    assert len(eng.flush()) == 0
+
+
+def test_flush_releases_held_matches():
+    eng = Engine(TRAIL, backend="reference")
+    eng.publish(pd.DataFrame({"type": ["A", "B"], "ts": [0, 1], "y": [2.0, None]}))
+    out = eng.flush()
+    assert id_tuples(out) == [(0, 1)] and out["v"].tolist() == [2.0]
+    assert len(eng.flush()) == 0  # nothing twice
+
+
+def test_rules_reading_held_rules_wait_too():
+    rules = TRAIL + ";\ndefine T from B() as b and each S() as s within 10 s from b"
+    ev = pd.DataFrame({"type": ["A", "B", "B", "D"], "ts": [0, 1, 2, 9], "y": [1.0, None, None, None]})
+    eng = Engine(rules, backend="reference")
+    got = [eng.publish(ev.iloc[k:k + 1]) for k in range(len(ev))] + [eng.flush()]
+    batch = cep_gpu.detect(ev, rules, backend="reference")
+    assert id_tuples(batch, "T") and _rows(got) == _rows(batch)
+
+
+# -- subscribe, stats, explain ----------------------------------------------------------------------------
+
+
+def test_subscribe_callbacks():
+    got, other = [], []
+    eng = Engine(AB + ";\n" + TRAIL, backend="reference")
+    eng.subscribe("AB", got.append)
+    eng.subscribe("S", other.append)
+    eng.publish({"type": "A", "ts": 0.0, "x": 1, "y": 1.5})
+    eng.publish({"type": "B", "ts": 1.0, "x": 1})
+    assert got == [[{"rule": "AB", "ts": 1.0, "ids": (1, 0), "v": 1.5}]]
+    assert other == []
+    eng.flush()
+    assert other == [[{"rule": "S", "ts": 1.0, "ids": (0, 1), "v": 1.5}]]
+    with pytest.raises(ValueError, match="no rule named 'Nope'"):
+        eng.subscribe("Nope", print)
+
+
+def test_stats_counts():
+    eng = Engine(AB, backend="reference")
+    eng.publish(pd.DataFrame({"type": ["A", "A", "B"], "ts": [0, 1, 2], "x": [1, 1, 1]}))
+    s = eng.stats()
+    assert s["events"] == 3 and s["released"] == 3 and s["composites"] == {"AB": 2}
+    assert s["buffered"] == 3 and s["late"] == 0 and s["backend"] == "reference"
+
+
+def test_explain_and_hooks():
+    from cep_gpu.engine import _EXPLAIN_HOOKS, register_explain_hook
+
+    eng = Engine(AB + ";\n" + TRAIL, backend="reference")
+    text = eng.explain()
+    assert "rule AB" in text and "rule S" in text
+    assert "each A" in text and "within 5 s from b" in text
+    assert "held back 3 s" in text
+
+    def hook(engine, rule):
+        return f"planner says hi to {rule.name}"
+
+    register_explain_hook(hook)
+    try:
+        assert "planner says hi to AB" in eng.explain()
+    finally:
+        _EXPLAIN_HOOKS.remove(hook)
+
+
+# -- bounded memory -----------------------------------------------------------------------------------
+
+
+def test_buffer_stays_bounded_by_the_longest_window():
+    rng = np.random.default_rng(0)
+    eng = Engine(AB, backend="reference")
+    sizes = []
+    for chunk in range(60):
+        n = 50
+        ts = chunk * 10 + np.sort(rng.uniform(0, 10, n))  # 5 events per second
+        eng.publish(pd.DataFrame({"type": rng.choice(["A", "B"], n), "ts": ts, "x": rng.integers(0, 50, n)}))
+        sizes.append(eng.stats()["buffered"])
+    # the window is 5 s: about 25 events, plus one chunk of newly arrived ones
+    assert max(sizes) <= 100
+    assert eng.stats()["expired"] >= 60 * 50 - 100
+
+
+def test_held_terminators_keep_their_context():
+    rule = "define S pattern SEQ(A a, B b, NOT(C z)) within 50 s"
+    eng = Engine(rule, backend="reference")
+    eng.publish({"type": "A", "ts": 0})
+    eng.publish({"type": "B", "ts": 40})
+    for t in range(41, 90):
+        eng.publish({"type": "D", "ts": t})
+    out = eng.flush()
+    assert id_tuples(out) == [(0, 1)]
