@@ -102,6 +102,8 @@ class _Context:
     def __post_init__(self) -> None:
         self._rows_by_type: dict[str, np.ndarray] = {}
         self._checks = {id(p): step_checks(self.rule, p) for p in self.rule.plans}
+        # code -> string, decoded once per call (the dictionary does not change during a match)
+        self._strings = self.table.strings.decode(np.arange(len(self.table.strings)))
 
     # -- binding ----------------------------------------------------------------------------------
 
@@ -216,7 +218,7 @@ class _Context:
             return None
         v = col.values[row]
         if col.kind == "string":
-            return str(self.table.strings.decode(np.array([v]))[0])
+            return str(self._strings[v])
         if col.kind == "bool":
             return bool(v)
         if col.kind == "int":

@@ -328,3 +328,24 @@ def test_held_terminators_keep_their_context():
         eng.publish({"type": "D", "ts": t})
     out = eng.flush()
     assert id_tuples(out) == [(0, 1)]
+
+
+# -- every backend streams like it detects ---------------------------------------------------------------
+
+
+def test_museum_stream_equals_batch_on_every_backend(backend):
+    from cep_gpu.museum import MUSEUM_RULES, generate_museum
+
+    events = generate_museum(1500, seed=7, n_rooms=3, paintings_per_room=3)
+    batch = cep_gpu.detect(events, MUSEUM_RULES, backend=backend)
+    eng = Engine(MUSEUM_RULES, backend=backend)
+    sizes = [1, 7, 50, 3, 200]
+    parts, k, i = [], 0, 0
+    while k < len(events):
+        n = sizes[i % len(sizes)]
+        parts.append(eng.publish(events.iloc[k:k + n]))
+        k, i = k + n, i + 1
+    parts.append(eng.flush())
+    assert len(batch) > 20
+    assert _rows(parts) == _rows(batch)
+    assert eng.stats()["buffered"] < len(events)
