@@ -1,0 +1,195 @@
+"""``detect_stream``: Structured Streaming with per-key engine state (``applyInPandasWithState``).
+
+State per key: the buffered events the engine may still need (an Arrow IPC blob), ``emitted`` (every
+composite event with a timestamp below it has been output) and ``tmax`` (the newest event time
+of the key). Each micro-batch runs the engine over buffer + new events and outputs the composite
+events that can no longer change: terminators before ``tmax - horizon`` (later events of the key
+can neither add a terminator there nor fall into a trailing negation's span). The event-time
+watermark then finishes the key: once it passes ``tmax + horizon`` the rest is output, and once
+it passes ``tmax + lookback`` the key's state is dropped. Events older than
+``emitted - lookback`` are expired from the buffer every batch.
+
+On input that arrives in timestamp order per key (late rows are those the watermark drops), the
+output is exactly the batch result; the sink and the state commit together with the checkpoint,
+so a query restarted from its checkpoint neither repeats nor loses a composite event.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.streaming.state import GroupStateTimeout
+
+from cep_gpu.detect import detect
+from cep_gpu.errors import EventError, RuleError
+from cep_gpu.events import TimeFormat
+
+from .batch import SparkJob, plan_job
+from .rapids import use_task_gpu
+from .task import conform
+
+KEY = "__cep_key"
+EVENT_TIME = "__cep_evt"
+STATE = T.StructType([
+    T.StructField("events", T.BinaryType()),
+    T.StructField("emitted", T.LongType()),
+    T.StructField("tmax", T.LongType()),
+])
+
+
+def detect_stream(
+    stream_df: DataFrame,
+    rules,
+    partition_by: str | None,
+    watermark: str,
+    backend: str = "auto",
+    time_unit: str = "s",
+) -> DataFrame:
+    """Composite events of a streaming DataFrame, as a streaming DataFrame (append mode).
+
+    ``partition_by``: a column every predicate, negation and aggregate is tied to (as for keyed
+    ``detect_spark``); ``None`` keeps one state for the whole stream. ``watermark``: how late an
+    event may arrive (a Spark interval such as ``"1 minute"``); it decides when a key's last
+    composite events are final and when its state is dropped. The input needs an ``id`` column
+    (row positions mean nothing in a stream).
+    """
+    if not stream_df.isStreaming:
+        raise EventError("detect_stream needs a streaming DataFrame; use detect_spark for batch input")
+    if "id" not in stream_df.columns:
+        raise EventError("streaming events need an 'id' column (integers >= 0, unique)")
+    job = plan_job(stream_df, rules, partition_by, backend, time_unit, num_slices=1)
+    if partition_by is not None and job.plan.mode != "keyed":
+        raise RuleError(
+            f"detect_stream cannot keep state per {partition_by!r}: {job.plan.reason}; "
+            "pass partition_by=None to keep one state for the whole stream"
+        )
+    consuming = [r.name for r in job.rules if r.consuming]
+    if consuming:
+        raise RuleError(
+            f"rule(s) {', '.join(map(repr, consuming))} use 'consuming', which depends on every "
+            "earlier match, while a stream keeps only the events within the rules' lookback; "
+            "run them with detect_spark or the streaming cep_gpu.Engine"
+        )
+    spec = job.time
+    cols = [F.col("type"), spec.to_engine(F.col("ts")).alias("ts"), F.col("id").cast("long").alias("id")]
+    cols += [F.col(f"`{a}`") for a in job.attributes]
+    key = F.col(f"`{partition_by}`") if partition_by else F.lit(0)
+    events = stream_df.select(*cols, key.alias(KEY))
+    nanos = spec.nanos(F.col("ts"))
+    events = events.withColumn(EVENT_TIME, F.timestamp_micros(F.floor(nanos / 1000).cast("long")))
+    events = events.withWatermark(EVENT_TIME, watermark)
+
+    event_cols = ["type", "ts", "id", *job.attributes]
+    event_struct = T.StructType([f for f in events.schema.fields if f.name in event_cols])
+    out_struct = job.engine_struct
+    fn = functools.partial(
+        _step,
+        job=job,
+        event_cols=event_cols,
+        event_schema=to_arrow_schema(event_struct),
+        out_schema=to_arrow_schema(out_struct),
+    )
+    out = events.groupBy(KEY).applyInPandasWithState(
+        fn, out_struct, STATE, "append", GroupStateTimeout.EventTimeTimeout
+    )
+    return out.withColumn("ts", spec.from_engine(F.col("ts")))
+
+
+# -- the state machine (runs in the Python workers) -----------------------------------------------
+
+
+def _to_ns(values: np.ndarray, unit: str) -> np.ndarray:
+    dtype = "float64" if values.dtype.kind == "f" else "int64"
+    return TimeFormat("numeric", unit=unit, dtype=dtype).to_ns(values)
+
+
+def _pack(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def _unpack(blob: bytes) -> pa.Table:
+    return pa.ipc.open_stream(pa.py_buffer(blob)).read_all()
+
+
+def _arrow_events(pdf: pd.DataFrame, schema: pa.Schema) -> pa.Table:
+    # Spark hands int columns with nulls as floats: let Arrow cast them back by the fixed schema
+    arrays = [pa.array(pdf[f.name], type=f.type, from_pandas=True) for f in schema]
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def _engine_pandas(table: pa.Table) -> pd.DataFrame:
+    from .task import engine_input
+
+    return engine_input(table)
+
+
+def _step(key, pdfs: Iterator[pd.DataFrame], state, *, job: SparkJob, event_cols, event_schema, out_schema):
+    """One key, one micro-batch (or one timeout): the composite events that became final."""
+    unit = job.time.engine_unit
+    lookback, horizon = job.plan.lookback_ns, job.plan.horizon_ns
+    if state.exists:
+        blob, emitted, tmax = state.get
+        buffer = _unpack(blob)
+    else:
+        buffer, emitted, tmax = event_schema.empty_table(), None, None
+    wm_ns = max(state.getCurrentWatermarkMs(), 0) * 1_000_000
+
+    if state.hasTimedOut:
+        new_rows = 0
+    else:
+        parts = [_arrow_events(p[event_cols], event_schema) for p in pdfs if len(p)]
+        new_rows = sum(p.num_rows for p in parts)
+        if parts:
+            buffer = pa.concat_tables([buffer, *parts])
+            newest = int(_to_ns(np.concatenate([p.column("ts").to_numpy() for p in parts]), unit).max())
+            tmax = newest if tmax is None else max(tmax, newest)
+            if emitted is None:
+                emitted = int(_to_ns(buffer.column("ts").to_numpy(), unit).min())
+
+    if buffer.num_rows == 0 or tmax is None:
+        if state.exists:
+            state.remove()
+        return
+
+    # final: terminators before tmax - horizon, or everything once the watermark is past tmax + horizon
+    finished = state.hasTimedOut and wm_ns > tmax + horizon
+    bound = tmax + 1 if finished else tmax - horizon
+    out = _final_events(buffer, job, unit, emitted, bound) if bound > emitted and (new_rows or finished) else None
+    emitted = max(emitted, bound)
+
+    # expire what no pending terminator can read: pending ones are the buffered ones at or after
+    # `emitted`, and future ones come at or after the watermark
+    pending = emitted if emitted <= tmax else max(emitted, wm_ns)
+    floor = pending - lookback
+    ts_ns = _to_ns(buffer.column("ts").to_numpy(), unit)
+    buffer = buffer.filter(pa.array(ts_ns >= floor))
+    if buffer.num_rows == 0:
+        state.remove()
+    else:
+        state.update((_pack(buffer), int(emitted), int(tmax)))
+        wm_ms = max(state.getCurrentWatermarkMs(), 0)
+        due = tmax + (lookback if emitted > tmax else horizon) + 1
+        state.setTimeoutTimestamp(max(due // 1_000_000 + 1, wm_ms + 1))
+    if out is not None and out.num_rows:
+        yield out.to_pandas()
+
+
+def _final_events(buffer: pa.Table, job: SparkJob, unit: str, lo: int, hi: int) -> pa.Table:
+    """The composite events over ``buffer`` with terminator time in ``[lo, hi)`` (ns)."""
+    use_task_gpu()
+    events = _engine_pandas(buffer)
+    out = detect(events, list(job.rules), backend=job.backend, time_unit=unit, output="arrow")
+    ts_ns = _to_ns(out.column("ts").to_numpy(), unit)
+    keep = (ts_ns >= lo) & (ts_ns < hi)
+    return conform(out.filter(pa.array(keep)), to_arrow_schema(job.engine_struct))
