@@ -35,7 +35,7 @@ from .columns import Column, ColumnStore
 from .evaluate import evaluate
 from .events import EventTable
 from .model import Rule
-from .ranges import key_ranks, keyed_ranges, lower_window_bound, window_ranges
+from .ranges import as_keys, step_keyed_ranges, step_ranges
 
 # ------------------------------------------------------------------------------------------------
 # The seam between the host loop and the kernels
@@ -212,7 +212,7 @@ class CDPBackend:
             for p, plan in enumerate(spec.plans):
                 terms = _in_range(store.predicates[plan.plan.terminator].rows, lo, hi)
                 parts.append(run.plan(p, terms, no_excl, False))
-            seqs = np.concatenate(parts) if parts else np.empty((0, rule.n_predicates), np.int64)
+            seqs = parts[0] if len(parts) == 1 else np.concatenate(parts)
         else:
             mask = np.zeros(len(table), np.bool_) if excluded is None else np.array(excluded, np.bool_)
             seqs = run.consuming(lo, hi, mask)
@@ -272,15 +272,16 @@ class _Run:
         """Each sequence's candidate range in the step's column (or its parameter index)."""
         col: Column = self.store.predicates[st.pred]
         ts = self.table.ts
-        lo_ts = lower_window_bound(ts[seqs[:, st.anchor]], st.window)
-        lo, hi = window_ranges(col.ts, lo_ts, ts[seqs[:, st.before]])
         if st.key is None:
+            lo, hi = step_ranges(ts, seqs, st.anchor, st.before, st.window, col.ts)
             return lo, hi, col.rows
         index = col.key_index(self.table, st.key.attr)
         value = evaluate(st.key.expr, self.table, seqs)
-        ranks, found = key_ranks(index.uniq, value.values, value.valid)
-        klo, khi = keyed_ranges(index.uniq, index.composite, ranks, found, lo, hi)
-        return klo, khi, index.rows
+        keys, valid = as_keys(index.uniq, value.values, value.valid)
+        lo, hi = step_keyed_ranges(
+            ts, seqs, st.anchor, st.before, st.window, index.uniq, index.seg, index.ts, keys, valid
+        )
+        return lo, hi, index.rows
 
     def consuming(self, lo: int, hi: int, excluded: np.ndarray) -> np.ndarray:
         """Terminator by terminator in row order; consumed events leave the positive columns."""

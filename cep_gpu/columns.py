@@ -24,16 +24,17 @@ from .model import Expr, Rule
 
 @dataclass
 class KeyIndex:
-    """A column's entries with a non-null ``attr``, ordered by ``(value, time)``.
+    """A column's entries with a non-null ``attr``, grouped by value, time-sorted in each group.
 
     ``uniq``: the sorted distinct values (int64 for int/bool/string codes, float64 for floats);
-    ``composite``: sorted ``rank * (len(column) + 1) + position`` per entry; ``rows``: the table
-    rows in that same order. See :func:`cep_gpu.ranges.keyed_ranges`.
+    entries of ``uniq[g]`` are ``rows[seg[g]:seg[g + 1]]`` (table rows) with timestamps
+    ``ts[seg[g]:seg[g + 1]]``. See :func:`cep_gpu.ranges.keyed_window_ranges`.
     """
 
     uniq: np.ndarray
-    composite: np.ndarray
+    seg: np.ndarray
     rows: np.ndarray
+    ts: np.ndarray
 
 
 @dataclass
@@ -71,14 +72,16 @@ def key_values(table: EventTable, attr: str, rows: np.ndarray) -> tuple[np.ndarr
 
 
 def build_key_index(column: Column, table: EventTable, attr: str) -> KeyIndex:
-    """Order the entries of ``column`` with a non-null ``attr`` by ``(value, time position)``."""
+    """Group the entries of ``column`` with a non-null ``attr`` by value, keeping time order."""
     values, valid = key_values(table, attr, column.rows)
     pos = np.flatnonzero(valid)
     keys = values[pos]
-    uniq, ranks = np.unique(keys, return_inverse=True)
-    composite = ranks.astype(np.int64).ravel() * np.int64(len(column) + 1) + pos
-    order = np.argsort(composite, kind="stable")
-    return KeyIndex(uniq, composite[order], column.rows[pos[order]])
+    order = np.argsort(keys, kind="stable")  # stable: time order inside each value
+    keys = keys[order]
+    starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]]) if len(keys) else np.empty(0, np.int64)
+    seg = np.append(starts, len(keys)).astype(np.int64)
+    rows = np.ascontiguousarray(column.rows[pos[order]])
+    return KeyIndex(np.ascontiguousarray(keys[starts]), seg, rows, np.ascontiguousarray(column.ts[pos[order]]))
 
 
 def filter_rows(

@@ -11,6 +11,7 @@ Edges follow docs/language.md: ``each|last|first X within D from Y`` admits
 
 from __future__ import annotations
 
+import numba
 import numpy as np
 
 #: The smallest timestamp (a window with no lower bound).
@@ -54,51 +55,160 @@ def lower_window_bound(anchor_ts: np.ndarray, window: int | None) -> np.ndarray:
     return np.where(anchor_ts < floor, MIN_TS, anchor_ts - np.int64(window))
 
 
-def keyed_ranges(
-    uniq: np.ndarray,
-    composite: np.ndarray,
-    keys: np.ndarray,
-    found: np.ndarray,
-    lo_pos: np.ndarray,
-    hi_pos: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Ranges in a parameter index for queries ``(key, [lo_pos, hi_pos))``.
+def as_keys(uniq: np.ndarray, values: np.ndarray, valid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Query values cast to the dtype of an index's keys ``uniq``, and where they can match at all.
 
-    The index orders a column's entries by ``(key, time position)`` and stores the sorted
-    composite numbers ``rank(key) * (n + 1) + position`` (``n`` = column length), so one binary
-    search finds the entries with a given key inside a time-position range. ``keys`` are the
-    query keys already mapped to ranks in ``uniq`` (see :func:`key_ranks`); ``found`` is False
-    where the key does not occur (the range is then empty). ``lo_pos``/``hi_pos`` are the time
-    window as positions in the time-sorted column (from :func:`window_ranges`).
+    Null values (``valid`` False) and NaN never match (an equality with them is false). An integer
+    key equals a float only when the float is integral.
     """
-    width = np.int64(len(composite) + 1) if len(uniq) else np.int64(1)
-    base = np.where(found, keys, 0).astype(np.int64) * width
-    lo = np.searchsorted(composite, base + lo_pos, side="left").astype(np.int64)
-    hi = np.searchsorted(composite, base + hi_pos, side="left").astype(np.int64)
-    hi = np.where(found, np.maximum(hi, lo), lo)
+    values = np.asarray(values)
+    valid = np.asarray(valid, bool)
+    if uniq.dtype.kind == "f":
+        values = values.astype(np.float64)
+        return values, valid & ~np.isnan(values)
+    if values.dtype.kind == "f":
+        with np.errstate(invalid="ignore"):
+            integral = np.isfinite(values) & (np.floor(values) == values) & (np.abs(values) < 2.0**62)
+        return np.where(integral, values, 0).astype(np.int64), valid & integral
+    return values.astype(np.int64), valid
+
+
+def keyed_ranges_numpy(
+    uniq: np.ndarray,
+    seg: np.ndarray,
+    index_ts: np.ndarray,
+    keys: np.ndarray,
+    valid: np.ndarray,
+    lo_ts: np.ndarray,
+    hi_ts: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Ranges ``[lo_i, hi_i)`` in a parameter index (entries grouped by key, time-sorted inside a
+    group) of the entries with key ``keys[i]`` and ``lo_ts[i] <= ts < hi_ts[i]``.
+
+    The plain NumPy definition; :func:`keyed_window_ranges` is the fast path used by the engine.
+    """
+    n = len(keys)
+    lo = np.zeros(n, np.int64)
+    hi = np.zeros(n, np.int64)
+    if len(uniq) == 0:
+        return lo, hi
+    g = np.searchsorted(uniq, keys)
+    gc = np.minimum(g, len(uniq) - 1)
+    found = valid & (g < len(uniq)) & (uniq[gc] == keys)
+    for i in np.flatnonzero(found):
+        s0, s1 = seg[gc[i]], seg[gc[i] + 1]
+        part = index_ts[s0:s1]
+        lo[i] = s0 + np.searchsorted(part, lo_ts[i], "left")
+        hi[i] = max(s0 + np.searchsorted(part, hi_ts[i], "left"), lo[i])
     return lo, hi
 
 
-def key_ranks(uniq: np.ndarray, values: np.ndarray, valid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Ranks of ``values`` in the sorted unique keys ``uniq`` and whether each occurs at all.
+# -- fast paths (Numba): one pass over the partial sequences, reading the bound timestamps -----------
 
-    Null values (``valid`` False) and NaN never occur (an equality with them is false).
+
+@numba.njit(cache=False, inline="always")
+def _lower_bound(a, x, lo, hi):
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if a[mid] < x:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@numba.njit(cache=False, inline="always")
+def _bounds(table_ts, seqs, i, anchor, before, window, has_window):
+    hi_ts = table_ts[seqs[i, before]]
+    lo_ts = MIN_TS
+    if has_window:
+        a = table_ts[seqs[i, anchor]]
+        if a >= MIN_TS + window:
+            lo_ts = a - window
+    return lo_ts, hi_ts
+
+
+def _step_ranges(table_ts, seqs, anchor, before, window, has_window, col_ts, lo, hi):
+    for i in numba.prange(seqs.shape[0]):
+        lo_ts, hi_ts = _bounds(table_ts, seqs, i, anchor, before, window, has_window)
+        a = _lower_bound(col_ts, lo_ts, 0, col_ts.shape[0])
+        b = _lower_bound(col_ts, hi_ts, 0, col_ts.shape[0])
+        lo[i] = a
+        hi[i] = max(a, b)
+
+
+def _step_keyed_ranges(table_ts, seqs, anchor, before, window, has_window, uniq, seg, its, keys, valid, lo, hi):
+    n_keys = uniq.shape[0]
+    for i in numba.prange(seqs.shape[0]):
+        lo[i] = 0
+        hi[i] = 0
+        if not valid[i]:
+            continue
+        g = _lower_bound(uniq, keys[i], 0, n_keys)
+        if g >= n_keys or uniq[g] != keys[i]:
+            continue
+        lo_ts, hi_ts = _bounds(table_ts, seqs, i, anchor, before, window, has_window)
+        a = _lower_bound(its, lo_ts, seg[g], seg[g + 1])
+        b = _lower_bound(its, hi_ts, a, seg[g + 1])
+        lo[i] = a
+        hi[i] = b
+
+
+_KERNELS = {
+    par: (
+        numba.njit(cache=False, parallel=par)(_step_ranges),
+        numba.njit(cache=False, parallel=par)(_step_keyed_ranges),
+    )
+    for par in (False, True)
+}
+#: Partial sequences above which the range kernels run in parallel.
+PARALLEL_SEQS = 50_000
+
+
+def step_ranges(
+    table_ts: np.ndarray,
+    seqs: np.ndarray,
+    anchor: int,
+    before: int,
+    window: int | None,
+    col_ts: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Window ranges in a time-sorted column for a batch of partial sequences.
+
+    Sequence ``i``'s window is ``ts(seqs[i, anchor]) - window <= t < ts(seqs[i, before])``
+    (no lower bound when ``window`` is None). Same result as :func:`window_ranges`.
     """
-    values = np.asarray(values)
-    if len(uniq) == 0 or len(values) == 0:
-        return np.zeros(len(values), np.int64), np.zeros(len(values), bool)
-    if uniq.dtype.kind == "i" and values.dtype.kind == "f":
-        # an integer key equals a float only when the float is integral and in range
-        with np.errstate(invalid="ignore"):
-            integral = np.isfinite(values) & (np.floor(values) == values) & (np.abs(values) < 2.0**62)
-        valid = valid & integral
-        values = np.where(integral, values, 0).astype(np.int64)
-    elif uniq.dtype.kind == "f":
-        values = values.astype(np.float64)
-        valid = valid & ~np.isnan(values)
-    else:
-        values = values.astype(np.int64)
-    pos = np.searchsorted(uniq, values)
-    clipped = np.minimum(pos, len(uniq) - 1)
-    found = valid & (pos < len(uniq)) & (uniq[clipped] == values)
-    return clipped.astype(np.int64), found
+    n = seqs.shape[0]
+    lo, hi = np.empty(n, np.int64), np.empty(n, np.int64)
+    kernel = _KERNELS[n >= PARALLEL_SEQS][0]
+    kernel(table_ts, seqs, anchor, before, int(window or 0), window is not None, col_ts, lo, hi)
+    return lo, hi
+
+
+def step_keyed_ranges(
+    table_ts: np.ndarray,
+    seqs: np.ndarray,
+    anchor: int,
+    before: int,
+    window: int | None,
+    uniq: np.ndarray,
+    seg: np.ndarray,
+    index_ts: np.ndarray,
+    keys: np.ndarray,
+    valid: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Like :func:`step_ranges` through a parameter index, for query keys ``keys`` (already cast by
+    :func:`as_keys`): only entries whose key equals the sequence's key. Same result as
+    :func:`keyed_ranges_numpy`."""
+    n = seqs.shape[0]
+    lo, hi = np.empty(n, np.int64), np.empty(n, np.int64)
+    if len(uniq) == 0:
+        lo[:] = 0
+        hi[:] = 0
+        return lo, hi
+    kernel = _KERNELS[n >= PARALLEL_SEQS][1]
+    kernel(
+        table_ts, seqs, anchor, before, int(window or 0), window is not None,
+        uniq, seg, index_ts, np.ascontiguousarray(keys), np.ascontiguousarray(valid, np.bool_), lo, hi,
+    )
+    return lo, hi

@@ -15,7 +15,6 @@ import numba
 import numpy as np
 
 from ..kernels.cpu import lower_bound, upper_bound
-
 from .numba_src import CodegenError, check_source, emit_source
 from .spec import KeySpec, Layout, PlanSpec, RuleSpec, StepSpec, lower
 

@@ -197,7 +197,8 @@ def emit_source(spec: RuleSpec, kinds: dict[str, str | None]) -> str:
         b.agg_inputs = agg_inputs
         return b
 
-    def span_part(kind: str, k: int, part, preds: list[int], base: int, cond_fn: str) -> list[str]:
+    def span_part(kind: str, k: int, part, preds: list[int], base: int) -> tuple[list[str], str]:
+        """Prologue of a function over the span of a negation/aggregate: ``s``..``e`` in its column."""
         sig = "".join(f", p{p}" for p in preds)
         span = part.span
         lines = [f"@numba.njit(cache=False)\ndef {kind}{k}(env{sig}):"]
@@ -215,9 +216,9 @@ def emit_source(spec: RuleSpec, kinds: dict[str, str | None]) -> str:
         return lines, sig
 
     # conditions of negations and aggregates over their own event q
-    for kind, parts, inputs_of, checks, base_of in (
-        ("neg", rule.negations, neg_inputs, spec.neg_checks, lambda k: layout.neg_at + 2 * k),
-        ("agg", rule.aggregates, agg_inputs, spec.agg_checks, lambda k: layout.agg_at + 2 * k),
+    for kind, parts, inputs_of, checks in (
+        ("neg", rule.negations, neg_inputs, spec.neg_checks),
+        ("agg", rule.aggregates, agg_inputs, spec.agg_checks),
     ):
         for k, part in enumerate(parts):
             preds = inputs_of[k]
@@ -229,7 +230,7 @@ def emit_source(spec: RuleSpec, kinds: dict[str, str | None]) -> str:
             out += _prologue(layout, kinds) + b.lines + ["    return True", ""]
 
     for k, neg in enumerate(rule.negations):
-        lines, sig = span_part("neg", k, neg, neg_inputs[k], layout.neg_at + 2 * k, "")
+        lines, sig = span_part("neg", k, neg, neg_inputs[k], layout.neg_at + 2 * k)
         lines.append("    for j in range(s, e):")
         lines.append(f"        if neg{k}_cond(env, nr[j]{sig}):")
         lines.append("            return False")
@@ -237,7 +238,7 @@ def emit_source(spec: RuleSpec, kinds: dict[str, str | None]) -> str:
         out += lines + [""]
 
     for k, agg in enumerate(rule.aggregates):
-        lines, sig = span_part("agg", k, agg, agg_inputs[k], layout.agg_at + 2 * k, "")
+        lines, sig = span_part("agg", k, agg, agg_inputs[k], layout.agg_at + 2 * k)
         attr_kind = kinds.get(agg.attribute) if agg.attribute is not None else None
         lines.append("    cnt = 0")
         lines.append("    nv = 0")
