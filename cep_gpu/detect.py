@@ -231,10 +231,13 @@ def detect_table(
     rules: Sequence[Rule],
     backend: str = "auto",
     on_rule: Callable[[Rule], None] | None = None,
+    count_only: bool = False,
 ) -> list[RuleResult]:
     """Run ``rules`` over an already-ingested table; the composite events of each rule, in rule order.
 
-    ``on_rule`` is called after each rule (for progress reporting).
+    ``on_rule`` is called after each rule (for progress reporting). ``count_only``: the results of
+    rules that no other rule reads carry only their (unsorted) timestamps, enough to count them
+    (``output="count"`` skips sorting and attributes).
     """
     check_schema(rules, table)
     impl = get_backend(backend)
@@ -244,7 +247,11 @@ def detect_table(
     for i in order:
         rule = rules[i]
         matches = impl.match(rule, table, 0, len(table), None)
-        res = composite_events(rule, table, matches)
+        if count_only and rule.name not in consumed_types:
+            term = matches.rows[:, rule.plans[0].terminator]
+            res = RuleResult(rule, table.ts[term], np.empty((0, rule.n_predicates), np.int64), {})
+        else:
+            res = composite_events(rule, table, matches)
         results[i] = res
         if rule.name in consumed_types:
             table = append_composites(table, [res])
@@ -300,7 +307,7 @@ def detect(
     if not isinstance(events, pd.DataFrame):
         raise EventError(f"events must be a pandas DataFrame or a pyarrow Table, got {type(events).__name__}")
     table = EventTable.from_pandas(events, time_unit=time_unit)
-    results = detect_table(table, rule_list, backend)
+    results = detect_table(table, rule_list, backend, count_only=output == "count")
     if output == "count":
         counts: dict[str, int] = {}
         for r in results:
