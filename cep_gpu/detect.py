@@ -144,11 +144,21 @@ class RuleResult:
     attributes: dict[str, AttributeColumn]
 
 
+def match_ts(table: EventTable, rows: np.ndarray) -> np.ndarray:
+    """The timestamp of each match: that of its terminator, which is its latest event.
+
+    Taken as the latest bound timestamp because an ``AND(...)`` rule has one plan (and one
+    terminator) per possible last event, and ``Matches`` does not say which plan matched.
+    """
+    if not len(rows):
+        return np.empty(0, np.int64)
+    return table.ts[rows].max(axis=1)
+
+
 def composite_events(rule: Rule, table: EventTable, matches: Matches) -> RuleResult:
     """Timestamps, ids and attributes of the composite events of ``matches``, sorted by (ts, ids)."""
     rows = matches.rows
-    term = rule.plans[0].terminator
-    ts = table.ts[rows[:, term]] if len(rows) else np.empty(0, np.int64)
+    ts = match_ts(table, rows)
     ids = table.ids[rows] if len(rows) else np.empty((0, rule.n_predicates), np.int64)
     order = np.lexsort(tuple(ids[:, j] for j in reversed(range(ids.shape[1]))) + (ts,))
     rows, aggs, ts, ids = rows[order], matches.aggs[order], ts[order], ids[order]
@@ -248,8 +258,7 @@ def detect_table(
         rule = rules[i]
         matches = impl.match(rule, table, 0, len(table), None)
         if count_only and rule.name not in consumed_types:
-            term = matches.rows[:, rule.plans[0].terminator]
-            res = RuleResult(rule, table.ts[term], np.empty((0, rule.n_predicates), np.int64), {})
+            res = RuleResult(rule, match_ts(table, matches.rows), np.empty((0, rule.n_predicates), np.int64), {})
         else:
             res = composite_events(rule, table, matches)
         results[i] = res

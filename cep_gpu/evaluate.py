@@ -65,7 +65,10 @@ def _eval(expr, table, rows, aggs, self_rows, n) -> Values:
         if isinstance(val, bool):
             return Values("bool", np.full(n, val), np.ones(n, bool))
         if isinstance(val, str):
-            return Values("string", np.full(n, table.strings.lookup(val), np.int32), np.ones(n, bool))
+            # interned (not looked up): a literal that no event holds is still a value of the
+            # output (`where w = 'hi'`); its new code equals no attribute's, so comparisons hold
+            code = table.strings.encode_one(val)
+            return Values("string", np.full(n, code, np.int32), np.ones(n, bool))
         if isinstance(val, int):
             return Values("int", np.full(n, val, np.int64), np.ones(n, bool))
         return Values("float", np.full(n, float(val)), np.ones(n, bool))
