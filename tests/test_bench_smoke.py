@@ -41,10 +41,11 @@ def test_rules1000_types_each_in_one_state_of_ten_rules():
 
 @pytest.mark.parametrize(
     "workload, sizes, n_events",
-    [("seq3", [30, 100], 600), ("rules1000", [2, 3], 800), ("museum", [500], None)],
+    [("seq3", [30, 100], 600), ("rules1000", [2, 3], 800), ("museum", [400], None)],
 )
 def test_each_workload_runs_and_backends_agree(workload, sizes, n_events):
-    run = runner.run_bench(workload, ["reference", "cpu", "gpu"], sizes, n_events=n_events, repeat=1, warmup=0)
+    run = runner.run_bench(workload, ["reference", "cpu", "gpu"], sizes, n_events=n_events, repeat=1, warmup=0,
+                           n_rules=100)
     assert run["machine"]["cores"] >= 1 and run["machine"]["cpu_model"]
     rows = run["results"]
     ok = [r for r in rows if r["status"] == "ok"]
@@ -77,7 +78,8 @@ def test_bench_cli_writes_json_and_plot(tmp_path):
 
 
 def test_rules1000_and_museum_plots(tmp_path):
-    run = runner.run_bench("rules1000", ["reference"], [2, 3], ["each"], n_events=400, repeat=1, warmup=0)
+    run = runner.run_bench("rules1000", ["reference"], [2, 3], ["each"], n_events=400, repeat=1, warmup=0,
+                           n_rules=100)
     assert plots.plot(run, tmp_path / "r.png").exists()
     run = runner.run_bench("museum", ["reference"], [300], repeat=1, warmup=0)
     assert plots.plot(run, tmp_path / "m.png").exists()

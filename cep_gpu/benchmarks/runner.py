@@ -146,13 +146,14 @@ def time_detection(work: wl.Workload, backend: str, repeat: int, warmup: int, ou
     }
 
 
-def make_workload(workload: str, size: int, policy: str, n_events: int | None, seed: int) -> wl.Workload:
+def make_workload(workload: str, size: int, policy: str, n_events: int | None, seed: int,
+                  n_rules: int = 1000) -> wl.Workload:
     """The workload ``workload`` at one size (window ms, chain length or event count)."""
     if workload == "seq3":
         n = wl.seq3_events_for(size, policy, n_events or 200_000)
         return wl.seq3(size, policy, n, seed)
     if workload == "rules1000":
-        return wl.rules1000(size, policy, n_events or wl.RULES1000_EVENTS, seed)
+        return wl.rules1000(size, policy, n_events or wl.RULES1000_EVENTS, seed, n_rules)
     if workload == "museum":
         return wl.museum(size, seed)
     raise ValueError(f"unknown workload {workload!r}; choose seq3, rules1000 or museum")
@@ -169,11 +170,13 @@ def run_bench(
     seed: int = 0,
     output: str = "count",
     on_step: Callable[[str], None] | None = None,
+    n_rules: int = 1000,
 ) -> dict:
     """Sweep one workload over sizes x policies x backends; the whole run as a JSON-ready dict.
 
     ``sizes``: windows in ms (seq3), chain lengths (rules1000) or event counts (museum).
     ``n_events``: events per seq3/rules1000 input (seq3 uses fewer at large ``each`` windows).
+    ``n_rules``: rules of rules1000 (a multiple of 100; smaller only for smoke runs).
     Results of different backends on the same input are compared (``agree``).
     """
     if workload not in DEFAULT_SIZES:
@@ -185,7 +188,8 @@ def run_bench(
     results = []
     for policy in policies:
         for size in sizes:
-            work = make_workload(workload, size, policy if workload != "museum" else "each", n_events, seed)
+            work = make_workload(workload, size, policy if workload != "museum" else "each", n_events, seed,
+                                 n_rules)
             counts = {}
             for b in backends:
                 row = {"backend": b, "policy": policy, "size": size, SIZE_NAMES[workload]: size}
@@ -214,7 +218,7 @@ def run_bench(
         "machine": machine_info(),
         "settings": {
             "backends": backends, "sizes": sizes, "policies": policies, "n_events": n_events,
-            "repeat": repeat, "warmup": warmup, "seed": seed, "output": output,
+            "repeat": repeat, "warmup": warmup, "seed": seed, "output": output, "n_rules": n_rules,
         },
         "results": results,
     }
