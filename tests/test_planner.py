@@ -271,3 +271,13 @@ def test_explain_shows_columns_windows_decision_and_estimates():
 
 def test_auto_is_registered():
     assert isinstance(get_backend("auto"), pl.AutoBackend)
+
+
+def test_default_profile_reproduces_the_chapter_crossover():
+    """The shipped GPU constants make the GPU win on seq3 `each` from windows of about 4000."""
+    from cep_gpu.benchmarks.calibrate import crossover_window
+
+    prof = pl.default_profile()
+    assert prof.meta["gpu_source"].startswith("derived")
+    got = crossover_window(prof, "each", windows=[2000, 3000, 3500, 4000, 4500, 5000, 6000])
+    assert got is not None and 3500 <= got <= 4500

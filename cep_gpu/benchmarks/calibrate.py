@@ -103,7 +103,7 @@ def _best(fn, *args, repeat: int = 2) -> float:
 def seq3_launch_features(window_ms: int, policy: str, n_events: int = 30_000, seed: int = 0) -> dict:
     """Features of one single-terminator launch of seq3 (averaged over a generated input)."""
     (rule,) = as_rules(wl.seq3_rule(window_ms, policy))
-    n = max(n_events, 4 * window_ms)
+    n = max(n_events, 4 * window_ms)  # same input size for every caller at a window
     table = EventTable.from_pandas(wl.seq3_events(n, seed), time_unit="ms")
     lo = int(np.searchsorted(table.ts, table.ts[0] + 2 * window_ms * 1_000_000))  # full windows only
     work = pl.estimate_work(rule, table, lo, len(table))
@@ -116,7 +116,9 @@ def derive_gpu(cpu: dict[str, float], crossover_ms: int = CROSSOVER_WINDOW_MS) -
     cpu_s = sum(cpu[k] * feats[k] for k in pl.FEATURES)
     gpu = dict(ASSUMED_GPU)
     gpu_var = sum(gpu.get(k, 0.0) * feats[k] for k in pl.FEATURES if k != "launches")
-    extra = max(MIN_GPU_LAUNCH_S, cpu_s - gpu_var)
+    # the host work of a launch (columns, ranges) is the same on both paths: compare the rest
+    # (1% under the break-even, so that the GPU already wins at the crossover window itself)
+    extra = max(MIN_GPU_LAUNCH_S, 0.99 * (cpu_s - cpu["launches"] - gpu_var))
     gpu["launches"] = cpu["launches"] + extra
     prof = pl.Profile(cpu, gpu)
     cross = {pol: crossover_window(prof, pol) for pol in ("each", "last")}
@@ -130,9 +132,9 @@ def derive_gpu(cpu: dict[str, float], crossover_ms: int = CROSSOVER_WINDOW_MS) -
 
 def crossover_window(profile: pl.Profile, policy: str, windows=None) -> int | None:
     """The smallest seq3 window (ms) at which the profile prefers the GPU for one-terminator launches."""
-    windows = windows or [int(w) for w in np.unique(np.geomspace(100, 40_000, 40).round(-1))]
-    for w in windows:
-        f = seq3_launch_features(w, policy, n_events=max(20_000, 3 * w))
+    grid = {int(w) for w in np.geomspace(100, 40_000, 40).round(-1)} | set(range(1000, 8001, 500))
+    for w in windows or sorted(grid):
+        f = seq3_launch_features(w, policy)
         if profile.cost("gpu", f) < profile.cost("cpu", f):
             return w
     return None
@@ -144,8 +146,7 @@ def calibrate(quick: bool = False, n_events: int = 60_000, seed: int = 0,
     from .runner import machine_info
 
     cpu_samples = measure_device("cpu", quick, n_events, seed, on_step=on_step)
-    cpu = fit(cpu_samples, [k for k in pl.FEATURES if k != "events"])
-    cpu.setdefault("events", 0.0)
+    cpu = fit(cpu_samples)
     meta = {"machine": machine_info(), "cpu_source": f"measured ({len(cpu_samples)} runs)",
             "cpu_fit_error": _fit_error(cpu, cpu_samples)}
     if pl.gpu_usable():
