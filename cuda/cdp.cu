@@ -13,24 +13,13 @@
 #include "rule_example.cuh"
 #endif
 
-CEP_KERNEL(cdp_filter,
-           (const cep_u64* tab, const cep_i64* scal, cep_i64 step_id, const cep_i64* seq_in,
-            cep_i64 n_in, cep_i64* seq_out, cep_u64* count, cep_i64 cap),
-           (cdp_filter_body<CEP_NPRED>(tab, scal, step_id, seq_in, n_in, seq_out, count, cap)))
-
-CEP_KERNEL(cdp_ranges,
-           (const cep_u64* tab, const cep_i64* scal, const cep_i64* seq_in, cep_i64 n_in,
-            cep_i64 np, cep_i64 anchor, cep_i64 before, cep_i64 window, const cep_i64* col_ts,
-            cep_i64 col_n, cep_i64* lo_out, cep_i64* size_out),
-           (cdp_ranges_body(tab, scal, seq_in, n_in, np, anchor, before, window, col_ts, col_n,
-                            lo_out, size_out)))
-
 CEP_KERNEL(cdp_each,
            (const cep_u64* tab, const cep_i64* scal, cep_i64 step_id, cep_i64 pred,
             const cep_i64* seq_in, cep_i64 n_in, const cep_i64* col_rows, const cep_i64* lo,
-            const cep_i64* offsets, cep_i64 total, cep_i64* seq_out, cep_u64* count, cep_i64 cap),
+            const cep_i64* offsets, cep_i64 total, cep_i64* seq_out, cep_i64* keys, cep_u64* count,
+            cep_i64 cap),
            (cdp_each_body<CEP_NPRED>(tab, scal, step_id, pred, seq_in, n_in, col_rows, lo,
-                                     offsets, total, seq_out, count, cap)))
+                                     offsets, total, seq_out, keys, count, cap)))
 
 CEP_KERNEL(cdp_select,
            (const cep_u64* tab, const cep_i64* scal, cep_i64 step_id, cep_i64 pred,
@@ -38,11 +27,6 @@ CEP_KERNEL(cdp_select,
             const cep_i64* lo, const cep_i64* offsets, cep_i64 total, cep_i64* best),
            (cdp_select_body<CEP_NPRED>(tab, scal, step_id, pred, take_last, seq_in, n_in,
                                        col_rows, lo, offsets, total, best)))
-
-CEP_KERNEL(cdp_emit,
-           (cep_i64 pred, const cep_i64* seq_in, cep_i64 n_in, const cep_i64* col_rows,
-            const cep_i64* best, cep_i64* seq_out, cep_u64* count, cep_i64 cap),
-           (cdp_emit_body<CEP_NPRED>(pred, seq_in, n_in, col_rows, best, seq_out, count, cap)))
 
 CEP_KERNEL(cdp_aggregates,
            (const cep_u64* tab, const cep_i64* scal, const cep_i64* seq, cep_i64 n, double* out),

@@ -4,15 +4,16 @@
 // (kernels/host.py); portable.cuh holds the few lines that differ.
 //
 // Work layout. A batch of partial sequences (n x NP table rows, row-major, -1 = unbound) is
-// extended by one column per launch. The (sequence, candidate) pairs of a step are numbered
+// extended by one column per launch; the host (cep_gpu/cdp.py) found each sequence's candidate
+// range [lo, lo + size) in the column `col_rows` by binary search. The (sequence, candidate) pairs of a step are numbered
 // 0..total through the exclusive prefix sum `offsets` of the per-sequence range sizes; thread t
 // takes pair t (grid-stride), so consecutive threads read consecutive column entries (coalesced)
 // and a long range gets as many threads as it has candidates.
 //   each:        a valid pair takes output slot atomicAdd(count, 1) and writes the extended
 //                sequence there if the slot is below the capacity; the launcher reads `count`,
 //                and on overflow grows the buffer to exactly `count` and relaunches.
-//   last/first:  a valid pair does atomicMax/atomicMin(best[seq], candidate index); cdp_emit then
-//                writes one extended sequence per sequence that found one.
+//   last/first:  a valid pair does atomicMax/atomicMin(best[seq], candidate index); the host
+//                maps each sequence's best index to its row.
 // Negations and aggregates are evaluated inside cep_rule_check / cep_rule_aggregates (generated),
 // by binary search over their own time-sorted columns.
 //
@@ -104,42 +105,14 @@ CEP_DEVICE void cep_store(cep_i64* seq, cep_u64 k, const cep_i64* s) {
     for (int j = 0; j < NP; ++j) seq[(cep_i64)k * NP + j] = s[j];
 }
 
-// Keep the sequences that pass the step's checks (step 0: the terminator's device checks).
-template <int NP>
-CEP_DEVICE void cdp_filter_body(const cep_u64* tab, const cep_i64* scal, cep_i64 step_id,
-                                const cep_i64* seq_in, cep_i64 n_in, cep_i64* seq_out,
-                                cep_u64* count, cep_i64 cap) {
-    Ctx c = {tab, scal};
-    for (cep_i64 i = cep_thread_id(); i < n_in; i += cep_thread_count()) {
-        cep_i64 s[NP];
-        cep_load<NP>(seq_in, i, s);
-        if (!cep_rule_check((int)step_id, c, s)) continue;
-        cep_u64 k = cep_atomic_add(count, 1ULL);
-        if ((cep_i64)k < cap) cep_store<NP>(seq_out, k, s);
-    }
-}
-
-// Window range of each sequence in the column: ts(anchor) - window <= ts(X) < ts(before).
-CEP_DEVICE void cdp_ranges_body(const cep_u64* tab, const cep_i64* scal, const cep_i64* seq_in,
-                                cep_i64 n_in, cep_i64 np, cep_i64 anchor, cep_i64 before,
-                                cep_i64 window, const cep_i64* col_ts, cep_i64 col_n,
-                                cep_i64* lo_out, cep_i64* size_out) {
-    Ctx c = {tab, scal};
-    for (cep_i64 i = cep_thread_id(); i < n_in; i += cep_thread_count()) {
-        cep_i64 from = cep_ts(c, seq_in[i * np + anchor]) - window;
-        cep_i64 lo = cep_lower_bound(col_ts, col_n, from);
-        cep_i64 hi = cep_lower_bound(col_ts, col_n, cep_ts(c, seq_in[i * np + before]));
-        lo_out[i] = lo;
-        size_out[i] = hi > lo ? hi - lo : 0;
-    }
-}
-
-// `each`: every valid (sequence, candidate) pair becomes an output sequence.
+// `each`: every valid (sequence, candidate) pair becomes an output sequence. keys[k] gets the
+// pair index t, which orders pairs by (sequence, candidate): sorting by it gives the CPU order.
 template <int NP>
 CEP_DEVICE void cdp_each_body(const cep_u64* tab, const cep_i64* scal, cep_i64 step_id,
                               cep_i64 pred, const cep_i64* seq_in, cep_i64 n_in,
                               const cep_i64* col_rows, const cep_i64* lo, const cep_i64* offsets,
-                              cep_i64 total, cep_i64* seq_out, cep_u64* count, cep_i64 cap) {
+                              cep_i64 total, cep_i64* seq_out, cep_i64* keys, cep_u64* count,
+                              cep_i64 cap) {
     Ctx c = {tab, scal};
     for (cep_i64 t = cep_thread_id(); t < total; t += cep_thread_count()) {
         cep_i64 i = cep_pair_sequence(offsets, n_in, t);
@@ -150,7 +123,10 @@ CEP_DEVICE void cdp_each_body(const cep_u64* tab, const cep_i64* scal, cep_i64 s
         s[pred] = row;
         if (!cep_rule_check((int)step_id, c, s)) continue;
         cep_u64 k = cep_atomic_add(count, 1ULL);
-        if ((cep_i64)k < cap) cep_store<NP>(seq_out, k, s);
+        if ((cep_i64)k < cap) {
+            cep_store<NP>(seq_out, k, s);
+            keys[k] = t;
+        }
     }
 }
 
@@ -172,22 +148,6 @@ CEP_DEVICE void cdp_select_body(const cep_u64* tab, const cep_i64* scal, cep_i64
         s[pred] = row;
         if (!cep_rule_check((int)step_id, c, s)) continue;
         if (take_last) cep_atomic_max(&best[i], cand); else cep_atomic_min(&best[i], cand);
-    }
-}
-
-// One output sequence per sequence whose best[] was set by cdp_select.
-template <int NP>
-CEP_DEVICE void cdp_emit_body(cep_i64 pred, const cep_i64* seq_in, cep_i64 n_in,
-                              const cep_i64* col_rows, const cep_i64* best, cep_i64* seq_out,
-                              cep_u64* count, cep_i64 cap) {
-    for (cep_i64 i = cep_thread_id(); i < n_in; i += cep_thread_count()) {
-        cep_i64 b = best[i];
-        if (b < 0 || b == CEP_I64_MAX) continue;
-        cep_i64 s[NP];
-        cep_load<NP>(seq_in, i, s);
-        s[pred] = col_rows[b];
-        cep_u64 k = cep_atomic_add(count, 1ULL);
-        if ((cep_i64)k < cap) cep_store<NP>(seq_out, k, s);
     }
 }
 

@@ -1,60 +1,59 @@
 """The GPU backend (``backend="gpu"``): the CDP combination step in CUDA, launched through CuPy.
 
-Two layers:
+:class:`GpuCombiner` is the GPU side of the seam in :mod:`cep_gpu.cdp` (the host loop, columns,
+window ranges and parameter index are shared with the CPU backend): per step it uploads the
+partial sequences and their candidate ranges, maps threads to (sequence, candidate) pairs through
+the exclusive prefix sum of the range sizes, and launches ``cdp_each`` (atomic output index) or
+``cdp_select`` (atomic max/min on the candidate index); aggregates run in ``cdp_aggregates``. Rule
+checks are generated CUDA C (:mod:`cep_gpu.codegen.cuda`) from the same lowered spec the Numba
+kernels use.
 
-* :class:`DeviceMatcher` drives the CDP algorithm for one rule on a *runtime*: it builds the columns
-  and their static filters on the host, uploads them, and runs one launch (or two, for
-  ``last``/``first``) per column over a whole batch of partial sequences. It knows nothing of CuPy.
-* A runtime owns memory, transfers and launches. :class:`CupyRuntime` (here) compiles ``cuda/``
-  with NVRTC (``cupy.RawModule``) and launches on a device; ``kernels/host.py`` has
-  ``HostRuntime``, the same kernels compiled by g++ and run serially over the whole grid, which is
-  how the tests prove this launcher without a GPU (same calls, same buffers, same overflow path).
+The combiner talks to a *runtime* that owns memory, transfers and launches:
+:class:`CupyRuntime` compiles ``cuda/`` with NVRTC (``cupy.RawModule``, cached by the source hash
+and the device's compute capability) and runs on a device; ``kernels/host.py`` has
+``HostRuntime``, the same kernels compiled by g++ and run serially over the whole grid, which is
+how the tests prove this launch path without a GPU.
 
 Output buffers: ``each`` writes through an atomic output index; if the count passes the buffer's
-capacity the launcher grows the buffer to exactly that count and relaunches, so results are never
-truncated. Partial-sequence buffers grow by doubling and are reused across steps and calls. If the
-device runs out of memory, the terminator batch is split in two and retried; a single terminator
-that still does not fit raises :class:`DeviceMemoryError` with the number of bytes it asked for.
-Results are sorted on the host by (terminator, candidates in binding order), as on the CPU.
+capacity the combiner grows the buffer to exactly that count and relaunches, so results are never
+truncated. Buffers grow by doubling and are reused across steps and calls. If the device runs out
+of memory, the batch of sequences is split in two and retried; a single sequence that still does
+not fit raises :class:`DeviceMemoryError` with the number of bytes asked for. Output is sorted on
+the host by the pair index, i.e. by (sequence, candidate): the same order as the CPU kernels.
 """
 
 from __future__ import annotations
 
 import hashlib
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 
-from ..backends import Matches, register
-from ..codegen.cuda import CudaRule, StepSpec, generate
+from ..cdp import StepInput, register_combiner
+from ..codegen import RuleSpec
+from ..codegen.cuda import CudaRule, generate, step_id
 from ..errors import BackendUnavailableError, CepError
-from ..evaluate import condition_mask
-from ..events import EventTable
-from ..model import Attr, Rule, walk
 
 I64_MAX = np.iinfo(np.int64).max
 
 #: Parameter kinds of each kernel in cuda/cdp.cu: "p" pointer, "i" int64.
 KERNELS: dict[str, str] = {
-    "cdp_filter": "ppipippi",
-    "cdp_ranges": "pppiiiiipipp",
-    "cdp_each": "ppiipipppippi",
+    "cdp_each": "ppiipipppipppi",
     "cdp_select": "ppiiipipppip",
-    "cdp_emit": "ipippppi",
     "cdp_aggregates": "pppip",
 }
 
 
 class DeviceMemoryError(CepError, MemoryError):
-    """The device cannot hold the work of even a single terminator."""
+    """The device cannot hold the work of even a single partial sequence."""
 
 
 class DeviceOutOfMemory(Exception):
-    """Raised by a runtime when an allocation fails (caught by the matcher, which splits the batch)."""
+    """Raised by a runtime when an allocation fails (caught by the combiner, which splits the batch)."""
 
     def __init__(self, nbytes: int) -> None:
         super().__init__(f"out of device memory allocating {nbytes} bytes")
@@ -87,7 +86,7 @@ def sources_digest() -> str:
 
 class Module(Protocol):
     def launch(self, name: str, n_threads: int, *args: Any) -> None:
-        """Run kernel ``name`` over ``n_threads`` work items (grid-stride; no-op when 0)."""
+        """Run kernel ``name`` over ``n_threads`` work items (grid-stride)."""
 
 
 class Runtime(Protocol):
@@ -105,19 +104,9 @@ class Runtime(Protocol):
 
     def to_host(self, buf: Any, n: int | None = None) -> np.ndarray: ...
 
-    def scan(self, sizes: Any, n: int) -> tuple[Any, int]:
-        """Exclusive prefix sum (n + 1 entries) of the first n sizes, and its total."""
-
     def pointer(self, buf: Any) -> int: ...
 
-    def set_flags(self, buf: Any, rows: np.ndarray) -> None:
-        """``buf[rows] = 1`` (uint8 flags)."""
-
     def bytes_in_use(self) -> int: ...
-
-
-# ----------------------------------------------------------------------------------------------
-# Buffers
 
 
 class GrowingBuffer:
@@ -140,7 +129,7 @@ class GrowingBuffer:
             self._resize(n)
 
     def _resize(self, n: int) -> None:
-        self.data = None  # release first, so that a retry after OOM has the memory back
+        self.data = None  # release first, so that the new allocation can reuse the memory
         self.data = self.runtime.empty(n, self.dtype)
         self.capacity = n
 
@@ -152,336 +141,215 @@ class LaunchStats:
     launches: int = 0
     relaunches: int = 0
     splits: int = 0
-    batches: int = 0
-    peak_bytes: int = 0
-
-
-# ----------------------------------------------------------------------------------------------
-# Host-side data of one rule over one table
 
 
 @dataclass
-class _Column:
-    rows: Any  # device int64 table rows, time-sorted
-    ts: Any  # device int64 timestamps
-    n: int
-    host_rows: np.ndarray
+class GpuKernels:
+    """One rule compiled for a runtime."""
 
-
-@dataclass
-class _RuleData:
-    module: Module
+    spec: RuleSpec
     code: CudaRule
-    tab: Any  # device uint64 pointer table
-    scal: Any  # device int64 scalars
-    columns: dict[int, _Column]  # predicate -> its (statically filtered) column
-    terminators: list[np.ndarray]  # per plan: candidate terminator rows (host)
-    keep: list[Any] = field(default_factory=list)  # device arrays the pointer table points into
+    module: Module
+    kinds: dict[str, str | None]
 
 
-def _attribute_names(rule: Rule) -> set[str]:
-    exprs = list(rule.conditions) + [a.expr for a in rule.attributes]
-    for part in list(rule.negations) + list(rule.aggregates):
-        exprs.extend(part.conditions)
-    names = {a.attribute for a in rule.aggregates if a.attribute is not None}
-    for e in exprs:
-        names.update(n.name for n in walk(e) if isinstance(n, Attr))
-    return names
+class GpuCombiner:
+    """The GPU combination step for :class:`cep_gpu.cdp.CDPBackend` (see module docstring).
 
-
-def _filter_rows(table: EventTable, rows: np.ndarray, conds, pred: int | None, n_pred: int) -> np.ndarray:
-    """Rows (of one predicate, or SELF rows when pred is None) passing every condition (vectorised)."""
-    if not len(conds) or not len(rows):
-        return rows
-    if pred is None:
-        mats = np.zeros((len(rows), 0), dtype=np.int64)
-        mask = np.ones(len(rows), bool)
-        for c in conds:
-            mask &= condition_mask(c, table, mats, None, rows)
-        return rows[mask]
-    mats = np.zeros((len(rows), n_pred), dtype=np.int64)
-    mats[:, pred] = rows
-    mask = np.ones(len(rows), bool)
-    for c in conds:
-        mask &= condition_mask(c, table, mats)
-    return rows[mask]
-
-
-class DeviceMatcher:
-    """The CDP backend on a runtime (CuPy device or host build); see the module docstring.
-
-    ``batch_size``: terminators per batch (many terminators share each launch).
-    ``initial_capacity``: sequences in a fresh output buffer (small values force the overflow path).
+    ``initial_capacity``: sequences a fresh output buffer holds (small values force the overflow
+    path in tests).
     """
 
-    def __init__(self, runtime: Runtime, name: str, batch_size: int = 1 << 16, initial_capacity: int = 1 << 14) -> None:
+    def __init__(self, runtime: Runtime, name: str = "gpu", initial_capacity: int = 1 << 14) -> None:
         self.runtime = runtime
         self.name = name
-        self.batch_size = max(int(batch_size), 1)
         self.initial_capacity = max(int(initial_capacity), 1)
         self.stats = LaunchStats()
-        self._codes: dict[Any, CudaRule] = {}
-        self._table_ref: weakref.ref | None = None
-        self._table_arrays: dict[str, Any] = {}
+        self._codes: dict[tuple, CudaRule] = {}
         self._buffers: dict[str, GrowingBuffer] = {}
-        self.block = 256
+        self._arrays: dict[int, tuple[weakref.ref, Any]] = {}  # id(host array) -> device copy
+        self._zeros: dict[int, Any] = {}
 
-    # -- backend contract -------------------------------------------------------------------------
+    # -- the Combiner protocol ---------------------------------------------------------------------
 
-    def match(
-        self,
-        rule: Rule,
-        table: EventTable,
-        lo: int = 0,
-        hi: int | None = None,
-        excluded: np.ndarray | None = None,
-    ) -> Matches:
-        """Matches of ``rule`` whose terminator is a row in ``[lo, hi)`` (see cep_gpu.backends)."""
-        hi = len(table) if hi is None else hi
-        excl = np.zeros(len(table), bool) if excluded is None else np.array(excluded, bool)
-        if len(table) == 0 or hi <= lo:
-            return Matches.empty(rule)
-        data = self._prepare(rule, table, excl, lo, hi)
-        if rule.consuming:
-            return self._match_consuming(rule, table, data, excl)
-        parts: list[tuple[np.ndarray, np.ndarray]] = []
-        for plan_index, terms in enumerate(data.terminators):
-            terms = terms[~excl[terms]]
-            for start in range(0, len(terms), self.batch_size):
-                parts.extend(self._run_split(rule, data, plan_index, terms[start : start + self.batch_size]))
-        return self._finish(rule, parts)
+    def prepare(self, spec: RuleSpec, kinds: dict[str, str | None]) -> GpuKernels:
+        """Generate and compile (cached by source hash, and by architecture on a device)."""
+        key = (spec, tuple(sorted(kinds.items())))
+        code = self._codes.get(key)
+        if code is None:
+            code = self._codes[key] = generate(spec, kinds)
+        return GpuKernels(spec, code, self.runtime.compile(code), dict(kinds))
+
+    def each(self, kernels: GpuKernels, step: StepInput) -> np.ndarray:
+        """Every valid (sequence, candidate) pair, extended, in (sequence, candidate) order."""
+        return self._split(self._each, kernels, step)
+
+    def select(self, kernels: GpuKernels, step: StepInput, last: bool) -> np.ndarray:
+        """The latest/earliest valid candidate row per sequence, -1 where none."""
+        return self._split(lambda k, s: self._select(k, s, last), kernels, step)
+
+    def aggregates(self, kernels: GpuKernels, spec: RuleSpec, seqs: np.ndarray, env: tuple) -> np.ndarray:
+        """(n, n_aggregates) aggregate values of complete sequences (NaN = null)."""
+        n, n_agg = len(seqs), len(spec.rule.aggregates)
+        if n == 0 or n_agg == 0:
+            return np.full((n, n_agg), np.nan)
+        rt = self.runtime
+        tab, scal, _keep = self._context(kernels, env, None)
+        seq_dev = rt.to_device(np.ascontiguousarray(seqs, np.int64).ravel())
+        out = rt.empty(n * n_agg, np.float64)
+        self._launch(kernels, "cdp_aggregates", n, tab, scal, seq_dev, n, out)
+        return rt.to_host(out).reshape(n, n_agg)
 
     def memory_in_use(self) -> int:
-        """Bytes of device memory this matcher's runtime holds."""
+        """Bytes of device memory held (reported by ``Engine.stats()`` where it asks)."""
         return self.runtime.bytes_in_use()
 
-    # -- preparation --------------------------------------------------------------------------------
+    # -- device data ---------------------------------------------------------------------------------
 
-    def _code(self, rule: Rule, table: EventTable) -> CudaRule:
-        kinds = {n: (table.columns[n].kind if n in table.columns else None) for n in sorted(_attribute_names(rule))}
-        key = (rule, tuple(kinds.items()))
-        if key not in self._codes:
-            self._codes[key] = generate(rule, kinds)
-        return self._codes[key]
+    def _device(self, arr: np.ndarray, dtype: Any) -> Any:
+        """Device copy of a long-lived host array (table columns), cached while the array lives."""
+        hit = self._arrays.get(id(arr))
+        if hit is not None and hit[0]() is arr:
+            return hit[1]
+        host = np.ascontiguousarray(arr)
+        if host.dtype == np.bool_:
+            host = host.view(np.uint8)
+        dev = self.runtime.to_device(host.astype(dtype, copy=False))
+        self._arrays = {k: v for k, v in self._arrays.items() if v[0]() is not None}
+        self._arrays[id(arr)] = (weakref.ref(arr), dev)
+        return dev
 
-    def _table_array(self, table: EventTable, key: str, make) -> Any:
-        """Device copy of a table-wide array, kept while the same table object is in use."""
-        if self._table_ref is None or self._table_ref() is not table:
-            self._table_ref = weakref.ref(table)
-            self._table_arrays = {}
-        if key not in self._table_arrays:
-            self._table_arrays[key] = self.runtime.to_device(np.ascontiguousarray(make()))
-        return self._table_arrays[key]
+    def _excluded(self, n_rows: int, excluded: np.ndarray | None) -> Any:
+        if excluded is None:
+            if n_rows not in self._zeros:
+                self._zeros = {n_rows: self.runtime.full(max(n_rows, 1), 0, np.uint8)}
+            return self._zeros[n_rows]
+        # consumption edits the mask between calls: copy it each time
+        return self.runtime.to_device(np.ascontiguousarray(excluded).view(np.uint8))
 
-    def _attr_array(self, table: EventTable, name: str, part: str) -> Any:
-        col = table.columns[name]
-
-        def make():
-            if part == "valid":
-                return col.valid.astype(np.uint8)
-            if col.kind == "float":
-                return col.values.astype(np.float64)
-            if col.kind == "bool":
-                return col.values.astype(np.uint8)
-            return col.values.astype(np.int64)  # int, and string codes widened to int64
-
-        return self._table_array(table, f"attr:{name}:{part}", make)
-
-    def _prepare(self, rule: Rule, table: EventTable, excl: np.ndarray, lo: int, hi: int) -> _RuleData:
-        rt = self.runtime
-        code = self._code(rule, table)
-        module = rt.compile(code)
-        low = code.lowered
-        n_pred = rule.n_predicates
-        ts_dev = self._table_array(table, "ts", lambda: table.ts.astype(np.int64))
-        excl_dev = rt.to_device(excl.astype(np.uint8))  # per call: consumption edits it
-        keep = [ts_dev, excl_dev]
-        pointers = [rt.pointer(ts_dev), rt.pointer(excl_dev)]
-        aux: dict[tuple, np.ndarray] = {}
-        for i, neg in enumerate(rule.negations):
-            rows = _filter_rows(table, table.rows_of_type(neg.event_type), low.negation_filters[i], None, n_pred)
-            aux[("neg", i)] = rows
-        for i, agg in enumerate(rule.aggregates):
-            rows = table.rows_of_type(agg.event_type)
-            if agg.attribute is not None and agg.attribute in table.columns:
-                col = table.columns[agg.attribute]
-                ok = col.valid[rows]
-                if col.kind == "float":
-                    ok = ok & ~np.isnan(col.values[rows].astype(np.float64))
-                rows = rows[ok]
-            aux[("agg", i)] = _filter_rows(table, rows, low.aggregate_filters[i], None, n_pred)
-        aux_dev: dict[tuple, Any] = {}
-        for key in code.pointers:
-            if key[0] == "attr":
-                arr = self._attr_array(table, key[1], key[2])
-            else:
-                rows = aux[(key[0], key[1])]
-                if (key[0], key[1], key[2]) not in aux_dev:
-                    host = rows if key[2] == "rows" else table.ts[rows]
-                    aux_dev[key] = rt.to_device(np.ascontiguousarray(host, dtype=np.int64))
-                arr = aux_dev[key]
-            keep.append(arr)
-            pointers.append(rt.pointer(arr))
-        scalars = []
-        for key in code.scalars:
-            if key[0] == "string":
-                scalars.append(table.strings.lookup(key[1]))
-            else:
-                scalars.append(len(aux[("neg" if key[0] == "neg_len" else "agg", key[1])]))
-        tab = rt.to_device(np.array(pointers, dtype=np.uint64))
-        scal = rt.to_device(np.array(scalars or [0], dtype=np.int64))
-        columns: dict[int, _Column] = {}
-        terminators: list[np.ndarray] = []
-        for plan in rule.plans:
-            for idx in plan.order[1:]:
-                if idx not in columns:
-                    p = plan.predicates[idx]
-                    rows = _filter_rows(table, table.rows_of_type(p.event_type), [rule.conditions[c] for c in low.static_filters[idx]], idx, n_pred)
-                    rows = rows[rows < hi]  # later rows can never precede a terminator in [lo, hi)
-                    columns[idx] = _Column(
-                        rt.to_device(rows.astype(np.int64)),
-                        rt.to_device(table.ts[rows].astype(np.int64)),
-                        len(rows),
-                        rows,
-                    )
-            term = plan.terminator
-            rows = table.rows_of_type(plan.predicates[term].event_type)
-            rows = rows[(rows >= lo) & (rows < hi)]
-            terminators.append(_filter_rows(table, rows, [rule.conditions[c] for c in low.static_filters[term]], term, n_pred))
-        return _RuleData(module, code, tab, scal, columns, terminators, keep)
-
-    # -- consumption: terminator by terminator ---------------------------------------------------------
-
-    def _match_consuming(self, rule: Rule, table: EventTable, data: _RuleData, excl: np.ndarray) -> Matches:
-        excl_dev = data.keep[1]
-        per_plan = [set(t.tolist()) for t in data.terminators]
-        order = np.unique(np.concatenate(data.terminators)) if data.terminators else np.empty(0, np.int64)
-        parts: list[tuple[np.ndarray, np.ndarray]] = []
-        for row in order:
-            if excl[row]:
+    def _context(self, kernels: GpuKernels, env: tuple, excluded: np.ndarray | None) -> tuple[Any, Any, list]:
+        """The pointer and scalar tables of cdp.cuh's Ctx for this env (see codegen.cuda)."""
+        spec, lay = kernels.spec, kernels.spec.layout
+        keep = [self._device(env[0], np.int64), self._excluded(len(env[0]), excluded)]
+        for e in range(1, len(env)):
+            if e == lay.strings_at:
+                keep.append(keep[0])  # codes travel in the scalar table; keep slots aligned
                 continue
-            found = []
-            for plan_index, rows in enumerate(per_plan):
-                if int(row) in rows:
-                    found.extend(self._run_split(rule, data, plan_index, np.array([row], np.int64)))
-            parts.extend(found)
-            consumed = np.unique(np.concatenate([r[:, list(rule.consuming)].ravel() for r, _ in found])) if found else []
-            if len(consumed):
-                excl[consumed] = True
-                self.runtime.set_flags(excl_dev, consumed.astype(np.int64))
-        return self._finish(rule, parts)
+            arr = env[e]
+            if e < lay.strings_at:
+                attr = lay.attrs[(e - 1) // 2]
+                kind = kernels.kinds.get(attr)
+                is_valid = (e - 1) % 2 == 1
+                dtype = np.uint8 if is_valid or kind == "bool" else np.float64 if kind == "float" else np.int64
+            else:
+                dtype = np.int64
+            keep.append(self._device(arr, dtype))
+        tab = self.runtime.to_device(np.array([self.runtime.pointer(b) for b in keep], dtype=np.uint64))
+        cols = [len(env[lay.neg_at + 2 * k]) for k in range(lay.n_negations)]
+        cols += [len(env[lay.agg_at + 2 * k]) for k in range(lay.n_aggregates)]
+        codes = list(np.asarray(env[lay.strings_at], np.int64)[: len(lay.strings)])
+        scal = self.runtime.to_device(np.array(codes + cols + [0], dtype=np.int64))
+        del spec
+        return tab, scal, keep
 
-    # -- one batch -----------------------------------------------------------------------------------
+    # -- launches ------------------------------------------------------------------------------------
 
-    def _run_split(self, rule: Rule, data: _RuleData, plan_index: int, terms: np.ndarray) -> list:
-        """Run a batch; on device OOM split it in halves and retry (recursively)."""
-        if len(terms) == 0:
-            return []
-        try:
-            return [self._run_batch(rule, data, plan_index, terms)]
-        except DeviceOutOfMemory as err:
-            # leave the except block before retrying: its traceback keeps the failed attempt's
-            # buffers alive
-            failed = err.nbytes
-        self._buffers.clear()
-        if len(terms) == 1:
-            raise DeviceMemoryError(
-                f"rule {rule.name!r}: the device ran out of memory for a single terminator "
-                f"(row {int(terms[0])}); the failed allocation asked for {failed} bytes "
-                f"with {self.runtime.bytes_in_use()} bytes in use"
-            )
-        self.stats.splits += 1
-        mid = len(terms) // 2
-        return self._run_split(rule, data, plan_index, terms[:mid]) + self._run_split(rule, data, plan_index, terms[mid:])
+    def _launch(self, kernels: GpuKernels, name: str, n_threads: int, *args: Any) -> None:
+        if n_threads > 0:
+            self.stats.launches += 1
+            kernels.module.launch(name, n_threads, *args)
 
     def _buffer(self, name: str, dtype: Any, n: int) -> GrowingBuffer:
         buf = self._buffers.get(name)
         if buf is None:
-            buf = GrowingBuffer(self.runtime, dtype, max(n, self.initial_capacity))
-            self._buffers[name] = buf
+            buf = self._buffers[name] = GrowingBuffer(self.runtime, dtype, max(n, 1))
         else:
             buf.ensure(n)
         return buf
 
-    def _launch(self, data: _RuleData, name: str, n_threads: int, *args: Any) -> None:
-        if n_threads > 0:
-            self.stats.launches += 1
-            data.module.launch(name, n_threads, *args)
+    def _split(self, fn, kernels: GpuKernels, step: StepInput):
+        """Run ``fn`` on the step; on device OOM split the sequences in halves and retry."""
+        try:
+            return fn(kernels, step)
+        except DeviceOutOfMemory as err:
+            # leave the except block first: its traceback would keep the failed buffers alive
+            failed = err.nbytes
+        self._buffers.clear()
+        n = len(step.seqs)
+        if n <= 1:
+            raise DeviceMemoryError(
+                f"rule {kernels.spec.rule.name!r}: the device ran out of memory for a "
+                f"single partial sequence (step {step.spec.step}, {int(np.sum(step.hi - step.lo))} "
+                f"candidates); the failed allocation asked for {failed} bytes with "
+                f"{self.runtime.bytes_in_use()} bytes in use"
+            )
+        self.stats.splits += 1
+        mid = n // 2
+        halves = [
+            StepInput(step.spec, step.plan, step.seqs[a:b], step.lo[a:b], step.hi[a:b], step.cand,
+                      step.excluded, step.use_excluded, step.env)
+            for a, b in ((0, mid), (mid, n))
+        ]
+        return np.concatenate([self._split(fn, kernels, h) for h in halves])
 
-    def _collect(self, data: _RuleData, name: str, n_threads: int, args_before: tuple, np_: int, slot: str) -> tuple[Any, int]:
-        """Launch a kernel writing sequences through the atomic output index; grow and relaunch
-        on overflow. Returns (buffer, count)."""
+    def _pairs(self, step: StepInput) -> tuple[np.ndarray, np.ndarray, int]:
+        """Range starts, exclusive prefix sum of range sizes (n + 1), and the number of pairs."""
+        lo = np.ascontiguousarray(step.lo, np.int64)
+        sizes = np.maximum(np.asarray(step.hi, np.int64) - lo, 0)
+        offsets = np.zeros(len(lo) + 1, np.int64)
+        np.cumsum(sizes, out=offsets[1:])
+        return lo, offsets, int(offsets[-1])
+
+    def _each(self, kernels: GpuKernels, step: StepInput) -> np.ndarray:
         rt = self.runtime
-        out = self._buffer(slot, np.int64, self.initial_capacity * np_)
+        seqs = np.ascontiguousarray(step.seqs, np.int64)
+        n, np_ = seqs.shape
+        lo, offsets, total = self._pairs(step)
+        if total == 0:
+            return np.empty((0, np_), np.int64)
+        tab, scal, _keep = self._context(kernels, step.env, step.excluded if step.use_excluded else None)
+        args = (
+            tab, scal, step_id(step.plan, step.spec.step), step.spec.pred, rt.to_device(seqs.ravel()), n,
+            self._device(step.cand, np.int64), rt.to_device(lo), rt.to_device(offsets), total,
+        )
+        out = self._buffer("seqs", np.int64, self.initial_capacity * np_)
+        keys = self._buffer("keys", np.int64, self.initial_capacity)
+        cap = min(out.capacity // np_, keys.capacity)
         counter = rt.full(1, 0, np.uint64)
-        cap = out.capacity // np_
-        self._launch(data, name, n_threads, *args_before, out.data, counter, cap)
+        self._launch(kernels, "cdp_each", total, *args, out.data, keys.data, counter, cap)
         count = int(rt.to_host(counter)[0])
         if count > cap:
+            # the atomic index ran past the buffer: grow to the exact count and launch again
             self.stats.relaunches += 1
             out.grow_exact(count * np_)
+            keys.grow_exact(count)
             counter = rt.full(1, 0, np.uint64)
-            self._launch(data, name, n_threads, *args_before, out.data, counter, count)
-            again = int(rt.to_host(counter)[0])
-            assert again == count, "a relaunch must produce the same number of sequences"
-        return out.data, count
+            self._launch(kernels, "cdp_each", total, *args, out.data, keys.data, counter, count)
+            assert int(rt.to_host(counter)[0]) == count, "a relaunch must find the same pairs"
+        if count == 0:
+            return np.empty((0, np_), np.int64)
+        rows = rt.to_host(out.data, count * np_).reshape(count, np_)
+        order = np.argsort(rt.to_host(keys.data, count), kind="stable")
+        return rows[order]
 
-    def _run_batch(self, rule: Rule, data: _RuleData, plan_index: int, terms: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _select(self, kernels: GpuKernels, step: StepInput, last: bool) -> np.ndarray:
         rt = self.runtime
-        self.stats.batches += 1
-        steps: tuple[StepSpec, ...] = data.code.lowered.steps[plan_index]
-        np_ = rule.n_predicates
-        seq_host = np.full((len(terms), np_), -1, dtype=np.int64)
-        seq_host[:, steps[0].pred] = terms
-        seq = rt.to_device(seq_host.ravel())
-        n = len(terms)
-        ping = 0
-        if steps[0].has_device_checks:
-            seq, n = self._collect(data, "cdp_filter", n, (data.tab, data.scal, steps[0].step_id, seq, n), np_, f"seq{ping}")
-            ping ^= 1
-        for st in steps[1:]:
-            if n == 0:
-                break
-            col = data.columns[st.pred]
-            lo = rt.empty(n, np.int64)
-            size = rt.empty(n, np.int64)
-            self._launch(data, "cdp_ranges", n, data.tab, data.scal, seq, n, np_, st.anchor, st.before, st.window, col.ts, col.n, lo, size)
-            offsets, total = rt.scan(size, n)
-            if total == 0:
-                n = 0
-                break
-            head = (data.tab, data.scal, st.step_id, st.pred)
-            if st.policy == "each":
-                seq, n = self._collect(data, "cdp_each", total, (*head, seq, n, col.rows, lo, offsets, total), np_, f"seq{ping}")
-            else:
-                best = rt.full(n, -1 if st.policy == "last" else int(I64_MAX), np.int64)
-                self._launch(data, "cdp_select", total, *head, int(st.policy == "last"), seq, n, col.rows, lo, offsets, total, best)
-                seq, n = self._collect(data, "cdp_emit", n, (st.pred, seq, n, col.rows, best), np_, f"seq{ping}")
-            ping ^= 1
-        self.stats.peak_bytes = max(self.stats.peak_bytes, rt.bytes_in_use())
-        if n == 0:
-            return np.empty((0, np_), np.int64), np.empty((0, len(rule.aggregates)), np.float64)
-        rows = rt.to_host(seq, n * np_).reshape(n, np_).copy()
-        n_agg = len(rule.aggregates)
-        if n_agg:
-            out = rt.empty(n * n_agg, np.float64)
-            self._launch(data, "cdp_aggregates", n, data.tab, data.scal, seq, n, out)
-            aggs = rt.to_host(out, n * n_agg).reshape(n, n_agg).copy()
-        else:
-            aggs = np.empty((n, 0), np.float64)
-        return rows, aggs
-
-    def _finish(self, rule: Rule, parts: list[tuple[np.ndarray, np.ndarray]]) -> Matches:
-        if not parts:
-            return Matches.empty(rule)
-        rows = np.concatenate([p[0] for p in parts])
-        aggs = np.concatenate([p[1] for p in parts])
-        if len(rows) > 1:
-            # deterministic order: terminator, then the bound events in binding order
-            order_cols = rule.plans[0].order
-            order = np.lexsort(tuple(rows[:, c] for c in reversed(order_cols)))
-            rows, aggs = rows[order], aggs[order]
-        return Matches(rows, aggs)
+        seqs = np.ascontiguousarray(step.seqs, np.int64)
+        n = len(seqs)
+        lo, offsets, total = self._pairs(step)
+        if total == 0:
+            return np.full(n, -1, np.int64)
+        tab, scal, _keep = self._context(kernels, step.env, step.excluded if step.use_excluded else None)
+        best = rt.full(n, -1 if last else int(I64_MAX), np.int64)
+        self._launch(
+            kernels, "cdp_select", total, tab, scal, step_id(step.plan, step.spec.step), step.spec.pred,
+            int(last), rt.to_device(seqs.ravel()), n, self._device(step.cand, np.int64),
+            rt.to_device(lo), rt.to_device(offsets), total, best,
+        )
+        idx = rt.to_host(best)
+        found = (idx >= 0) & (idx != I64_MAX)
+        cand = np.asarray(step.cand)
+        return np.where(found, cand[np.where(found, idx, 0)] if len(cand) else -1, -1).astype(np.int64)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -585,21 +453,8 @@ class CupyRuntime:
         self._inflight.clear()
         return out
 
-    def scan(self, sizes: Any, n: int) -> tuple[Any, int]:
-        def run():
-            offsets = self.cupy.zeros(n + 1, np.int64)
-            self.cupy.cumsum(sizes[:n], out=offsets[1:])
-            return offsets
-
-        offsets = self._guard(run, (n + 1) * 8)
-        return offsets, int(self.to_host(offsets[n:]).item())
-
     def pointer(self, buf: Any) -> int:
         return int(buf.data.ptr)
-
-    def set_flags(self, buf: Any, rows: np.ndarray) -> None:
-        with self.stream:
-            buf[self.cupy.asarray(rows)] = 1
 
     def bytes_in_use(self) -> int:
         return int(self._pool.used_bytes())
@@ -614,8 +469,9 @@ def gpu_available() -> tuple[bool, str]:
     return True, "a CUDA device is available"
 
 
-def _gpu_backend() -> DeviceMatcher:
-    return DeviceMatcher(CupyRuntime(), "gpu")
+def gpu_combiner() -> GpuCombiner:
+    """The combiner of ``backend="gpu"``; BackendUnavailableError when no GPU is usable."""
+    return GpuCombiner(CupyRuntime(), "gpu")
 
 
-register("gpu", _gpu_backend)
+register_combiner("gpu", gpu_combiner)

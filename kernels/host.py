@@ -4,7 +4,7 @@ DESIGN.md section 5: the kernel sources also build for the host (``cuda/portable
 thread indices and atomics), and a host build runs every kernel over its whole grid, one thread
 after the other. :class:`HostRuntime` implements the runtime interface of
 :mod:`cep_gpu.kernels.gpu` with NumPy arrays as "device" buffers and a g++-built shared library
-loaded through ``ctypes`` as the "module", so :class:`~cep_gpu.kernels.gpu.DeviceMatcher` runs
+loaded through ``ctypes`` as the "module", so :class:`~cep_gpu.kernels.gpu.GpuCombiner` runs
 unchanged: same launches, same atomic output index, same overflow relaunch, same batch split on
 out-of-memory (simulated with ``memory_limit``).
 
@@ -26,10 +26,10 @@ from typing import Any
 
 import numpy as np
 
-from ..backends import register
+from ..cdp import CDPBackend, register_combiner
 from ..codegen.cuda import CudaRule
 from ..errors import BackendUnavailableError
-from .gpu import KERNELS, DeviceMatcher, DeviceOutOfMemory, cuda_dir, full_source
+from .gpu import KERNELS, DeviceOutOfMemory, GpuCombiner, cuda_dir, full_source
 
 #: Compiler command (the source file and output are appended). -fno-strict-aliasing: the kernels
 #: read NumPy int64 buffers (long) through long long pointers.
@@ -167,28 +167,22 @@ class HostRuntime:
     def to_host(self, buf: np.ndarray, n: int | None = None) -> np.ndarray:
         return (buf if n is None else buf[: int(n)]).copy()
 
-    def scan(self, sizes: np.ndarray, n: int) -> tuple[np.ndarray, int]:
-        offsets = self._alloc(n + 1, np.int64, 0)
-        np.cumsum(sizes[:n], out=offsets[1:])
-        return offsets, int(offsets[n])
-
     def pointer(self, buf: np.ndarray) -> int:
         return _pointer(buf)
-
-    def set_flags(self, buf: np.ndarray, rows: np.ndarray) -> None:
-        buf[rows] = 1
 
     def bytes_in_use(self) -> int:
         return sum(self._live.values())
 
 
-def host_matcher(**kwargs: Any) -> DeviceMatcher:
-    """A :class:`DeviceMatcher` over a :class:`HostRuntime`; keyword arguments go to either
-    (``batch_size``, ``initial_capacity`` to the matcher; ``block``, ``max_blocks``,
-    ``memory_limit`` to the runtime)."""
-    rt_keys = {"block", "max_blocks", "memory_limit"}
-    runtime = HostRuntime(**{k: v for k, v in kwargs.items() if k in rt_keys})
-    return DeviceMatcher(runtime, "gpu-host", **{k: v for k, v in kwargs.items() if k not in rt_keys})
+def host_combiner(initial_capacity: int = 1 << 14, **runtime: Any) -> GpuCombiner:
+    """A :class:`~cep_gpu.kernels.gpu.GpuCombiner` over a :class:`HostRuntime` (keyword
+    arguments ``block``, ``max_blocks``, ``memory_limit`` go to the runtime)."""
+    return GpuCombiner(HostRuntime(**runtime), "gpu-host", initial_capacity)
 
 
-register("gpu-host", host_matcher)
+def host_backend(**kwargs: Any) -> CDPBackend:
+    """The CDP backend over the host build (what ``backend="gpu-host"`` gives, with options)."""
+    return CDPBackend(host_combiner(**kwargs), "gpu-host")
+
+
+register_combiner("gpu-host", host_combiner)

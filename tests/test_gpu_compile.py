@@ -15,6 +15,7 @@ import pytest
 from cep_gpu.kernels.gpu import cuda_dir, full_source
 
 import cep_gpu
+from cep_gpu.codegen import lower
 from cep_gpu.codegen.cuda import generate
 
 NVCC = shutil.which("nvcc")
@@ -63,7 +64,7 @@ def _gxx(path: Path, tmp_path: Path) -> None:
 def _rule_unit(name: str, tmp_path: Path) -> Path:
     rule = cep_gpu.parse_rule(RULES[name])
     path = tmp_path / f"rule_{name}.cu"
-    path.write_text(full_source(generate(rule, KINDS).source))
+    path.write_text(full_source(generate(lower(rule), KINDS).source))
     return path
 
 

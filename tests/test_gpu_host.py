@@ -14,12 +14,14 @@ import numpy as np
 import pandas as pd
 import pytest
 from cep_gpu.kernels.gpu import DeviceMemoryError, gpu_available
-from cep_gpu.kernels.host import HostRuntime, host_matcher
+from cep_gpu.kernels.host import HostRuntime, host_backend, host_combiner
 from hypothesis import HealthCheck, given, settings
 from strategies import rules_and_streams
 
 import cep_gpu
-from cep_gpu.backends import get_backend, register
+from cep_gpu.backends import get_backend
+from cep_gpu.cdp import register_combiner
+from cep_gpu.codegen import lower
 from cep_gpu.codegen.cuda import generate
 from cep_gpu.errors import BackendUnavailableError
 from cep_gpu.events import EventTable
@@ -27,9 +29,9 @@ from cep_gpu.reference import ReferenceBackend
 
 HAVE_CPU = importlib.util.find_spec("cep_gpu.cdp") is not None
 
-# A matcher whose first output buffer holds one sequence and whose grid is tiny: every `each`
-# step with more than one result overflows and relaunches, and grid-stride loops run many rounds.
-register("gpu-host-tiny", lambda: host_matcher(initial_capacity=1, block=4, max_blocks=2, batch_size=5))
+# First output buffer of one sequence and a tiny grid: every `each` step with more than one result
+# overflows and relaunches, and the grid-stride loops run many rounds.
+register_combiner("gpu-host-tiny", lambda: host_combiner(initial_capacity=1, block=4, max_blocks=2))
 
 
 def same(a: pd.DataFrame, b: pd.DataFrame) -> None:
@@ -47,7 +49,7 @@ def same(a: pd.DataFrame, b: pd.DataFrame) -> None:
             assert pd.Series(x).equals(pd.Series(y)), col
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(rules_and_streams())
 def test_host_kernels_equal_reference_and_cpu(case):
     text, events = case
@@ -97,21 +99,40 @@ def seq3_events(n: int, seed: int = 0) -> pd.DataFrame:
 SEQ3 = "define Seq3 from C(k=$k) and {p} B(k=$k) within {w} ms from C and {p} A(k=$k) within {w} ms from B"
 
 
+def _sorted(rows: np.ndarray) -> np.ndarray:
+    return rows[np.lexsort(rows.T[::-1])] if len(rows) else rows
+
+
 @pytest.mark.parametrize("policy", ["each", "last", "first"])
-def test_overflow_relaunch_gives_every_result(policy):
+@pytest.mark.parametrize("use_index", [True, False])
+def test_overflow_relaunch_gives_every_result(policy, use_index):
     events = seq3_events(400)
     table = EventTable.from_pandas(events, time_unit="ms")
     rule = cep_gpu.parse_rule(SEQ3.format(p=policy, w=40))
-    matcher = host_matcher(initial_capacity=2, block=8, max_blocks=3)
-    got = matcher.match(rule, table)
+    backend = host_backend(initial_capacity=2, block=8, max_blocks=3)
+    backend.use_index = use_index
+    got = backend.match(rule, table)
     ref = ReferenceBackend().match(rule, table)
     assert len(got) == len(ref) > 100
-    order = np.lexsort(ref.rows.T[::-1])
-    assert np.array_equal(got.rows, ref.rows[order])  # sorted by (terminator, B, A)
-    assert matcher.stats.relaunches >= 1  # the first buffer was too small and grew to fit
-    # grids were far smaller than the work, so grid-stride loops took many rounds
-    grids = matcher.runtime._modules[next(iter(matcher.runtime._modules))].grids
-    assert all(g * b <= 24 for _, g, b in grids)
+    assert np.array_equal(_sorted(got.rows), _sorted(ref.rows))
+    stats = backend.combiner.stats
+    if policy == "each":
+        assert stats.relaunches >= 1  # the first buffer was too small and grew to the exact count
+    # grids were far smaller than the work, so the grid-stride loops took many rounds
+    grids = next(iter(backend.combiner.runtime._modules.values())).grids
+    assert all(g * b <= 24 for _, g, b in grids) and stats.launches >= 2
+
+
+def test_each_output_is_in_cpu_order():
+    """Sorted by the pair index on the host: (sequence, candidate), whatever the atomics did."""
+    events = seq3_events(300, seed=4)
+    table = EventTable.from_pandas(events, time_unit="ms")
+    rule = cep_gpu.parse_rule(SEQ3.format(p="each", w=30))
+    got = host_backend(initial_capacity=1, block=3, max_blocks=5).match(rule, table)
+    if HAVE_CPU:
+        assert np.array_equal(got.rows, get_backend("cpu").match(rule, table).rows)
+    # terminator-major, then B, then A in row order
+    assert np.array_equal(got.rows, got.rows[np.lexsort((got.rows[:, 2], got.rows[:, 1], got.rows[:, 0]))])
 
 
 def test_out_of_memory_splits_the_batch_and_retries():
@@ -119,27 +140,22 @@ def test_out_of_memory_splits_the_batch_and_retries():
     table = EventTable.from_pandas(events, time_unit="ms")
     rule = cep_gpu.parse_rule(SEQ3.format(p="each", w=30))
     ref = ReferenceBackend().match(rule, table)
-    whole = host_matcher(initial_capacity=1)
+    whole = host_backend(initial_capacity=1)
     whole.match(rule, table)
-    one = host_matcher(initial_capacity=1, batch_size=1)
-    one.match(rule, table)
-    assert one.runtime.peak_bytes < whole.runtime.peak_bytes
-    # room for one terminator at a time, not for the whole batch
-    limit = (one.runtime.peak_bytes + whole.runtime.peak_bytes) // 2
-    tight = host_matcher(initial_capacity=1, memory_limit=limit)
+    peak = whole.combiner.runtime.peak_bytes
+    tight = host_backend(initial_capacity=1, memory_limit=peak * 2 // 3)
     got = tight.match(rule, table)
-    assert tight.stats.splits >= 1
-    assert np.array_equal(got.rows, ref.rows[np.lexsort(ref.rows.T[::-1])])
+    assert tight.combiner.stats.splits >= 1
+    assert np.array_equal(_sorted(got.rows), _sorted(ref.rows))
 
 
-def test_out_of_memory_for_one_terminator_says_how_much():
+def test_out_of_memory_for_one_sequence_says_how_much():
     events = seq3_events(200, seed=2)
     table = EventTable.from_pandas(events, time_unit="ms")
     rule = cep_gpu.parse_rule(SEQ3.format(p="each", w=50))
-    warm = host_matcher()
-    warm.match(rule, table)  # compile outside the limit
-    with pytest.raises(DeviceMemoryError, match=r"single terminator .* asked for \d+ bytes"):
-        host_matcher(memory_limit=40_000).match(rule, table)
+    backend = host_backend(memory_limit=20_000)
+    with pytest.raises(DeviceMemoryError, match=r"single partial sequence .* asked for \d+ bytes"):
+        backend.match(rule, table)
 
 
 def test_aggregates_and_negations_on_the_device():
@@ -177,9 +193,10 @@ def test_rule_text_never_reaches_the_kernel_source():
     rule = cep_gpu.parse_rule(
         "define R pattern SEQ(B b, A a) where (a.s = '" + evil + "' or a.x > b.x) and b.s = 'u' within 1 s"
     )
-    code = generate(rule, {"s": "string", "x": "int"})
+    spec = lower(rule)
+    code = generate(spec, {"s": "string", "x": "int"})
     assert "system" not in code.source and "rm -rf" not in code.source
-    assert ("string", evil) in code.scalars  # passed as a dictionary code at run time
+    assert "c.scal[" in code.source and evil in spec.layout.strings  # a dictionary code at run time
     events = pd.DataFrame({"type": ["B", "A", "A"], "ts": [0, 0.5, 0.7], "s": ["u", evil, "w"], "x": [5, 1, 2]})
     out = cep_gpu.detect(events, rule, backend="gpu-host")
     assert [tuple(i) for i in out["ids"].tolist()] == [(0, 1)]
@@ -190,10 +207,8 @@ def test_gpu_backend_names_what_is_missing():
     if ok:
         assert get_backend("gpu").name == "gpu"
         return
-    from cep_gpu.kernels.gpu import _gpu_backend
-
     with pytest.raises(BackendUnavailableError, match="CuPy|driver|device"):
-        _gpu_backend()
+        get_backend("gpu")
     assert any(word in why for word in ("CuPy", "driver", "device"))
 
 

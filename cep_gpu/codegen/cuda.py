@@ -1,19 +1,22 @@
-"""Rule model -> the rule header of the CUDA kernels (``cuda/cdp.cuh`` hooks), as CUDA C text.
+"""Kernel spec -> the rule header of the CUDA kernels (the ``cuda/cdp.cuh`` hooks), as CUDA C text.
 
-The output defines ``CEP_NPRED``, ``CEP_NAGG``, ``cep_rule_check(step_id, ctx, s)`` and
-``cep_rule_aggregates(ctx, s, out)`` for one rule, specialised to the attribute kinds of the input.
-It is compiled with ``cuda/cdp.cu`` by NVRTC (:mod:`cep_gpu.kernels.gpu`) or by g++
-(:mod:`cep_gpu.kernels.host`).
+Input is the same lowered spec the Numba generator uses (:func:`cep_gpu.codegen.lower`): per plan
+and binding step, the residual conditions and negations the kernel checks for each candidate
+(column filters and the parameter-index equality are already answered by the host), and per
+negation/aggregate the conditions left for the kernel. The output defines ``CEP_NPRED``,
+``CEP_NAGG``, ``cep_rule_check(step_id, ctx, s)`` and ``cep_rule_aggregates(ctx, s, out)``,
+specialised to the attribute kinds of the input. It is compiled with ``cuda/cdp.cu`` by NVRTC
+(:mod:`cep_gpu.kernels.gpu`) or by g++ (:mod:`cep_gpu.kernels.host`).
 
-Lowering (:func:`lower`): per plan and binding step, the conditions and negations that become
-checkable there (:func:`cep_gpu.model.step_checks`). Conditions that read only the predicate being
-bound and no aggregate are its *static filters*: the host applies them when it builds the column
-(vectorised, :func:`cep_gpu.evaluate.condition_mask`), so the device checks only the rest. Negation
-and aggregate columns are likewise pre-filtered by their conditions on the event alone.
+Data layout (mirrors :class:`cep_gpu.codegen.Layout`'s ``env`` tuple): pointer slot 0 holds the
+table timestamps (``env[0]``), slot 1 the excluded flags, slot ``e + 1`` holds ``env[e]`` for
+``e >= 1`` (attribute values as int64/double/int64 codes/uint8, validity as uint8, negation and
+aggregate columns as int64). The scalar table holds the dictionary codes of the string literals,
+then the length of each negation column, then of each aggregate column.
 
 Safety: rule text never becomes code. The emitted text contains only our own identifiers, slot
-numbers, and numeric literals written from Python ``int``/``float`` values; attribute names map to
-pointer slots, and string literals to int64 dictionary codes passed at run time in the scalar table.
+numbers, and numeric literals written from Python ``int``/``float`` values; string literals are
+dictionary codes passed at run time.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ..model import (
     SELF,
@@ -39,141 +42,48 @@ from ..model import (
     Rule,
     Span,
     Timestamp,
-    inputs,
-    step_checks,
-    walk,
 )
+from .spec import RuleSpec
 
 #: Steps per plan in ``step_id = plan * MAX_STEPS + step`` (``CEP_MAX_STEPS`` in cdp.cuh).
 MAX_STEPS = 64
 #: The most predicates a rule may have on the device (the local sequence copy of a thread).
 MAX_PREDICATES = 32
 
-# Pointer slots 0 and 1 are fixed by cdp.cuh.
-SLOT_TS = 0
-SLOT_EXCLUDED = 1
+
+def step_id(plan: int, step: int) -> int:
+    """The id ``cep_rule_check`` dispatches on."""
+    return plan * MAX_STEPS + step
 
 
-@dataclass(frozen=True)
-class StepSpec:
-    """One binding step of one plan, as the kernels see it."""
-
-    plan: int
-    step: int
-    pred: int
-    policy: str | None  # None for the terminator
-    anchor: int | None
-    before: int | None
-    window: int | None
-    device_conditions: tuple[int, ...]  # indices into Rule.conditions, checked on the device
-    negations: tuple[int, ...]  # indices into Rule.negations
-
-    @property
-    def step_id(self) -> int:
-        return self.plan * MAX_STEPS + self.step
-
-    @property
-    def has_device_checks(self) -> bool:
-        return bool(self.device_conditions or self.negations)
-
-
-@dataclass(frozen=True)
-class Lowered:
-    """What the launcher needs besides the source: per-plan steps and the host-side filters."""
-
-    steps: tuple[tuple[StepSpec, ...], ...]  # [plan][step]
-    #: predicate -> condition indices the host applies when building its column
-    static_filters: Mapping[int, tuple[int, ...]]
-    #: negation index -> its conditions on the negated event alone (host pre-filter)
-    negation_filters: Mapping[int, tuple[Expr, ...]]
-    #: aggregate index -> its conditions on the aggregated event alone (host pre-filter)
-    aggregate_filters: Mapping[int, tuple[Expr, ...]]
-
-
-def _has_aggregate(expr: Expr) -> bool:
-    return any(isinstance(n, AggValue) for n in walk(expr))
-
-
-def _self_only(expr: Expr) -> bool:
-    """True for a condition that reads the negated/aggregated event alone (host-filterable)."""
-    return not inputs(expr) and not _has_aggregate(expr)
-
-
-def lower(rule: Rule) -> Lowered:
-    """Split the rule's checks into host column filters and per-step device checks."""
-    if rule.n_predicates > MAX_PREDICATES:
-        raise ValueError(f"rule {rule.name!r} has {rule.n_predicates} predicates; the GPU kernels take at most {MAX_PREDICATES}")
-    static: dict[int, list[int]] = {p: [] for p in range(rule.n_predicates)}
-    for i, c in enumerate(rule.conditions):
-        ins = inputs(c, rule)
-        if len(ins) == 1 and not _has_aggregate(c):
-            static[next(iter(ins))].append(i)
-    static_set = {i for v in static.values() for i in v}
-    plans = []
-    for pi, plan in enumerate(rule.plans):
-        if len(plan.order) > MAX_STEPS:
-            raise ValueError(f"rule {rule.name!r}: too many steps for the GPU kernels")
-        steps = []
-        for s, chk in enumerate(step_checks(rule, plan)):
-            p = plan.predicates[chk.pred]
-            steps.append(
-                StepSpec(
-                    plan=pi,
-                    step=s,
-                    pred=chk.pred,
-                    policy=p.policy if s else None,
-                    anchor=p.anchor if s else None,
-                    before=p.before if s else None,
-                    window=p.window if s else None,
-                    device_conditions=tuple(i for i in chk.conditions if i not in static_set),
-                    negations=chk.negations,
-                )
-            )
-        plans.append(tuple(steps))
-    return Lowered(
-        steps=tuple(plans),
-        static_filters={p: tuple(v) for p, v in static.items()},
-        negation_filters={i: tuple(c for c in n.conditions if _self_only(c)) for i, n in enumerate(rule.negations)},
-        aggregate_filters={i: tuple(c for c in a.conditions if _self_only(c)) for i, a in enumerate(rule.aggregates)},
-    )
-
-
-# ----------------------------------------------------------------------------------------------
-# Layout of the pointer and scalar tables
-
-
-@dataclass
 class Layout:
-    """Where the kernels find their data: pointer slots (``Ctx.tab``) and scalars (``Ctx.scal``).
+    """Pointer slots and scalar indices of one rule (see module docstring)."""
 
-    ``pointers[k]`` names what slot ``k + 2`` holds: ``("attr", name, "values"|"valid")``,
-    ``("neg", i, "rows"|"ts")`` or ``("agg", i, "rows"|"ts")``. ``scalars[k]``:
-    ``("neg_len", i)``, ``("agg_len", i)`` or ``("string", text)`` (its dictionary code).
-    """
+    def __init__(self, spec: RuleSpec, kinds: Mapping[str, str | None]) -> None:
+        self.spec = spec
+        self.kinds = dict(kinds)
 
-    kinds: Mapping[str, str | None]
-    pointers: list[tuple] = field(default_factory=list)
-    scalars: list[tuple] = field(default_factory=list)
+    def attr_slots(self, name: str) -> tuple[int, int]:
+        e = self.spec.layout.values_at(name)
+        return e + 1, e + 2
 
-    def pointer(self, *key) -> int:
-        if key not in self.pointers:
-            self.pointers.append(key)
-        return self.pointers.index(key) + 2
+    def string_scalar(self, text: str) -> int:
+        return self.spec.layout.strings.index(text)
 
-    def scalar(self, *key) -> int:
-        if key not in self.scalars:
-            self.scalars.append(key)
-        return self.scalars.index(key)
+    def column_slots(self, kind: str, k: int) -> tuple[int, int]:
+        e = (self.spec.layout.neg_at if kind == "neg" else self.spec.layout.agg_at) + 2 * k
+        return e + 1, e + 2
+
+    def length_scalar(self, kind: str, k: int) -> int:
+        base = len(self.spec.layout.strings)
+        return base + k if kind == "neg" else base + self.spec.layout.n_negations + k
 
 
 @dataclass(frozen=True)
 class CudaRule:
-    """The generated rule header with its data layout; ``key`` hashes everything it depends on."""
+    """The generated rule header; ``key`` hashes it (the compile caches add the cuda/ sources)."""
 
     source: str
-    lowered: Lowered
-    pointers: tuple[tuple, ...]
-    scalars: tuple[tuple, ...]
     n_predicates: int
     n_aggregates: int
 
@@ -233,15 +143,14 @@ class _Emitter:
             if isinstance(val, float):
                 return _float_literal(val), "true", "float"
             if isinstance(val, str):
-                return f"c.scal[{self.layout.scalar('string', val)}]", "true", "string"
+                return f"c.scal[{self.layout.string_scalar(val)}]", "true", "string"
             raise TypeError(f"unsupported literal {val!r}")
         if isinstance(e, Attr):
             row = "self" if e.pred == SELF else f"s[{int(e.pred)}]"
             kind = self.layout.kinds.get(e.name)
             if kind is None:  # no event has it: null everywhere
                 return "0.0", "false", "float"
-            vs = self.layout.pointer("attr", e.name, "values")
-            ks = self.layout.pointer("attr", e.name, "valid")
+            vs, ks = self.layout.attr_slots(e.name)
             ok = f"cep_ptr<cep_u8>(c, {ks})[{row}] != 0"
             if kind == "int":
                 return (*self._tmp("cep_i64", f"cep_ptr<cep_i64>(c, {vs})[{row}]", ok), "int")
@@ -316,14 +225,12 @@ def _span_code(span: Span) -> str:
     )
 
 
-def _negation(j: int, neg: Negation, host_filtered: tuple[Expr, ...], layout: Layout, rule: Rule) -> list[str]:
-    rows = layout.pointer("neg", j, "rows")
-    ts = layout.pointer("neg", j, "ts")
-    n = layout.scalar("neg_len", j)
+def _negation(j: int, neg: Negation, checks: tuple[int, ...], layout: Layout, rule: Rule) -> list[str]:
+    rows, ts = layout.column_slots("neg", j)
+    n = layout.length_scalar("neg", j)
     em = _Emitter(layout, rule)
-    for cond in neg.conditions:
-        if cond not in host_filtered:
-            em.condition(cond, "continue;")
+    for i in checks:
+        em.condition(neg.conditions[i], "continue;")
     body = [
         f"// negation {j}: true when a forbidden event lies in the span",
         f"CEP_DEVICE bool cep_neg_{j}(const Ctx& c, const cep_i64* s) {{",
@@ -340,17 +247,15 @@ def _negation(j: int, neg: Negation, host_filtered: tuple[Expr, ...], layout: La
     return body
 
 
-def _aggregate(j: int, agg: Aggregate, host_filtered: tuple[Expr, ...], layout: Layout, rule: Rule) -> list[str]:
-    rows = layout.pointer("agg", j, "rows")
-    ts = layout.pointer("agg", j, "ts")
-    n = layout.scalar("agg_len", j)
+def _aggregate(j: int, agg: Aggregate, checks: tuple[int, ...], layout: Layout, rule: Rule) -> list[str]:
+    rows, ts = layout.column_slots("agg", j)
+    n = layout.length_scalar("agg", j)
     em = _Emitter(layout, rule)
-    for cond in agg.conditions:
-        if cond not in host_filtered:
-            em.condition(cond, "continue;")
+    for i in checks:
+        em.condition(agg.conditions[i], "continue;")
     if agg.attribute is not None:
         v, k, _ = em.expr(Attr(SELF, agg.attribute))
-        em.lines.append(f"if (!{k}) continue;  // aggregates skip events lacking the attribute")
+        em.lines.append(f"if (!({k})) continue;  // aggregates skip events lacking the attribute")
         em.lines.append(f"double x = (double){v};")
         em.lines.append("sum += x; if (cnt == 0 || x < lo) lo = x; if (cnt == 0 || x > hi) hi = x;")
     em.lines.append("cnt += 1;")
@@ -379,13 +284,15 @@ def _aggregate(j: int, agg: Aggregate, host_filtered: tuple[Expr, ...], layout: 
     return body
 
 
-def generate(rule: Rule, kinds: Mapping[str, str | None]) -> CudaRule:
-    """The rule header for ``rule`` over attributes of the given kinds (name -> int/float/string/bool).
+def generate(spec: RuleSpec, kinds: Mapping[str, str | None]) -> CudaRule:
+    """The rule header for ``spec`` over attributes of the given kinds (int/float/string/bool/None).
 
     Raises ``ValueError`` for a rule the kernels cannot take (too many predicates or steps).
     """
-    lowered = lower(rule)
-    layout = Layout(kinds=dict(kinds))
+    rule = spec.rule
+    if rule.n_predicates > MAX_PREDICATES:
+        raise ValueError(f"rule {rule.name!r} has {rule.n_predicates} predicates; the GPU kernels take at most {MAX_PREDICATES}")
+    layout = Layout(spec, kinds)
     out = [
         f"// generated by cep_gpu.codegen.cuda for a rule with {rule.n_predicates} predicates",
         "#define CEP_RULE_DEFINED 1",
@@ -397,24 +304,27 @@ def generate(rule: Rule, kinds: Mapping[str, str | None]) -> CudaRule:
     for j in range(len(rule.aggregates)):
         out += [f"CEP_DEVICE double cep_agg_{j}(const Ctx& c, const cep_i64* s);"]
     for j, agg in enumerate(rule.aggregates):
-        out += _aggregate(j, agg, lowered.aggregate_filters[j], layout, rule) + [""]
+        out += _aggregate(j, agg, spec.agg_checks[j], layout, rule) + [""]
     for j, neg in enumerate(rule.negations):
-        out += _negation(j, neg, lowered.negation_filters[j], layout, rule) + [""]
+        out += _negation(j, neg, spec.neg_checks[j], layout, rule) + [""]
     cases = []
-    for plan_steps in lowered.steps:
-        for st in plan_steps:
-            if not st.has_device_checks:
+    for pi, plan in enumerate(spec.plans):
+        if len(plan.steps) > MAX_STEPS:
+            raise ValueError(f"rule {rule.name!r}: too many steps for the GPU kernels")
+        for st in plan.steps:
+            if st.trivial:
                 continue
+            sid = step_id(pi, st.step)
             em = _Emitter(layout, rule)
-            for ci in st.device_conditions:
+            for ci in st.conditions:
                 em.condition(rule.conditions[ci], "return false;")
             for ni in st.negations:
                 em.lines.append(f"if (cep_neg_{ni}(c, s)) return false;")
-            out.append(f"// plan {st.plan}, step {st.step}: binds predicate {st.pred}")
-            out.append(f"CEP_DEVICE bool cep_check_{st.step_id}(const Ctx& c, const cep_i64* s) {{")
+            out.append(f"// plan {pi}, step {st.step}: binds predicate {st.pred}")
+            out.append(f"CEP_DEVICE bool cep_check_{sid}(const Ctx& c, const cep_i64* s) {{")
             out += ["    " + line for line in em.lines]
             out += ["    return true;", "}", ""]
-            cases.append(f"        case {st.step_id}: return cep_check_{st.step_id}(c, s);")
+            cases.append(f"        case {sid}: return cep_check_{sid}(c, s);")
     out += [
         "CEP_DEVICE bool cep_rule_check(int step_id, const Ctx& c, const cep_i64* s) {",
         "    (void)c; (void)s;",
@@ -430,11 +340,4 @@ def generate(rule: Rule, kinds: Mapping[str, str | None]) -> CudaRule:
         "}",
         "",
     ]
-    return CudaRule(
-        source="\n".join(out),
-        lowered=lowered,
-        pointers=tuple(layout.pointers),
-        scalars=tuple(layout.scalars),
-        n_predicates=rule.n_predicates,
-        n_aggregates=len(rule.aggregates),
-    )
+    return CudaRule(source="\n".join(out), n_predicates=rule.n_predicates, n_aggregates=len(rule.aggregates))
