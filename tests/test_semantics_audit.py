@@ -884,3 +884,54 @@ def test_attribute_union_int_and_float_is_float(backend):
     out = cep_gpu.detect(E(("T", 1), ("U", 2)), rules, backend=backend)
     assert rows(out, "z") == [("I1", 1.0, (0,), 1.0), ("F1", 2.0, (1,), 2.5)]
     assert out["z"].dtype == np.float64
+
+
+SEQ_NOTS = "define Multi pattern SEQ(NOT(L l), A a, NOT(M m), B b, NOT(N n)) within 10 s"
+
+
+@pytest.mark.parametrize("extra,expected", [
+    # A@2, B@5 with: L forbidden in [B - 10, A) = [-5, 2), M in (2, 5), N in (5, A + 10] = (5, 12].
+    ([], True),
+    ([("L", 1)], False),
+    ([("L", 2)], True),       # at ts(a): outside [.., 2)
+    ([("M", 3)], False),
+    ([("M", 5)], True),       # at ts(b): not strictly between
+    ([("N", 12)], False),     # on the inclusive far edge
+    ([("N", 12.5)], True),
+    ([("N", 5)], True),       # at ts(b): not after it
+])
+def test_seq_leading_middle_and_trailing_nots_together(backend, extra, expected):
+    ev = E(("A", 2), ("B", 5), *extra)
+    assert ids(ev, SEQ_NOTS, backend) == ([(0, 1)] if expected else [])
+
+
+@pytest.mark.parametrize("rule,events,expected", [
+    # one positive event and a trailing NOT: none in (ts(a), ts(a) + 5].
+    ("define Lone pattern SEQ(A a, NOT(N h)) within 5 s", E(("A", 0), ("N", 5), ("A", 10), ("N", 15.5)),
+     [(2,)]),
+    # one positive event and a leading NOT: none in [ts(a) - 5, ts(a)).
+    ("define Lone2 pattern SEQ(NOT(N h), A a) within 5 s", E(("N", 0), ("A", 5), ("A", 10.5)), [(2,)]),
+])
+def test_seq_single_positive_event_with_not(backend, rule, events, expected):
+    assert ids(events, rule, backend) == expected
+
+
+def test_tesla_aggregate_compared_with_an_earlier_aggregate(backend):
+    # n = Count, s = Sum(...).v > n * 2: T@6: 8 > 3 * 2; T@20: 0 > 0 is false.
+    rule = """
+    define AgR from T(k=$k) and n = Count(V(k=$k) within 5 s from T)
+           and s = Sum(V(k=$k) within 5 s from T).v > n * 2
+    """
+    assert ids(TESLA_AGG_EVENTS, rule, backend) == [(6,)]
+
+
+def test_tesla_aggregates_see_consumed_events(backend):
+    # T@2 binds and consumes X@1 (Count 1).  T@3 can only bind X@2.5, but Count still sees X@1: 2.
+    rule = """
+    define CA(n: int) from T() and each X() within 10 s from T
+           and c = Count(X() within 10 s from T)
+    where n = c
+    consuming X
+    """
+    ev = E(("X", 1), ("T", 2), ("X", 2.5), ("T", 3))
+    assert rows(cep_gpu.detect(ev, rule, backend=backend), "n") == [("CA", 2.0, (1, 0), 1), ("CA", 3.0, (3, 2), 2)]
