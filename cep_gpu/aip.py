@@ -53,6 +53,7 @@ from .model import (
     Aggregate,
     AggValue,
     Attr,
+    Compare,
     Expr,
     Negation,
     Plan,
@@ -67,6 +68,10 @@ from .model import (
 )
 
 _NEVER = np.iinfo(np.int64).max  # deadline of instances that cannot expire
+_OPS = {
+    "=": np.equal, "!=": np.not_equal, "<": np.less,
+    "<=": np.less_equal, ">": np.greater, ">=": np.greater_equal,
+}
 
 # ------------------------------------------------------------------------------------------------
 # The automaton model (compiled once per rule; plain data)
@@ -93,6 +98,27 @@ class Transition:
     expiry: tuple[tuple[int, int], ...]
     same_row: bool
     accepting: bool
+    #: attribute comparisons between the new event and a bound one, checked without building
+    #: the clones first (a subset of ``conditions``, or equalities they imply, see :class:`FastCompare`)
+    fast: tuple[FastCompare, ...] = ()
+
+
+@dataclass(frozen=True)
+class FastCompare:
+    """``Attr(left) op Attr(right)`` where one side is the predicate the transition binds.
+
+    ``implied_by`` is empty for a condition of the rule. Otherwise the comparison is an equality
+    implied by a chain of equality conditions over the attributes ``implied_by`` (a parameter
+    shared by several predicates: ``A.k = C.k`` and ``B.k = C.k`` give ``A.k = B.k``, checkable
+    when B arrives instead of when C does). Such a check is used only when all those attributes
+    have the same kind in the table, where equality is transitive; it removes only instances that
+    would fail the rule's own conditions later.
+    """
+
+    op: str
+    left: tuple[int, str]
+    right: tuple[int, str]
+    implied_by: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -208,6 +234,16 @@ def _sequence_model(
         if pr.window is not None:
             lower[max(pos[x], pos[pr.anchor])].append((x, pr.anchor, pr.window))
         upper[max(pos[x], pos[pr.before])].append((x, pr.before))
+    fast: list[list[FastCompare]] = [[] for _ in order]
+    for i, cs in enumerate(conds):
+        for c in list(cs):
+            fc = _as_fast(rule.conditions[c])
+            if fc is not None:
+                fast[i].append(fc)
+                cs.remove(c)
+    for fc in _implied_equalities(rule, members):
+        i = max(pos[fc.left[0]], pos[fc.right[0]])
+        fast[i].append(fc)
     transitions = []
     for i, x in enumerate(order):
         bound = set(order[: i + 1])
@@ -219,7 +255,7 @@ def _sequence_model(
         transitions.append(Transition(
             pred=x, position=i, conditions=tuple(conds[i]), lower=tuple(lower[i]),
             upper=tuple(upper[i]), expiry=expiry, same_row=i > 0 and x > order[i - 1],
-            accepting=i == len(order) - 1,
+            accepting=i == len(order) - 1, fast=tuple(fast[i]),
         ))
     first = order[0]
     supersede = (
@@ -227,6 +263,45 @@ def _sequence_model(
         and not rule.consuming and _supersedable(rule, first)
     )
     return SequenceModel(p, k, order, tuple(transitions), supersede)
+
+
+def _as_fast(expr: Expr) -> FastCompare | None:
+    """``expr`` as a :class:`FastCompare` when it compares attributes of two predicates."""
+    if (isinstance(expr, Compare) and isinstance(expr.left, Attr) and isinstance(expr.right, Attr)
+            and SELF not in (expr.left.pred, expr.right.pred) and expr.left.pred != expr.right.pred):
+        return FastCompare(expr.op, (expr.left.pred, expr.left.name), (expr.right.pred, expr.right.name))
+    return None
+
+
+def _implied_equalities(rule: Rule, members: frozenset[int]) -> list[FastCompare]:
+    """Equalities between attributes of two predicates implied by the rule's equality conditions
+    among ``members`` (and not conditions themselves)."""
+    parent: dict[tuple[int, str], tuple[int, str]] = {}
+
+    def find(u):
+        while parent.setdefault(u, u) != u:
+            u = parent[u]
+        return u
+
+    direct = set()
+    for c in rule.conditions:
+        fc = _as_fast(c)
+        if fc is None or fc.op != "=" or not {fc.left[0], fc.right[0]} <= members:
+            continue
+        direct.add(frozenset((fc.left, fc.right)))
+        parent[find(fc.left)] = find(fc.right)
+    classes: dict[tuple[int, str], list[tuple[int, str]]] = {}
+    for u in list(parent):
+        classes.setdefault(find(u), []).append(u)
+    out = []
+    for nodes in classes.values():
+        names = tuple(sorted({n for _, n in nodes}))
+        nodes = sorted(nodes)
+        for a, u in enumerate(nodes):
+            for v in nodes[a + 1:]:
+                if u[0] != v[0] and frozenset((u, v)) not in direct:
+                    out.append(FastCompare("=", u, v, names))
+    return out
 
 
 def _supersedable(rule: Rule, pred: int) -> bool:
@@ -403,6 +478,8 @@ class _Run:
         self.stores = [self._store(n_.event_type, n_.conditions) for n_ in rule.negations]
         self.agg_stores = [self._store(a.event_type, a.conditions) for a in rule.aggregates]
         self.children: dict[str, int] = {}
+        self._root = np.full((1, self.width), -1, np.int64)
+        self._kinds: dict[tuple[str, ...], bool] = {}
         self.out_rows: list[np.ndarray] = []
         self.out_aggs: list[np.ndarray] = []
         self.pending: deque[tuple[int, int, dict]] = deque()  # (deadline, term row, complete instances)
@@ -516,54 +593,91 @@ class _Run:
         model = self.auto.models[m]
         tr = model.transitions[i]
         ts = self.ts
-        names = None
+        x_new = tr.pred
         if i == 0:
-            rows = np.full((1, self.width), -1, np.int64)
-            if self.tracing:
-                names = ["Seq" if len(self.auto.models) == 1 else f"M{m}.Seq"]
+            parents = self._root
+            names = ["Seq" if len(self.auto.models) == 1 else f"M{m}.Seq"] if self.tracing else None
+            ok = np.ones(1, bool)
         else:
             st = self.states[m][i]
             st.expire(now)
             if st.n == 0:
                 return
-            rows = st.rows[: st.n]
-            last = rows[:, model.order[i - 1]]
+            parents = st.rows[: st.n]
+            names = st.names
+            last = parents[:, model.order[i - 1]]
             ok = last < r
             if tr.same_row:
                 ok |= last == r
-            if self.tracing:
-                names = [nm for nm, k in zip(st.names, ok) if k]
-            rows = rows[ok]
-        rows = rows.copy()
-        rows[:, tr.pred] = r
-        ok = np.ones(rows.shape[0], bool)
+
+        # checks between the new event and the bound ones, before any clone is made
+        def time_of(x: int):
+            return now if x == x_new else ts[parents[:, x]]
+
         for x, a, w in tr.lower:
-            ok &= ts[rows[:, x]] >= ts[rows[:, a]] - w
+            ok &= time_of(x) >= time_of(a) - w
         for x, b in tr.upper:
-            ok &= ts[rows[:, x]] < ts[rows[:, b]]
-        for c in tr.conditions:
-            if ok.any():
-                ok[ok] = condition_mask(self.rule.conditions[c], self.table, rows[ok])
-        if not ok.all():
-            rows = rows[ok]
-            if names is not None:
-                names = [nm for nm, k in zip(names, ok) if k]
-        if rows.shape[0] == 0:
+            ok &= time_of(x) < time_of(b)
+        for fc in tr.fast:
+            if fc.implied_by and not self._same_kind(fc.implied_by):
+                continue
+            ok &= self._compare(fc, parents, x_new, r)
+        sel = np.flatnonzero(ok)
+        if not len(sel):
             return
+        rows = parents[sel]
+        rows[:, x_new] = r
+        if tr.conditions:
+            ok = np.ones(len(sel), bool)
+            for c in tr.conditions:
+                if ok.any():
+                    ok[ok] = condition_mask(self.rule.conditions[c], self.table, rows[ok])
+            rows, sel = rows[ok], sel[ok]
+            if not len(sel):
+                return
         if names is not None:
-            names = [self._clone_name(nm) for nm in names]
+            names = [self._clone_name(names[j]) for j in sel]
         if tr.accepting:
             complete.setdefault((model.plan, model.depth), []).append(rows)
             if self.tracing:
                 self.last_accepted.extend(self._views(m, i + 1, rows, names))
             return
-        if tr.expiry:
-            deadline = np.min(
-                np.stack([ts[rows[:, x]] + w for x, w in tr.expiry]), axis=0
-            )
+        if len(tr.expiry) == 1:
+            x, w = tr.expiry[0]
+            deadline = ts[rows[:, x]] + w
+        elif tr.expiry:
+            deadline = np.min(np.stack([ts[rows[:, x]] + w for x, w in tr.expiry]), axis=0)
         else:
             deadline = np.full(rows.shape[0], _NEVER, np.int64)
         self.states[m][i + 1].append(rows, deadline, names)
+
+    def _same_kind(self, names: tuple[str, ...]) -> bool:
+        hit = self._kinds.get(names)
+        if hit is None:
+            kinds = {self.table.columns[n].kind if n in self.table.columns else None for n in names}
+            hit = self._kinds[names] = len(kinds) == 1 and None not in kinds
+        return hit
+
+    def _compare(self, fc: FastCompare, parents: np.ndarray, x_new: int, r: int) -> np.ndarray:
+        """``fc`` for every parent instance, with the new event (row ``r``) bound to ``x_new``."""
+        sides = []
+        for pred, name in (fc.left, fc.right):
+            col = self.table.columns.get(name)
+            if col is None:
+                return np.zeros(parents.shape[0], bool)
+            if pred == x_new:
+                if not col.valid[r]:
+                    return np.zeros(parents.shape[0], bool)
+                sides.append((col.kind, col.values[r], True))
+            else:
+                idx = parents[:, pred]
+                sides.append((col.kind, col.values[idx], col.valid[idx]))
+        (ka, a, va), (kb, b, vb) = sides
+        if ka != kb and ka in ("int", "float") and kb in ("int", "float"):
+            a, b = np.float64(a) if np.isscalar(a) else a.astype(np.float64), \
+                np.float64(b) if np.isscalar(b) else b.astype(np.float64)
+        out = _OPS[fc.op](a, b) & va & vb
+        return np.broadcast_to(out, (parents.shape[0],))
 
     def _supersede(self, m: int, now: int) -> None:
         """``last`` early deletion in the first state of model ``m``.

@@ -56,7 +56,24 @@ def test_figure1_automaton_model():
     assert model.transitions[0].expiry == ((1, 120 * 10**9),)
     assert model.transitions[1].lower == ((1, 0, 120 * 10**9),)
     # painting=$p: a parameter constraint between the two states (the dashed line of Figure 1)
-    assert len(model.transitions[1].conditions) == 1
+    assert model.transitions[1].fast == (aip.FastCompare("=", (1, "painting"), (0, "painting")),)
+
+
+def test_shared_parameter_constrains_states_before_the_terminator():
+    # k=$k on A, B and C compiles to A.k = C.k and B.k = C.k; their implied A.k = B.k is checked
+    # when B arrives, so that (A, B) pairs with different k never become instances
+    rule = cep_gpu.parse_rule(
+        "define S from C(k=$k) and each B(k=$k) within 5 s from C and each A(k=$k) within 5 s from B"
+    )
+    (model,) = aip.compile_automaton(rule).models
+    assert model.order == (2, 1, 0)
+    assert model.transitions[1].fast == (aip.FastCompare("=", (1, "k"), (2, "k"), ("k",)),)
+    ev = pd.DataFrame({"type": ["A", "A", "B", "C"], "ts": [0, 1, 2, 3], "k": [1, 2, 1, 1]})
+    steps = aip.trace(rule, EventTable.from_pandas(ev))
+    assert sorted((v.state, tuple(v.ids.values())) for v in steps[2].alive) == [
+        ("A", (0,)), ("A", (1,)), ("B", (0, 2)),
+    ]
+    assert steps[3].composite == [(3, 2, 0)]
 
 
 def test_figure2_step_by_step():
