@@ -1,0 +1,86 @@
+"""Benchmark: the museum workload, detect_spark on local[2] against single-process detect.
+
+    python bench/spark_museum.py [--events 10000000] [--backend cpu] [--slices 2] [--json out.json]
+
+Both sides read the same Parquet file and run the same backend. Compile time (Numba JIT in the
+driver and in every Python worker) is excluded by a warm-up run on a small prefix; the Spark time
+covers the whole job (Parquet scan, slicing, shuffle, the engine in the UDFs, the owner filter),
+executed with Spark's ``noop`` sink so that no output is written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+
+import pandas as pd
+
+import cep_gpu
+from cep_gpu.museum import MUSEUM_RULES, generate_museum
+from cep_gpu.spark_udfs import detect_spark
+from cep_gpu.spark_udfs.job import session
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--events", type=int, default=10_000_000)
+    ap.add_argument("--backend", default="cpu")
+    ap.add_argument("--slices", type=int, default=None)
+    ap.add_argument("--master", default="local[2]")
+    ap.add_argument("--json", help="write the measurements here")
+    args = ap.parse_args(argv)
+
+    rules = cep_gpu.parse_rules(MUSEUM_RULES)
+    tmp = Path(tempfile.mkdtemp(prefix="cep-spark-bench-"))
+    path = tmp / "museum.parquet"
+    events = generate_museum(args.events, seed=1)
+    events["ts"] = events["ts"].astype("datetime64[us]")
+    events.to_parquet(path, index=False)
+    del events
+
+    # single process: read the Parquet file, detect
+    cep_gpu.detect(pd.read_parquet(path).head(20_000), rules, backend=args.backend)  # JIT warm-up
+    t0 = time.perf_counter()
+    events = pd.read_parquet(path)
+    single = cep_gpu.detect(events, rules, backend=args.backend, output="count")
+    t_single = time.perf_counter() - t0
+    del events
+
+    spark = session(args.master, "cep-gpu spark bench", {
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.shuffle.partitions": str(args.slices or 2),
+    })
+    df = spark.read.parquet(str(path))
+    warm = df.limit(20_000)
+    detect_spark(warm, rules, backend=args.backend, num_slices=args.slices).write.format("noop").mode("overwrite").save()
+    t0 = time.perf_counter()
+    out = detect_spark(df, rules, backend=args.backend, num_slices=args.slices)
+    out.write.format("noop").mode("overwrite").save()
+    t_spark = time.perf_counter() - t0
+    spark_counts = {r["rule"]: r["count"] for r in out.groupBy("rule").count().collect()}
+    spark.stop()
+
+    result = {
+        "events": args.events,
+        "backend": args.backend,
+        "master": args.master,
+        "slices": args.slices or "default parallelism",
+        "single_process_s": round(t_single, 2),
+        "spark_s": round(t_spark, 2),
+        "spark_over_single": round(t_spark / t_single, 2),
+        "single_events_per_s": round(args.events / t_single),
+        "spark_events_per_s": round(args.events / t_spark),
+        "composite_events": single,
+        "same_counts": dict(sorted(single.items())) == dict(sorted(spark_counts.items())),
+    }
+    print(json.dumps(result, indent=2))
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2))
+    return result
+
+
+if __name__ == "__main__":
+    main()
