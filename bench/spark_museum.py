@@ -17,11 +17,11 @@ import time
 from pathlib import Path
 
 import pandas as pd
+from cep_gpu.spark_udfs import detect_spark
+from cep_gpu.spark_udfs.job import session
 
 import cep_gpu
 from cep_gpu.museum import MUSEUM_RULES, generate_museum
-from cep_gpu.spark_udfs import detect_spark
-from cep_gpu.spark_udfs.job import session
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -19,12 +19,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from cep_gpu.spark_udfs.job import run_job, session, summary_table
+from cep_gpu.spark_udfs.rapids import rapids_conf
 from rich.console import Console
 
 from cep_gpu import parse_rules
 from cep_gpu.museum import MUSEUM_RULES, generate_museum
-from cep_gpu.spark_udfs.job import run_job, session, summary_table
-from cep_gpu.spark_udfs.rapids import rapids_conf
 
 
 def write_museum(path: Path, n_events: int, seed: int) -> Path:

@@ -82,6 +82,7 @@ def rapids_conf(
     }
     if plugin_jar:
         conf["spark.jars"] = plugin_jar
+        conf["spark.submit.pyFiles"] = plugin_jar
         conf["spark.executorEnv.PYTHONPATH"] = plugin_jar
     conf.update({k: str(v) for k, v in (extra or {}).items()})
     return conf
