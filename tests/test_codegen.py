@@ -1,0 +1,166 @@
+"""Kernel generation: lowering, the cache, and safety against hostile rules.
+
+Rule text never becomes code: names turn into slot numbers, string literals into runtime codes,
+numbers are emitted by value, and the emitted source is checked before it is compiled.
+"""
+
+from __future__ import annotations
+
+import builtins
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import cep_gpu
+from cep_gpu.backends import get_backend
+from cep_gpu.codegen import compile_numba, lower, rule_key
+from cep_gpu.codegen.numba_src import CodegenError, check_source, emit_source, literal
+from cep_gpu.errors import CepError
+from cep_gpu.events import EventTable
+from cep_gpu.model import (
+    SELF,
+    Aggregate,
+    AggValue,
+    Arith,
+    Attr,
+    Compare,
+    Const,
+    Negation,
+    Plan,
+    Predicate,
+    Rule,
+    Span,
+)
+
+SENTINEL = "CEP_GPU_CODEGEN_SENTINEL"
+PAYLOADS = [
+    f"__import__('builtins').{SENTINEL} = 1",
+    f"x'] ; __import__('builtins').{SENTINEL}=1 ; a['",
+    f'x"""\n__import__("builtins").{SENTINEL} = 1\n"""',
+    "__class__",
+    "__globals__",
+    "a" * 5000,
+    "k\nimport os",
+]
+
+
+def two_step_rule(attr: str, literal_value: str) -> Rule:
+    """B(attr = $p and attr2 = literal) and each A(attr = $p) within 5 s from B, as a model."""
+    preds = (Predicate("B", "B"), Predicate("A", "A", "each", 5_000_000_000, 0, 0))
+    return Rule(
+        "Hostile",
+        (Plan(preds, (0, 1)),),
+        conditions=(
+            Compare("=", Attr(1, attr), Attr(0, attr)),
+            Compare("=", Attr(0, "tag"), Const(literal_value)),
+            Compare(">", Arith("+", Attr(1, attr), Const(1)), Const(0)),
+        ),
+        negations=(
+            Negation("C", Span(0, -2_000_000_000, True, 0, 0, False),
+                     (Compare("=", Attr(SELF, attr), Attr(0, attr)),)),
+        ),
+        aggregates=(
+            Aggregate("sum", "A", attr, Span(0, -5_000_000_000, True, 0, 0, False),
+                      (Compare("!=", Attr(SELF, "tag"), Const(literal_value)),)),
+        ),
+    )
+
+
+def hostile_events(attr: str, literal_value: str) -> pd.DataFrame:
+    return pd.DataFrame({
+        "type": ["A", "A", "C", "B", "A", "B"],
+        "ts": [1, 2, 3, 4, 5, 6],
+        attr: [1, 2, 2, 1, 2, 2],
+        "tag": ["z", literal_value, "z", literal_value, "z", "other"],
+    })
+
+
+@pytest.mark.parametrize("payload", PAYLOADS)
+def test_hostile_names_and_literals_are_data(payload):
+    rule = two_step_rule(payload, payload)
+    spec = lower(rule)
+    kinds = {a: "int" for a in spec.layout.attrs} | {"tag": "string"}
+    source = emit_source(spec, kinds)
+    assert payload not in source and SENTINEL not in source and "import" not in source
+    check_source(source)
+    events = hostile_events(payload, payload)
+    table = EventTable.from_pandas(events)
+    got = get_backend("cpu").match(rule, table)
+    want = get_backend("reference").match(rule, table)
+    assert not hasattr(builtins, SENTINEL)
+    key = lambda m: sorted(map(tuple, np.c_[m.rows, m.aggs].tolist()))  # noqa: E731
+    assert key(got) == key(want)
+    assert len(got) == 1  # B@4 (tag = payload) with A@1 (same attr); B@6 fails the tag
+
+
+@pytest.mark.parametrize("payload", PAYLOADS[:3] + ["a\"b", "'", "\\"])
+def test_hostile_rule_text_is_rejected_or_matched_as_data(payload):
+    escaped = payload.replace("\\", "\\\\").replace('"', '\\"')
+    text = (f'define R from B(tag="{escaped}") and each A() within 5 s from B')
+    try:
+        rule = cep_gpu.parse_rule(text)
+    except CepError:
+        return  # rejected with a rule error: fine
+    events = hostile_events("x", payload)
+    out = cep_gpu.detect(events, rule, backend="cpu")
+    assert not hasattr(builtins, SENTINEL)
+    ref = cep_gpu.detect(events, rule, backend="reference")
+    assert out["ids"].tolist() == ref["ids"].tolist()
+
+
+def test_check_source_refuses_what_the_generator_never_makes():
+    for bad in (
+        "import os",
+        "def valid_0_0(seqs, i, r, env):\n    return __import__('os')",
+        "def valid_0_0(seqs, i, r, env):\n    return env.__class__",
+        "def evil(seqs):\n    return 1",
+        "def valid_0_0(seqs, i, r, env):\n    return open",
+        "def valid_0_0(seqs, i, r, env):\n    return (lambda: 1)()",
+    ):
+        with pytest.raises(CodegenError):
+            check_source(bad)
+
+
+def test_literals_by_value():
+    assert literal(3) == "3" and literal(-2.5) == "-2.5" and literal(True) == "True"
+    assert literal(float("inf")) == "np.inf" and literal(float("nan")) == "np.nan"
+    with pytest.raises(CodegenError):
+        literal(2**70)
+    with pytest.raises(CodegenError):
+        literal("text")
+
+
+def test_cache_keyed_by_structure_and_kinds():
+    a = two_step_rule("x", "u")
+    b = Rule("OtherName", a.plans, a.conditions, a.negations, a.aggregates)
+    kinds = {"x": "int", "tag": "string"}
+    ka, kb = compile_numba(lower(a), kinds), compile_numba(lower(b), kinds)
+    assert ka is kb  # same structure, other name: one compilation
+    assert rule_key(lower(a), kinds) != rule_key(lower(a), {"x": "float", "tag": "string"})
+    assert rule_key(lower(a), kinds) != rule_key(lower(two_step_rule("x", "v")), kinds)
+
+
+def test_lowering_filters_index_and_residual_checks():
+    rule = cep_gpu.parse_rule(
+        "define R from B(v > 1.0 and k=$k) and each A(k=$k and v < B.v) within 5 s from B"
+    )
+    spec = lower(rule)
+    step1 = spec.plans[0].steps[1]
+    assert step1.key is not None and step1.key.attr == "k"
+    assert [rule.conditions[i] for i in step1.conditions] == [
+        Compare("<", Attr(1, "v"), Attr(0, "v"))
+    ]
+    assert all(len(f) == 1 for f in spec.filters[:1])
+    assert lower(rule, use_index=False).plans[0].steps[1].key is None
+
+
+def test_aggregate_conditions_are_kernel_checks_not_filters():
+    rule = Rule(
+        "Agg",
+        (Plan((Predicate("B", "B"),), (0,)),),
+        conditions=(Compare(">", AggValue(0), Const(1.0)),),
+        aggregates=(Aggregate("count", "A", None, Span(0, -5, True, 0, 0, False)),),
+    )
+    spec = lower(rule)
+    assert spec.filters == ((),) and spec.plans[0].steps[0].conditions == (0,)
