@@ -935,3 +935,27 @@ def test_tesla_aggregates_see_consumed_events(backend):
     """
     ev = E(("X", 1), ("T", 2), ("X", 2.5), ("T", 3))
     assert rows(cep_gpu.detect(ev, rule, backend=backend), "n") == [("CA", 2.0, (1, 0), 1), ("CA", 3.0, (3, 2), 2)]
+
+
+def test_composite_string_attributes_feed_parameters_and_literals(backend):
+    # P carries a string from its input (room) and a literal that no input event holds (w = 'hi');
+    # Q matches them against a primitive's string parameter and the same literal.
+    rules = """
+    define P(w: string, room: string) from B(room=$r) and each A(room=$r) within 5 s from B
+    where w = 'hi', room = B.room
+
+    define Q from C(room=$r) and each P(room=$r and w = 'hi') within 5 s from C
+    """
+    ev = E(("A", 1, {"room": "r1"}), ("B", 2, {"room": "r1"}), ("C", 3, {"room": "r2"}),
+           ("C", 4, {"room": "r1"}))
+    pid = int(composite_ids("P", np.array([[1, 0]], dtype=np.int64))[0])
+    out = cep_gpu.detect(ev, rules, backend=backend)
+    # C@3 is in another room; C@4 matches P (r1, 'hi').
+    assert rows(out, "w", "room") == [("P", 2.0, (1, 0), "hi", "r1"), ("Q", 4.0, (3, pid), None, None)]
+
+
+def test_int_and_float_compare_by_value(backend):
+    # v = 1 holds for v = 1.0; n > 1.5 holds for the int 2, not for 1.
+    rule = "define NF from T() and each X(v = 1 and n > 1.5) within 10 s from T"
+    ev = E(("X", 1, {"v": 1.0, "n": 2}), ("X", 2, {"v": 1.5, "n": 2}), ("X", 3, {"v": 1.0, "n": 1}), ("T", 4))
+    assert ids(ev, rule, backend) == [(3, 0)]
