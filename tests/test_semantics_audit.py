@@ -959,3 +959,14 @@ def test_int_and_float_compare_by_value(backend):
     rule = "define NF from T() and each X(v = 1 and n > 1.5) within 10 s from T"
     ev = E(("X", 1, {"v": 1.0, "n": 2}), ("X", 2, {"v": 1.5, "n": 2}), ("X", 3, {"v": 1.0, "n": 1}), ("T", 4))
     assert ids(ev, rule, backend) == [(3, 0)]
+
+
+def test_consumption_only_by_produced_composite_events(backend):
+    # T@3: last X = X@1, but Y@2 (v 0) fails v > X.v: no composite event, so nothing is consumed.
+    # T@5: X@1 is still available; Y@4 (v 5) passes -> (T@5, X@1, Y@4).
+    rule = """
+    define CR from T() and last X() within 10 s from T and each Y(v > X.v) within 10 s from T
+    consuming X
+    """
+    ev = E(("X", 1, {"v": 1}), ("Y", 2, {"v": 0}), ("T", 3), ("Y", 4, {"v": 5}), ("T", 5))
+    assert ids(ev, rule, backend) == [(4, 0, 3)]
