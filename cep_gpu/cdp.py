@@ -279,7 +279,8 @@ class _Run:
         value = evaluate(st.key.expr, self.table, seqs)
         keys, valid = as_keys(index.uniq, value.values, value.valid)
         lo, hi = step_keyed_ranges(
-            ts, seqs, st.anchor, st.before, st.window, index.uniq, index.seg, index.ts, keys, valid
+            ts, seqs, st.anchor, st.before, st.window, index.uniq, index.seg, index.ts, keys, valid,
+            index.dense, index.dense_min,
         )
         return lo, hi, index.rows
 

@@ -35,6 +35,10 @@ class KeyIndex:
     seg: np.ndarray
     rows: np.ndarray
     ts: np.ndarray
+    #: for integer keys of a small range: ``dense[v - dense_min]`` is the group of value ``v``
+    #: (-1 = absent), saving the binary search in ``uniq``; empty otherwise
+    dense: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    dense_min: int = 0
 
 
 @dataclass
@@ -76,12 +80,28 @@ def build_key_index(column: Column, table: EventTable, attr: str) -> KeyIndex:
     values, valid = key_values(table, attr, column.rows)
     pos = np.flatnonzero(valid)
     keys = values[pos]
-    order = np.argsort(keys, kind="stable")  # stable: time order inside each value
+    order = _stable_order(keys)  # stable: time order inside each value
     keys = keys[order]
     starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]]) if len(keys) else np.empty(0, np.int64)
     seg = np.append(starts, len(keys)).astype(np.int64)
     rows = np.ascontiguousarray(column.rows[pos[order]])
-    return KeyIndex(np.ascontiguousarray(keys[starts]), seg, rows, np.ascontiguousarray(column.ts[pos[order]]))
+    uniq = np.ascontiguousarray(keys[starts])
+    index = KeyIndex(uniq, seg, rows, np.ascontiguousarray(column.ts[pos[order]]))
+    if uniq.dtype.kind == "i" and len(uniq) and int(uniq[-1]) - int(uniq[0]) < 1 << 16:
+        index.dense_min = int(uniq[0])
+        index.dense = np.full(int(uniq[-1]) - index.dense_min + 1, -1, np.int64)
+        index.dense[uniq - index.dense_min] = np.arange(len(uniq))
+    return index
+
+
+def _stable_order(keys: np.ndarray) -> np.ndarray:
+    """Stable argsort; integer keys of a small range go through NumPy's O(n) radix sort."""
+    if keys.dtype.kind == "i" and len(keys):
+        lo, hi = int(keys.min()), int(keys.max())
+        if hi - lo < 1 << 16:
+            small = (keys - lo).astype(np.uint8 if hi - lo < 1 << 8 else np.uint16)
+            return np.argsort(small, kind="stable")
+    return np.argsort(keys, kind="stable")
 
 
 def filter_rows(

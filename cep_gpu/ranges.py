@@ -137,16 +137,25 @@ def _step_ranges(table_ts, seqs, anchor, before, window, has_window, col_ts, lo,
         hi[i] = max(a, b)
 
 
-def _step_keyed_ranges(table_ts, seqs, anchor, before, window, has_window, uniq, seg, its, keys, valid, lo, hi):
+def _step_keyed_ranges(
+    table_ts, seqs, anchor, before, window, has_window, uniq, seg, its, keys, valid, dense, dense_min, lo, hi
+):
     n_keys = uniq.shape[0]
+    n_dense = dense.shape[0]
     for i in numba.prange(seqs.shape[0]):
         lo[i] = 0
         hi[i] = 0
         if not valid[i]:
             continue
-        g = _lower_bound(uniq, keys[i], 0, n_keys)
-        if g >= n_keys or uniq[g] != keys[i]:
-            continue
+        if n_dense:
+            d = keys[i] - dense_min
+            if d < 0 or d >= n_dense or dense[d] < 0:
+                continue
+            g = dense[d]
+        else:
+            g = _lower_bound(uniq, keys[i], 0, n_keys)
+            if g >= n_keys or uniq[g] != keys[i]:
+                continue
         lo_ts, hi_ts = _bounds(table_ts, seqs, i, anchor, before, window, has_window)
         a = _lower_bound(its, lo_ts, seg[g], seg[g + 1])
         b = _lower_bound(its, hi_ts, a, seg[g + 1])
@@ -161,6 +170,7 @@ _KERNELS = {
     )
     for par in (False, True)
 }
+_NO_DENSE = np.empty(0, np.int64)
 #: Partial sequences above which the range kernels run in parallel.
 PARALLEL_SEQS = 50_000
 
@@ -196,10 +206,13 @@ def step_keyed_ranges(
     index_ts: np.ndarray,
     keys: np.ndarray,
     valid: np.ndarray,
+    dense: np.ndarray | None = None,
+    dense_min: int = 0,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Like :func:`step_ranges` through a parameter index, for query keys ``keys`` (already cast by
     :func:`as_keys`): only entries whose key equals the sequence's key. Same result as
-    :func:`keyed_ranges_numpy`."""
+    :func:`keyed_ranges_numpy`. ``dense``/``dense_min``: optional direct group table of integer
+    keys (``dense[key - dense_min]``, -1 = absent)."""
     n = seqs.shape[0]
     lo, hi = np.empty(n, np.int64), np.empty(n, np.int64)
     if len(uniq) == 0:
@@ -209,6 +222,7 @@ def step_keyed_ranges(
     kernel = _KERNELS[n >= PARALLEL_SEQS][1]
     kernel(
         table_ts, seqs, anchor, before, int(window or 0), window is not None,
-        uniq, seg, index_ts, np.ascontiguousarray(keys), np.ascontiguousarray(valid, np.bool_), lo, hi,
+        uniq, seg, index_ts, np.ascontiguousarray(keys), np.ascontiguousarray(valid, np.bool_),
+        _NO_DENSE if dense is None or uniq.dtype.kind != "i" else dense, int(dense_min), lo, hi,
     )
     return lo, hi

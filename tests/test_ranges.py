@@ -97,7 +97,11 @@ def test_step_ranges_and_keyed_ranges_equal_numpy(entries, queries, window, para
         seg[-1] = len(k_sorted)
         keys = np.array([q[2] for q in queries], np.int64)
         valid = keys >= 0
+        dense = np.full(6, -1, np.int64)
+        dense[uniq] = np.arange(len(uniq))
         klo, khi = step_keyed_ranges(table_ts, seqs, 0, 1, window, uniq, seg, t_sorted, keys, valid)
+        dlo, dhi = step_keyed_ranges(table_ts, seqs, 0, 1, window, uniq, seg, t_sorted, keys, valid, dense, 0)
+        assert list(dlo[dhi > dlo]) == list(klo[khi > klo]) and list(dhi - dlo) == list(khi - klo)
         nlo, nhi = keyed_ranges_numpy(uniq, seg, t_sorted, keys, valid, lo_ts, table_ts[seqs[:, 1]])
         assert list(khi - klo) == list(nhi - nlo)
         for i in range(len(queries)):
