@@ -258,7 +258,10 @@ def detect_table(
         rule = rules[i]
         matches = impl.match(rule, table, 0, len(table), None)
         if count_only and rule.name not in consumed_types:
-            res = RuleResult(rule, match_ts(table, matches.rows), np.empty((0, rule.n_predicates), np.int64), {})
+            # one plan: its terminator's timestamps (one gather, not a max over every bound event)
+            ts = (table.ts[matches.rows[:, rule.plans[0].terminator]] if len(rule.plans) == 1
+                  else match_ts(table, matches.rows))
+            res = RuleResult(rule, ts, np.empty((0, rule.n_predicates), np.int64), {})
         else:
             res = composite_events(rule, table, matches)
         results[i] = res
