@@ -34,9 +34,9 @@ def _pandas_type(t: pa.DataType):
 def engine_input(table: pa.Table) -> pd.DataFrame:
     """The events of one group as the DataFrame ``detect`` reads (internal columns dropped).
 
-    When cuDF is importable and the task owns a GPU, the columns could stay on the device; the
-    engine's ingestion reads host NumPy arrays today, so the Arrow table goes straight to pandas
-    without an intermediate copy (Arrow -> NumPy is zero-copy for numeric columns without nulls).
+    The engine's ingestion (``EventTable``) reads host NumPy arrays, and the GPU backend uploads
+    the per-predicate columns it needs itself; so the Arrow table goes straight to pandas (zero
+    copy for numeric columns without nulls), never through Spark's row-wise conversion.
     """
     drop = [c for c in (T_NS, SLICE) if c in table.column_names]
     if drop:
