@@ -175,7 +175,7 @@ def slice_bounds(events: DataFrame, n_slices: int) -> list[int]:
     if n_slices <= 1:
         return []
     probs = [i / n_slices for i in range(1, n_slices)]
-    qs = events.approxQuantile(T_NS, probs, 0.001)
+    qs = events.approxQuantile(T_NS, probs, 0.01)  # 1% balance is plenty
     return sorted({int(q) for q in qs})
 
 
