@@ -118,6 +118,50 @@ def _lower_bound(a, x, lo, hi):
 
 
 @numba.njit(cache=False, inline="always")
+def _lower_bound_near(a, x, lo, hi, g):
+    """``_lower_bound(a, x, lo, hi)`` by galloping from a guess ``g``: O(log distance)."""
+    g = min(max(g, lo), hi)
+    if g < hi and a[g] < x:  # the answer lies in (g, hi]
+        left = g + 1
+        step = 1
+        right = left
+        while right < hi and a[right] < x:
+            left = right + 1
+            right = left + step
+            step *= 2
+        return _lower_bound(a, x, left, min(right, hi))
+    right = g  # a[g] >= x (or g == hi): the answer lies in [lo, g]
+    step = 1
+    left = right - 1
+    while left >= lo and a[left] >= x:
+        right = left
+        left = right - step
+        step *= 2
+    return _lower_bound(a, x, max(left + 1, lo), right)
+
+
+@numba.njit(cache=False, inline="always")
+def _window(a, lo_ts, hi_ts, s0, s1):
+    """``[lo, hi)`` of the entries of sorted ``a[s0:s1]`` with ``lo_ts <= t < hi_ts``.
+
+    The near edge comes from an interpolation guess (timestamps are roughly uniform in time) and
+    the far edge by galloping back from it: both cost O(log of the distance), not of the column.
+    """
+    if s1 <= s0:
+        return s0, s0
+    t0 = a[s0]
+    t1 = a[s1 - 1]
+    if hi_ts <= t0:
+        return s0, s0
+    if hi_ts > t1:
+        b = s1
+    else:
+        g = s0 + int((hi_ts - t0) / (t1 - t0 + 1.0) * (s1 - s0))
+        b = _lower_bound_near(a, hi_ts, s0, s1, g)
+    return _lower_bound_near(a, lo_ts, s0, b, b), b
+
+
+@numba.njit(cache=False, inline="always")
 def _bounds(table_ts, seqs, i, anchor, before, window, has_window):
     hi_ts = table_ts[seqs[i, before]]
     lo_ts = MIN_TS
@@ -131,8 +175,7 @@ def _bounds(table_ts, seqs, i, anchor, before, window, has_window):
 def _step_ranges(table_ts, seqs, anchor, before, window, has_window, col_ts, lo, hi):
     for i in numba.prange(seqs.shape[0]):
         lo_ts, hi_ts = _bounds(table_ts, seqs, i, anchor, before, window, has_window)
-        a = _lower_bound(col_ts, lo_ts, 0, col_ts.shape[0])
-        b = _lower_bound(col_ts, hi_ts, 0, col_ts.shape[0])
+        a, b = _window(col_ts, lo_ts, hi_ts, 0, col_ts.shape[0])
         lo[i] = a
         hi[i] = max(a, b)
 
@@ -148,7 +191,8 @@ def _step_keyed_ranges(
         if not valid[i]:
             continue
         if n_dense:
-            d = keys[i] - dense_min
+            # int64 so that float keys (a float index, whose dense table is empty) still type
+            d = np.int64(keys[i]) - dense_min
             if d < 0 or d >= n_dense or dense[d] < 0:
                 continue
             g = dense[d]
@@ -157,10 +201,9 @@ def _step_keyed_ranges(
             if g >= n_keys or uniq[g] != keys[i]:
                 continue
         lo_ts, hi_ts = _bounds(table_ts, seqs, i, anchor, before, window, has_window)
-        a = _lower_bound(its, lo_ts, seg[g], seg[g + 1])
-        b = _lower_bound(its, hi_ts, a, seg[g + 1])
+        a, b = _window(its, lo_ts, hi_ts, seg[g], seg[g + 1])
         lo[i] = a
-        hi[i] = b
+        hi[i] = max(a, b)
 
 
 _KERNELS = {
