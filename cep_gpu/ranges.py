@@ -141,11 +141,12 @@ def _lower_bound_near(a, x, lo, hi, g):
 
 
 @numba.njit(cache=False, inline="always")
-def _window(a, lo_ts, hi_ts, s0, s1):
+def _window(a, lo_ts, hi_ts, s0, s1, guess_lo, guess_hi):
     """``[lo, hi)`` of the entries of sorted ``a[s0:s1]`` with ``lo_ts <= t < hi_ts``.
 
-    The near edge comes from an interpolation guess (timestamps are roughly uniform in time) and
-    the far edge by galloping back from it: both cost O(log of the distance), not of the column.
+    Both edges are found by galloping from guesses (the previous answer for the same group, since
+    consecutive sequences have nearby windows; else an interpolation, timestamps being roughly
+    uniform in time): O(log of the distance), touching only entries near the time frontier.
     """
     if s1 <= s0:
         return s0, s0
@@ -156,9 +157,14 @@ def _window(a, lo_ts, hi_ts, s0, s1):
     if hi_ts > t1:
         b = s1
     else:
-        g = s0 + int((hi_ts - t0) / (t1 - t0 + 1.0) * (s1 - s0))
+        g = guess_hi
+        if g < s0 or g > s1:
+            g = s0 + int((hi_ts - t0) / (t1 - t0 + 1.0) * (s1 - s0))
         b = _lower_bound_near(a, hi_ts, s0, s1, g)
-    return _lower_bound_near(a, lo_ts, s0, b, b), b
+    g = guess_lo
+    if g < s0 or g > b:
+        g = b
+    return _lower_bound_near(a, lo_ts, s0, b, g), b
 
 
 @numba.njit(cache=False, inline="always")
@@ -172,38 +178,48 @@ def _bounds(table_ts, seqs, i, anchor, before, window, has_window):
     return lo_ts, hi_ts
 
 
-def _step_ranges(table_ts, seqs, anchor, before, window, has_window, col_ts, lo, hi):
-    for i in numba.prange(seqs.shape[0]):
-        lo_ts, hi_ts = _bounds(table_ts, seqs, i, anchor, before, window, has_window)
-        a, b = _window(col_ts, lo_ts, hi_ts, 0, col_ts.shape[0])
-        lo[i] = a
-        hi[i] = max(a, b)
+def _step_ranges(table_ts, seqs, anchor, before, window, has_window, col_ts, n_chunks, lo, hi):
+    n = seqs.shape[0]
+    for c in numba.prange(n_chunks):
+        a, b = -1, -1
+        for i in range(c * n // n_chunks, (c + 1) * n // n_chunks):
+            lo_ts, hi_ts = _bounds(table_ts, seqs, i, anchor, before, window, has_window)
+            a, b = _window(col_ts, lo_ts, hi_ts, 0, col_ts.shape[0], a, b)
+            lo[i] = a
+            hi[i] = max(a, b)
 
 
 def _step_keyed_ranges(
-    table_ts, seqs, anchor, before, window, has_window, uniq, seg, its, keys, valid, dense, dense_min, lo, hi
+    table_ts, seqs, anchor, before, window, has_window, uniq, seg, its, keys, valid, dense, dense_min,
+    n_chunks, lo, hi,
 ):
     n_keys = uniq.shape[0]
     n_dense = dense.shape[0]
-    for i in numba.prange(seqs.shape[0]):
-        lo[i] = 0
-        hi[i] = 0
-        if not valid[i]:
-            continue
-        if n_dense:
-            # int64 so that float keys (a float index, whose dense table is empty) still type
-            d = np.int64(keys[i]) - dense_min
-            if d < 0 or d >= n_dense or dense[d] < 0:
+    n = seqs.shape[0]
+    # per chunk and key group: the previous answer, the next query's starting guess
+    last_lo = np.full((n_chunks, n_keys), -1, np.int64)
+    last_hi = np.full((n_chunks, n_keys), -1, np.int64)
+    for c in numba.prange(n_chunks):
+        for i in range(c * n // n_chunks, (c + 1) * n // n_chunks):
+            lo[i] = 0
+            hi[i] = 0
+            if not valid[i]:
                 continue
-            g = dense[d]
-        else:
-            g = _lower_bound(uniq, keys[i], 0, n_keys)
-            if g >= n_keys or uniq[g] != keys[i]:
-                continue
-        lo_ts, hi_ts = _bounds(table_ts, seqs, i, anchor, before, window, has_window)
-        a, b = _window(its, lo_ts, hi_ts, seg[g], seg[g + 1])
-        lo[i] = a
-        hi[i] = max(a, b)
+            if n_dense:
+                d = keys[i] - dense_min
+                if d < 0 or d >= n_dense or dense[d] < 0:
+                    continue
+                g = dense[d]
+            else:
+                g = _lower_bound(uniq, keys[i], 0, n_keys)
+                if g >= n_keys or uniq[g] != keys[i]:
+                    continue
+            lo_ts, hi_ts = _bounds(table_ts, seqs, i, anchor, before, window, has_window)
+            a, b = _window(its, lo_ts, hi_ts, seg[g], seg[g + 1], last_lo[c, g], last_hi[c, g])
+            last_lo[c, g] = a
+            last_hi[c, g] = b
+            lo[i] = a
+            hi[i] = max(a, b)
 
 
 _KERNELS = {
@@ -214,6 +230,11 @@ _KERNELS = {
     for par in (False, True)
 }
 _NO_DENSE = np.empty(0, np.int64)
+
+
+def _chunks(n: int, parallel: bool) -> int:
+    """Contiguous chunks of sequences (each keeps its own search guesses): a few per thread."""
+    return max(1, min(4 * numba.get_num_threads(), n // 4096)) if parallel else 1
 #: Partial sequences above which the range kernels run in parallel.
 PARALLEL_SEQS = 50_000
 
@@ -233,8 +254,12 @@ def step_ranges(
     """
     n = seqs.shape[0]
     lo, hi = np.empty(n, np.int64), np.empty(n, np.int64)
-    kernel = _KERNELS[n >= PARALLEL_SEQS][0]
-    kernel(table_ts, seqs, anchor, before, int(window or 0), window is not None, col_ts, lo, hi)
+    par = n >= PARALLEL_SEQS
+    kernel = _KERNELS[par][0]
+    kernel(
+        table_ts, seqs, anchor, before, int(window or 0), window is not None, col_ts,
+        _chunks(n, par), lo, hi,
+    )
     return lo, hi
 
 
@@ -262,10 +287,12 @@ def step_keyed_ranges(
         lo[:] = 0
         hi[:] = 0
         return lo, hi
-    kernel = _KERNELS[n >= PARALLEL_SEQS][1]
+    par = n >= PARALLEL_SEQS
+    kernel = _KERNELS[par][1]
     kernel(
         table_ts, seqs, anchor, before, int(window or 0), window is not None,
         uniq, seg, index_ts, np.ascontiguousarray(keys), np.ascontiguousarray(valid, np.bool_),
-        _NO_DENSE if dense is None or uniq.dtype.kind != "i" else dense, int(dense_min), lo, hi,
+        _NO_DENSE if dense is None or uniq.dtype.kind != "i" else dense, int(dense_min),
+        _chunks(n, par), lo, hi,
     )
     return lo, hi
