@@ -207,7 +207,7 @@ def test_supersede_deletes_older_last_candidates(monkeypatch):
 
 # -- differential tests ----------------------------------------------------------------------------
 
-_OTHERS = ["reference"] + (["cpu"] if importlib.util.find_spec("cep_gpu.cdp") else [])
+_HAS_CPU = importlib.util.find_spec("cep_gpu.cdp") is not None
 
 
 def _rows(df: pd.DataFrame) -> list:
@@ -220,7 +220,7 @@ def _rows(df: pd.DataFrame) -> list:
     return out
 
 
-def _same_as_others(text: str, events: pd.DataFrame) -> None:
+def _same_as_others(text: str, events: pd.DataFrame, others: tuple[str, ...] = ()) -> None:
     try:
         expected = cep_gpu.detect(events, text, backend="reference")
     except CepError:
@@ -229,7 +229,7 @@ def _same_as_others(text: str, events: pd.DataFrame) -> None:
         return
     got = cep_gpu.detect(events, text, backend="aip")
     assert _rows(got) == _rows(expected), text
-    for other in _OTHERS[1:]:
+    for other in others:
         assert _rows(got) == _rows(cep_gpu.detect(events, text, backend=other)), (other, text)
 
 
@@ -237,6 +237,14 @@ def _same_as_others(text: str, events: pd.DataFrame) -> None:
 @given(rules_and_streams())
 def test_aip_equals_reference(case):
     _same_as_others(*case)
+
+
+@pytest.mark.skipif(not _HAS_CPU, reason="the cpu backend (cep_gpu.cdp) is not in this checkout")
+@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+@given(rules_and_streams())
+def test_aip_equals_reference_and_cpu(case):
+    # fewer examples: the cpu backend compiles a kernel per rule
+    _same_as_others(*case, others=("cpu",))
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck))
