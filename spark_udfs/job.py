@@ -30,6 +30,7 @@ def session(master: str = "local[2]", app_name: str = "cep-gpu", conf: Mapping[s
         .appName(app_name)
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.ui.showConsoleProgress", "false")
     )
     if master.startswith("local"):
         builder = builder.config("spark.ui.enabled", "false").config("spark.driver.memory", "4g")
@@ -131,7 +132,7 @@ def summary_table(result: JobResult, title: str = "Composite events"):
     """A rich table of the run: composite events per rule, then totals and throughput."""
     from rich.table import Table
 
-    table = Table(title=title)
+    table = Table(title=title, min_width=72)
     table.add_column("rule")
     table.add_column("composite events", justify="right")
     for rule, n in result.counts.items():
