@@ -96,6 +96,14 @@ def _select(valid, seqs, lo, hi, cand, excl, use_excl, env, last, chosen):
         chosen[i] = res
 
 
+def _pair_mask(valid, seqs, pair_seq, pair_row, env, mask):
+    for k in range(pair_seq.shape[0]):
+        mask[k] = valid(seqs, pair_seq[k], pair_row[k], env)
+
+
+_pair_mask_nb = numba.njit(cache=False)(_pair_mask)
+
+
 def _aggregates(aggs_all, seqs, env, out):
     for i in prange(seqs.shape[0]):
         aggs_all(seqs, i, env, out)
@@ -109,6 +117,29 @@ _PARALLEL = {
 
 #: Work (candidates to look at) above which the parallel kernels pay for their start-up.
 PARALLEL_WORK = 200_000
+#: Work up to which a step runs as "pairs": the host lists every (sequence, candidate) pair and one
+#: small generated loop checks them; the choice is then made with NumPy. Compiles in a fraction of
+#: the time of the fused kernels (what streaming calls and tests mostly need), same result.
+PAIR_WORK = 50_000
+
+
+def _pairs(seqs, lo, hi, cand, excl, use_excl, valid, env, trivial):
+    """Every (sequence, candidate) pair in range, in (sequence, candidate) order, and validity."""
+    sizes = hi - lo
+    total = int(sizes.sum())
+    pair_seq = np.repeat(np.arange(len(seqs), dtype=np.int64), sizes)
+    starts = np.cumsum(sizes) - sizes
+    pos = np.arange(total, dtype=np.int64) - np.repeat(starts - lo, sizes)
+    rows = cand[pos] if total else np.empty(0, np.int64)
+    mask = np.ones(total, np.bool_)
+    if use_excl and total:
+        mask &= ~excl[rows]
+    if not trivial and total:
+        sel = np.flatnonzero(mask)
+        sub = np.empty(len(sel), np.bool_)
+        _pair_mask_nb(valid, seqs, pair_seq[sel], rows[sel], env, sub)
+        mask[sel] = sub
+    return pair_seq, rows, mask
 
 
 def _kernels(work: int) -> dict:
@@ -123,6 +154,11 @@ def combine_each(valid, seqs, lo, hi, cand, pred, excl, use_excl, env, trivial: 
     """
     sizes = hi - lo
     work = int(sizes.sum())
+    if work <= PAIR_WORK:
+        pair_seq, rows, mask = _pairs(seqs, lo, hi, cand, excl, use_excl, valid, env, trivial)
+        out = seqs[pair_seq[mask]]
+        out[:, pred] = rows[mask]
+        return out
     k = _kernels(work)
     if trivial and not use_excl:
         counts = sizes
@@ -143,6 +179,15 @@ def combine_select(valid, seqs, lo, hi, cand, excl, use_excl, env, last: bool) -
     chosen = np.empty(len(seqs), np.int64)
     if len(seqs):
         work = int((hi - lo).sum())
+        if work <= PAIR_WORK:
+            pair_seq, rows, mask = _pairs(seqs, lo, hi, cand, excl, use_excl, valid, env, False)
+            chosen[:] = -1
+            s, r = pair_seq[mask], rows[mask]
+            if len(s):
+                # pairs are grouped by sequence in candidate (row) order: take each group's edge
+                edge = np.r_[s[1:] != s[:-1], True] if last else np.r_[True, s[1:] != s[:-1]]
+                chosen[s[edge]] = r[edge]
+            return chosen
         _kernels(work)["_select"](valid, seqs, lo, hi, cand, excl, use_excl, env, last, chosen)
     return chosen
 

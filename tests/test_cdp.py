@@ -81,12 +81,30 @@ def test_match_contract_lo_hi_excluded_and_index_off(text, events, data):
     assert key(NO_INDEX.match(rule, table, lo, hi, excluded.copy())) == want, text
 
 
+@settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
+@given(rules_and_streams(hierarchy=False))
+def test_fused_kernels_equal_reference(case):
+    """Small inputs run as (sequence, candidate) pairs; force the fused count/fill/select kernels."""
+    text, events = case
+    try:
+        expected = cep_gpu.detect(events, text, backend="reference")
+    except CepError:
+        return
+    old = kcpu.PAIR_WORK
+    kcpu.PAIR_WORK = -1
+    try:
+        assert rows_of(cep_gpu.detect(events, text, backend="cpu")) == rows_of(expected), text
+    finally:
+        kcpu.PAIR_WORK = old
+
+
 @pytest.mark.parametrize("policy", ["each", "last", "first"])
 def test_seq3_parallel_kernels_equal_reference(policy, monkeypatch):
     """seq3 over a few thousand events, with the parallel kernels forced on, equals the reference."""
     from cep_gpu.benchmarks.workloads import seq3_events, seq3_rule
 
     monkeypatch.setattr(kcpu, "PARALLEL_WORK", 0)
+    monkeypatch.setattr(kcpu, "PAIR_WORK", -1)
     monkeypatch.setattr(ranges, "PARALLEL_SEQS", 0)
     table = EventTable.from_pandas(seq3_events(3000, seed=3), time_unit="ms")
     rule = cep_gpu.parse_rule(seq3_rule(400, policy))

@@ -201,7 +201,7 @@ def emit_source(spec: RuleSpec, kinds: dict[str, str | None]) -> str:
         """Prologue of a function over the span of a negation/aggregate: ``s``..``e`` in its column."""
         sig = "".join(f", p{p}" for p in preds)
         span = part.span
-        lines = [f"@numba.njit(cache=False)\ndef {kind}{k}(env{sig}):"]
+        lines = [f"@numba.njit(cache=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)\ndef {kind}{k}(env{sig}):"]
         lines += _prologue(layout, kinds)
         lines.append(f"    nr = env[{base}]")
         lines.append(f"    nt = env[{base + 1}]")
@@ -226,7 +226,7 @@ def emit_source(spec: RuleSpec, kinds: dict[str, str | None]) -> str:
             b = body(lambda p: "q" if p == SELF else f"p{p}")
             for c in checks[k]:
                 b.check(part.conditions[c], "return False")
-            out.append(f"@numba.njit(cache=False)\ndef {kind}{k}_cond(env, q{sig}):")
+            out.append(f"@numba.njit(cache=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)\ndef {kind}{k}_cond(env, q{sig}):")
             out += _prologue(layout, kinds) + b.lines + ["    return True", ""]
 
     for k, neg in enumerate(rule.negations):
@@ -280,10 +280,10 @@ def emit_source(spec: RuleSpec, kinds: dict[str, str | None]) -> str:
                 args = "".join(f", {b.row(p)}" for p in neg_inputs[n])
                 b.add(f"if not neg{n}(env{args}):")
                 b.add("return False", 2)
-            out.append(f"@numba.njit(cache=False)\ndef valid_{pi}_{st.step}(seqs, i, r, env):")
+            out.append(f"@numba.njit(cache=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)\ndef valid_{pi}_{st.step}(seqs, i, r, env):")
             out += _prologue(layout, kinds) + b.lines + ["    return True", ""]
 
-    out.append("@numba.njit(cache=False)\ndef aggs_all(seqs, i, env, out):")
+    out.append("@numba.njit(cache=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)\ndef aggs_all(seqs, i, env, out):")
     for k in range(len(rule.aggregates)):
         args = "".join(f", seqs[i, {int(p)}]" for p in agg_inputs[k])
         out.append(f"    out[i, {k}] = agg{k}(env{args})")
