@@ -206,7 +206,7 @@ def _step_keyed_ranges(
             if not valid[i]:
                 continue
             if n_dense:
-                d = keys[i] - dense_min
+                d = np.int64(keys[i]) - dense_min  # (float keys never have a dense table)
                 if d < 0 or d >= n_dense or dense[d] < 0:
                     continue
                 g = dense[d]

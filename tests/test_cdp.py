@@ -210,3 +210,18 @@ def test_describe_names_columns_steps_and_index():
     assert "column 0 Vibration" in d and "column 1 PeopleNear" in d
     assert "step 1: last PeopleNear" in d and "parameter index on painting" in d
     assert "parameter index" not in describe(cep_gpu.parse_rule(text), use_index=False)
+
+
+@pytest.mark.parametrize("values", [
+    [1.5, 2.5, 1.5, np.nan, 1.5],  # float keys (no dense table), NaN never equal
+    [1, 2, 1, None, 1],  # int keys with a null
+    ["u", "v", "u", None, "u"],  # string codes
+])
+def test_parameter_index_key_kinds(values):
+    ev = pd.DataFrame({"type": ["A", "A", "A", "A", "B"], "ts": [1, 2, 3, 4, 5], "k": values})
+    for policy in ("each", "last", "first"):
+        text = f"define R from B(k=$k) and {policy} A(k=$k) within 10 s from B"
+        assert rows_of(cep_gpu.detect(ev, text, backend="cpu")) == rows_of(
+            cep_gpu.detect(ev, text, backend="reference")), (policy, values)
+    each = cep_gpu.detect(ev, "define R from B(k=$k) and each A(k=$k) within 10 s from B", backend="cpu")
+    assert ids(each) == [(4, 0), (4, 2)]
