@@ -170,8 +170,14 @@ class CDPBackend:
         """The lowered rule (cached per rule object)."""
         hit = self._specs.get(id(rule))
         if hit is None or hit[0] is not rule:
+            if len(self._specs) >= 1024:  # bounded: rules come and go in long sessions
+                self._specs.clear()
             hit = self._specs[id(rule)] = (rule, lower(rule, self.use_index))
         return hit[1]
+
+    def explain(self, rule: Rule) -> str:
+        """What CDP does for ``rule`` (for ``Engine.explain`` and the CLI): see :func:`describe`."""
+        return describe(rule, self.use_index)
 
     # -- the backend contract ---------------------------------------------------------------------
 
@@ -320,9 +326,9 @@ def _contains(sorted_rows: np.ndarray, row: int) -> bool:
 def describe(rule: Rule, use_index: bool = True) -> str:
     """How CDP evaluates ``rule``: columns and their filters, windows, and the checks per step."""
     spec = lower(rule, use_index)
-    lines = [f"rule {rule.name}: CDP, {len(spec.plans)} plan(s)"]
+    lines = [f"CDP ({len(spec.plans)} plan(s)):"]
     for p, pred in enumerate(rule.predicates):
-        filters = ", ".join(_show(rule.conditions[i]) for i in spec.filters[p]) or "none"
+        filters = ", ".join(_show(rule.conditions[i], rule) for i in spec.filters[p]) or "none"
         lines.append(f"  column {p} {pred.alias} ({pred.event_type}): filters {filters}")
     for pi, plan in enumerate(spec.plans):
         lines.append(f"  plan {pi}: binding order {list(plan.plan.order)}")
@@ -331,7 +337,7 @@ def describe(rule: Rule, use_index: bool = True) -> str:
             if st.step == 0:
                 head = f"    step 0: terminator {pred.alias}"
             else:
-                win = "unbounded" if st.window is None else f"{st.window} ns"
+                win = "unbounded" if st.window is None else _duration(int(st.window))
                 anchor = plan.plan.predicates[st.anchor].alias
                 before = plan.plan.predicates[st.before].alias
                 head = (
@@ -339,8 +345,8 @@ def describe(rule: Rule, use_index: bool = True) -> str:
                     f"[{anchor}.ts - {win}, {before}.ts)"
                 )
                 if st.key is not None:
-                    head += f", parameter index on {st.key.attr} = {_show(st.key.expr)}"
-            checks = [_show(rule.conditions[i]) for i in st.conditions]
+                    head += f", parameter index on {st.key.attr} = {_show(st.key.expr, rule)}"
+            checks = [_show(rule.conditions[i], rule) for i in st.conditions]
             checks += [f"not {rule.negations[i].event_type} (negation {i})" for i in st.negations]
             lines.append(head + (f"; checks {', '.join(checks)}" if checks else ""))
     for k, agg in enumerate(rule.aggregates):
@@ -350,25 +356,36 @@ def describe(rule: Rule, use_index: bool = True) -> str:
     return "\n".join(lines)
 
 
-def _show(expr) -> str:
+def _duration(ns: int) -> str:
+    for unit, size in (("h", 3_600_000_000_000), ("min", 60_000_000_000), ("s", 1_000_000_000),
+                       ("ms", 1_000_000), ("us", 1_000)):
+        if ns % size == 0:
+            return f"{ns // size} {unit}"
+    return f"{ns} ns"
+
+
+def _show(expr, rule: Rule) -> str:
     from .model import AggValue, Arith, Attr, BoolOp, Compare, Const, Neg, Not, Timestamp
+
+    def name(pred: int) -> str:
+        return "self" if pred < 0 else rule.predicates[pred].alias
 
     if isinstance(expr, Const):
         return repr(expr.value)
     if isinstance(expr, Attr):
-        return f"{'self' if expr.pred < 0 else expr.pred}.{expr.name}"
+        return f"{name(expr.pred)}.{expr.name}"
     if isinstance(expr, Timestamp):
-        return f"{expr.pred}.ts"
+        return f"{name(expr.pred)}.ts"
     if isinstance(expr, AggValue):
-        return f"agg{expr.index}"
+        return f"aggregate {expr.index}"
     if isinstance(expr, (Arith, Compare)):
-        return f"({_show(expr.left)} {expr.op} {_show(expr.right)})"
+        return f"({_show(expr.left, rule)} {expr.op} {_show(expr.right, rule)})"
     if isinstance(expr, Neg):
-        return f"-{_show(expr.arg)}"
+        return f"-{_show(expr.arg, rule)}"
     if isinstance(expr, Not):
-        return f"not {_show(expr.arg)}"
+        return f"not {_show(expr.arg, rule)}"
     if isinstance(expr, BoolOp):
-        return "(" + f" {expr.op} ".join(_show(a) for a in expr.args) + ")"
+        return "(" + f" {expr.op} ".join(_show(a, rule) for a in expr.args) + ")"
     return "?"
 
 

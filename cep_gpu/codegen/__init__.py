@@ -75,5 +75,7 @@ def compile_numba(spec: RuleSpec, kinds: dict[str, str | None]) -> NumbaKernels:
         [namespace[f"valid_{p}_{s.step}"] for s in plan.steps] for p, plan in enumerate(spec.plans)
     ]
     out = NumbaKernels(valid, namespace["aggs_all"], source)
+    if len(_CACHE) >= 4096:  # bounded; compiled code of evicted rules is freed with them
+        _CACHE.clear()
     _CACHE[key] = out
     return out
