@@ -27,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+import numba
 import numpy as np
 
 from .backends import Matches, register
@@ -291,27 +292,81 @@ class _Run:
         return lo, hi, index.rows
 
     def consuming(self, lo: int, hi: int, excluded: np.ndarray) -> np.ndarray:
-        """Terminator by terminator in row order; consumed events leave the positive columns."""
+        """Terminators in row order; each one's consumed events leave the positive columns.
+
+        Optimistic: one batch pass computes every terminator's matches as if nothing were
+        consumed in this call; a Numba walk (:func:`_accept_until`) then takes them in order,
+        consuming as it goes, as long as no event consumed so far lies within the rule's
+        lookback of the next terminator (then its batch result cannot have changed). A terminator
+        that fails that test is recomputed alone against the current excluded mask.
+        """
         rule, spec = self.spec.rule, self.spec
         cols = [np.asarray(self.store.predicates[pl.plan.terminator].rows) for pl in spec.plans]
-        terms = np.unique(np.concatenate([_in_range(c, lo, hi) for c in cols])) if cols else []
-        consumed = list(rule.consuming)
-        out = []
-        for t in terms:
-            if excluded[t]:
-                continue
+        terms = np.unique(np.concatenate([_in_range(c, lo, hi) for c in cols]))
+        consumed = np.array(rule.consuming, np.int64)
+        # the batch pass, against the excluded mask as it was on entry
+        initial = excluded.copy()
+        parts, owners = [], []
+        for p, pl in enumerate(spec.plans):
+            got = self.plan(p, _in_range(cols[p], lo, hi), initial, True)
+            parts.append(got)
+            owners.append(got[:, pl.plan.terminator])
+        batch = np.concatenate(parts)
+        order = np.argsort(np.concatenate(owners), kind="stable")
+        batch = np.ascontiguousarray(batch[order])
+        owner = np.concatenate(owners)[order]
+        group_lo = np.searchsorted(owner, terms, "left").astype(np.int64)
+        group_hi = np.searchsorted(owner, terms, "right").astype(np.int64)
+        accepted = np.zeros(len(terms), np.bool_)
+        newest = np.array([np.iinfo(np.int64).min], np.int64)  # latest consumed timestamp
+        ts = self.table.ts
+        term_ts = ts[terms]
+        lookback = np.int64(rule.lookback())
+        redone = []
+        i = 0
+        while i < len(terms):
+            i = _accept_until(
+                i, terms, term_ts, group_lo, group_hi, batch, consumed, excluded, ts, lookback,
+                newest, accepted,
+            )
+            if i == len(terms):
+                break
+            t = int(terms[i])
             found = [
                 self.plan(p, np.array([t], np.int64), excluded, True)
                 for p in range(len(spec.plans))
                 if _contains(cols[p], t)
             ]
-            found = [f for f in found if len(f)]
-            if not found:
-                continue
             got = np.concatenate(found)
-            out.append(got)
-            excluded[got[:, consumed].ravel()] = True
-        return np.concatenate(out) if out else np.empty((0, rule.n_predicates), np.int64)
+            if len(got):
+                redone.append(got)
+                used = got[:, consumed].ravel()
+                excluded[used] = True
+                newest[0] = max(newest[0], int(ts[used].max()))
+            i += 1
+        keep = np.repeat(accepted, group_hi - group_lo)
+        return np.concatenate([batch[keep]] + redone)
+
+
+@numba.njit(cache=False)
+def _accept_until(
+    start, terms, term_ts, group_lo, group_hi, batch, consumed, excluded, ts, lookback, newest, accepted
+):
+    """Accept batch results from terminator ``start`` on, consuming their events, until one may
+    have changed (a consumed event within its lookback); return its index (``len(terms)``: done)."""
+    for i in range(start, terms.shape[0]):
+        if excluded[terms[i]]:
+            continue  # consumed before its turn: it terminates nothing
+        if newest[0] >= term_ts[i] - lookback:
+            return i
+        accepted[i] = True
+        for m in range(group_lo[i], group_hi[i]):
+            for c in consumed:
+                r = batch[m, c]
+                excluded[r] = True
+                if ts[r] > newest[0]:
+                    newest[0] = ts[r]
+    return terms.shape[0]
 
 
 def _contains(sorted_rows: np.ndarray, row: int) -> bool:

@@ -225,3 +225,21 @@ def test_parameter_index_key_kinds(values):
             cep_gpu.detect(ev, text, backend="reference")), (policy, values)
     each = cep_gpu.detect(ev, "define R from B(k=$k) and each A(k=$k) within 10 s from B", backend="cpu")
     assert ids(each) == [(4, 0), (4, 2)]
+
+
+@pytest.mark.parametrize("policy", ["each", "last"])
+@pytest.mark.parametrize("filt", ["", " and v > 0.9"])
+def test_consuming_optimistic_batch_equals_reference(policy, filt):
+    """Dense matches (most terminators recomputed) and sparse ones (batch results accepted)."""
+    from cep_gpu.benchmarks.workloads import seq3_events
+
+    table = EventTable.from_pandas(seq3_events(2500, seed=5), time_unit="ms")
+    text = (f"define R from C(k=$k{filt}) and {policy} B(k=$k) within 300 ms from C and "
+            f"{policy} A(k=$k) within 300 ms from B consuming B, A")
+    rule = cep_gpu.parse_rule(text)
+    excluded = np.zeros(len(table), bool)
+    excluded[::7] = True
+    for lo, hi, ex in ((0, len(table), None), (500, 2000, excluded)):
+        want = key(get_backend("reference").match(rule, table, lo, hi, None if ex is None else ex.copy()))
+        got = key(get_backend("cpu").match(rule, table, lo, hi, None if ex is None else ex.copy()))
+        assert got == want and len(want) > 5
