@@ -5,9 +5,11 @@ The kernels are generic over the rule: they take the rule's generated ``valid`` 
 them per function. Negation and aggregate checks live inside ``valid`` / ``aggs_all`` and use
 :func:`lower_bound` / :func:`upper_bound` on the span's column.
 
-Each kernel exists twice: serial (cheap to compile, for small inputs such as streaming calls and
-tests) and ``parallel=True`` (``prange`` over partial sequences, for batch). Output order never
-depends on threads: ``each`` counts per sequence, takes an exclusive prefix sum, then fills.
+Each kernel exists twice: serial (for medium inputs) and ``parallel=True`` (``prange`` over partial
+sequences, for batch). Output order never depends on threads: ``each`` counts per sequence, takes
+an exclusive prefix sum, then fills. Small steps (up to :data:`PAIR_WORK` candidates, e.g. streaming
+calls) list their (sequence, candidate) pairs on the host and check them with one small loop, which
+compiles several times faster than the fused kernels; the result is the same.
 
 Arguments shared by the combination kernels:
 ``seqs`` (n, P) int64 partial sequences (-1 = unbound); ``lo``/``hi`` (n,) the candidate range of
