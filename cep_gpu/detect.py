@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 import pandas as pd
@@ -17,14 +18,17 @@ import pyarrow as pa
 from .backends import Matches, get_backend
 from .errors import EventError, RuleError
 from .evaluate import evaluate
-from .events import AttributeColumn, EventTable
+from .events import AttributeColumn, EventTable, TimeFormat
 from .model import (
     SELF,
     Aggregate,
+    Arith,
     Attr,
     Compare,
     Const,
     Rule,
+    Timestamp,
+    map_rule_exprs,
     walk,
 )
 from .output import OutputSchema, assemble
@@ -236,6 +240,30 @@ def _table_of(res: RuleResult, ids: np.ndarray, like: EventTable) -> EventTable:
     )
 
 
+@lru_cache(maxsize=256)
+def in_time_units(rule: Rule, time: TimeFormat) -> Rule:
+    """``rule`` with every ``X.ts`` expressed in the input's time unit.
+
+    The engine keeps timestamps as int64 ns; for numeric input ``ts`` a rule's arithmetic on
+    ``X.ts`` is meant in the input's unit (``time_unit``), so ``X.ts`` becomes ``ts_ns / scale``.
+    For datetime input, ``X.ts`` stays in nanoseconds since the epoch.
+    """
+    scale = time.scale_ns()
+    if scale == 1 or not any(isinstance(n, Timestamp) for e in _all_exprs(rule) for n in walk(e)):
+        return rule
+    return map_rule_exprs(
+        rule, lambda e: Arith("/", e, Const(float(scale))) if isinstance(e, Timestamp) else e
+    )
+
+
+def _all_exprs(rule: Rule):
+    yield from rule.conditions
+    for part in (*rule.negations, *rule.aggregates):
+        yield from part.conditions
+    for a in rule.attributes:
+        yield a.expr
+
+
 def detect_table(
     table: EventTable,
     rules: Sequence[Rule],
@@ -249,6 +277,7 @@ def detect_table(
     rules that no other rule reads carry only their (unsorted) timestamps, enough to count them
     (``output="count"`` skips sorting and attributes).
     """
+    rules = [in_time_units(r, table.time) for r in rules]
     check_schema(rules, table)
     impl = get_backend(backend)
     order = rule_order(rules)

@@ -25,7 +25,14 @@ import pandas as pd
 import pyarrow as pa
 
 from .backends import Matches, get_backend
-from .detect import append_composites, as_rules, composite_events, composite_ids, rule_order
+from .detect import (
+    append_composites,
+    as_rules,
+    composite_events,
+    composite_ids,
+    in_time_units,
+    rule_order,
+)
 from .errors import EventError, LateEventError
 from .events import _UNIT_NS, EventTable, StringDictionary, TimeFormat
 from .model import (
@@ -328,7 +335,8 @@ class Engine:
 
     def _run_rule(self, i: int, new_ids: np.ndarray, final: bool):
         """Match rule ``i`` on its terminators that are new or held back and now ready."""
-        rule, st, buf = self.rules[i], self._states[i], self._buffer
+        st, buf = self._states[i], self._buffer
+        rule = in_time_units(self.rules[i], self._time or buf.time)
         codes = [buf.type_code(t) for t in st.term_types]
         is_term = np.isin(buf.types, [c for c in codes if c >= 0])
         if len(new_ids):

@@ -90,6 +90,10 @@ class TimeFormat:
     dtype: str = "float64"
     tz: str | None = None
 
+    def scale_ns(self) -> int:
+        """Nanoseconds per unit of the input's ``ts`` (1 for datetimes)."""
+        return 1 if self.kind == "datetime" else _UNIT_NS[self.unit]
+
     def to_ns(self, values: np.ndarray) -> np.ndarray:
         if self.kind == "datetime":
             return values.astype("datetime64[ns]").astype(np.int64)

@@ -26,7 +26,7 @@ before b; both with ``window = W``.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 Policy = Literal["each", "last", "first"]
@@ -350,3 +350,29 @@ def step_checks(rule: Rule, plan: Plan) -> tuple[StepChecks, ...]:
 def static_conditions(rule: Rule, pred: int) -> tuple[int, ...]:
     """Indices of the conditions that read only predicate ``pred`` (its column filters)."""
     return tuple(i for i, c in enumerate(rule.conditions) if inputs(c, rule) == frozenset((pred,)))
+
+
+def map_expr(expr: Expr, fn) -> Expr:
+    """``expr`` rebuilt bottom-up with ``fn`` applied to every node (``fn`` returns a node)."""
+    if isinstance(expr, (Arith, Compare)):
+        expr = replace(expr, left=map_expr(expr.left, fn), right=map_expr(expr.right, fn))
+    elif isinstance(expr, (Neg, Not)):
+        expr = replace(expr, arg=map_expr(expr.arg, fn))
+    elif isinstance(expr, BoolOp):
+        expr = replace(expr, args=tuple(map_expr(a, fn) for a in expr.args))
+    return fn(expr)
+
+
+def map_rule_exprs(rule: Rule, fn) -> Rule:
+    """``rule`` with :func:`map_expr` applied to every expression it holds."""
+    return replace(
+        rule,
+        conditions=tuple(map_expr(c, fn) for c in rule.conditions),
+        negations=tuple(
+            replace(n, conditions=tuple(map_expr(c, fn) for c in n.conditions)) for n in rule.negations
+        ),
+        aggregates=tuple(
+            replace(a, conditions=tuple(map_expr(c, fn) for c in a.conditions)) for a in rule.aggregates
+        ),
+        attributes=tuple(replace(a, expr=map_expr(a.expr, fn)) for a in rule.attributes),
+    )

@@ -229,7 +229,8 @@ class _PredResolver(Resolver):
         self.rule, self.me = rule, me
 
     def bare(self, tok: Token) -> Expr:
-        return Attr(self.me, self.rule.src.name(tok, "attribute name"))
+        name = self.rule.src.name(tok, "attribute name")
+        return Timestamp(self.me) if name == "ts" else Attr(self.me, name)
 
     def qualified(self, name: Token, attr: Token) -> Expr:
         before = self.me if self.me != SELF else len(self.rule.predicates)
