@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test lint bench clean
+.PHONY: setup demo demo-local test lint bench clean
 
 $(VENV)/.installed: pyproject.toml setup.py
 	python3 -m venv $(VENV)
@@ -13,8 +13,12 @@ $(VENV)/.installed: pyproject.toml setup.py
 
 setup: $(VENV)/.installed
 
-## the main job: the museum example
+## the main job: the museum pipeline on Spark in local mode (no cluster, no GPU needed)
 demo: setup
+	$(PY) examples/museum_spark.py --events 200000 --out out/museum_spark
+
+## the same detection in one process, without Spark
+demo-local: setup
 	$(PY) examples/museum_demo.py --out out/museum
 
 ## the whole test suite (what CI runs)
