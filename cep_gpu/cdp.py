@@ -198,7 +198,11 @@ class CDPBackend:
         spec = self.spec(rule)
         ts = table.ts
         # only rows that some window of a terminator in [lo, hi) can reach
-        start = int(np.searchsorted(ts, ts[lo] - rule.lookback(), "left"))
+        # a predicate without a window (never made by the parser) can reach back to the start
+        unbounded = any(
+            p.window is None and p.policy is not None for pl in rule.plans for p in pl.predicates
+        )
+        start = 0 if unbounded else int(np.searchsorted(ts, ts[lo] - rule.lookback(), "left"))
         horizon = rule.trailing_horizon()
         stop_ext = int(np.searchsorted(ts, ts[hi - 1] + horizon, "right")) if horizon else hi
         consuming = bool(rule.consuming)
