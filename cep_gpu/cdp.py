@@ -325,7 +325,8 @@ class _Run:
         newest = np.array([np.iinfo(np.int64).min], np.int64)  # latest consumed timestamp
         ts = self.table.ts
         term_ts = ts[terms]
-        lookback = np.int64(rule.lookback())
+        unbounded = any(p.window is None and p.policy is not None for pl in rule.plans for p in pl.predicates)
+        lookback = np.int64(2**62 if unbounded else rule.lookback())
         redone = []
         i = 0
         while i < len(terms):
