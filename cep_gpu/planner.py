@@ -518,9 +518,22 @@ class AutoBackend:
             return {d: dict(vars(s)) for d, s in self._stats.items()}
 
     def explain(self, rule: Rule, table_or_rates: EventTable | Mapping[str, float] | None = None) -> str:
-        """:func:`explain_plan` with this backend's profile and GPU availability
-        (:meth:`cep_gpu.Engine.explain` calls it for every rule)."""
-        return explain_plan(rule, table_or_rates, self.profile, self.gpu_available)
+        """For :meth:`cep_gpu.Engine.explain`: what CDP does for ``rule`` (the cpu backend's own
+        explanation), the decisions of the last ``match`` of this rule, and, given events or rates,
+        :func:`explain_plan` with this backend's profile and GPU availability."""
+        parts = []
+        cpu_explain = getattr(self.cpu, "explain", None)
+        if callable(cpu_explain):
+            parts.append(cpu_explain(rule))
+        if table_or_rates is not None:
+            parts.append(explain_plan(rule, table_or_rates, self.profile, self.gpu_available))
+        else:
+            parts.append(f"planner: GPU {'usable' if self.gpu_available else 'not usable'}; "
+                         f"profile {self.profile.source}")
+            for d in self.last_decisions.get(rule.name, [])[:5]:
+                est = "" if math.isnan(d.cpu_s) else f": cpu {_fmt_s(d.cpu_s)}, gpu {_fmt_s(d.gpu_s)}"
+                parts.append(f"planner: last run -> {d.device} ({d.reason}){est}")
+        return "\n".join(parts)
 
     def reset_stats(self) -> None:
         with self._lock:

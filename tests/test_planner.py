@@ -281,3 +281,13 @@ def test_default_profile_reproduces_the_chapter_crossover():
     assert prof.meta["gpu_source"].startswith("derived")
     got = crossover_window(prof, "each", windows=[2000, 3000, 3500, 4000, 4500, 5000, 6000])
     assert got is not None and 3500 <= got <= 4500
+
+
+def test_engine_explain_shows_the_planner():
+    engine = cep_gpu.Engine(wl.seq3_rule(100), backend="auto", time_unit="ms")
+    engine.publish(wl.seq3_events(300))
+    text = engine.explain()
+    assert "planner: GPU" in text and "planner: last run -> cpu" in text
+    auto = pl.AutoBackend(profile=profile({"pairs": 1e-9}, {"launches": 1.0}), gpu_available=False)
+    (rule,) = cep_gpu.parse_rules(wl.seq3_rule(100))
+    assert "expected" in auto.explain(rule, seq3_table(600))
