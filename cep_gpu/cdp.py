@@ -79,6 +79,9 @@ class Combiner(Protocol):
         """(n,) the latest (``last``) or earliest valid candidate row per sequence, -1 if none."""
         ...
 
+    # Optional: ``count_each(kernels, step) -> int``, the number of sequences ``each`` would
+    # return, without building them (``detect(..., output="count")``); else ``len(each(...))``.
+
     def aggregates(self, kernels: object, spec: RuleSpec, seqs: np.ndarray, env: tuple) -> np.ndarray:
         """(n, n_aggregates) float64 aggregate values of complete sequences (NaN = null)."""
         ...
@@ -102,6 +105,14 @@ class CpuCombiner:
 
         return combine_each(
             self._valid(kernels, step), step.seqs, step.lo, step.hi, step.cand, step.spec.pred,
+            step.excluded, step.use_excluded, step.env, step.spec.trivial,
+        )
+
+    def count_each(self, kernels, step: StepInput) -> int:
+        from .kernels.cpu import count_each
+
+        return count_each(
+            self._valid(kernels, step), step.seqs, step.lo, step.hi, step.cand,
             step.excluded, step.use_excluded, step.env, step.spec.trivial,
         )
 
@@ -196,6 +207,50 @@ class CDPBackend:
         if hi <= lo:
             return Matches.empty(rule)
         spec = self.spec(rule)
+        consuming = bool(rule.consuming)
+        run = self._run(rule, spec, table, lo, hi, excluded)
+        if not consuming:
+            no_excl = np.zeros(1, np.bool_)
+            parts = []
+            for p, plan in enumerate(spec.plans):
+                terms = _in_range(run.store.predicates[plan.plan.terminator].rows, lo, hi)
+                parts.append(run.plan(p, terms, no_excl, False))
+            seqs = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        else:
+            mask = np.zeros(len(table), np.bool_) if excluded is None else np.array(excluded, np.bool_)
+            seqs = run.consuming(lo, hi, mask)
+        aggs = (
+            self.combiner.aggregates(run.kernels, spec, seqs, run.env)
+            if rule.aggregates and len(seqs)
+            else np.full((len(seqs), len(rule.aggregates)), np.nan)
+        )
+        return Matches(np.ascontiguousarray(seqs, np.int64), aggs)
+
+    def count(self, rule: Rule, table: EventTable, lo: int = 0, hi: int | None = None) -> int:
+        """``len(self.match(rule, table, lo, hi))`` without building the matches of the last step.
+
+        The last binding step of each plan counts its valid (sequence, candidate) pairs instead of
+        writing the extended sequences (``detect(..., output="count")``). Rules with ``consuming``
+        need their matches to know what is consumed: they are matched in full.
+        """
+        hi = len(table) if hi is None else min(hi, len(table))
+        lo = max(lo, 0)
+        if hi <= lo:
+            return 0
+        if rule.consuming:
+            return len(self.match(rule, table, lo, hi))
+        spec = self.spec(rule)
+        run = self._run(rule, spec, table, lo, hi, None)
+        no_excl = np.zeros(1, np.bool_)
+        return sum(
+            run.plan_count(p, _in_range(run.store.predicates[plan.plan.terminator].rows, lo, hi), no_excl)
+            for p, plan in enumerate(spec.plans)
+        )
+
+    def _run(
+        self, rule: Rule, spec: RuleSpec, table: EventTable, lo: int, hi: int, excluded: np.ndarray | None
+    ) -> _Run:
+        """Columns, kernel arguments and compiled kernels of one call over terminators ``[lo, hi)``."""
         ts = table.ts
         # only rows that some window of a terminator in [lo, hi) can reach
         # a predicate without a window (never made by the parser) can reach back to the start
@@ -205,34 +260,17 @@ class CDPBackend:
         start = 0 if unbounded else int(np.searchsorted(ts, ts[lo] - rule.lookback(), "left"))
         horizon = rule.trailing_horizon()
         stop_ext = int(np.searchsorted(ts, ts[hi - 1] + horizon, "right")) if horizon else hi
-        consuming = bool(rule.consuming)
         store = ColumnStore(
             rule, table,
             tuple(_conds(rule, f) for f in spec.filters),
             tuple(tuple(n.conditions[i] for i in f) for n, f in zip(rule.negations, spec.neg_filters)),
             tuple(tuple(a.conditions[i] for i in f) for a, f in zip(rule.aggregates, spec.agg_filters)),
             start, hi, max(stop_ext, hi),
-            excluded=None if consuming else excluded,
+            excluded=None if rule.consuming else excluded,
         )
         env = build_env(spec, table, store)
         kernels = self.combiner.prepare(spec, attribute_kinds(spec, table))
-        run = _Run(self.combiner, kernels, spec, table, store, env)
-        if not consuming:
-            no_excl = np.zeros(1, np.bool_)
-            parts = []
-            for p, plan in enumerate(spec.plans):
-                terms = _in_range(store.predicates[plan.plan.terminator].rows, lo, hi)
-                parts.append(run.plan(p, terms, no_excl, False))
-            seqs = parts[0] if len(parts) == 1 else np.concatenate(parts)
-        else:
-            mask = np.zeros(len(table), np.bool_) if excluded is None else np.array(excluded, np.bool_)
-            seqs = run.consuming(lo, hi, mask)
-        aggs = (
-            self.combiner.aggregates(kernels, spec, seqs, env)
-            if rule.aggregates and len(seqs)
-            else np.full((len(seqs), len(rule.aggregates)), np.nan)
-        )
-        return Matches(np.ascontiguousarray(seqs, np.int64), aggs)
+        return _Run(self.combiner, kernels, spec, table, store, env)
 
 
 def _in_range(rows: np.ndarray, lo: int, hi: int) -> np.ndarray:
@@ -253,9 +291,17 @@ class _Run:
 
     def plan(self, p: int, terms: np.ndarray, excl: np.ndarray, use_excl: bool) -> np.ndarray:
         """Complete sequences of plan ``p`` for the terminator rows ``terms``."""
+        return self._steps(p, terms, excl, use_excl, count=False)
+
+    def plan_count(self, p: int, terms: np.ndarray, excl: np.ndarray) -> int:
+        """``len(self.plan(p, terms, excl, False))``, counting the last step's results."""
+        return self._steps(p, terms, excl, False, count=True)
+
+    def _steps(self, p: int, terms: np.ndarray, excl: np.ndarray, use_excl: bool, count: bool):
         plan = self.spec.plans[p]
         n_pred = self.spec.rule.n_predicates
         seqs = np.full((len(terms), n_pred), -1, np.int64)
+        last_step = plan.steps[-1].step
         for st in plan.steps:
             if len(seqs) == 0:
                 break
@@ -266,18 +312,28 @@ class _Run:
                 # the terminator's own checks (aggregates, negations): a one-candidate `each`
                 lo = np.arange(len(terms), dtype=np.int64)
                 step = StepInput(st, p, seqs, lo, lo + 1, terms, excl, False, self.env)
+                if count and st.step == last_step:
+                    return self._count_each(step)
                 seqs = self.combiner.each(self.kernels, step)
                 continue
             lo, hi, cand = self.ranges(st, seqs)
             step = StepInput(st, p, seqs, lo, hi, cand, excl, use_excl, self.env)
             if st.policy == "each":
+                if count and st.step == last_step:
+                    return self._count_each(step)
                 seqs = self.combiner.each(self.kernels, step)
             else:
                 chosen = self.combiner.select(self.kernels, step, st.policy == "last")
                 keep = chosen >= 0
                 seqs = seqs[keep]
                 seqs[:, st.pred] = chosen[keep]
-        return seqs
+        return len(seqs) if count else seqs
+
+    def _count_each(self, step: StepInput) -> int:
+        counter = getattr(self.combiner, "count_each", None)
+        if counter is None:
+            return len(self.combiner.each(self.kernels, step))
+        return int(counter(self.kernels, step))
 
     def ranges(self, st: StepSpec, seqs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Each sequence's candidate range in the step's column (or its parameter index)."""

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from .backends import Matches, get_backend
+from .backends import Matches, count_matches, get_backend
 from .errors import EventError, RuleError
 from .evaluate import evaluate
 from .events import AttributeColumn, EventTable, TimeFormat
@@ -146,6 +146,11 @@ class RuleResult:
     ts: np.ndarray  # int64 ns
     ids: np.ndarray  # int64 (n, n_predicates) event ids in declaration order
     attributes: dict[str, AttributeColumn]
+    #: set instead of the arrays for ``output="count"``
+    count: int | None = None
+
+    def __len__(self) -> int:
+        return len(self.ts) if self.count is None else self.count
 
 
 def match_ts(table: EventTable, rows: np.ndarray) -> np.ndarray:
@@ -274,8 +279,8 @@ def detect_table(
     """Run ``rules`` over an already-ingested table; the composite events of each rule, in rule order.
 
     ``on_rule`` is called after each rule (for progress reporting). ``count_only``: the results of
-    rules that no other rule reads carry only their (unsorted) timestamps, enough to count them
-    (``output="count"`` skips sorting and attributes).
+    rules that no other rule reads carry only their number (``RuleResult.count``; the backend
+    may count without building them, see :func:`cep_gpu.backends.count_matches`).
     """
     rules = [in_time_units(r, table.time) for r in rules]
     check_schema(rules, table)
@@ -285,14 +290,11 @@ def detect_table(
     results: dict[int, RuleResult] = {}
     for i in order:
         rule = rules[i]
-        matches = impl.match(rule, table, 0, len(table), None)
         if count_only and rule.name not in consumed_types:
-            # one plan: its terminator's timestamps (one gather, not a max over every bound event)
-            ts = (table.ts[matches.rows[:, rule.plans[0].terminator]] if len(rule.plans) == 1
-                  else match_ts(table, matches.rows))
-            res = RuleResult(rule, ts, np.empty((0, rule.n_predicates), np.int64), {})
+            res = RuleResult(rule, np.empty(0, np.int64), np.empty((0, rule.n_predicates), np.int64),
+                             {}, count=count_matches(impl, rule, table))
         else:
-            res = composite_events(rule, table, matches)
+            res = composite_events(rule, table, impl.match(rule, table, 0, len(table), None))
         results[i] = res
         if rule.name in consumed_types:
             table = append_composites(table, [res])
@@ -352,7 +354,7 @@ def detect(
     if output == "count":
         counts: dict[str, int] = {}
         for r in results:
-            counts[r.rule.name] = counts.get(r.rule.name, 0) + len(r.ts)
+            counts[r.rule.name] = counts.get(r.rule.name, 0) + len(r)
         return counts
     schema = OutputSchema.of(rule_list)
     return assemble(results, schema, table, arrow=output == "arrow")

@@ -174,7 +174,7 @@ class EventTable:
                     f"column 'id' is negative ({ids[row]}) at row {row}: ids must be >= 0 "
                     "(negative ids are reserved for composite events)"
                 )
-            if len(np.unique(ids)) != n:
+            if not (n < 2 or bool(np.all(ids[1:] > ids[:-1]))) and len(np.unique(ids)) != n:
                 dup = pd.Series(ids)[pd.Series(ids).duplicated()].iloc[0]
                 raise EventError(f"column 'id' has duplicate id {int(dup)}")
         else:
@@ -189,7 +189,7 @@ class EventTable:
         schema: dict[str, set[str]] = {t: set() for t in type_names}
         codes = type_codes.astype(np.int32)
         for name, col in columns.items():
-            present = np.unique(codes[col.valid])
+            present = np.flatnonzero(np.bincount(codes[col.valid], minlength=len(type_names)))
             for c in present:
                 schema[type_names[c]].add(name)
 
@@ -354,6 +354,19 @@ def _convert_attribute(name: str, col: pd.Series, strings: StringDictionary) -> 
     present = values[valid]
     if len(present) == 0:
         return AttributeColumn("float", np.full(len(values), np.nan), valid)
+    # the common cases are told apart in C (no Python loop over the values)
+    inferred = pd.api.types.infer_dtype(present, skipna=False)
+    if inferred == "string":
+        codes, ok = strings.encode(np.where(valid, values, None))
+        return AttributeColumn("string", codes, ok)
+    if inferred == "boolean":
+        return AttributeColumn("bool", np.where(valid, values, False).astype(bool), valid)
+    if inferred == "integer":
+        return AttributeColumn("int", np.where(valid, values, 0).astype(np.int64), valid)
+    if inferred in ("floating", "mixed-integer-float"):
+        num = np.where(valid, values, np.nan).astype(np.float64)
+        return AttributeColumn("float", num, valid & ~np.isnan(num))
+    # anything else: find out what is there, for the error message
     kinds = {type(v) for v in present}
     if kinds <= {str}:
         codes, ok = strings.encode(np.where(valid, values, None))

@@ -83,6 +83,18 @@ def _each_fill(valid, seqs, lo, hi, cand, excl, use_excl, env, offsets, pred, ou
                 k += 1
 
 
+def _each_fill_all(seqs, lo, hi, cand, offsets, pred, out):
+    # every candidate in range is valid (no checks, no consumed rows): a plain gather
+    width = seqs.shape[1]
+    for i in prange(seqs.shape[0]):
+        k = offsets[i]
+        for j in range(lo[i], hi[i]):
+            for c in range(width):
+                out[k, c] = seqs[i, c]
+            out[k, pred] = cand[j]
+            k += 1
+
+
 def _select(valid, seqs, lo, hi, cand, excl, use_excl, env, last, chosen):
     for i in prange(seqs.shape[0]):
         res = -1
@@ -111,10 +123,10 @@ def _aggregates(aggs_all, seqs, env, out):
         aggs_all(seqs, i, env, out)
 
 
-_SERIAL = {f.__name__: numba.njit(cache=False)(f) for f in (_each_count, _each_fill, _select, _aggregates)}
+_SERIAL = {f.__name__: numba.njit(cache=False)(f) for f in (_each_count, _each_fill, _each_fill_all, _select, _aggregates)}
 _PARALLEL = {
     f.__name__: numba.njit(cache=False, parallel=True)(f)
-    for f in (_each_count, _each_fill, _select, _aggregates)
+    for f in (_each_count, _each_fill, _each_fill_all, _select, _aggregates)
 }
 
 #: Work (candidates to look at) above which the parallel kernels pay for their start-up.
@@ -171,9 +183,27 @@ def combine_each(valid, seqs, lo, hi, cand, pred, excl, use_excl, env, trivial: 
     np.cumsum(counts[:-1], out=offsets[1:])
     total = int(counts.sum())
     out = np.empty((total, seqs.shape[1]), np.int64)
-    if total:
+    if total and trivial and not use_excl:
+        k["_each_fill_all"](seqs, lo, hi, cand, offsets, pred, out)
+    elif total:
         k["_each_fill"](valid, seqs, lo, hi, cand, excl, use_excl, env, offsets, pred, out)
     return out
+
+
+def count_each(valid, seqs, lo, hi, cand, excl, use_excl, env, trivial: bool) -> int:
+    """``len(combine_each(...))`` without building the sequences (``output="count"``)."""
+    sizes = hi - lo
+    if trivial and not use_excl:
+        return int(sizes.sum())
+    work = int(sizes.sum())
+    if work == 0:
+        return 0
+    if work <= PAIR_WORK:
+        _, _, mask = _pairs(seqs, lo, hi, cand, excl, use_excl, valid, env, trivial)
+        return int(mask.sum())
+    counts = np.empty(len(seqs), np.int64)
+    _kernels(work)["_each_count"](valid, seqs, lo, hi, cand, excl, use_excl, env, counts)
+    return int(counts.sum())
 
 
 def combine_select(valid, seqs, lo, hi, cand, excl, use_excl, env, last: bool) -> np.ndarray:
