@@ -1,7 +1,7 @@
 """The ``cep-gpu`` command line.
 
-    cep-gpu run RULES EVENTS [--backend auto] [--out FILE] [--time-unit s]
-    cep-gpu explain RULES [EVENTS]
+    cep-gpu run RULES EVENTS [--backend auto] [--out FILE] [--time-unit s] [--max-batch-latency S]
+    cep-gpu explain RULES [EVENTS] [--backend auto] [--time-unit s]
     cep-gpu bench WORKLOAD ...      (see ``cep-gpu bench --help``)
     cep-gpu calibrate ...
     cep-gpu spark RULES EVENTS --master URL --out DIR
@@ -45,6 +45,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--out", help="write composite events to this .csv or .parquet file")
     run.add_argument("--time-unit", default="s", help="unit of numeric ts values (default: s)")
     run.add_argument("--limit", type=int, default=50, help="rows to print when no --out is given")
+    run.add_argument(
+        "--max-batch-latency", type=_latency, default=None, metavar="SECONDS",
+        help="backend auto: the most seconds one kernel launch may be estimated to take; the planner "
+        "splits each rule's terminators into batches within it (default: unbounded, one batch per "
+        "rule; 0: one terminator per batch). Other backends ignore it.",
+    )
     run.set_defaults(func=cmd_run)
 
     explain = sub.add_parser("explain", help="show how rules are compiled and planned")
@@ -82,6 +88,18 @@ def _read_rules(path: str):
     return parse_rules(p.read_text())
 
 
+def _latency(text: str) -> float | None:
+    """``--max-batch-latency``: seconds >= 0, or ``none``/``inf`` for unbounded."""
+    from .planner import check_max_batch_latency
+
+    if text.strip().lower() in ("none", "inf", "unbounded"):
+        return None
+    try:
+        return check_max_batch_latency(float(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds >= 0 (or 'none'), got {text!r}") from None
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
@@ -89,9 +107,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .events import EventTable
     from .io import read_events, write_output
     from .output import OutputSchema, assemble
+    from .planner import AutoBackend, backend_for
 
     console = Console(stderr=True)
     rules = _read_rules(args.rules)
+    backend = backend_for(args.backend, args.max_batch_latency, private=True)
     t0 = time.perf_counter()
     events = read_events(args.events)
     big = len(events) > PROGRESS_THRESHOLD
@@ -99,7 +119,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         task = progress.add_task("ingest", total=len(rules) + 2)
         table = EventTable.from_pandas(events, time_unit=args.time_unit)
         progress.update(task, advance=1, description="detect")
-        results = detect_table(table, rules, args.backend, on_rule=lambda r: progress.update(
+        results = detect_table(table, rules, backend, on_rule=lambda r: progress.update(
             task, advance=1, description=f"rule {r.name}"))
         progress.update(task, advance=1, description="output")
         out = assemble(results, OutputSchema.of(rules), table, arrow=True)
@@ -111,6 +131,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         _print_table(out.to_pandas(), args.limit)
         console.print(f"{out.num_rows} composite events from {len(events)} events in {elapsed:.2f} s")
+    if isinstance(backend, AutoBackend):
+        st = backend.stats()
+        console.print("planner: " + ", ".join(
+            f"{st[d]['decisions']} batch(es) of {st[d]['terminators']} terminator(s) on {d} "
+            f"({st[d]['seconds']:.3g} s)" for d in ("cpu", "gpu")), highlight=False, soft_wrap=True)
     return 0
 
 

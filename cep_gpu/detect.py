@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from .backends import Matches, count_matches, get_backend
+from .backends import Matches, count_matches
 from .errors import EventError, RuleError
 from .evaluate import evaluate
 from .events import AttributeColumn, EventTable, TimeFormat
@@ -272,19 +272,27 @@ def _all_exprs(rule: Rule):
 def detect_table(
     table: EventTable,
     rules: Sequence[Rule],
-    backend: str = "auto",
+    backend="auto",
     on_rule: Callable[[Rule], None] | None = None,
     count_only: bool = False,
+    max_batch_latency: float | None = None,
 ) -> list[RuleResult]:
     """Run ``rules`` over an already-ingested table; the composite events of each rule, in rule order.
 
+    ``backend``: a backend name, or a backend object (then ``max_batch_latency`` is not applied).
     ``on_rule`` is called after each rule (for progress reporting). ``count_only``: the results of
     rules that no other rule reads carry only their number (``RuleResult.count``; the backend
     may count without building them, see :func:`cep_gpu.backends.count_matches`).
+    ``max_batch_latency``: see :func:`detect`.
     """
+    if isinstance(backend, str):
+        from .planner import backend_for
+
+        impl = backend_for(backend, max_batch_latency)
+    else:
+        impl = backend
     rules = [in_time_units(r, table.time) for r in rules]
     check_schema(rules, table)
-    impl = get_backend(backend)
     order = rule_order(rules)
     consumed_types = {t for r in rules for t in r.input_types}
     results: dict[int, RuleResult] = {}
@@ -309,6 +317,7 @@ def detect(
     backend: str = "auto",
     time_unit: str = "s",
     output: str = "pandas",
+    max_batch_latency: float | None = None,
 ):
     """Detect the composite events that ``rules`` define in ``events``.
 
@@ -326,6 +335,12 @@ def detect(
     output:
         ``"pandas"`` (a DataFrame), ``"arrow"`` (a ``pyarrow.Table``) or ``"count"`` (a dict of
         composite events per rule name).
+    max_batch_latency:
+        For ``backend="auto"``: the most seconds one launch of the kernels may be estimated to
+        take; the planner splits each rule's terminators into batches within it and picks the
+        device per batch. ``None`` (default): unbounded, one batch per rule; ``0``: one
+        terminator per batch. A number of seconds or a ``timedelta``. Other backends accept it
+        and ignore it (they process all terminators of a rule in one call).
 
     Returns
     -------
@@ -350,7 +365,8 @@ def detect(
     if not isinstance(events, pd.DataFrame):
         raise EventError(f"events must be a pandas DataFrame or a pyarrow Table, got {type(events).__name__}")
     table = EventTable.from_pandas(events, time_unit=time_unit)
-    results = detect_table(table, rule_list, backend, count_only=output == "count")
+    results = detect_table(table, rule_list, backend, count_only=output == "count",
+                           max_batch_latency=max_batch_latency)
     if output == "count":
         counts: dict[str, int] = {}
         for r in results:

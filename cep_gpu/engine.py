@@ -17,14 +17,15 @@ from __future__ import annotations
 
 import datetime
 import logging
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from .backends import Matches, get_backend
+from .backends import Matches
 from .detect import (
     append_composites,
     as_rules,
@@ -98,6 +99,12 @@ class Engine:
         The unit of numeric ``ts`` values (as in :func:`cep_gpu.detect`).
     on_late:
         Optional ``callback(list of event dicts)`` for events that came too late.
+    max_batch_latency:
+        For ``backend="auto"``: the most seconds one launch of the kernels may be estimated to
+        take when a publish hands over several terminators (see :func:`cep_gpu.detect`).
+        Default ``0``: per-event processing, each terminator planned (CPU or GPU) on its own;
+        ``None``: unbounded, all new terminators of a rule in one batch. Other backends accept it
+        and ignore it.
 
     Example
     -------
@@ -117,12 +124,19 @@ class Engine:
         allowed_lateness=None,
         time_unit: str = "s",
         on_late: Callable[[list[dict]], None] | None = None,
+        max_batch_latency: float | None = 0.0,
     ) -> None:
+        from .planner import backend_for, check_max_batch_latency
+
         if time_unit not in _UNIT_NS:
             raise EventError(f"unknown time_unit {time_unit!r}; use one of {sorted(_UNIT_NS)}")
         self.rules: list[Rule] = as_rules(rules)
         self.backend_name = backend
-        self._backend = get_backend(backend)
+        # an engine of its own for "auto" (its setting and its statistics), shared for the others
+        self._backend = backend_for(backend, max_batch_latency, private=True)
+        self.max_batch_latency = check_max_batch_latency(max_batch_latency)
+        self._backend_calls = 0
+        self._backend_seconds = 0.0
         self._order = rule_order(self.rules)
         self._time_unit = time_unit
         self._lateness = _duration_ns(allowed_lateness, time_unit)
@@ -203,7 +217,10 @@ class Engine:
         self._subscribers.setdefault(rule_name, []).append(callback)
 
     def stats(self) -> dict:
-        """Counters: events published/released/buffered, composite events per rule, and more."""
+        """Counters: events published/released/buffered, composite events per rule, the work
+        handed to the backend and, where the backend keeps its own (``auto``: the planner's
+        decisions and time per device), its statistics. Keys are listed in docs/api.md."""
+        own = getattr(self._backend, "stats", None)
         return {
             "events": self._published,
             "released": self._released,
@@ -217,11 +234,26 @@ class Engine:
             "held": _sum_by_name(self.rules, {i: len(s.pending) for i, s in self._states.items()}),
             "newest_ts": None if self._newest is None else self._fmt_ts(self._newest),
             "backend": self.backend_name,
+            "max_batch_latency": self.max_batch_latency,
+            "backend_calls": self._backend_calls,
+            "backend_seconds": self._backend_seconds,
+            "backend_stats": own() if callable(own) else None,
         }
 
-    def explain(self) -> str:
+    def explain(self, events=None) -> str:
         """Per rule: its plans (columns with their filters, windows, binding order), negations,
-        aggregates, lookback and delay; plus whatever registered explain hooks add."""
+        aggregates, lookback and delay; what the backend says about it (``auto``: the planner's
+        profile and its last decisions); plus whatever registered explain hooks add.
+
+        ``events`` (optional): a DataFrame or Arrow table of sample events (in ``time_unit``), or
+        a mapping event type -> events per second of event time. Then the planner also reports,
+        per rule, the expected events per window of each column, its decision and the CPU and GPU
+        estimates behind it (for backends other than ``auto``: what ``auto`` would decide).
+        Nothing is published.
+        """
+        from .planner import AutoBackend, explain_plan
+
+        sample = self._explain_sample(events)
         lines = [f"Engine: {len(self.rules)} rule(s), backend={self.backend_name!r}, "
                  f"lookback={_fmt_duration(self._lookback)}"]
         if self._lateness is not None:
@@ -230,12 +262,44 @@ class Engine:
             rule = self.rules[i]
             lines.extend(_explain_rule(rule, self._states[i]))
             explain_backend = getattr(self._backend, "explain", None)
-            extra = [explain_backend(rule)] if callable(explain_backend) else []
+            timed = in_time_units(rule, sample.time) if isinstance(sample, EventTable) else rule
+            extra = []
+            if isinstance(self._backend, AutoBackend):
+                extra.append(self._backend.explain(timed, sample))
+            else:
+                if callable(explain_backend):
+                    extra.append(explain_backend(rule))
+                if sample is not None:
+                    extra.append("planner (what backend='auto' would do):")
+                    extra.append(explain_plan(timed, sample))
             extra += [hook(self, rule) for hook in _EXPLAIN_HOOKS]
             for part in extra:
                 if part:
-                    lines.extend("  " + s for s in ([part] if isinstance(part, str) else part))
+                    parts = [part] if isinstance(part, str) else part
+                    lines.extend("  " + s for p in parts for s in str(p).splitlines())
         return "\n".join(lines)
+
+    def _explain_sample(self, events):
+        """``events`` of :meth:`explain` as an EventTable or a rate mapping (no engine state changes)."""
+        if events is None:
+            return None
+        if isinstance(events, Mapping):
+            bad = {k: v for k, v in events.items()
+                   if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0}
+            if bad:
+                raise ValueError(
+                    "explain(events): a mapping must give events per second for each event type "
+                    f"(numbers >= 0), got {bad}; pass sample events as a DataFrame"
+                )
+            return dict(events)
+        if isinstance(events, pa.Table):
+            events = events.to_pandas()
+        if not isinstance(events, pd.DataFrame):
+            raise EventError(
+                "explain(events) takes a DataFrame or Arrow table of sample events, or a mapping "
+                f"event type -> events per second; got {type(events).__name__}"
+            )
+        return EventTable.from_pandas(events, time_unit=self._time_unit, sort=True)
 
     # -- ingestion --------------------------------------------------------------------------------
 
@@ -349,7 +413,10 @@ class Engine:
         excluded = np.isin(buf.ids, st.consumed) if len(st.consumed) else None
         parts: list[Matches] = []
         for lo, hi in _runs(ready, is_term):
+            t0 = time.perf_counter()
             m = self._backend.match(rule, buf, lo, hi, excluded)
+            self._backend_seconds += time.perf_counter() - t0
+            self._backend_calls += 1
             parts.append(m)
             if rule.consuming and len(m):
                 if excluded is None:

@@ -33,8 +33,10 @@ profile (not asked for by name) is skipped with a warning and the default is use
 
 from __future__ import annotations
 
+import datetime
 import json
 import math
+import numbers
 import os
 import sys
 import threading
@@ -230,9 +232,16 @@ class RuleWork:
         return f
 
 
-def _column_rows(rule: Rule, table: EventTable, pred: int, event_type: str) -> np.ndarray:
-    """Rows of ``event_type`` that pass the static filters of predicate ``pred``."""
-    rows = table.rows_of_type(event_type)
+def _column_rows(
+    rule: Rule, table: EventTable, pred: int, event_type: str, lo: int = 0, hi: int | None = None
+) -> np.ndarray:
+    """Rows of ``event_type`` in ``[lo, hi)`` that pass the static filters of predicate ``pred``."""
+    if lo == 0 and hi is None:
+        rows = table.rows_of_type(event_type)
+    else:
+        code = table.type_code(event_type)
+        hi = len(table) if hi is None else hi
+        rows = (lo + np.flatnonzero(table.types[lo:hi] == code)) if code >= 0 else np.empty(0, np.int64)
     if len(rows) == 0:
         return rows
     mat = np.repeat(rows[:, None], rule.n_predicates, axis=1)
@@ -333,6 +342,29 @@ def _plan_work(rule: Rule, plan: Plan, table: EventTable, lo: int, hi: int):
 # Decisions and batches
 
 
+def check_max_batch_latency(value) -> float | None:
+    """``max_batch_latency`` as seconds: ``None`` (or infinity) for unbounded, else a number >= 0.
+
+    Accepts a number of seconds or a ``datetime.timedelta`` / ``pandas.Timedelta`` /
+    ``numpy.timedelta64``; anything else (negative, NaN, text, bool) raises ``ValueError``.
+    """
+    if value is None:
+        return None
+    if isinstance(value, datetime.timedelta):
+        secs = value.total_seconds()
+    elif isinstance(value, np.timedelta64):
+        secs = float(value / np.timedelta64(1, "ns")) / 1e9
+    elif isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)):
+        secs = float(value)
+    else:
+        raise ValueError(
+            f"max_batch_latency must be None (unbounded) or a number of seconds >= 0, got {value!r}"
+        )
+    if math.isnan(secs) or secs < 0:
+        raise ValueError(f"max_batch_latency must be None (unbounded) or a number of seconds >= 0, got {value!r}")
+    return None if math.isinf(secs) else secs
+
+
 @dataclass(frozen=True)
 class Decision:
     """The planner's choice for one batch of terminators, with the two estimates behind it."""
@@ -354,6 +386,28 @@ def decide(profile: Profile, features: Mapping[str, float], gpu_usable: bool) ->
     if gpu_s < cpu_s:
         return "gpu", cpu_s, gpu_s, "GPU estimate lower"
     return "cpu", cpu_s, gpu_s, "CPU estimate lower or equal"
+
+
+def _largest_batch(work: RuleWork, profile: Profile, dev: str, cum: np.ndarray, i: int, bound: float) -> int:
+    """The largest ``j > i`` such that the batch ``i:j`` is estimated within ``bound`` on ``dev``
+    (``i + 1`` when even one terminator exceeds it)."""
+    n = len(work.term_rows)
+    coef = profile.cpu if dev == "cpu" else profile.gpu
+    # without the per-batch features (launch, events read) the cost is a prefix sum
+    j = min(n, int(np.searchsorted(cum, cum[i] + bound - coef["launches"], "right")) - 1)
+    if j <= i:
+        return i + 1
+    if coef["events"] == 0.0:
+        return j
+    # the events a batch reads only grow with it: binary search for the largest batch that fits
+    lo, hi = i, j
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if profile.cost(dev, work.batch_features(i, mid)) <= bound:
+            lo = mid
+        else:
+            hi = mid - 1
+    return max(lo, i + 1)
 
 
 def plan_batches(
@@ -381,12 +435,9 @@ def plan_batches(
             cum[dev] = np.concatenate([[0.0], np.cumsum(work.per_terminator @ coef)])
         bounds, i = [], 0
         while i < n:
-            stop = i + 1
-            for dev in devices:
-                fixed = (profile.cpu if dev == "cpu" else profile.gpu)["launches"]
-                budget = max_batch_latency - fixed
-                j = int(np.searchsorted(cum[dev], cum[dev][i] + budget, "right")) - 1
-                stop = max(stop, min(j, n))
+            # as many terminators as some device can take within the bound; the cheaper device
+            # of that batch is then within the bound too
+            stop = max(_largest_batch(work, profile, dev, cum[dev], i, max_batch_latency) for dev in devices)
             bounds.append((i, stop))
             i = stop
     out = []
@@ -411,10 +462,15 @@ def gpu_usable() -> bool:
 
 @dataclass
 class BackendStats:
+    """What one device did for an :class:`AutoBackend` (see :meth:`AutoBackend.stats`)."""
+
     decisions: int = 0
     terminators: int = 0
     seconds: float = 0.0
     estimated_s: float = 0.0
+
+
+_KEEP = object()
 
 
 class AutoBackend:
@@ -423,6 +479,9 @@ class AutoBackend:
 
     ``cpu``/``gpu`` may be given (backend objects) for testing; by default they are the registered
     ``cpu`` and ``gpu`` backends, and the GPU is used only if it can be created here.
+    ``max_batch_latency`` (seconds, see :func:`plan_batches`): ``None`` plans every terminator of
+    a call as one batch. :func:`cep_gpu.backends.get_backend` returns one shared instance (with
+    ``None``); :meth:`with_options` gives a separately configured one with its own statistics.
     """
 
     name = "auto"
@@ -436,13 +495,29 @@ class AutoBackend:
         gpu_available: bool | None = None,
     ) -> None:
         self.profile = load_profile(profile)
-        self.max_batch_latency = max_batch_latency
+        self.max_batch_latency = check_max_batch_latency(max_batch_latency)
         self._cpu = cpu
         self._gpu = gpu
         self._gpu_available = gpu_available if gpu_available is not None else (True if gpu else None)
         self._lock = threading.Lock()
         self._stats = {d: BackendStats() for d in DEVICES}
         self.last_decisions: dict[str, list[Decision]] = {}
+
+    def with_options(self, max_batch_latency=_KEEP, profile=_KEEP) -> AutoBackend:
+        """A new auto backend with these settings and its own statistics; it shares this one's
+        device backends and its answer to whether a GPU is usable (nothing is re-probed)."""
+        other = AutoBackend.__new__(AutoBackend)
+        other.profile = self.profile if profile is _KEEP else load_profile(profile)
+        other.max_batch_latency = (
+            self.max_batch_latency if max_batch_latency is _KEEP else check_max_batch_latency(max_batch_latency)
+        )
+        other._cpu = self._cpu
+        other._gpu = self._gpu
+        other._gpu_available = self.gpu_available
+        other._lock = threading.Lock()
+        other._stats = {d: BackendStats() for d in DEVICES}
+        other.last_decisions = {}
+        return other
 
     # -- devices ----------------------------------------------------------------------------------
 
@@ -474,16 +549,25 @@ class AutoBackend:
         hi: int | None = None,
         excluded: np.ndarray | None = None,
     ) -> Matches:
+        return Matches.concat(rule, self._dispatch(rule, table, lo, hi, excluded, counting=False))
+
+    def count(self, rule: Rule, table: EventTable, lo: int = 0, hi: int | None = None) -> int:
+        """``len(self.match(rule, table, lo, hi))`` (``detect(..., output="count")``), planned and
+        counted like ``match``; each batch uses its device backend's own ``count`` where it has
+        one (CDP counts without building the matches of the last step)."""
+        return int(sum(self._dispatch(rule, table, lo, hi, None, counting=True)))
+
+    def _dispatch(self, rule, table, lo, hi, excluded, counting: bool) -> list:
         hi = len(table) if hi is None else hi
-        usable = self.gpu_available
-        if not usable:
-            # Nothing to choose: one CPU call over the whole range (splitting could not lower the
-            # latency of events handed over together). Still counted, with both estimates.
-            # The estimate is skipped too (it cannot change the choice and would only cost time);
-            # `explain` shows it.
-            self.last_decisions[rule.name] = [Decision("cpu", math.nan, math.nan, 0, 0, "no usable GPU")]
-            return self._run("cpu", rule, table, lo, hi, excluded, 0, 0.0)
+        if not self.gpu_available:
+            # Nothing to choose: one CPU call over the whole range (splitting it could not lower
+            # the latency of events handed over together), and no estimate (it could not change
+            # the choice; `explain` shows it). Still counted as one decision.
+            n_term = _count_terminators(rule, table, lo, hi)
+            self.last_decisions[rule.name] = [Decision("cpu", math.nan, math.nan, 0, n_term, "no usable GPU")]
+            return [self._run("cpu", rule, table, lo, hi, excluded, n_term, 0.0, counting)]
         work = estimate_work(rule, table, lo, hi)
+        # consuming rules: one batch, so that consumption stays in terminator order on one device
         latency = None if rule.consuming else self.max_batch_latency
         decisions = plan_batches(work, self.profile, True, latency)
         self.last_decisions[rule.name] = decisions
@@ -494,13 +578,22 @@ class AutoBackend:
             b_lo = lo if d.first == 0 else int(work.term_rows[d.first])
             b_hi = hi if d.stop >= n else int(work.term_rows[d.stop])
             est = d.gpu_s if d.device == "gpu" else d.cpu_s
-            parts.append(self._run(d.device, rule, table, b_lo, b_hi, excluded, d.stop - d.first, est))
-        return Matches.concat(rule, parts)
+            parts.append(self._run(d.device, rule, table, b_lo, b_hi, excluded, d.stop - d.first, est, counting))
+        return parts
 
-    def _run(self, device, rule, table, lo, hi, excluded, n_term, est) -> Matches:
+    def _run(self, device, rule, table, lo, hi, excluded, n_term, est, counting=False):
         impl = self.cpu if device == "cpu" else self.gpu
         t0 = time.perf_counter()
-        out = impl.match(rule, table, lo, hi, excluded)
+        if not counting:
+            out = impl.match(rule, table, lo, hi, excluded)
+        else:
+            counter = getattr(impl, "count", None)
+            if not callable(counter):
+                out = len(impl.match(rule, table, lo, hi, excluded))
+            elif lo == 0 and hi == len(table):
+                out = int(counter(rule, table))
+            else:
+                out = int(counter(rule, table, lo, hi))
         dt = time.perf_counter() - t0
         with self._lock:
             s = self._stats[device]
@@ -512,10 +605,19 @@ class AutoBackend:
 
     # -- reporting --------------------------------------------------------------------------------
 
-    def stats(self) -> dict[str, dict[str, float]]:
-        """Per device: decisions (batches), terminators, measured and estimated seconds."""
+    def stats(self) -> dict[str, dict]:
+        """Per device (``"cpu"``, ``"gpu"``): ``decisions`` (batches run there), ``terminators``,
+        ``seconds`` (measured in its ``match``) and ``estimated_s`` (the planner's estimates of
+        those batches; 0 where no GPU is usable, as nothing is estimated then). Where the device's
+        backend object has been created and has a ``stats()`` of its own (device memory, ...),
+        it is included under ``"backend"``."""
         with self._lock:
-            return {d: dict(vars(s)) for d, s in self._stats.items()}
+            out: dict[str, dict] = {d: dict(vars(s)) for d, s in self._stats.items()}
+        for dev, impl in (("cpu", self._cpu), ("gpu", self._gpu)):
+            own = getattr(impl, "stats", None) if impl is not None else None
+            if callable(own):
+                out[dev]["backend"] = own()
+        return out
 
     def explain(self, rule: Rule, table_or_rates: EventTable | Mapping[str, float] | None = None) -> str:
         """For :meth:`cep_gpu.Engine.explain`: what CDP does for ``rule`` (the cpu backend's own
@@ -530,14 +632,51 @@ class AutoBackend:
         else:
             parts.append(f"planner: GPU {'usable' if self.gpu_available else 'not usable'}; "
                          f"profile {self.profile.source}")
-            for d in self.last_decisions.get(rule.name, [])[:5]:
-                est = "" if math.isnan(d.cpu_s) else f": cpu {_fmt_s(d.cpu_s)}, gpu {_fmt_s(d.gpu_s)}"
-                parts.append(f"planner: last run -> {d.device} ({d.reason}){est}")
+        latency = ("unbounded (one batch per call)" if self.max_batch_latency is None
+                   else "0 (one terminator per batch)" if self.max_batch_latency == 0
+                   else _fmt_s(self.max_batch_latency))
+        parts.append(f"planner: max batch latency {latency}")
+        last = self.last_decisions.get(rule.name, [])
+        for d in last[:5]:
+            est = "" if math.isnan(d.cpu_s) else f": cpu {_fmt_s(d.cpu_s)}, gpu {_fmt_s(d.gpu_s)}"
+            parts.append(f"planner: last run, {d.stop - d.first} terminator(s) -> {d.device} ({d.reason}){est}")
+        if len(last) > 5:
+            parts.append(f"planner: ... {len(last) - 5} more batch(es) in the last run")
         return "\n".join(parts)
 
     def reset_stats(self) -> None:
         with self._lock:
             self._stats = {d: BackendStats() for d in DEVICES}
+
+
+def _count_terminators(rule: Rule, table: EventTable, lo: int, hi: int) -> int:
+    """Terminators of ``rule`` in rows ``[lo, hi)`` (events of a terminator type that pass its
+    static filters), summed over the rule's plans as :func:`estimate_work` counts them."""
+    return sum(
+        len(_column_rows(rule, table, plan.terminator, plan.predicates[plan.terminator].event_type, lo, hi))
+        for plan in rule.plans
+    )
+
+
+def backend_for(name: str, max_batch_latency=None, private: bool = False) -> Backend:
+    """The backend called ``name``, configured with ``max_batch_latency`` (seconds; ``None``:
+    unbounded), for one ``detect`` call or one :class:`~cep_gpu.Engine`.
+
+    Only the planner batches: for ``"auto"`` this is the shared instance when it already has that
+    setting (and ``private`` is false), else a separately configured copy
+    (:meth:`AutoBackend.with_options`), so that a setting never leaks into other calls or threads.
+    Other backends process every range of terminators they are handed in one call: they accept the
+    setting and ignore it (it is still checked). ``private``: a copy with its own statistics even
+    when the setting matches (an Engine's ``stats()`` counts only its own decisions).
+    """
+    latency = check_max_batch_latency(max_batch_latency)
+    impl = get_backend(name)
+    configure = getattr(impl, "with_options", None)
+    if not callable(configure):
+        return impl
+    if not private and latency == getattr(impl, "max_batch_latency", _KEEP):
+        return impl
+    return configure(max_batch_latency=latency)
 
 
 register("auto", AutoBackend)

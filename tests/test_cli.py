@@ -81,3 +81,59 @@ def test_explain_names_rules_and_windows(files, capsys):
     out = capsys.readouterr().out
     for name in ("Touch", "Theft", "Alarm", "PeopleNear"):
         assert name in out
+
+
+def test_explain_with_events_shows_the_planner(files, capsys):
+    rules, pq_path, _, _ = files
+    assert main(["explain", str(rules), str(pq_path)]) == 0
+    out = capsys.readouterr().out
+    for name in ("Touch", "Theft"):
+        assert f"rule {name}" in out
+    assert "events per window" in out and "within 2 min from" in out
+    assert "per terminator (one launch each): cpu " in out and "all " in out and " -> " in out
+    assert main(["explain", str(rules), str(pq_path), "--backend", "cpu"]) == 0
+    assert "what backend='auto' would do" in capsys.readouterr().out
+
+
+def test_run_max_batch_latency(files, tmp_path, capsys):
+    rules, pq_path, _, events = files
+    out = tmp_path / "out.parquet"
+    assert main(["run", str(rules), str(pq_path), "--out", str(out), "--max-batch-latency", "0"]) == 0
+    err = capsys.readouterr().err
+    assert "planner: " in err and "batch(es)" in err and "on cpu" in err and "on gpu" in err
+    got = pq.read_table(out).to_pandas()
+    expected = cep_gpu.detect(events, MUSEUM_RULES, backend="cpu")
+    assert [tuple(x) for x in got["ids"]] == [tuple(x) for x in expected["ids"]]
+    assert main(["run", str(rules), str(pq_path), "--backend", "reference", "--out", str(out),
+                 "--max-batch-latency", "none"]) == 0
+    with pytest.raises(SystemExit) as exc:
+        main(["run", str(rules), str(pq_path), "--max-batch-latency", "-1"])
+    assert exc.value.code == 2
+    assert "--max-batch-latency" in capsys.readouterr().err
+
+
+def _fake_calibrate(quick=False, n_events=0, seed=0, on_step=None):
+    from cep_gpu import planner as pl
+
+    zero = dict.fromkeys(pl.FEATURES, 0.0)
+    return pl.Profile({**zero, "pairs": 1e-9}, {**zero, "launches": 1e-5}, "<calibrated>",
+                      {"cpu_source": "measured (fake)", "gpu_source": "derived (fake)"})
+
+
+def test_calibrate_writes_to_the_user_cache_dir_or_the_given_path(tmp_path, monkeypatch, capsys):
+    from cep_gpu import planner as pl
+    from cep_gpu.benchmarks import calibrate as cal
+
+    monkeypatch.setattr(cal, "calibrate", _fake_calibrate)  # the measuring is tested in test_bench_smoke
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv("CEP_GPU_PROFILE", raising=False)
+    default = tmp_path / "cache" / "cep-gpu" / "profile.json"
+    assert pl.user_profile_path() == default
+    assert main(["calibrate"]) == 0
+    assert pl.read_profile(default).cpu["pairs"] == 1e-9
+    assert str(default) in capsys.readouterr().err.replace("\n", "")
+    # the planner now uses it by default
+    assert pl.load_profile().gpu["launches"] == 1e-5
+    given = tmp_path / "elsewhere" / "mine.json"
+    assert main(["calibrate", "--out", str(given)]) == 0
+    assert pl.read_profile(given).meta["cpu_source"] == "measured (fake)"

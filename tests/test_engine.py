@@ -283,6 +283,66 @@ def test_stats_counts():
     assert s["buffered"] == 3 and s["late"] == 0 and s["backend"] == "reference"
 
 
+def test_stats_count_backend_calls_and_include_the_backends_own_stats(monkeypatch):
+    from cep_gpu import backends
+
+    eng = Engine(AB, backend="reference")
+    eng.publish({"type": "A", "ts": 0, "x": 1})
+    s = eng.stats()
+    assert s["backend_calls"] == 0 and s["backend_seconds"] == 0.0 and s["backend_stats"] is None
+    eng.publish({"type": "B", "ts": 1, "x": 1})
+    eng.publish({"type": "B", "ts": 2, "x": 1})
+    s = eng.stats()
+    assert s["backend_calls"] == 2 and s["backend_seconds"] > 0
+    assert s["max_batch_latency"] == 0.0  # accepted, and ignored by non-planner backends
+
+    class WithStats:
+        """The reference matcher plus a stats() of its own (as the gpu backend reports memory)."""
+
+        name = "with-stats"
+
+        def __init__(self):
+            self.inner, self.calls = backends.get_backend("reference"), 0
+
+        def match(self, *args, **kwargs):
+            self.calls += 1
+            return self.inner.match(*args, **kwargs)
+
+        def stats(self):
+            return {"calls": self.calls, "device_bytes": 123}
+
+    impl = WithStats()
+    monkeypatch.setitem(backends._REGISTRY, "with-stats", lambda: impl)
+    monkeypatch.setitem(backends._INSTANCES, "with-stats", impl)
+    eng = Engine(AB, backend="with-stats", max_batch_latency=None)
+    eng.publish(pd.DataFrame({"type": ["A", "B", "B"], "ts": [0, 1, 2], "x": [1, 1, 1]}))
+    s = eng.stats()
+    assert s["backend"] == "with-stats" and s["backend_calls"] == 1
+    assert s["backend_stats"] == {"calls": 1, "device_bytes": 123}
+    assert s["composites"] == {"AB": 2}
+
+
+def test_max_batch_latency_argument_errors():
+    for bad in (-1, "soon", float("nan")):
+        with pytest.raises(ValueError, match="max_batch_latency"):
+            Engine(AB, backend="reference", max_batch_latency=bad)
+
+
+def test_auto_engine_stats_report_the_planner():
+    eng = Engine(AB, backend="auto", max_batch_latency=None)
+    eng.publish(pd.DataFrame({"type": ["A", "A", "B", "B"], "ts": [0, 1, 2, 3], "x": [1, 1, 1, 2]}))
+    s = eng.stats()
+    planner = s["backend_stats"]
+    assert set(planner) >= {"cpu", "gpu"}
+    for dev in ("cpu", "gpu"):
+        assert {"decisions", "terminators", "seconds", "estimated_s"} <= set(planner[dev])
+    assert planner["cpu"]["decisions"] + planner["gpu"]["decisions"] == s["backend_calls"] == 1
+    assert planner["cpu"]["terminators"] + planner["gpu"]["terminators"] == 2
+    assert s["max_batch_latency"] is None
+    # a second engine starts from zero: statistics are per engine
+    assert Engine(AB, backend="auto").stats()["backend_stats"]["cpu"]["decisions"] == 0
+
+
 def test_explain_and_hooks():
     from cep_gpu.engine import _EXPLAIN_HOOKS, register_explain_hook
 

@@ -160,11 +160,14 @@ def test_window_ranges_are_exact_per_terminator():
     assert work.per_terminator[:, pl.FEATURES.index("terminators")].sum() == len(work.term_rows)
 
 
-def test_batches_respect_the_latency_bound():
+@pytest.mark.parametrize("per_event", [0.0, 1e-7])
+def test_batches_respect_the_latency_bound(per_event):
+    """Every batch of more than one terminator is estimated within the bound, including the
+    per-batch cost of the events it reads."""
     table = seq3_table(900)
     (rule,) = cep_gpu.parse_rules(wl.seq3_rule(60))
     work = pl.estimate_work(rule, table)
-    prof = profile({"launches": 1e-6, "terminators": 1e-6, "pairs": 1e-8}, {"launches": 1.0})
+    prof = profile({"launches": 1e-6, "terminators": 1e-6, "pairs": 1e-8, "events": per_event}, {"launches": 1.0})
     bound = 2e-5
     batches = pl.plan_batches(work, prof, gpu_usable=False, max_batch_latency=bound)
     assert batches[0].first == 0 and batches[-1].stop == len(work.term_rows)
@@ -172,8 +175,30 @@ def test_batches_respect_the_latency_bound():
     for d in batches:
         if d.stop - d.first > 1:
             assert d.cpu_s <= bound + 1e-12
+    # and batches are as large as the bound allows: one more terminator would not fit
+    for d in batches[:-1]:
+        assert prof.cost("cpu", work.batch_features(d.first, d.stop + 1)) > bound
+    assert len(batches) > 1 and any(d.stop - d.first > 1 for d in batches)
     assert len(pl.plan_batches(work, prof, False, None)) == 1
     assert len(pl.plan_batches(work, prof, False, 0.0)) == len(work.term_rows)
+
+
+def test_each_batch_takes_the_cheaper_device_of_its_own_estimates():
+    """Decisions are per batch: with a bound, small batches stay on the CPU and big ones may go to
+    the GPU, each decision agreeing with its two estimates."""
+    table = seq3_table(900)
+    (rule,) = cep_gpu.parse_rules(wl.seq3_rule(60))
+    work = pl.estimate_work(rule, table)
+    # cpu: by pairs; gpu: by terminators, so batches with more pairs than average go to the GPU
+    mean_pairs = work.per_terminator[:, pl.FEATURES.index("pairs")].mean()
+    prof = profile({"pairs": 1e-7}, {"terminators": 1e-7 * mean_pairs})
+    batches = pl.plan_batches(work, prof, True, 1e-5)
+    assert len(batches) > 1
+    for d in batches:
+        f = work.batch_features(d.first, d.stop)
+        assert d.cpu_s == pytest.approx(prof.cost("cpu", f)) and d.gpu_s == pytest.approx(prof.cost("gpu", f))
+        assert d.device == ("gpu" if d.gpu_s < d.cpu_s else "cpu")
+    assert {d.device for d in batches} == {"cpu", "gpu"}
 
 
 # ---------------------------------------------------------------------------------- auto backend
@@ -287,7 +312,285 @@ def test_engine_explain_shows_the_planner():
     engine = cep_gpu.Engine(wl.seq3_rule(100), backend="auto", time_unit="ms")
     engine.publish(wl.seq3_events(300))
     text = engine.explain()
-    assert "planner: GPU" in text and "planner: last run -> cpu" in text
+    n_c = int((wl.seq3_events(300)["type"] == "C").sum())
+    assert "planner: GPU" in text and f"planner: last run, {n_c} terminator(s) -> cpu" in text
     auto = pl.AutoBackend(profile=profile({"pairs": 1e-9}, {"launches": 1.0}), gpu_available=False)
     (rule,) = cep_gpu.parse_rules(wl.seq3_rule(100))
     assert "expected" in auto.explain(rule, seq3_table(600))
+
+
+# ---------------------------------------------------------------------------------- decisions end to end
+
+
+def _cross_profile(rule, table, below: bool) -> pl.Profile:
+    """cpu: 1 ns per pair; gpu: a launch price just under (``below``) or exactly at the CPU estimate
+    of the whole input as one batch."""
+    work = pl.estimate_work(rule, table)
+    cpu_s = 1e-9 * work.batch_features(0, len(work.term_rows))["pairs"]
+    assert cpu_s > 0
+    return profile({"pairs": 1e-9}, {"launches": cpu_s * (1 - 1e-9) if below else cpu_s})
+
+
+@pytest.mark.parametrize("below", [True, False])
+def test_auto_flips_to_the_gpu_exactly_where_the_estimates_cross(below):
+    """Through estimate -> decide -> dispatch: a GPU estimate a hair under the CPU's runs on the
+    GPU, an equal one stays on the CPU (ties go to the CPU)."""
+    table = seq3_table(700, seed=4)
+    (rule,) = cep_gpu.parse_rules(wl.seq3_rule(80))
+    ref = get_backend("reference")
+    cpu, gpu = Counting(ref, "cpu"), Counting(ref, "gpu")
+    auto = pl.AutoBackend(profile=_cross_profile(rule, table, below), cpu=cpu, gpu=gpu)
+    got = auto.match(rule, table, 0, len(table))
+    assert rows_set(got) == rows_set(ref.match(rule, table, 0, len(table)))
+    (d,) = auto.last_decisions[rule.name]
+    if below:
+        assert d.gpu_s < d.cpu_s and d.device == "gpu" and len(gpu.calls) == 1 and not cpu.calls
+    else:
+        assert d.gpu_s == d.cpu_s and d.device == "cpu" and len(cpu.calls) == 1 and not gpu.calls
+    # the same profile without a usable GPU: always the CPU
+    auto = pl.AutoBackend(profile=_cross_profile(rule, table, True), cpu=cpu, gpu=gpu, gpu_available=False)
+    cpu.calls.clear(), gpu.calls.clear()
+    auto.match(rule, table, 0, len(table))
+    assert not gpu.calls and len(cpu.calls) == 1
+
+
+def test_decisions_are_per_rule_one_batch_each_in_detect():
+    """In one detect call, each rule is decided on its own work: a small window stays on the CPU,
+    a large one goes to the GPU; without a latency bound each rule is one call, whatever the
+    number of terminators and candidates."""
+    events = wl.seq3_events(2000, seed=6)
+    small = wl.seq3_rule(20).replace("Seq3", "Small")
+    big = wl.seq3_rule(400).replace("Seq3", "Big")
+    rules = cep_gpu.parse_rules(small + "\n" + big)
+    table = EventTable.from_pandas(events, time_unit="ms")
+    pairs = {}
+    for r in rules:
+        work = pl.estimate_work(r, table)
+        pairs[r.name] = work.batch_features(0, len(work.term_rows))["pairs"]
+    assert pairs["Small"] < pairs["Big"]
+    launch = 1e-9 * (pairs["Small"] + pairs["Big"]) / 2  # between the two rules' CPU estimates
+    ref = get_backend("reference")
+    cpu, gpu = Counting(ref, "cpu"), Counting(ref, "gpu")
+    auto = pl.AutoBackend(profile=profile({"pairs": 1e-9}, {"launches": launch}), cpu=cpu, gpu=gpu)
+    from cep_gpu.detect import detect_table
+
+    got = detect_table(table, rules, auto)
+    want = detect_table(table, rules, "reference")
+    for g, w in zip(got, want):
+        assert np.array_equal(g.ids, w.ids) and len(g.ts) > 0
+    assert [d.device for d in auto.last_decisions["Small"]] == ["cpu"]
+    assert [d.device for d in auto.last_decisions["Big"]] == ["gpu"]
+    assert len(cpu.calls) == 1 and len(gpu.calls) == 1
+    st = auto.stats()
+    assert st["cpu"]["decisions"] == 1 and st["gpu"]["decisions"] == 1
+    n_c = len(table.rows_of_type("C"))
+    assert st["cpu"]["terminators"] == n_c and st["gpu"]["terminators"] == n_c
+    assert st["gpu"]["estimated_s"] == pytest.approx(launch)
+
+
+def test_auto_without_gpu_counts_filtered_terminators():
+    """The no-GPU path (one CPU call, no estimate) still counts the terminators it hands over,
+    as the planner counts them (after the terminator's static filters)."""
+    events = wl.seq3_events(800, seed=9)
+    (rule,) = cep_gpu.parse_rules("define P from C(v > 0.5) and each B() within 30 ms from C")
+    table = EventTable.from_pandas(events, time_unit="ms")
+    auto = pl.AutoBackend(profile=profile(), gpu_available=False)
+    lo, hi = 100, 700
+    auto.match(rule, table, lo, hi)
+    want = len(pl.estimate_work(rule, table, lo, hi).term_rows)
+    assert 0 < want < len(table.rows_of_type("C"))
+    assert auto.stats()["cpu"]["terminators"] == want
+    (d,) = auto.last_decisions["P"]
+    assert d.device == "cpu" and d.stop - d.first == want
+
+
+# ---------------------------------------------------------------------------------- max_batch_latency
+
+
+def test_max_batch_latency_values():
+    import datetime
+
+    assert pl.check_max_batch_latency(None) is None
+    assert pl.check_max_batch_latency(float("inf")) is None
+    assert pl.check_max_batch_latency(0) == 0.0
+    assert pl.check_max_batch_latency(0.25) == 0.25
+    assert pl.check_max_batch_latency(datetime.timedelta(milliseconds=5)) == pytest.approx(0.005)
+    assert pl.check_max_batch_latency(pd.Timedelta("2ms")) == pytest.approx(0.002)
+    assert pl.check_max_batch_latency(np.timedelta64(3, "ms")) == pytest.approx(0.003)
+    for bad in (-1, float("nan"), "1", True, [1]):
+        with pytest.raises(ValueError, match="max_batch_latency"):
+            pl.check_max_batch_latency(bad)
+    with pytest.raises(ValueError, match="max_batch_latency"):
+        pl.AutoBackend(profile=profile(), max_batch_latency=-0.5)
+
+
+def test_backend_for_never_changes_the_shared_instance():
+    shared = get_backend("auto")
+    assert shared.max_batch_latency is None
+    assert pl.backend_for("auto") is shared
+    mine = pl.backend_for("auto", 0.01)
+    assert mine is not shared and mine.max_batch_latency == 0.01 and shared.max_batch_latency is None
+    assert mine.profile is shared.profile  # nothing reloaded
+    private = pl.backend_for("auto", None, private=True)
+    assert private is not shared and private.max_batch_latency is None
+    # other backends accept the setting and ignore it (but still check it)
+    assert pl.backend_for("cpu", 0.5) is get_backend("cpu")
+    with pytest.raises(ValueError, match="max_batch_latency"):
+        pl.backend_for("cpu", -1)
+    with pytest.raises(ValueError, match="max_batch_latency"):
+        cep_gpu.detect(wl.seq3_events(30), wl.seq3_rule(10), backend="cpu", time_unit="ms", max_batch_latency="x")
+
+
+@pytest.fixture()
+def fake_gpu(monkeypatch):
+    """The shared auto backend, made to believe a GPU is usable: its "gpu" and "cpu" are the cpu
+    backend behind call recorders; its profile sends every launch to the GPU."""
+    shared = get_backend("auto")
+    cpu_impl = get_backend("cpu")
+    cpu, gpu = Counting(cpu_impl, "cpu"), Counting(cpu_impl, "gpu")
+    monkeypatch.setattr(shared, "_cpu", cpu)
+    monkeypatch.setattr(shared, "_gpu", gpu)
+    monkeypatch.setattr(shared, "_gpu_available", True)
+    monkeypatch.setattr(shared, "profile", profile({"launches": 1.0}, {"pairs": 1e-9}))
+    shared.reset_stats()
+    yield shared, cpu, gpu
+    shared.reset_stats()
+
+
+def test_detect_passes_max_batch_latency_to_the_planner(fake_gpu):
+    shared, cpu, gpu = fake_gpu
+    events = wl.seq3_events(600, seed=2)
+    rule = wl.seq3_rule(60)
+    want = cep_gpu.detect(events, rule, backend="cpu", time_unit="ms")
+    n_c = int((events["type"] == "C").sum())
+    # default: unbounded, one launch per rule (on the shared instance)
+    got = cep_gpu.detect(events, rule, backend="auto", time_unit="ms")
+    pd.testing.assert_frame_equal(got, want)
+    assert len(gpu.calls) == 1 and shared.stats()["gpu"]["decisions"] == 1
+    # per terminator: one launch each, on a copy: the shared instance keeps its setting and counts
+    gpu.calls.clear()
+    got = cep_gpu.detect(events, rule, backend="auto", time_unit="ms", max_batch_latency=0)
+    pd.testing.assert_frame_equal(got, want)
+    assert len(gpu.calls) == n_c and not cpu.calls
+    assert shared.max_batch_latency is None and shared.stats()["gpu"]["decisions"] == 1
+
+
+def test_engine_defaults_to_per_event_planning_and_counts_its_own_decisions(fake_gpu):
+    shared, cpu, gpu = fake_gpu
+    events = wl.seq3_events(600, seed=2)
+    rule = wl.seq3_rule(60)
+    want = cep_gpu.detect(events, rule, backend="cpu", time_unit="ms")
+    n_c = int((events["type"] == "C").sum())
+
+    per_event = cep_gpu.Engine(rule, backend="auto", time_unit="ms")
+    got = pd.concat([per_event.publish(events.iloc[:300]), per_event.publish(events.iloc[300:])],
+                    ignore_index=True)
+    pd.testing.assert_frame_equal(got, want)
+    assert len(gpu.calls) == n_c  # one launch per terminator, though frames were published
+    st = per_event.stats()
+    assert st["max_batch_latency"] == 0.0 and st["backend_calls"] == 2
+    assert st["backend_stats"]["gpu"]["decisions"] == n_c
+    assert st["backend_stats"]["gpu"]["terminators"] == n_c
+    assert st["backend_stats"]["cpu"]["decisions"] == 0
+    assert st["backend_stats"]["gpu"]["seconds"] > 0 and st["backend_seconds"] > 0
+
+    gpu.calls.clear()
+    batched = cep_gpu.Engine(rule, backend="auto", time_unit="ms", max_batch_latency=None)
+    batched.publish(events.iloc[:300])
+    batched.publish(events.iloc[300:])
+    assert len(gpu.calls) == 2  # one launch per publish
+    assert batched.stats()["backend_stats"]["gpu"]["decisions"] == 2
+    # each engine counts only its own decisions; the shared instance counts none of them
+    assert per_event.stats()["backend_stats"]["gpu"]["decisions"] == n_c
+    assert shared.stats()["gpu"]["decisions"] == 0 and shared.max_batch_latency is None
+
+
+def test_engine_auto_streams_like_cpu_batch_with_mixed_devices(monkeypatch):
+    """Per-event planning with both devices in use returns the rows of batch detect."""
+    from cep_gpu.museum import MUSEUM_RULES, generate_museum
+
+    shared = get_backend("auto")
+    cpu_impl = get_backend("cpu")
+    cpu, gpu = Counting(cpu_impl, "cpu"), Counting(get_backend("reference"), "gpu")
+    monkeypatch.setattr(shared, "_cpu", cpu)
+    monkeypatch.setattr(shared, "_gpu", gpu)
+    monkeypatch.setattr(shared, "_gpu_available", True)
+    events = generate_museum(800, seed=5, n_rooms=2, paintings_per_room=2)
+    # the GPU for terminators with more pairs than the median one
+    table = EventTable.from_pandas(events)
+    per_term = np.concatenate([pl.estimate_work(r, table).per_terminator[:, pl.FEATURES.index("pairs")]
+                               for r in cep_gpu.parse_rules(MUSEUM_RULES)])
+    monkeypatch.setattr(shared, "profile", profile({"pairs": 1e-6}, {"launches": 1e-6 * np.median(per_term)}))
+    want = cep_gpu.detect(events, MUSEUM_RULES, backend="cpu")
+    eng = cep_gpu.Engine(MUSEUM_RULES, backend="auto")
+    parts = [eng.publish(events.iloc[k:k + 37]) for k in range(0, len(events), 37)] + [eng.flush()]
+    got = pd.concat(parts, ignore_index=True).sort_values(["ts", "rule"], kind="stable")
+    assert len(want) > 5
+    assert sorted(map(repr, got[["rule", "ts"]].itertuples(index=False))) == sorted(
+        map(repr, want[["rule", "ts"]].itertuples(index=False)))
+    assert sorted(tuple(x) for x in got["ids"]) == sorted(tuple(x) for x in want["ids"])
+    st = eng.stats()["backend_stats"]
+    assert st["cpu"]["decisions"] > 0 and st["gpu"]["decisions"] > 0
+
+
+# ---------------------------------------------------------------------------------- explain with events
+
+
+def test_engine_explain_with_sample_events_or_rates():
+    rule = wl.seq3_rule(1000)
+    events = wl.seq3_events(6000, 1)
+    eng = cep_gpu.Engine(rule, backend="auto", time_unit="ms")
+    text = eng.explain(events)
+    assert "column 1: B  each within 1 s from C" in text
+    assert "expected 3" in text and "events per window" in text  # ~333 B per 1000 ms
+    assert "per terminator (one launch each): cpu " in text and ", gpu " in text and " -> " in text
+    assert "max batch latency 0 (one terminator per batch)" in text
+    assert eng.stats()["events"] == 0  # nothing published
+    rates = eng.explain({"A": 100.0, "B": 100.0, "C": 100.0})
+    assert "expected 100.0 events per window" in rates
+    other = cep_gpu.Engine(rule, backend="cpu", time_unit="ms").explain(events)
+    assert "what backend='auto' would do" in other and "events per window" in other
+    with pytest.raises(ValueError, match="events per second"):
+        eng.explain({"type": "A", "ts": 1})
+    with pytest.raises(cep_gpu.EventError, match="explain"):
+        eng.explain([1, 2])
+
+
+class CountingWithCount(Counting):
+    """A recorder whose backend also counts (as CDP does for output="count")."""
+
+    def __init__(self, inner, name):
+        super().__init__(inner, name)
+        self.counts = []
+
+    def count(self, rule, table, lo=0, hi=None):
+        self.counts.append((lo, hi))
+        return len(self.inner.match(rule, table, lo, len(table) if hi is None else hi))
+
+
+@pytest.mark.parametrize("latency", [None, 0.0])
+@pytest.mark.parametrize("usable", [True, False])
+def test_auto_count_uses_the_devices_count_and_is_planned_like_match(latency, usable):
+    table = seq3_table(700, seed=5)
+    (rule,) = cep_gpu.parse_rules(wl.seq3_rule(80))
+    ref = get_backend("reference")
+    want = len(ref.match(rule, table, 0, len(table)))
+    assert want > 0
+    cpu, gpu = CountingWithCount(ref, "cpu"), Counting(ref, "gpu")  # the "gpu" cannot count
+    prof = profile({"pairs": 1e-6, "terminators": 1e-6}, {"launches": 3e-5, "terminators": 1e-6})
+    auto = pl.AutoBackend(profile=prof, max_batch_latency=latency, cpu=cpu, gpu=gpu, gpu_available=usable)
+    assert auto.count(rule, table) == want
+    assert not cpu.calls  # the cpu counted without matching
+    if not usable:
+        assert cpu.counts == [(0, None)] and not gpu.calls
+    st = auto.stats()
+    assert st["cpu"]["decisions"] == len(cpu.counts) and st["gpu"]["decisions"] == len(gpu.calls)
+    assert st["cpu"]["terminators"] + st["gpu"]["terminators"] == len(table.rows_of_type("C"))
+
+
+def test_detect_count_with_auto_equals_cpu():
+    events = wl.seq3_events(2000, seed=8)
+    rules = wl.seq3_rule(100) + "\n" + wl.seq3_rule(200, "last").replace("Seq3", "Last3")
+    got = cep_gpu.detect(events, rules, backend="auto", time_unit="ms", output="count")
+    assert got == cep_gpu.detect(events, rules, backend="cpu", time_unit="ms", output="count")
+    assert got["Seq3"] > 0 and got["Last3"] > 0
