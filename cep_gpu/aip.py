@@ -22,8 +22,15 @@ chapter describes T-Rex's automaton engine rather than around columns:
   family of sequence models per ``last``/``first`` step. When the terminator arrives the complete
   instances are resolved step by step: per prefix (the rows of steps ``0..k-1``) the latest/earliest
   complete instance of sub-plan ``k`` is chosen, and deeper instances must agree with every choice.
-  For ``last``, an older instance in the first state of such a model is deleted early once a newer
-  instance with identical relevant attributes supersedes it (see :meth:`_Run._supersede`).
+  Early deletion (the chapter: "other composition operators (e.g., last-within) may enable early
+  deletion of sequences"): in such a model the chosen predicate X arrives first, so when the next
+  event clones several first-state instances whose X events are interchangeable (the same values
+  of every attribute of X that a check reads; nothing reads X's timestamp), only the clone of the
+  latest (``last``) / earliest (``first``) X is made; the others could never be chosen
+  (:meth:`_Run._prune`; in the chapter's Figure 2 with ``last``, V2 makes Seq31 and not Seq21).
+  For ``last``, an older instance in the first state is also deleted once a newer instance with
+  identical relevant attributes supersedes it (see :meth:`_Run._supersede`). ``first`` allows no
+  such deletion in the first state: the older event is preferred, but it leaves the window first.
 * **Negations and aggregates** are checked when the instances are resolved, against a per-rule
   store of the negated/aggregated events (time-sorted, filtered by their static conditions). A rule
   whose spans reach past the terminator (a trailing ``SEQ`` ``NOT``) keeps the terminator pending
@@ -135,6 +142,9 @@ class SequenceModel:
     transitions: tuple[Transition, ...]
     #: ``last`` early deletion applies to the first state (see :meth:`_Run._supersede`).
     supersede: bool = False
+    #: ``"last"``/``"first"``: the second transition clones, per group of first-state instances
+    #: whose events are interchangeable, only the latest / earliest one (see :meth:`_Run._prune`).
+    prune: str | None = None
 
     def state_name(self, rule: Rule, state: int) -> str:
         """The name of ``state``: the alias bound last (as in Figure 1), or ``init``."""
@@ -262,11 +272,23 @@ def _sequence_model(
             accepting=i == len(order) - 1, fast=tuple(fast[i]),
         ))
     first = order[0]
-    supersede = (
-        len(order) > 1 and first == plan.order[k] and plan.predicates[first].policy == "last"
+    policy = plan.predicates[first].policy
+    chosen_first = (
+        len(order) > 1 and first == plan.order[k] and policy in ("last", "first")
         and not rule.consuming and _supersedable(rule, first)
     )
-    return SequenceModel(p, k, order, tuple(transitions), supersede)
+    supersede = chosen_first and policy == "last"
+    prune = None
+    if chosen_first:
+        pr = plan.predicates[first]
+        # the timing check that could favour the *other* event must already be done at the
+        # second transition: `last` keeps the newer event (it may fail a later `< ts(before)`),
+        # `first` keeps the older one (it may fail a later `>= ts(anchor) - window`)
+        if policy == "last" and pos[pr.before] == 1:
+            prune = "last"
+        elif policy == "first" and (pr.window is None or pos[pr.anchor] == 1):
+            prune = "first"
+    return SequenceModel(p, k, order, tuple(transitions), supersede, prune)
 
 
 def _as_fast(expr: Expr) -> FastCompare | None:
@@ -475,7 +497,8 @@ class _Run:
             [None] + [_States(self.width, tracing) for _ in m.order[:-1]] for m in auto.models
         ]
         self.super_cols = [
-            _read_attributes(rule, m.order[0]) if m.supersede else () for m in auto.models
+            _read_attributes(rule, m.order[0]) if m.supersede or m.prune else ()
+            for m in auto.models
         ]
         self.super_models = [m for m, model in enumerate(auto.models) if model.supersede]
         self.super_seen = [0] * len(auto.models)
@@ -639,6 +662,9 @@ class _Run:
             rows, sel = rows[ok], sel[ok]
             if not len(sel):
                 return
+        if i == 1 and model.prune and len(sel) > 1:
+            pick = self._prune(m, rows[:, model.order[0]], model.prune)
+            rows, sel = rows[pick], sel[pick]
         if names is not None:
             names = [self._clone_name(names[j]) for j in sel]
         if tr.accepting:
@@ -702,17 +728,7 @@ class _Run:
         settled = self.ts[rows] < now
         if settled.sum() < 2:
             return
-        key = []
-        for name in self.super_cols[m]:
-            col = self.table.columns.get(name)
-            if col is None:
-                continue
-            valid = col.valid[rows]
-            v = col.values[rows]
-            if col.kind == "float":  # by bit pattern: equal bits, equal outcomes
-                v = np.where(valid, v, 0.0).view(np.int64)
-            key.append(np.where(valid, v.astype(np.int64, copy=False), 0))
-            key.append(valid.astype(np.int64))
+        key = self._key(m, rows)
         order = np.lexsort([rows] + key[::-1])  # by key, then by row
         pos = np.arange(st.n)
         if key:
@@ -729,6 +745,46 @@ class _Run:
         keep = np.empty(st.n, bool)
         keep[order] = keep_sorted
         st.keep(keep)
+
+    def _key(self, m: int, rows: np.ndarray) -> list[np.ndarray]:
+        """Integer key columns of the events ``rows`` (of the first predicate of model ``m``):
+        the values and validity of every attribute of it that a check reads."""
+        key = []
+        for name in self.super_cols[m]:
+            col = self.table.columns.get(name)
+            if col is None:
+                continue
+            valid = col.valid[rows]
+            v = col.values[rows]
+            if col.kind == "float":  # by bit pattern: equal bits, equal outcomes
+                v = np.where(valid, v, 0.0).view(np.int64)
+            key.append(np.where(valid, v.astype(np.int64, copy=False), 0))
+            key.append(valid.astype(np.int64))
+        return key
+
+    def _prune(self, m: int, rows: np.ndarray, policy: str) -> np.ndarray:
+        """Early deletion for ``last``/``first`` at the second transition of model ``m``.
+
+        ``rows``: the event bound to the model's first predicate X (the step chosen by
+        ``policy``) in each new clone; all clones bind the same new event and passed every check
+        of this transition. Of clones whose X events have the same key (:meth:`_key`), only the
+        one with the latest (``last``) / earliest (``first``) X can ever be chosen: every later
+        check reads only X's key attributes and events bound after it (nothing reads X's
+        timestamp or fixes a span with it, see :func:`_supersedable`), and the one timing check
+        left that could favour the other X was done here (see :func:`_sequence_model`). So the
+        others are deleted at once. Returns the indices of the clones kept.
+        """
+        key = self._key(m, rows)
+        if not key:
+            return np.array([int(np.argmax(rows) if policy == "last" else np.argmin(rows))])
+        order = np.lexsort([rows] + key[::-1])  # by key, then by row
+        k = np.stack(key, axis=1)[order]
+        change = np.any(k[1:] != k[:-1], axis=1)
+        if policy == "last":
+            ends = np.r_[np.flatnonzero(change), len(order) - 1]
+        else:
+            ends = np.r_[0, np.flatnonzero(change) + 1]
+        return np.sort(order[ends])
 
     # -- resolution at the terminator -------------------------------------------------------------
 

@@ -205,6 +205,73 @@ def test_supersede_deletes_older_last_candidates(monkeypatch):
     assert [m.supersede for m in aip.compile_automaton(neg).models] == [False]
 
 
+@pytest.mark.parametrize("policy, clone", [("last", "Seq31"), ("first", "Seq21")])
+def test_figure2_last_and_first_delete_clones_that_cannot_be_chosen(policy, clone):
+    # the chapter: "other composition operators (e.g., last-within) may enable early deletion".
+    # At t=4.5, V2 fits Seq2 (P2) and Seq3 (P3), which bind the same painting: only the clone of
+    # the latest (last) / earliest (first) one is made; the other could never be chosen
+    rule = cep_gpu.parse_rule(R1.format(policy=policy))
+    (model,) = aip.compile_automaton(rule).models
+    assert model.prune == policy
+    steps = aip.trace(rule, EventTable.from_pandas(figure2_events(), time_unit="min"))
+    p = "PeopleNear"
+    assert alive(steps[3]) == [("Seq2", p, {p: 3}), ("Seq3", p, {p: 4})]
+    assert [(v.name, v.ids) for v in steps[4].accepted] == [(clone, {p: 3 if clone == "Seq21" else 4,
+                                                                      "Vibration": 5})]
+    assert len(steps[4].composite) == 1
+
+
+def test_early_deletion_keeps_one_clone_per_distinguishable_event():
+    # A's x is read by a check: A events with different x stay apart (a later check could tell
+    # them apart); only the latest A per x is cloned when B arrives
+    rule = cep_gpu.parse_rule(
+        "define R from T() and last B() within 10 s from T and last A(x != B.x) within 10 s from B"
+    )
+    auto = aip.compile_automaton(rule)
+    by_order = {m.order: m.prune for m in auto.models}
+    assert by_order == {(1, 0): "last", (2, 1, 0): "last"}
+    ev = pd.DataFrame({"type": ["A", "A", "A", "A", "B", "T"], "ts": [0, 1, 2, 3, 4, 5],
+                       "x": [1, 2, 1, 2, 9, 9]})
+    steps = aip.trace(rule, EventTable.from_pandas(ev))
+    # after B@4: state "B" of model (A, B, T) holds one clone per x: A@2 (x=1) and A@3 (x=2)
+    in_b = sorted(v.ids["A"] for v in steps[4].alive if v.state == "B" and "A" in v.ids)
+    assert in_b == [2, 3]
+    out = cep_gpu.detect(ev, rule, backend="aip")
+    ref = cep_gpu.detect(ev, rule, backend="reference")
+    assert [tuple(i) for i in out["ids"]] == [tuple(i) for i in ref["ids"]] == [(5, 4, 3)]
+
+
+def test_early_deletion_only_where_it_is_safe():
+    # `first` whose window check comes only with a later event: an older A may fall out of the
+    # window that a newer A still meets, so no clone may be dropped early
+    seq_first = cep_gpu.parse_rule("define S pattern SEQ(A a, B b, C c) within 5 s select first")
+    ev = pd.DataFrame({"type": ["A", "A", "B", "C"], "ts": [0, 2, 3, 6]})
+    out = cep_gpu.detect(ev, seq_first, backend="aip")
+    ref = cep_gpu.detect(ev, seq_first, backend="reference")
+    assert [tuple(i) for i in out["ids"]] == [tuple(i) for i in ref["ids"]] == [(1, 2, 3)]
+    assert all(m.prune is None for m in aip.compile_automaton(seq_first).models if m.order[0] == 0)
+    # `last` over SEQ: the window check is later, but the newer event always passes it
+    seq_last = cep_gpu.parse_rule("define S pattern SEQ(A a, B b, C c) within 5 s select last")
+    assert {m.order: m.prune for m in aip.compile_automaton(seq_last).models}[(0, 1, 2)] == "last"
+    # a timestamp read, a span fixed by the event, or consumption: never
+    for text in (
+        "define R from B() and first A(ts > B.ts - 3) within 10 s from B",
+        "define R from B() and first A() within 10 s from B and not C() between A and B",
+        "define R from B() and first A() within 10 s from B consuming A",
+    ):
+        rule = cep_gpu.parse_rule(text)
+        assert [m.prune for m in aip.compile_automaton(rule).models] == [None], text
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.one_of(tesla_rules(policies=("last", "first"), consuming=False),
+                 seq_rules(policies=("last", "first"))),
+       event_streams(max_events=40, max_ts=20))
+def test_aip_with_early_deletion_equals_reference(text, events):
+    """Random `last`/`first` rules (where early deletion applies most) on longer streams."""
+    _same_as_others(text, events)
+
+
 # -- differential tests ----------------------------------------------------------------------------
 
 _HAS_CPU = importlib.util.find_spec("cep_gpu.cdp") is not None
