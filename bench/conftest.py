@@ -1,6 +1,13 @@
-"""Shared inputs of the kernel micro-benchmarks (``make bench``; not part of ``make test``)."""
+"""Shared inputs of the kernel micro-benchmarks (``make bench``; not part of ``make test``).
+
+``CEP_GPU_BENCH_TINY=1`` shrinks the input so that the suite runs in seconds: the CI smoke test
+(``tests/test_bench_smoke.py``) runs it that way with ``--benchmark-disable``, so that it cannot
+rot; its numbers mean nothing.
+"""
 
 from __future__ import annotations
+
+import os
 
 import pytest
 
@@ -8,7 +15,8 @@ from cep_gpu.benchmarks import workloads as wl
 from cep_gpu.events import EventTable
 
 #: fixed sizes, so that numbers from different commits compare
-N_EVENTS = 100_000
+TINY = bool(os.environ.get("CEP_GPU_BENCH_TINY"))
+N_EVENTS = 30_000 if TINY else 100_000
 WINDOW_MS = 1000
 
 

@@ -13,6 +13,23 @@ import json
 import sys
 from pathlib import Path
 
+EPILOG = """examples:
+  cep-gpu bench seq3 --backend cpu,auto,gpu --sizes 100,1000,4000 --out seq3.json --plot seq3.png
+  cep-gpu bench rules1000 --backend cpu,aip --sizes 2,3,4 --policy last --events 20000 --plot r.png
+  cep-gpu bench museum --backend cpu,auto,aip --sizes 100000,1000000
+  cep-gpu bench seq3 --backend reference,cpu,aip --sizes 100,1000 --events 3000
+
+Every configuration (policy x size x backend) is run --warmup times unmeasured, then --repeat
+times measured; the JSON holds every time, min/median/max of events/s, us per terminator and us
+per event, the composite events, and the machine (CPU model, cores, memory, GPU, library
+versions). Backends that cannot run are rows with status "not measured" (gpu without a usable
+CUDA device) or "skipped" (reference on inputs of more than %(ref)d events); a backend that fails
+is a row with status "error" and the exit status is 1. --plot draws the chapter's Figure 7 for
+seq3 (us per terminator against window, CPU/GPU crossover marked when both were measured), its
+Figure 6 for rules1000 (us per event against chain length) and events/s against size for museum,
+with one panel per policy.
+"""
+
 
 def _int_list(text: str) -> list[int]:
     try:
@@ -27,21 +44,31 @@ def _name_list(text: str) -> list[str]:
 
 def add_bench_parser(subparsers) -> argparse.ArgumentParser:
     """Add ``cep-gpu bench`` to an argparse sub-parser set."""
+    from .runner import BACKENDS, DEFAULT_BACKENDS, REFERENCE_MAX_EVENTS
+
+    defaults = "; ".join(f"{w}: {','.join(b)}" for w, b in DEFAULT_BACKENDS.items())
     p = subparsers.add_parser(
         "bench", help="run a benchmark workload (seq3, rules1000, museum)",
-        description="Run a benchmark workload of DESIGN.md section 6 on several backends; "
-        "record min/median/max events/s and us per terminator, and the machine, as JSON.",
+        description="Run a benchmark workload of DESIGN.md section 6 (seq3: the chapter's Figure 7;\n"
+        "rules1000: its Figure 6; museum) on several backends; print a summary table, record\n"
+        "min/median/max events/s and us per terminator, and the machine, as JSON.",
+        epilog=EPILOG % {"ref": REFERENCE_MAX_EVENTS},
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("workload", choices=["seq3", "rules1000", "museum"])
     p.add_argument("--backend", type=_name_list, action="extend", dest="backends",
-                   help="backends, comma-separated or repeated (default: per workload); "
-                        "gpu without a device is reported as not measured")
+                   help=f"backends, comma-separated or repeated: {', '.join(BACKENDS)} "
+                        f"(default {defaults}). gpu without a usable device is reported as not "
+                        f"measured; reference runs only inputs of at most {REFERENCE_MAX_EVENTS} "
+                        "events; gpu-host is the host build of the CUDA kernels (not a GPU figure)")
     p.add_argument("--sizes", type=_int_list,
                    help="seq3: windows in ms (default 100,1000,4000,10000,40000); rules1000: chain "
-                        "lengths (2,3,4); museum: event counts (100000,1000000)")
-    p.add_argument("--policy", type=_name_list, default=["each", "last"], help="each,last (default both)")
+                        "lengths (default 2,3,4); museum: event counts (default 100000,1000000)")
+    p.add_argument("--policy", type=_name_list, default=["each", "last"],
+                   help="seq3 and rules1000: each,last (default both; first also accepted); "
+                        "ignored for museum")
     p.add_argument("--events", type=int, help="events per input (seq3: 200000, fewer for large each "
-                                               "windows; rules1000: 200000)")
+                                               "windows; rules1000: 200000; museum: --sizes)")
     p.add_argument("--repeat", type=int, default=3, help="measured repetitions (default 3)")
     p.add_argument("--warmup", type=int, default=1, help="unmeasured warm-up runs (default 1)")
     p.add_argument("--seed", type=int, default=0)
@@ -76,26 +103,35 @@ def bench_main(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from .plots import plot
-    from .runner import DEFAULT_BACKENDS, DEFAULT_SIZES, run_bench
+    from .runner import DEFAULT_BACKENDS, DEFAULT_SIZES, check_backends, run_bench
 
     console = Console(stderr=True)
     backends = args.backends or list(DEFAULT_BACKENDS[args.workload])
+    try:
+        check_backends(backends)
+    except ValueError as exc:
+        console.print(f"cep-gpu bench: {exc}", highlight=False)
+        return 2
     sizes = args.sizes or list(DEFAULT_SIZES[args.workload])
     policies = args.policy if args.workload != "museum" else ["rules"]
     total = len(backends) * len(sizes) * len(policies)
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                   TimeElapsedColumn(), console=console, transient=True) as progress:
         task = progress.add_task(args.workload, total=total)
-        steps = {"n": 0}
+        steps = {"n": 0, "desc": args.workload}
 
         def on_step(desc: str) -> None:
             if steps["n"]:
                 progress.advance(task)
             steps["n"] += 1
+            steps["desc"] = desc
             progress.update(task, description=desc)
 
+        def on_detail(detail: str) -> None:  # inside one configuration: repetitions, rules
+            progress.update(task, description=f"{steps['desc']}: {detail}")
+
         run = run_bench(args.workload, backends, sizes, args.policy, args.events, args.repeat,
-                        args.warmup, args.seed, args.output, on_step)
+                        args.warmup, args.seed, args.output, on_step, on_detail=on_detail)
         progress.advance(task)
     print_summary(run, console)
     if args.out:

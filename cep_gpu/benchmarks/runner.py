@@ -4,7 +4,9 @@ Each configuration (backend, policy, size) is ingested once, run ``warmup`` time
 compilation, caches), then ``repeat`` times measured. What is timed is detection on an ingested
 event table (``detect_table``: columns, ranges, kernels, composite events); ingestion is timed once
 and reported beside it. Backends that cannot run here (``gpu`` without a device) are recorded as
-``not measured``, never estimated.
+``not measured``, never estimated; ``reference`` (brute force) runs only inputs of at most
+:data:`REFERENCE_MAX_EVENTS` events and is recorded as ``skipped`` on larger ones. An unknown
+backend name is an error before anything runs.
 """
 
 from __future__ import annotations
@@ -28,6 +30,11 @@ DEFAULT_SIZES = {
 }
 DEFAULT_BACKENDS = {"seq3": ("cpu", "auto", "gpu"), "rules1000": ("cpu", "aip"), "museum": ("cpu", "auto")}
 SIZE_NAMES = {"seq3": "window_ms", "rules1000": "length", "museum": "n_events"}
+#: the backends ``cep-gpu bench`` knows (``gpu-host``: the host build of the CUDA kernels, which
+#: checks the GPU code path but measures nothing about GPUs)
+BACKENDS = ("cpu", "aip", "gpu", "auto", "reference", "gpu-host")
+#: progress reports from inside one measurement are at most this often (seconds)
+DETAIL_EVERY_S = 0.5
 
 
 def machine_info() -> dict:
@@ -40,6 +47,7 @@ def machine_info() -> dict:
         "cores": os.cpu_count(),
         "memory_gb": _memory_gb(),
         "gpu": _gpu_name(),
+        "gpu_backend_usable": _gpu_usable(),
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "versions": {},
     }
@@ -88,6 +96,22 @@ def _gpu_name() -> str | None:
         return None
 
 
+def _gpu_usable() -> bool:
+    from ..planner import gpu_usable
+
+    return gpu_usable()
+
+
+def check_backends(backends: Iterable[str]) -> list[str]:
+    """``backends`` as a list; ``ValueError`` naming the known ones if any name is unknown."""
+    backends = list(backends)
+    unknown = [b for b in backends if b not in BACKENDS]
+    if unknown:
+        raise ValueError(f"unknown backend(s) {', '.join(map(repr, unknown))}; "
+                         f"choose from {', '.join(BACKENDS)}")
+    return backends
+
+
 def backend_status(name: str) -> str | None:
     """None if ``name`` can run here, else why not."""
     from ..backends import get_backend
@@ -106,8 +130,13 @@ def summarise(values: Sequence[float]) -> dict[str, float]:
     return {"min": min(values), "median": statistics.median(values), "max": max(values)}
 
 
-def time_detection(work: wl.Workload, backend: str, repeat: int, warmup: int, output: str = "count") -> dict:
-    """Run one workload on one backend: times, throughput, per-terminator time, composite counts."""
+def time_detection(work: wl.Workload, backend: str, repeat: int, warmup: int, output: str = "count",
+                   on_detail: Callable[[str], None] | None = None) -> dict:
+    """Run one workload on one backend: times, throughput, per-terminator time, composite counts.
+
+    ``on_detail`` (progress on long runs) receives "warm-up 1/1", "run 2/3" and, at most every
+    :data:`DETAIL_EVERY_S` seconds, "run 2/3, rule 340/1000"; it never runs per event.
+    """
     import pyarrow as pa
 
     from ..detect import as_rules, detect_table
@@ -121,9 +150,15 @@ def time_detection(work: wl.Workload, backend: str, repeat: int, warmup: int, ou
     n_terms = work.n_terminators
     composites = 0
     times = []
+    on_rule = None
     for i in range(warmup + repeat):
+        if on_detail is not None:
+            what = f"warm-up {i + 1}/{warmup}" if i < warmup else f"run {i - warmup + 1}/{repeat}"
+            on_detail(what)
+            if len(rules) > 1:
+                on_rule = _rule_progress(what, len(rules), on_detail)
         t0 = time.perf_counter()
-        results = detect_table(table, rules, backend)
+        results = detect_table(table, rules, backend, on_rule=on_rule)
         if output == "arrow":
             out = assemble(results, OutputSchema.of(rules), table, arrow=True)
             assert isinstance(out, pa.Table)
@@ -144,6 +179,20 @@ def time_detection(work: wl.Workload, backend: str, repeat: int, warmup: int, ou
         "us_per_terminator": summarise([t / max(n_terms, 1) * 1e6 for t in times]),
         "us_per_event": summarise([t / max(work.n_events, 1) * 1e6 for t in times]),
     }
+
+
+def _rule_progress(what: str, n_rules: int, on_detail: Callable[[str], None]) -> Callable:
+    """A ``detect_table`` ``on_rule`` callback that reports "what, rule i/n" now and then."""
+    state = {"done": 0, "next": time.perf_counter() + DETAIL_EVERY_S}
+
+    def on_rule(_rule) -> None:
+        state["done"] += 1
+        now = time.perf_counter()
+        if now >= state["next"]:
+            state["next"] = now + DETAIL_EVERY_S
+            on_detail(f"{what}, rule {state['done']}/{n_rules}")
+
+    return on_rule
 
 
 def make_workload(workload: str, size: int, policy: str, n_events: int | None, seed: int,
@@ -171,17 +220,20 @@ def run_bench(
     output: str = "count",
     on_step: Callable[[str], None] | None = None,
     n_rules: int = 1000,
+    on_detail: Callable[[str], None] | None = None,
 ) -> dict:
     """Sweep one workload over sizes x policies x backends; the whole run as a JSON-ready dict.
 
     ``sizes``: windows in ms (seq3), chain lengths (rules1000) or event counts (museum).
     ``n_events``: events per seq3/rules1000 input (seq3 uses fewer at large ``each`` windows).
     ``n_rules``: rules of rules1000 (a multiple of 100; smaller only for smoke runs).
+    ``on_step`` is called before each (policy, size, backend) configuration, ``on_detail`` with
+    progress inside one (see :func:`time_detection`).
     Results of different backends on the same input are compared (``agree``).
     """
     if workload not in DEFAULT_SIZES:
         raise ValueError(f"unknown workload {workload!r}; choose seq3, rules1000 or museum")
-    backends = list(backends or DEFAULT_BACKENDS[workload])
+    backends = check_backends(backends or DEFAULT_BACKENDS[workload])
     sizes = [int(s) for s in (sizes or DEFAULT_SIZES[workload])]
     policies = list(policies) if workload != "museum" else ["rules"]
     unavailable = {b: backend_status(b) for b in backends}
@@ -198,12 +250,13 @@ def run_bench(
                 if unavailable[b]:
                     row.update(status="not measured", reason=unavailable[b])
                 elif b == "reference" and work.n_events > REFERENCE_MAX_EVENTS:
-                    row.update(status="skipped", reason=f"reference runs inputs up to {REFERENCE_MAX_EVENTS} events only")
+                    row.update(status="skipped", reason=f"reference (brute force) runs inputs of at most "
+                               f"{REFERENCE_MAX_EVENTS} events; this one has {work.n_events}")
                 else:
                     try:
                         if b == "auto":
                             _reset_planner_stats()
-                        row.update(time_detection(work, b, repeat, warmup, output))
+                        row.update(time_detection(work, b, repeat, warmup, output, on_detail))
                         counts[b] = row["composites"]
                         if b == "auto":
                             row["planner"] = _planner_stats()
