@@ -45,36 +45,54 @@ class OutputSchema:
 
 
 def assemble(results, schema: OutputSchema, table: EventTable, arrow: bool = False):
-    """Concatenate per-rule results, sort by (ts, rule, ids), and build the output table."""
+    """Concatenate per-rule results, sort by (ts, rule, ids), and build the output table.
+
+    Columnar throughout: rule names and string attributes go through Arrow dictionaries, numbers
+    stay NumPy arrays, so no Python object is made per composite event (pandas output excepted,
+    where ``ids`` stays Arrow-backed).
+    """
+    results = [r for r in results if len(r.ts)] or list(results[:1])
     n_total = sum(len(r.ts) for r in results)
     width = max((r.ids.shape[1] for r in results), default=1)
     ts = np.concatenate([r.ts for r in results]) if results else np.empty(0, np.int64)
-    names = np.concatenate([np.full(len(r.ts), r.rule.name, dtype=object) for r in results]) if results else np.empty(0, object)
-    # pad ids so that a shorter tuple sorts before its extensions, as Python tuples do
-    pad = np.full((n_total, width), np.iinfo(np.int64).min, dtype=np.int64)
-    lengths = np.empty(n_total, dtype=np.int64)
-    start = 0
-    for r in results:
-        k = len(r.ts)
-        pad[start:start + k, : r.ids.shape[1]] = r.ids
-        lengths[start:start + k] = r.ids.shape[1]
-        start += k
-    name_codes = pd.factorize(names, sort=True)[0] if n_total else np.empty(0, np.int64)
-    keys = tuple(pad[:, j] for j in reversed(range(width))) + (name_codes, ts)
-    order = np.lexsort(keys) if n_total else np.empty(0, np.int64)
-
-    flat = pad[order]
-    lens = lengths[order]
-    mask = np.arange(width)[None, :] < lens[:, None]
-    offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.int32 if n_total * width < 2**31 else np.int64)
-    list_cls = pa.ListArray if offsets.dtype == np.int32 else pa.LargeListArray
-    ids_arr = list_cls.from_arrays(pa.array(offsets), pa.array(flat[mask], type=pa.int64()))
-    if list_cls is pa.LargeListArray:
+    rule_names = sorted({r.rule.name for r in results})
+    name_codes = np.concatenate(
+        [np.full(len(r.ts), rule_names.index(r.rule.name), np.int32) for r in results]
+    ) if results else np.empty(0, np.int32)
+    if len(results) == 1:
+        # one rule: composite_events already sorted it by (ts, ids)
+        order = np.arange(n_total, dtype=np.int64)
+        flat_ids = results[0].ids.reshape(-1)
+        lens = np.full(n_total, results[0].ids.shape[1], np.int64)
+    else:
+        # pad ids so that a shorter tuple sorts before its extensions, as Python tuples do
+        pad = np.full((n_total, width), np.iinfo(np.int64).min, dtype=np.int64)
+        lengths = np.empty(n_total, dtype=np.int64)
+        start = 0
+        for r in results:
+            k = len(r.ts)
+            pad[start:start + k, : r.ids.shape[1]] = r.ids
+            lengths[start:start + k] = r.ids.shape[1]
+            start += k
+        keys = tuple(pad[:, j] for j in reversed(range(width))) + (name_codes, ts)
+        order = np.lexsort(keys) if n_total else np.empty(0, np.int64)
+        lens = lengths[order]
+        mask = np.arange(width)[None, :] < lens[:, None]
+        flat_ids = pad[order][mask]
+    offsets = np.zeros(n_total + 1, np.int64)
+    np.cumsum(lens, out=offsets[1:])
+    if offsets[-1] < 2**31:
+        ids_arr = pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), pa.array(flat_ids, type=pa.int64()))
+    else:
+        ids_arr = pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(flat_ids, type=pa.int64()))
         ids_arr = ids_arr.cast(pa.list_(pa.int64()))
 
     ts_values = table.time.from_ns(ts[order])
     ts_arr = pa.array(ts_values)
-    columns = {"rule": pa.array(names[order], type=pa.string()), "ts": ts_arr, "ids": ids_arr}
+    rule_arr = pa.DictionaryArray.from_arrays(
+        pa.array(name_codes[order], type=pa.int32()), pa.array(rule_names, type=pa.string())
+    ).cast(pa.string())
+    columns = {"rule": rule_arr, "ts": ts_arr, "ids": ids_arr}
     for name, kind in schema.attributes:
         if name in schema.inferred:
             kind = _value_kind(results, name, kind)
@@ -108,23 +126,36 @@ def _types_mapper(t: pa.DataType):
 
 
 def _attribute_array(results, name: str, kind: str, order, table: EventTable, n: int) -> pa.Array:
-    values = np.empty(n, dtype=object)
+    """One attribute column over every rule's results (null where a rule does not define it)."""
     valid = np.zeros(n, dtype=bool)
+    if kind == "string":
+        codes = np.full(n, -1, np.int64)
+    else:
+        values = np.zeros(n, dtype={"int": np.int64, "float": np.float64, "bool": np.bool_}[kind])
     start = 0
     for r in results:
         k = len(r.ts)
         col = r.attributes.get(name)
         if col is not None and k:
-            if col.kind == "string":
-                values[start:start + k] = table.strings.decode(np.where(col.valid, col.values, -1))
+            valid[start:start + k] = col.valid
+            if kind == "string":
+                if col.kind != "string":
+                    raise TypeError(f"attribute {name!r} mixes strings with {col.kind} values")
+                codes[start:start + k] = np.where(col.valid, col.values, -1)
             else:
                 values[start:start + k] = col.values
-            valid[start:start + k] = col.valid
         start += k
-    values, valid = values[order], valid[order]
-    values[~valid] = None
+    valid = valid[order]
     if kind == "string":
-        return pa.array(values, type=pa.string())
-    if kind == "float":
-        return pa.array(values, type=pa.float64(), from_pandas=True)
-    return pa.array(values, type=_ARROW_TYPES[kind])
+        # decode through an Arrow dictionary of the strings in use (no Python object per row)
+        c = codes[order]
+        used, inverse = np.unique(c[valid], return_inverse=True)
+        dictionary = pa.array(list(table.strings.decode(used)), type=pa.string())
+        local = np.zeros(n, np.int32)
+        local[valid] = inverse
+        return pa.DictionaryArray.from_arrays(
+            pa.array(local, type=pa.int32(), mask=~valid), dictionary
+        ).cast(pa.string())
+    values = values[order]
+    null = ~valid | np.isnan(values) if kind == "float" else ~valid  # NaN is null, as in pandas
+    return pa.array(values, type=_ARROW_TYPES[kind], mask=null)
