@@ -21,6 +21,7 @@ from pathlib import Path
 
 from cep_gpu.spark_udfs.job import run_job, session, summary_table
 from cep_gpu.spark_udfs.rapids import rapids_conf
+from pyspark.sql import SparkSession
 from rich.console import Console
 
 from cep_gpu import parse_rules
@@ -52,13 +53,15 @@ def main(argv: list[str] | None = None) -> int:
     events_path = write_museum(out / "events.parquet", args.events, args.seed)
     console.print(f"wrote {args.events:,} museum events to {events_path}")
 
+    owned = SparkSession.getActiveSession() is None  # a session we start here, we stop here
     spark = session(args.master, "cep-gpu museum", rapids_conf() if args.rapids else None)
     result = run_job(
         spark, events_path, parse_rules(MUSEUM_RULES), out, backend=args.backend, num_slices=args.slices
     )
     console.print(summary_table(result, title="Museum: composite events (Spark)"))
     console.print(f"composite events: {result.out_path}\nplot: {result.plot_path}")
-    spark.stop()
+    if owned:
+        spark.stop()
     return 0
 
 

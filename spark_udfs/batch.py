@@ -189,7 +189,7 @@ def slice_of(t_ns: Column, bounds: list[int]) -> Column:
 
 def _run_sliced(events: DataFrame, job: SparkJob) -> DataFrame:
     events = events.withColumn(T_NS, job.time.nanos(F.col("ts")))
-    bounds = slice_bounds(events, job.n_slices)
+    bounds = slice_bounds(events, job.plan.n_slices)
     t = F.col(T_NS)
     first = slice_of(t - F.lit(job.plan.horizon_ns), bounds)
     last = slice_of(t + F.lit(job.plan.lookback_ns), bounds)

@@ -30,6 +30,10 @@ Mode = Literal["keyed", "sliced"]
 #: in the engine can never disagree about an event at the very edge of a slice's context
 EDGE_SLACK_NS = 1_000
 
+#: the lookback of a rule with a window-less predicate (it can reach back to the first event):
+#: larger than any real span, small enough that adding a timestamp to it never overflows int64
+UNBOUNDED_NS = 1 << 62
+
 
 @dataclass(frozen=True)
 class SparkPlan:
@@ -37,8 +41,10 @@ class SparkPlan:
 
     ``mode``: ``keyed`` or ``sliced``; ``key``: the grouping column in keyed mode;
     ``lookback_ns`` / ``horizon_ns``: the context a slice reads before / after the range it owns
-    (hierarchies added up, slack included); ``reason``: why keyed mode was not possible (for
-    ``explain`` and error messages).
+    (hierarchies added up, slack included; :data:`UNBOUNDED_NS` when a predicate has no window);
+    ``reason``: why keyed mode was not possible (for ``explain`` and error messages);
+    ``n_slices``: the number of time slices (1 in keyed mode, and when the lookback is unbounded:
+    a slice would then need every earlier event as context).
     """
 
     mode: Mode
@@ -46,6 +52,11 @@ class SparkPlan:
     lookback_ns: int
     horizon_ns: int
     reason: str = ""
+    n_slices: int = 1
+
+    @property
+    def unbounded(self) -> bool:
+        return self.lookback_ns >= UNBOUNDED_NS
 
 
 def conjuncts(expr: Expr) -> list[Expr]:
@@ -145,12 +156,35 @@ def _chain(rules: Sequence[Rule], own) -> int:
     return max((total(r) for r in rules), default=0)
 
 
+def unbounded_window(rule: Rule) -> bool:
+    """Whether a predicate of ``rule`` has no window (``Rule`` objects built by hand may have one;
+    the parser never makes one): it can then bind events arbitrarily far back."""
+    return any(p.window is None and p.policy is not None for pl in rule.plans for p in pl.predicates)
+
+
+def rule_lookback(rule: Rule) -> int:
+    """How far (ns) before its terminator a match of ``rule`` reads: the longest chain of windows
+    through anchors with negation and aggregate spans added (``Rule.lookback``), or
+    :data:`UNBOUNDED_NS` for a window-less predicate."""
+    return UNBOUNDED_NS if unbounded_window(rule) else rule.lookback()
+
+
+def rule_horizon(rule: Rule) -> int:
+    """How far (ns) after its terminator a match of ``rule`` reads: trailing ``NOT`` spans (and,
+    for safety, any aggregate span that would end after it)."""
+    spans = [n.span for n in rule.negations] + [a.span for a in rule.aggregates]
+    return max((max(s.lo_offset, s.hi_offset, 0) for s in spans), default=0)
+
+
 def context_ns(rules: Sequence[Rule]) -> tuple[int, int]:
-    """``(lookback, horizon)`` in ns a time slice needs, hierarchies added up, slack included."""
-    return (
-        _chain(rules, Rule.lookback) + EDGE_SLACK_NS,
-        _chain(rules, Rule.trailing_horizon) + EDGE_SLACK_NS,
-    )
+    """``(lookback, horizon)`` in ns a time slice needs, hierarchies added up, slack included.
+
+    Along a producer -> consumer chain the spans add up: a consumer's terminator at ``t`` reads
+    producer composite events back to ``t - lookback(consumer)``, and each of those was decided
+    by events a further ``lookback(producer)`` back (likewise forwards for trailing ``NOT``s).
+    """
+    lookback = min(_chain(rules, rule_lookback) + EDGE_SLACK_NS, UNBOUNDED_NS)
+    return lookback, _chain(rules, rule_horizon) + EDGE_SLACK_NS
 
 
 def plan_rules(rules: Sequence[Rule], partition_by: str | None, n_slices: int) -> SparkPlan:
@@ -159,6 +193,8 @@ def plan_rules(rules: Sequence[Rule], partition_by: str | None, n_slices: int) -
     ``partition_by`` asks for keyed mode; when the rules are not tied to that column the plan
     falls back to time slices and says why in ``reason``. Rules with ``consuming`` depend on every
     earlier terminator, which a time slice cannot see, so they need keyed mode (or one slice).
+    A window-less predicate (unbounded lookback) makes every slice need all earlier events: the
+    plan then uses one slice, which is exact.
     """
     lookback, horizon = context_ns(rules)
     reason = "no partition_by column given"
@@ -167,6 +203,10 @@ def plan_rules(rules: Sequence[Rule], partition_by: str | None, n_slices: int) -
         if why is None:
             return SparkPlan("keyed", partition_by, lookback, horizon)
         reason = why
+    if lookback >= UNBOUNDED_NS:
+        unbounded = [r.name for r in rules if unbounded_window(r)]
+        why = f"rule(s) {', '.join(map(repr, unbounded))} have a predicate without a window"
+        return SparkPlan("sliced", None, lookback, horizon, f"{reason}; {why}: one time slice", 1)
     consuming = [r.name for r in rules if r.consuming]
     if consuming and n_slices > 1:
         raise RuleError(
@@ -176,4 +216,4 @@ def plan_rules(rules: Sequence[Rule], partition_by: str | None, n_slices: int) -
             f"predicate of these rules is tied to by an equality> (keyed mode), or use one slice "
             f"(num_slices=1). Keyed mode is not possible here: {reason}"
         )
-    return SparkPlan("sliced", None, lookback, horizon, reason)
+    return SparkPlan("sliced", None, lookback, horizon, reason, n_slices)

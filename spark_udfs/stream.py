@@ -71,6 +71,11 @@ def detect_stream(
             f"detect_stream cannot keep state per {partition_by!r}: {job.plan.reason}; "
             "pass partition_by=None to keep one state for the whole stream"
         )
+    if job.plan.unbounded:
+        raise RuleError(
+            "a rule has a predicate without a window: every composite event could read any "
+            "earlier event, so a stream would have to keep all of them; use detect_spark"
+        )
     consuming = [r.name for r in job.rules if r.consuming]
     if consuming:
         raise RuleError(

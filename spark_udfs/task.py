@@ -35,8 +35,10 @@ def engine_input(table: pa.Table) -> pd.DataFrame:
     """The events of one group as the DataFrame ``detect`` reads (internal columns dropped).
 
     The engine's ingestion (``EventTable``) reads host NumPy arrays, and the GPU backend uploads
-    the per-predicate columns it needs itself; so the Arrow table goes straight to pandas (zero
-    copy for numeric columns without nulls), never through Spark's row-wise conversion.
+    the per-predicate columns it needs itself; so the Arrow table goes straight to pandas, column
+    by column, never through Spark's row-wise conversion. cuDF is deliberately not used even when
+    installed: a device frame would have to come back to the host for ingestion (see
+    docs/spark.md, "cuDF").
     """
     drop = [c for c in (T_NS, SLICE) if c in table.column_names]
     if drop:

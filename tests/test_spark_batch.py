@@ -14,12 +14,15 @@ pytestmark = pytest.mark.spark
 
 from cep_gpu.spark_udfs import detect_spark, plan_job  # noqa: E402
 from cep_gpu.spark_udfs.batch import slice_bounds, with_row_ids  # noqa: E402
+from cep_gpu.spark_udfs.plan import EDGE_SLACK_NS, UNBOUNDED_NS, context_ns, plan_rules  # noqa: E402
 from cep_gpu.spark_udfs.schema import T_NS  # noqa: E402
 
 BACKEND = "reference"
 
-# Every rule is tied to k: keyed mode. Windows (20-35 s with the hierarchy) are longer than a time
-# slice (80 s / 8), R3 reads R1's composite events, S1 has a trailing negation.
+# Every rule is tied to k: keyed mode. Windows (20-40 s with the hierarchy) are longer than a time
+# slice (80 s / 8); R3 and R4 read R1's composite events (R4 up to 15 s back, and R1 was decided by
+# events up to 25 s before that: a slice needs the sum, 40 s, as context); S1 has a trailing
+# negation (a slice needs 8 s after its range).
 KEYED_RULES = """
 define R1(k: int, x: int)
 from C(k=$k) and each B(k=$k and x=$x) within 20 s from C
@@ -34,6 +37,10 @@ where k=B.k and n=c
 define R3(k: int)
 from R1(k=$k) and first C(k=$k) within 10 s from R1
 where k=R1.k
+
+define R4(k: int, x: int)
+from C(k=$k) and last R1(k=$k) within 15 s from C
+where k=C.k and x=R1.x
 
 define S1
 pattern SEQ(A a, B b, NOT(D d))
@@ -59,6 +66,87 @@ from C(k=$k) and each B(k=$k) within 10 s from C
 where k=C.k
 consuming B
 """
+
+
+# -- planning: keyed only when every part of every rule is tied to the key; the context a slice needs
+
+
+TIED = "define T(k: int) from C(k=$k) and each B(k=$k) within 5 s from C where k=C.k"
+
+
+@pytest.mark.parametrize(
+    "text, why",
+    [
+        ("define R from C(k=$k) and each B(x=$k) within 5 s from C", "B are not tied to C"),
+        ("define R from C(k=$k) and each B(k>$k) within 5 s from C", "B are not tied to C"),
+        ("define R from C(k=$k) and each B() within 5 s from C", "B are not tied to C"),
+        ("define R from C(k=$k) and each B(k=$k) within 5 s from C and not D() within 2 s from C",
+         "negation over D is not tied"),
+        ("define R from B(k=$k) and c=Count(A() within 25 s from B) > 2", "aggregate over A is not tied"),
+        ("define S pattern SEQ(A a, B b, NOT(D d)) where a.k = b.k within 8 s", "negation over D"),
+        ("define S pattern SEQ(A a, B b) where a.k = b.k or a.x = b.x within 8 s", "b are not tied"),
+        # a producer that does not pass the key on breaks its consumer's equality
+        ("define P from C(k=$k) and each B(k=$k) within 5 s from C\n\n"
+         "define Q(k: int) from A(k=$k) and last P(k=$k) within 5 s from A where k=A.k",
+         "'P' feeds other rules but does not define the attribute 'k'"),
+    ],
+)
+def test_keyed_only_when_every_part_is_tied(text, why):
+    rules = cep_gpu.parse_rules(TIED + "\n\n" + text)
+    plan = plan_rules(rules, "k", 4)
+    assert plan.mode == "sliced" and plan.key is None
+    assert why in plan.reason
+    tied = plan_rules(cep_gpu.parse_rules(TIED), "k", 4)
+    assert tied.mode == "keyed" and tied.key == "k"
+
+
+def test_keyed_rules_are_planned_keyed():
+    rules = cep_gpu.parse_rules(KEYED_RULES)
+    assert plan_rules(rules, "k", 8).mode == "keyed"
+    assert plan_rules(rules, "x", 8).mode == "sliced"  # tied to k, not to x
+    assert plan_rules(rules, None, 8).mode == "sliced"
+
+
+def test_context_covers_the_longest_chain():
+    s = 10**9
+    rules = cep_gpu.parse_rules(KEYED_RULES)
+    # R1: B 20 s before C, A 5 s before B; R4: R1 15 s before C, so 40 s back; S1's NOT: 8 s after
+    assert context_ns(rules) == (40 * s + EDGE_SLACK_NS, 8 * s + EDGE_SLACK_NS)
+    by_name = {r.name: r for r in rules}
+    assert context_ns([by_name["R1"]])[0] == 25 * s + EDGE_SLACK_NS
+    assert context_ns([by_name["R2"]])[0] == 25 * s + EDGE_SLACK_NS  # the aggregate's span
+    # a negation span reaching further back than the windows
+    neg = cep_gpu.parse_rules("define N from C() and each B() within 2 s from C and not D() within 7 s from C")
+    assert context_ns(neg) == (7 * s + EDGE_SLACK_NS, EDGE_SLACK_NS)
+    # trailing NOT horizons add up along a hierarchy too
+    seq = cep_gpu.parse_rules(
+        "define S1 pattern SEQ(A a, B b, NOT(D d)) within 8 s return k := b.k\n\n"
+        "define S2 pattern SEQ(S1 s, C c, NOT(D d)) within 3 s"
+    )
+    assert context_ns(seq) == (11 * s + EDGE_SLACK_NS, 11 * s + EDGE_SLACK_NS)
+
+
+def without_windows(rule):
+    """``rule`` with its windows removed (only hand-built Rules can be like this)."""
+    import dataclasses
+
+    plans = tuple(
+        dataclasses.replace(pl, predicates=tuple(
+            dataclasses.replace(p, window=None) if p.policy is not None else p for p in pl.predicates
+        ))
+        for pl in rule.plans
+    )
+    return dataclasses.replace(rule, plans=plans)
+
+
+def test_window_less_predicate_runs_in_one_slice():
+    (rule,) = cep_gpu.parse_rules(TIED)
+    unbounded = without_windows(rule)
+    sliced = plan_rules([unbounded], None, 8)
+    assert sliced.unbounded and sliced.lookback_ns == UNBOUNDED_NS and sliced.n_slices == 1
+    assert "without a window" in sliced.reason
+    assert plan_rules([unbounded], "k", 8).mode == "keyed"  # a key group holds all its events
+    assert plan_rules([rule], None, 8).n_slices == 8
 
 
 def museum_like_stream(n: int = 360, span: int = 80, seed: int = 7, with_id: bool = True) -> pd.DataFrame:
@@ -102,7 +190,7 @@ def test_expected_results_are_not_trivial(expected):
     # a test that could pass on empty output proves nothing
     for result in expected.values():
         names = {r[0] for r in result}
-        assert {"R1", "R2", "R3", "S1"} <= names
+        assert {"R1", "R2", "R3", "R4", "S1"} <= names
     assert {"U1", "U2"} <= {r[0] for r in expected["sliced"]}
 
 
@@ -121,7 +209,7 @@ def test_time_sliced_equals_detect(spark, events, expected, partitions):  # noqa
         assert any(int(r[1]) * 10**9 in bounds for r in got)
 
 
-@pytest.mark.parametrize("partitions", [1, 2, 3, 5, 8])
+@pytest.mark.parametrize("partitions", range(1, 9))
 def test_keyed_equals_detect(spark, events, expected, partitions):  # noqa: F811
     df = spark.createDataFrame(events).repartition(partitions)
     assert plan_job(df, KEYED_RULES, partition_by="k", backend=BACKEND).plan.mode == "keyed"
@@ -181,6 +269,16 @@ def test_output_schema_comes_from_rules(spark, events):  # noqa: F811
         ("rule", "string"), ("ts", "bigint"), ("ids", "array<bigint>"),
         ("k", "double"), ("x", "bigint"), ("n", "double"), ("m", "double"),
     ]
+
+
+@pytest.mark.parametrize("partition_by", [None, "k"])
+def test_engine_runs_in_arrow_udfs_only(spark, events, partition_by):  # noqa: F811
+    # one grouped Arrow UDF per plan; no row-at-a-time Python (BatchEvalPython) anywhere
+    df = spark.createDataFrame(events)
+    out = detect_spark(df, KEYED_RULES, partition_by=partition_by, backend=BACKEND, num_slices=3)
+    plan = out._jdf.queryExecution().executedPlan().toString()
+    assert plan.count("FlatMapGroupsInArrow") == 1
+    assert "BatchEvalPython" not in plan and "ArrowEvalPython" not in plan
 
 
 # -- bad input fails on the driver, before any task -------------------------------------------------
@@ -247,3 +345,28 @@ def test_cli_spark_subcommand(spark, events, tmp_path):  # noqa: F811
     got = pd.read_parquet(tmp_path / "out" / "composite_events.parquet")
     assert rows(got) == rows(cep_gpu.detect(events, SLICED_RULES, backend=BACKEND))
     assert (tmp_path / "out" / "detections.png").stat().st_size > 1000
+
+
+def test_museum_spark_example(spark, tmp_path, capsys):  # noqa: F811
+    # `make demo`: museum events as Parquet -> detect_spark -> Parquet, a summary and a PNG
+    import importlib.util
+    from pathlib import Path
+
+    from cep_gpu.museum import MUSEUM_RULES
+
+    path = Path(__file__).resolve().parents[1] / "examples" / "museum_spark.py"
+    spec = importlib.util.spec_from_file_location("museum_spark", path)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    out = tmp_path / "museum"
+    assert example.main(["--events", "2000", "--seed", "2", "--slices", "3", "--backend", BACKEND,
+                         "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "Museum: composite events (Spark)" in printed and "sliced plan" in printed
+    events = pd.read_parquet(out / "events.parquet")
+    got = pd.read_parquet(out / "composite_events.parquet")
+    want = cep_gpu.detect(events, MUSEUM_RULES, backend=BACKEND)
+    assert len(want) and set(want["rule"]) == {"Touch", "Theft", "Alarm"}
+    assert rows(got) == rows(want)
+    assert (out / "detections.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not spark.sparkContext._jsc.sc().isStopped()  # the example leaves a session it did not start

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from conftest_spark import rows, spark  # noqa: F401  (the shared session fixture)
-from test_spark_batch import KEYED_RULES, SLICED_RULES, museum_like_stream
+from test_spark_batch import KEYED_RULES, SLICED_RULES, TIED, museum_like_stream, without_windows
 
 import cep_gpu
 from cep_gpu.errors import EventError, RuleError
@@ -167,3 +167,7 @@ def test_stream_input_errors(spark, tmp_path):  # noqa: F811
     consuming = "define K(k: int) from C(k=$k) and each B(k=$k) within 5 s from C where k=C.k consuming B"
     with pytest.raises(RuleError, match="consuming"):
         detect_stream(stream, consuming, partition_by="k", watermark="5 seconds")
+    # a window-less predicate could read any earlier event: a stream would have to keep them all
+    with pytest.raises(RuleError, match="without a window"):
+        detect_stream(stream, [without_windows(r) for r in cep_gpu.parse_rules(TIED)], partition_by="k",
+                      watermark="5 seconds")
