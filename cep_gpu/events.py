@@ -7,10 +7,17 @@ validity mask; strings dictionary-encoded to int32 codes through one table-wide
 :class:`StringDictionary`, so that equal strings have equal codes across columns and types).
 Kernels index these arrays by row; nothing here knows about rules. Rows are sorted by
 ``(ts, id)``, so row order is the total order that ``last``/``first`` tie-break on.
+
+Row lineage (:class:`RowTag`, :func:`row_tag`): tables made by :meth:`EventTable.concat` and their
+contiguous slices (:meth:`EventTable.take` of a range, how the engine drops an expired prefix)
+record which rows they share with the tables they came from, so that device copies of the columns
+(the GPU backend) can be updated with the new rows only.
 """
 
 from __future__ import annotations
 
+import itertools
+import weakref
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
@@ -225,15 +232,21 @@ class EventTable:
     # -- reshaping ------------------------------------------------------------------------------
 
     def take(self, rows: np.ndarray) -> EventTable:
-        """A new table with the given rows (in the given order)."""
+        """A new table with the given rows (in the given order).
+
+        A contiguous ascending range of rows keeps the row lineage (see :class:`RowTag`).
+        """
         rows = np.asarray(rows, dtype=np.int64)
-        return replace(
+        out = replace(
             self,
             ts=self.ts[rows],
             ids=self.ids[rows],
             types=self.types[rows],
             columns={k: c.take(rows) for k, c in self.columns.items()},
         )
+        if rows.ndim == 1 and len(rows) and _is_range(rows, len(self)):
+            _tag_slice(self, out, int(rows[0]))
+        return out
 
     def concat(self, other: EventTable) -> EventTable:
         """This table and ``other`` merged in (ts, id) order.
@@ -274,20 +287,33 @@ class EventTable:
             self.time,
             schema,
         )
-        return merged.sorted()
+        order = merged._order()
+        if order is None:
+            kept = len(self)  # other's rows all come after self's
+        else:
+            merged = merged.take(order)
+            k = min(len(self), len(order))
+            moved = np.flatnonzero(order[:k] != np.arange(k))
+            kept = int(moved[0]) if len(moved) else k
+        _tag_concat(self, merged, kept)
+        return merged
+
+    def _order(self) -> np.ndarray | None:
+        """The (ts, id) sort permutation, or None when the rows are already in that order."""
+        if len(self) < 2:
+            return None
+        d = np.diff(self.ts)
+        if np.all((d > 0) | ((d == 0) & (np.diff(self.ids) > 0))):
+            return None
+        return np.lexsort((self.ids, self.ts))
 
     def sorted(self) -> EventTable:
         """This table in (ts, id) order: row order is the engine's notion of "earlier".
 
         With default ids (row positions) this is the stable sort by ``ts`` of the input.
         """
-        n = len(self)
-        if n < 2:
-            return self
-        d = np.diff(self.ts)
-        if np.all((d > 0) | ((d == 0) & (np.diff(self.ids) > 0))):
-            return self
-        return self.take(np.lexsort((self.ids, self.ts)))
+        order = self._order()
+        return self if order is None else self.take(order)
 
     def to_pandas(self) -> pd.DataFrame:
         """Back to a DataFrame (for debugging and for re-ingestion elsewhere)."""
@@ -309,6 +335,106 @@ def column_to_python(col: AttributeColumn, strings: StringDictionary) -> pd.Seri
         return pd.Series(np.where(col.valid, col.values, np.nan))
     dtype = "Int64" if col.kind == "int" else "boolean"
     return pd.Series(pd.array(col.values, dtype=dtype)).mask(~col.valid)
+
+
+# ------------------------------------------------------------------------------------------------
+# Row lineage
+
+
+@dataclass(frozen=True)
+class RowTag:
+    """What is known about one array of a table: its ``ts``, or an attribute's values or validity.
+
+    ``role`` names the array (``"ts"``, ``"values:NAME"``, ``"valid:NAME"``, see :func:`array_role`).
+    Row ``r`` of the array is global row ``base + r`` of lineage ``lineage``. Arrays with the same
+    ``lineage`` and ``role`` hold the same value at every global row that both have (they differ
+    only in which range of rows they hold). ``ancestors``, nearest first, lists ``(lineage, cut)``:
+    the arrays of that lineage and this role hold the same values as this one at every global row
+    below ``cut`` that both have.
+
+    Only :meth:`EventTable.concat` starts a lineage (it appends, or merges rows in after the first
+    ``kept`` rows of ``self``), and only :meth:`EventTable.take` of a contiguous range continues
+    one. Tags belong to the array objects, so arrays swapped into a table by other means carry
+    none. Table arrays are never written in place.
+    """
+
+    lineage: int
+    base: int
+    role: str
+    ancestors: tuple[tuple[int, int], ...] = ()
+
+
+#: How many earlier lineages a tag remembers (each concat adds one).
+MAX_ANCESTORS = 16
+
+_LINEAGES = itertools.count(1)
+_TAGS: dict[int, tuple[weakref.ref, RowTag]] = {}
+
+
+def array_role(part: str, name: str = "") -> str:
+    """The role of a table array: ``array_role("ts")``, ``array_role("values", attr)``, ``array_role("valid", attr)``."""
+    return part if part == "ts" else f"{part}:{name}"
+
+
+def row_tag(arr: np.ndarray) -> RowTag | None:
+    """The lineage tag of a table array, or None (see :class:`RowTag`)."""
+    hit = _TAGS.get(id(arr))
+    if hit is None or hit[0]() is not arr:
+        return None
+    return hit[1]
+
+
+def _set_tag(arr: np.ndarray, tag: RowTag) -> None:
+    key = id(arr)
+
+    def drop(ref: weakref.ref, key: int = key) -> None:
+        hit = _TAGS.get(key)
+        if hit is not None and hit[0] is ref:
+            del _TAGS[key]
+
+    _TAGS[key] = (weakref.ref(arr, drop), tag)
+
+
+def _tagged_arrays(table: EventTable):
+    """(role, array, kind) of each array a tag can describe."""
+    yield "ts", table.ts, None
+    for name, col in table.columns.items():
+        yield array_role("values", name), col.values, col.kind
+        yield array_role("valid", name), col.valid, col.kind
+
+
+def _is_range(rows: np.ndarray, n: int) -> bool:
+    """``rows`` is ``arange(a, b)`` within ``[0, n)``."""
+    first, last = int(rows[0]), int(rows[-1])
+    if first < 0 or last >= n or last - first != len(rows) - 1:
+        return False
+    return len(rows) < 2 or bool(np.all(np.diff(rows) == 1))
+
+
+def _tag_slice(src: EventTable, out: EventTable, start: int) -> None:
+    """``out`` holds rows ``start, start + 1, ...`` of ``src``: its arrays continue src's lineage."""
+    for (role, a, _), (_, b, _) in zip(_tagged_arrays(src), _tagged_arrays(out), strict=True):
+        tag = row_tag(a)
+        if tag is not None and tag.role == role:
+            _set_tag(b, replace(tag, base=tag.base + start))
+
+
+def _tag_concat(src: EventTable, out: EventTable, kept: int) -> None:
+    """``out`` (a new lineage) equals ``src`` in its first ``kept`` rows, array by array where the
+    array was carried over unchanged (values: same kind and dtype; concat converts values when an
+    attribute's kind changes, never validity)."""
+    lineage = next(_LINEAGES)
+    before = {role: (a, kind) for role, a, kind in _tagged_arrays(src)}
+    for role, b, kind in _tagged_arrays(out):
+        a, a_kind = before.get(role, (None, None))
+        tag = row_tag(a) if a is not None else None
+        converted = role.startswith("values:") and a_kind != kind
+        if tag is None or tag.role != role or converted or a.dtype != b.dtype:
+            _set_tag(b, RowTag(lineage, 0, role))
+            continue
+        cut = tag.base + kept
+        ancestors = ((tag.lineage, cut),) + tuple((lin, min(c, cut)) for lin, c in tag.ancestors)
+        _set_tag(b, RowTag(lineage, tag.base, role, ancestors[:MAX_ANCESTORS]))
 
 
 # ------------------------------------------------------------------------------------------------

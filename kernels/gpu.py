@@ -20,23 +20,35 @@ truncated. Buffers grow by doubling and are reused across steps and calls. If th
 of memory, the batch of sequences is split in two and retried; a single sequence that still does
 not fit raises :class:`DeviceMemoryError` with the number of bytes asked for. Output is sorted on
 the host by the pair index, i.e. by (sequence, candidate): the same order as the CPU kernels.
+
+Table columns (timestamps, attribute values and validity) live on the device as
+:class:`DeviceColumn` buffers, one per column, that grow by doubling. In streaming the engine's
+buffer table changes by dropping an expired prefix and appending events; the row lineage that
+:class:`~cep_gpu.events.EventTable` records (:class:`~cep_gpu.events.RowTag`) proves which rows of
+a device column are still those of the new table, so only the new tail is copied (asynchronously,
+from pinned memory on the runtime's stream) and the expired prefix is released by moving the
+column's start (and moving the rows into a smaller buffer once it holds eight times what is live).
+Whatever the lineage cannot prove is uploaded in full. Arrays without a tag (batch tables, and the
+per-call negation, aggregate and candidate columns) are copied once per array object.
 """
 
 from __future__ import annotations
 
 import hashlib
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 
-from ..cdp import StepInput, register_combiner
+from ..backends import register
+from ..cdp import CDPBackend, StepInput, register_combiner
 from ..codegen import RuleSpec
 from ..codegen.cuda import CudaRule, generate, step_id
 from ..errors import BackendUnavailableError, CepError
+from ..events import MAX_ANCESTORS, array_role, row_tag
 
 I64_MAX = np.iinfo(np.int64).max
 
@@ -104,6 +116,18 @@ class Runtime(Protocol):
 
     def to_host(self, buf: Any, n: int | None = None) -> np.ndarray: ...
 
+    def copy_in(self, buf: Any, offset: int, host: np.ndarray) -> None:
+        """Copy ``host`` into ``buf[offset : offset + len(host)]`` (asynchronously where it can)."""
+        ...
+
+    def copy_within(self, dst: Any, dst_offset: int, src: Any, src_offset: int, n: int) -> None:
+        """Device-to-device copy of ``n`` elements; the two ranges never overlap."""
+        ...
+
+    def view(self, buf: Any, start: int, stop: int) -> Any:
+        """``buf[start:stop]`` without a copy (its pointer is what kernels get)."""
+        ...
+
     def pointer(self, buf: Any) -> int: ...
 
     def bytes_in_use(self) -> int: ...
@@ -136,11 +160,76 @@ class GrowingBuffer:
 
 @dataclass
 class LaunchStats:
-    """Counters of the launch path (tests check that the overflow and split paths ran)."""
+    """Counters of the launch path and of transfers (tests check that each path ran).
+
+    ``bytes_uploaded``: every host-to-device copy; ``column_bytes_uploaded``: the part that went
+    into table columns (:class:`DeviceColumn`); ``column_full_uploads`` / ``column_appends``: column
+    updates that copied the whole column / only new rows; ``column_rows_reused``: rows kept on the
+    device by appends; ``column_compactions``: columns moved into a new (larger or smaller) buffer
+    or to the front of their own.
+    """
 
     launches: int = 0
     relaunches: int = 0
     splits: int = 0
+    bytes_uploaded: int = 0
+    column_bytes_uploaded: int = 0
+    column_full_uploads: int = 0
+    column_appends: int = 0
+    column_rows_reused: int = 0
+    column_compactions: int = 0
+
+
+#: Smallest capacity (elements) of a device column.
+MIN_COLUMN_CAPACITY = 256
+
+
+@dataclass
+class DeviceColumn:
+    """One table column on the device: global rows ``[start, start + n)`` of the array last copied
+    at ``buf[head : head + n]``; ``relatives`` are that array's lineage and ancestors with their cuts
+    (:class:`~cep_gpu.events.RowTag`), which decide what a later array may reuse.
+
+    ``buf`` holds ``capacity`` elements. Appending writes behind the live rows; dropping an expired
+    prefix moves ``head``. When the rows no longer fit behind ``head`` they move to the front (of
+    this buffer, or of a new one twice as large); once the buffer holds eight times the live rows
+    they move to a smaller one (see :func:`_capacity`).
+    ``host`` (a weak reference) is the host array last copied, so a repeated array costs nothing.
+    """
+
+    role: str
+    dtype: np.dtype
+    buf: Any
+    capacity: int
+    head: int = 0
+    n: int = 0
+    start: int = 0
+    relatives: dict[int, int] = field(default_factory=dict)  # lineage -> cut; its own: I64_MAX
+    host: Any = None
+    used: int = 0  # table version (see GpuCombiner._version) at the last use
+
+    @property
+    def nbytes(self) -> int:
+        return self.capacity * self.dtype.itemsize
+
+
+def _capacity(current: int, want: int) -> int:
+    """A column capacity for ``want`` elements: ``current`` doubled until it holds them, or halved
+    while it holds four times as many (never below :data:`MIN_COLUMN_CAPACITY`)."""
+    cap = max(int(current), MIN_COLUMN_CAPACITY)
+    while cap < want:
+        cap *= 2
+    while cap // 2 >= MIN_COLUMN_CAPACITY and cap >= 4 * want:
+        cap //= 2
+    return cap
+
+
+def _as_device_dtype(arr: np.ndarray, dtype: Any) -> np.ndarray:
+    """``arr`` as the contiguous array of ``dtype`` that the kernels read (bools as uint8)."""
+    host = np.ascontiguousarray(arr)
+    if host.dtype == np.bool_:
+        host = host.view(np.uint8)
+    return host.astype(dtype, copy=False)
 
 
 @dataclass
@@ -160,15 +249,22 @@ class GpuCombiner:
     path in tests).
     """
 
-    def __init__(self, runtime: Runtime, name: str = "gpu", initial_capacity: int = 1 << 14) -> None:
+    def __init__(
+        self, runtime: Runtime, name: str = "gpu", initial_capacity: int = 1 << 14, check_columns: bool = False
+    ) -> None:
         self.runtime = runtime
         self.name = name
         self.initial_capacity = max(int(initial_capacity), 1)
+        #: compare every device column with its host array after each update (tests; costs a download)
+        self.check_columns = check_columns
         self.stats = LaunchStats()
         self._codes: dict[tuple, CudaRule] = {}
         self._buffers: dict[str, GrowingBuffer] = {}
         self._arrays: dict[int, tuple[weakref.ref, Any]] = {}  # id(host array) -> device copy
-        self._zeros: dict[int, Any] = {}
+        self._columns: dict[str, DeviceColumn] = {}  # role -> table column on the device
+        self._version = 0  # table versions seen (new lineages of the "ts" column)
+        self._ts_lineage = -1
+        self._zeros: Any = None  # zero flags (no row consumed), grown by doubling
 
     # -- the Combiner protocol ---------------------------------------------------------------------
 
@@ -195,7 +291,7 @@ class GpuCombiner:
             return np.full((n, n_agg), np.nan)
         rt = self.runtime
         tab, scal, _keep = self._context(kernels, env, None)
-        seq_dev = rt.to_device(np.ascontiguousarray(seqs, np.int64).ravel())
+        seq_dev = self._upload(np.ascontiguousarray(seqs, np.int64).ravel())
         out = rt.empty(n * n_agg, np.float64)
         self._launch(kernels, "cdp_aggregates", n, tab, scal, seq_dev, n, out)
         return rt.to_host(out).reshape(n, n_agg)
@@ -204,33 +300,148 @@ class GpuCombiner:
         """Bytes of device memory held (reported by ``Engine.stats()`` where it asks)."""
         return self.runtime.bytes_in_use()
 
+    def stats_dict(self) -> dict:
+        """Device memory, launch and transfer counters (see :class:`LaunchStats`), as a dict."""
+        out = {
+            "device": self.name,
+            "device_memory_bytes": self.runtime.bytes_in_use(),
+            "column_memory_bytes": sum(c.nbytes for c in self._columns.values()),
+            "columns_on_device": len(self._columns),
+        }
+        out.update(vars(self.stats))
+        return out
+
+    def release(self) -> None:
+        """Drop every device buffer this combiner holds (columns, caches, output buffers)."""
+        self._columns.clear()
+        self._arrays.clear()
+        self._buffers.clear()
+        self._zeros = None
+
     # -- device data ---------------------------------------------------------------------------------
 
+    def _upload(self, host: np.ndarray) -> Any:
+        """A new device array holding ``host`` (counted in ``stats.bytes_uploaded``)."""
+        host = np.ascontiguousarray(host)
+        self.stats.bytes_uploaded += host.nbytes
+        return self.runtime.to_device(host)
+
     def _device(self, arr: np.ndarray, dtype: Any) -> Any:
-        """Device copy of a long-lived host array (table columns), cached while the array lives."""
+        """Device copy of a host array without a row lineage, cached while the array lives."""
         hit = self._arrays.get(id(arr))
         if hit is not None and hit[0]() is arr:
             return hit[1]
-        host = np.ascontiguousarray(arr)
-        if host.dtype == np.bool_:
-            host = host.view(np.uint8)
-        dev = self.runtime.to_device(host.astype(dtype, copy=False))
+        dev = self._upload(_as_device_dtype(arr, dtype))
         self._arrays = {k: v for k, v in self._arrays.items() if v[0]() is not None}
         self._arrays[id(arr)] = (weakref.ref(arr), dev)
         return dev
 
+    def _column(self, arr: np.ndarray, role: str, dtype: Any) -> Any:
+        """The device copy of table array ``arr`` (role ``role``), updated incrementally.
+
+        The array's row tag says which lineage and global rows it holds; the rows the device column
+        holds that the tag proves unchanged stay, the expired prefix is dropped, and only the rows
+        after them are copied. Anything the tag cannot prove is uploaded in full.
+        """
+        tag = row_tag(arr)
+        if tag is None or tag.role != role:
+            return self._device(arr, dtype)
+        dtype = np.dtype(dtype)
+        rt = self.runtime
+        if role == "ts" and tag.lineage != self._ts_lineage:
+            self._ts_lineage = tag.lineage
+            self._version += 1
+            self._evict()
+        col = self._columns.get(role)
+        n = len(arr)
+        if col is not None and col.dtype == dtype and col.host is not None and col.host() is arr:
+            col.used = self._version
+            return rt.view(col.buf, col.head, col.head + n)
+        keep = 0
+        relatives = {tag.lineage: I64_MAX, **dict(tag.ancestors)}
+        if col is not None and col.dtype == dtype and tag.base >= col.start:
+            # the rows below `cut` are those of a lineage both descend from (or share)
+            cut = max((min(c, col.relatives[lin]) for lin, c in relatives.items() if lin in col.relatives), default=0)
+            keep = max(min(col.start + col.n, cut, tag.base + n) - tag.base, 0)
+        if keep > 0:
+            self._append(col, tag.base - col.start, keep, _as_device_dtype(arr[keep:], dtype))
+        else:
+            col = self._fill(col, role, dtype, _as_device_dtype(arr, dtype))
+        col.n, col.start, col.relatives = n, tag.base, relatives
+        col.host, col.used = weakref.ref(arr), self._version
+        view = rt.view(col.buf, col.head, col.head + n)
+        if self.check_columns:
+            got = rt.to_host(view)
+            if not np.array_equal(got, _as_device_dtype(arr, dtype), equal_nan=dtype.kind == "f"):
+                raise AssertionError(f"device column {role!r} differs from its host array")
+        return view
+
+    def _fill(self, col: DeviceColumn | None, role: str, dtype: np.dtype, host: np.ndarray) -> DeviceColumn:
+        """Upload ``host`` as the whole column (reusing the buffer when its size suits)."""
+        n = len(host)
+        if col is None or col.dtype != dtype or _capacity(col.capacity, n) != col.capacity:
+            cap = _capacity(0 if col is None or col.dtype != dtype else col.capacity, n)
+            if col is not None:
+                col.buf = None  # release first, so that the new allocation can reuse the memory
+                del self._columns[role]
+            col = self._columns[role] = DeviceColumn(role, dtype, self.runtime.empty(cap, dtype), cap)
+        col.head = 0
+        self._copy_in(col.buf, 0, host)
+        self.stats.column_full_uploads += 1
+        return col
+
+    def _append(self, col: DeviceColumn, drop: int, keep: int, tail: np.ndarray) -> None:
+        """Drop ``drop`` expired rows, keep the next ``keep``, copy ``tail`` in after them."""
+        rt = self.runtime
+        head = col.head + drop
+        need = keep + len(tail)
+        cap = _capacity(col.capacity, 2 * need)
+        if head + need > col.capacity or cap < col.capacity:
+            # no room behind the live rows, or the buffer is far too large after expiry: move the
+            # live rows to the front of this buffer (when the two places do not overlap and the
+            # size suits) or of one sized for twice the live rows
+            if cap == col.capacity and head >= keep:
+                rt.copy_within(col.buf, 0, col.buf, head, keep)
+            else:
+                new = rt.empty(cap, col.dtype)
+                rt.copy_within(new, 0, col.buf, head, keep)
+                col.buf, col.capacity = new, cap
+            head = 0
+            self.stats.column_compactions += 1
+        col.head = head
+        self._copy_in(col.buf, head + keep, tail)
+        self.stats.column_appends += 1
+        self.stats.column_rows_reused += keep
+
+    def _copy_in(self, buf: Any, offset: int, host: np.ndarray) -> None:
+        if len(host):
+            self.runtime.copy_in(buf, offset, host)
+        self.stats.bytes_uploaded += host.nbytes
+        self.stats.column_bytes_uploaded += host.nbytes
+
+    def _evict(self) -> None:
+        """Drop columns no table version since ``MAX_ANCESTORS`` versions ago has used: no tag
+        can lead back to them any more."""
+        old = [r for r, c in self._columns.items() if c.used < self._version - MAX_ANCESTORS - 1]
+        for r in old:
+            del self._columns[r]
+
     def _excluded(self, n_rows: int, excluded: np.ndarray | None) -> Any:
         if excluded is None:
-            if n_rows not in self._zeros:
-                self._zeros = {n_rows: self.runtime.full(max(n_rows, 1), 0, np.uint8)}
-            return self._zeros[n_rows]
+            # no row is consumed: a view of a zero buffer that grows by doubling
+            n = max(n_rows, 1)
+            if self._zeros is None or len(self._zeros) < n:
+                cap = _capacity(0 if self._zeros is None else len(self._zeros), n)
+                self._zeros = None
+                self._zeros = self.runtime.full(cap, 0, np.uint8)
+            return self.runtime.view(self._zeros, 0, n)
         # consumption edits the mask between calls: copy it each time
-        return self.runtime.to_device(np.ascontiguousarray(excluded).view(np.uint8))
+        return self._upload(np.ascontiguousarray(excluded).view(np.uint8))
 
     def _context(self, kernels: GpuKernels, env: tuple, excluded: np.ndarray | None) -> tuple[Any, Any, list]:
         """The pointer and scalar tables of cdp.cuh's Ctx for this env (see codegen.cuda)."""
-        spec, lay = kernels.spec, kernels.spec.layout
-        keep = [self._device(env[0], np.int64), self._excluded(len(env[0]), excluded)]
+        lay = kernels.spec.layout
+        keep = [self._column(env[0], "ts", np.int64), self._excluded(len(env[0]), excluded)]
         for e in range(1, len(env)):
             if e == lay.strings_at:
                 keep.append(keep[0])  # codes travel in the scalar table; keep slots aligned
@@ -241,15 +452,17 @@ class GpuCombiner:
                 kind = kernels.kinds.get(attr)
                 is_valid = (e - 1) % 2 == 1
                 dtype = np.uint8 if is_valid or kind == "bool" else np.float64 if kind == "float" else np.int64
+                if kind is None:  # no such column: a constant null stand-in
+                    keep.append(self._device(arr, dtype))
+                else:
+                    keep.append(self._column(arr, array_role("valid" if is_valid else "values", attr), dtype))
             else:
-                dtype = np.int64
-            keep.append(self._device(arr, dtype))
-        tab = self.runtime.to_device(np.array([self.runtime.pointer(b) for b in keep], dtype=np.uint64))
+                keep.append(self._device(arr, np.int64))  # negation/aggregate columns of this call
+        tab = self._upload(np.array([self.runtime.pointer(b) for b in keep], dtype=np.uint64))
         cols = [len(env[lay.neg_at + 2 * k]) for k in range(lay.n_negations)]
         cols += [len(env[lay.agg_at + 2 * k]) for k in range(lay.n_aggregates)]
         codes = list(np.asarray(env[lay.strings_at], np.int64)[: len(lay.strings)])
-        scal = self.runtime.to_device(np.array(codes + cols + [0], dtype=np.int64))
-        del spec
+        scal = self._upload(np.array(codes + cols + [0], dtype=np.int64))
         return tab, scal, keep
 
     # -- launches ------------------------------------------------------------------------------------
@@ -309,8 +522,8 @@ class GpuCombiner:
             return np.empty((0, np_), np.int64)
         tab, scal, _keep = self._context(kernels, step.env, step.excluded if step.use_excluded else None)
         args = (
-            tab, scal, step_id(step.plan, step.spec.step), step.spec.pred, rt.to_device(seqs.ravel()), n,
-            self._device(step.cand, np.int64), rt.to_device(lo), rt.to_device(offsets), total,
+            tab, scal, step_id(step.plan, step.spec.step), step.spec.pred, self._upload(seqs.ravel()), n,
+            self._device(step.cand, np.int64), self._upload(lo), self._upload(offsets), total,
         )
         out = self._buffer("seqs", np.int64, self.initial_capacity * np_)
         keys = self._buffer("keys", np.int64, self.initial_capacity)
@@ -343,8 +556,8 @@ class GpuCombiner:
         best = rt.full(n, -1 if last else int(I64_MAX), np.int64)
         self._launch(
             kernels, "cdp_select", total, tab, scal, step_id(step.plan, step.spec.step), step.spec.pred,
-            int(last), rt.to_device(seqs.ravel()), n, self._device(step.cand, np.int64),
-            rt.to_device(lo), rt.to_device(offsets), total, best,
+            int(last), self._upload(seqs.ravel()), n, self._device(step.cand, np.int64),
+            self._upload(lo), self._upload(offsets), total, best,
         )
         idx = rt.to_host(best)
         found = (idx >= 0) & (idx != I64_MAX)
@@ -378,17 +591,19 @@ def _import_cupy():
 
 
 class _CupyModule:
-    def __init__(self, cupy, raw, block: int, max_blocks: int) -> None:
+    def __init__(self, cupy, raw, block: int, max_blocks: int, stream) -> None:
         self._cupy = cupy
         self._funcs = {name: raw.get_function(name) for name in KERNELS}
         self._block = block
         self._max_blocks = max_blocks
+        self._stream = stream
 
     def launch(self, name: str, n_threads: int, *args: Any) -> None:
         kinds = KERNELS[name]
         conv = tuple(np.int64(a) if k == "i" else a for k, a in zip(kinds, args, strict=True))
         grid = min((n_threads + self._block - 1) // self._block, self._max_blocks)
-        self._funcs[name]((max(grid, 1),), (self._block,), conv)
+        with self._stream:  # the copies' stream: kernels see the data they were given
+            self._funcs[name]((max(grid, 1),), (self._block,), conv)
 
 
 class CupyRuntime:
@@ -415,7 +630,7 @@ class CupyRuntime:
                 options=("-std=c++17", f"-I{cuda_dir()}"),  # CuPy adds the device's architecture
                 backend="nvrtc",
             )
-            self._modules[key] = _CupyModule(self.cupy, raw, 256, 65535)
+            self._modules[key] = _CupyModule(self.cupy, raw, 256, 65535, self.stream)
         return self._modules[key]
 
     def _guard(self, fn, nbytes: int):
@@ -453,6 +668,23 @@ class CupyRuntime:
         self._inflight.clear()
         return out
 
+    def copy_in(self, buf: Any, offset: int, host: np.ndarray) -> None:
+        pinned = self._pinned(np.ascontiguousarray(host))
+        buf[int(offset): int(offset) + len(pinned)].set(pinned, stream=self.stream)  # asynchronous
+        self._inflight.append(pinned)
+
+    def copy_within(self, dst: Any, dst_offset: int, src: Any, src_offset: int, n: int) -> None:
+        if n <= 0:
+            return
+        size = dst.dtype.itemsize
+        self.cupy.cuda.runtime.memcpyAsync(
+            int(dst.data.ptr) + int(dst_offset) * size, int(src.data.ptr) + int(src_offset) * size,
+            int(n) * size, self.cupy.cuda.runtime.memcpyDeviceToDevice, self.stream.ptr,
+        )
+
+    def view(self, buf: Any, start: int, stop: int) -> Any:
+        return buf[int(start): int(stop)]
+
     def pointer(self, buf: Any) -> int:
         return int(buf.data.ptr)
 
@@ -474,4 +706,27 @@ def gpu_combiner() -> GpuCombiner:
     return GpuCombiner(CupyRuntime(), "gpu")
 
 
-register_combiner("gpu", gpu_combiner)
+class GpuBackend(CDPBackend):
+    """CDP over a :class:`GpuCombiner`: the backend object of ``"gpu"`` and ``"gpu-host"``, with
+    :meth:`stats` (device memory, launches, transfers) for ``Engine.stats()`` and the planner."""
+
+    combiner: GpuCombiner
+
+    def stats(self) -> dict:
+        """``device_memory_bytes`` (held by the runtime), ``column_memory_bytes`` (table columns),
+        ``launches``, ``relaunches``, ``splits``, ``bytes_uploaded``, ``column_bytes_uploaded``,
+        ``column_full_uploads``, ``column_appends``, ... (see :class:`LaunchStats`)."""
+        return self.combiner.stats_dict()
+
+    def release(self) -> None:
+        """Free the device memory the backend holds (it is allocated again as needed)."""
+        self.combiner.release()
+
+
+def register_gpu_backend(name: str, factory) -> None:
+    """Register ``backend=name`` as a :class:`GpuBackend` over the combiner ``factory`` builds."""
+    register_combiner(name, factory)
+    register(name, lambda: GpuBackend(factory(), name))
+
+
+register_gpu_backend("gpu", gpu_combiner)

@@ -26,10 +26,17 @@ from typing import Any
 
 import numpy as np
 
-from ..cdp import CDPBackend, register_combiner
 from ..codegen.cuda import CudaRule
 from ..errors import BackendUnavailableError
-from .gpu import KERNELS, DeviceOutOfMemory, GpuCombiner, cuda_dir, full_source
+from .gpu import (
+    KERNELS,
+    DeviceOutOfMemory,
+    GpuBackend,
+    GpuCombiner,
+    cuda_dir,
+    full_source,
+    register_gpu_backend,
+)
 
 #: Compiler command (the source file and output are appended). -fno-strict-aliasing: the kernels
 #: read NumPy int64 buffers (long) through long long pointers.
@@ -167,6 +174,15 @@ class HostRuntime:
     def to_host(self, buf: np.ndarray, n: int | None = None) -> np.ndarray:
         return (buf if n is None else buf[: int(n)]).copy()
 
+    def copy_in(self, buf: np.ndarray, offset: int, host: np.ndarray) -> None:
+        buf[int(offset): int(offset) + len(host)] = host
+
+    def copy_within(self, dst: np.ndarray, dst_offset: int, src: np.ndarray, src_offset: int, n: int) -> None:
+        dst[int(dst_offset): int(dst_offset) + int(n)] = src[int(src_offset): int(src_offset) + int(n)]
+
+    def view(self, buf: np.ndarray, start: int, stop: int) -> np.ndarray:
+        return buf[int(start): int(stop)]
+
     def pointer(self, buf: np.ndarray) -> int:
         return _pointer(buf)
 
@@ -174,15 +190,16 @@ class HostRuntime:
         return sum(self._live.values())
 
 
-def host_combiner(initial_capacity: int = 1 << 14, **runtime: Any) -> GpuCombiner:
+def host_combiner(initial_capacity: int = 1 << 14, check_columns: bool = False, **runtime: Any) -> GpuCombiner:
     """A :class:`~cep_gpu.kernels.gpu.GpuCombiner` over a :class:`HostRuntime` (keyword
-    arguments ``block``, ``max_blocks``, ``memory_limit`` go to the runtime)."""
-    return GpuCombiner(HostRuntime(**runtime), "gpu-host", initial_capacity)
+    arguments ``block``, ``max_blocks``, ``memory_limit`` go to the runtime; ``check_columns``
+    compares each device column with its host array after every update)."""
+    return GpuCombiner(HostRuntime(**runtime), "gpu-host", initial_capacity, check_columns)
 
 
-def host_backend(**kwargs: Any) -> CDPBackend:
+def host_backend(**kwargs: Any) -> GpuBackend:
     """The CDP backend over the host build (what ``backend="gpu-host"`` gives, with options)."""
-    return CDPBackend(host_combiner(**kwargs), "gpu-host")
+    return GpuBackend(host_combiner(**kwargs), "gpu-host")
 
 
-register_combiner("gpu-host", host_combiner)
+register_gpu_backend("gpu-host", host_combiner)

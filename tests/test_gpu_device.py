@@ -54,3 +54,24 @@ def test_device_overflow_relaunch_and_order(policy):
     assert np.array_equal(got.rows, get_backend("cpu").match(rule, table).rows)  # same order as cpu
     if policy == "each":
         assert backend.combiner.stats.relaunches >= 1
+
+
+@pytest.mark.parametrize("rules", ["seq3", "hierarchy"])
+def test_device_streaming_updates_columns_incrementally(rules):
+    """tests/test_gpu_host.py's streaming tests through CuPy: asynchronous copies into the device
+    columns, device-to-device compaction, every column checked against its host array."""
+    from cep_gpu.kernels.gpu import CupyRuntime, GpuBackend
+    from test_gpu_host import HIERARCHY, _joined, _publish_in_chunks, seq3_events
+
+    from cep_gpu.backends import register
+
+    text = SEQ3.format(p="each", w=40) if rules == "seq3" else HIERARCHY
+    events = seq3_events(900, seed=5)
+    name = f"gpu-stream-check-{rules}"
+    register(name, lambda: GpuBackend(GpuCombiner(CupyRuntime(), "gpu", check_columns=True), "gpu"))
+    parts, _ = _publish_in_chunks(cep_gpu.Engine(text, backend=name, time_unit="ms"), events)
+    _same(_joined(parts), cep_gpu.detect(events, text, backend="reference", time_unit="ms"))
+    st = get_backend(name).stats()
+    assert st["column_appends"] > 0 and st["column_rows_reused"] > 0
+    if rules == "seq3":
+        assert st["column_bytes_uploaded"] <= 17 * len(events) * 1.2

@@ -16,6 +16,7 @@ import pytest
 from cep_gpu.kernels.gpu import DeviceMemoryError, gpu_available
 from cep_gpu.kernels.host import HostRuntime, host_backend, host_combiner
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from strategies import rules_and_streams
 
 import cep_gpu
@@ -24,7 +25,7 @@ from cep_gpu.cdp import register_combiner
 from cep_gpu.codegen import lower
 from cep_gpu.codegen.cuda import generate
 from cep_gpu.errors import BackendUnavailableError
-from cep_gpu.events import EventTable
+from cep_gpu.events import EventTable, StringDictionary
 from cep_gpu.reference import ReferenceBackend
 
 HAVE_CPU = importlib.util.find_spec("cep_gpu.cdp") is not None
@@ -216,3 +217,232 @@ def test_host_runtime_needs_a_compiler(monkeypatch):
     monkeypatch.setenv("CXX", "no-such-compiler-xyz")
     with pytest.raises(BackendUnavailableError, match="no-such-compiler-xyz"):
         HostRuntime()
+
+
+# -- device data: table columns updated incrementally in streaming ----------------------------------------
+
+_STREAM_BACKENDS = iter(range(1_000_000))
+
+
+def _fresh_backend(**kwargs) -> str:
+    """A new backend name (its own counters) over the host build, checking every device column."""
+    from cep_gpu.backends import register
+
+    name = f"gpu-host-stream-{next(_STREAM_BACKENDS)}"
+    register(name, lambda: host_backend(check_columns=True, **kwargs))
+    return name
+
+
+def _publish_in_chunks(engine, events: pd.DataFrame, sizes=(1, 3, 7, 2, 1, 5)) -> tuple[list, list]:
+    parts, buffered, k, i = [], [], 0, 0
+    while k < len(events):
+        n = sizes[i % len(sizes)]
+        parts.append(engine.publish(events.iloc[k:k + n]))
+        buffered.append(engine.stats()["buffered"])
+        k, i = k + n, i + 1
+    parts.append(engine.flush())
+    return parts, buffered
+
+
+def _joined(parts: list[pd.DataFrame]) -> pd.DataFrame:
+    out = pd.concat([p for p in parts if len(p)], ignore_index=True)
+    key = out["ids"].map(lambda ids: tuple(ids))
+    order = sorted(range(len(out)), key=lambda i: (out["ts"].iloc[i], out["rule"].iloc[i], key.iloc[i]))
+    return out.iloc[order].reset_index(drop=True)
+
+
+def test_streaming_uploads_only_the_new_rows_of_each_column():
+    events = seq3_events(900, seed=5)
+    rule = SEQ3.format(p="each", w=40)
+    name = _fresh_backend()
+    eng = cep_gpu.Engine(rule, backend=name, time_unit="ms")
+    parts, buffered = _publish_in_chunks(eng, events)
+    stream = _joined(parts)
+    batch = cep_gpu.detect(events, rule, backend="gpu-host", time_unit="ms")
+    assert len(batch) > 500
+    same(stream, batch)
+    same(stream, cep_gpu.detect(events, rule, backend="reference", time_unit="ms"))
+    st = get_backend(name).stats()
+    # three columns on the device: ts (8 bytes a row), k's values (8) and validity (1)
+    row_bytes = 17
+    assert st["columns_on_device"] == 3
+    assert st["column_appends"] >= 3 * 100 and st["column_full_uploads"] <= 6
+    # what went into the columns grows with the events, not with the buffer at every publish
+    assert st["column_bytes_uploaded"] <= row_bytes * len(events) * 1.2
+    assert row_bytes * sum(buffered) > 10 * st["column_bytes_uploaded"]  # a whole-buffer upload would
+    assert st["column_rows_reused"] > 10 * len(events)
+    assert st["launches"] > 0 and st["device_memory_bytes"] >= st["column_memory_bytes"] > 0
+
+
+_CHECKED = _fresh_backend()  # one backend for every example: streams follow one another on it
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
+@given(rules_and_streams(min_events=4), st.data())
+def test_random_streams_equal_reference_with_checked_device_columns(case, data):
+    """Random rules (hierarchies, negations, aggregates, consuming, trailing NOT) streamed in random
+    chunks: equal to the reference, and every device column update equals its host array."""
+    from test_engine import _rows
+
+    text, events = case
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(events)), max_size=8)))
+    eng = cep_gpu.Engine(text, backend=_CHECKED)
+    parts, prev = [], 0
+    for c in cuts + [len(events)]:
+        parts.append(eng.publish(events.iloc[prev:c]))
+        prev = c
+    parts.append(eng.flush())
+    assert _rows(parts) == _rows(cep_gpu.detect(events, text, backend="reference"))
+
+
+HIERARCHY = """
+define P(k: int, v: float) from B(k=$k) as b and last A(k=$k) as a within 20 ms from b where k=b.k, v=a.v
+define Q(m: float) from C(k=$k) as c and each P(k=$k) as p within 30 ms from c
+ and not A(k=$k and v > 0.9) between p and c
+ and m=Avg(B(k=$k) within 25 ms from c).v > 0.2
+where m=m
+"""
+
+
+def test_streaming_with_composites_negations_and_aggregates_equals_batch():
+    """Composite events re-enter the buffer before the newest rows (same ts, negative id): only
+    the rows before them can be reused, which every column check verifies."""
+    events = seq3_events(420, seed=6)
+    name = _fresh_backend()
+    eng = cep_gpu.Engine(HIERARCHY, backend=name, time_unit="ms")
+    parts, _ = _publish_in_chunks(eng, events, sizes=(2, 5, 1, 9))
+    stream = _joined(parts)
+    ref = cep_gpu.detect(events, HIERARCHY, backend="reference", time_unit="ms")
+    assert set(ref["rule"]) == {"P", "Q"}
+    same(stream, ref)
+    same(stream, cep_gpu.detect(events, HIERARCHY, backend="gpu-host", time_unit="ms"))
+    st = get_backend(name).stats()
+    assert st["column_appends"] > 0 and st["column_rows_reused"] > 0
+
+
+def test_long_stream_keeps_device_columns_bounded():
+    """Expired rows leave the device: column memory follows the buffer, not the stream."""
+    rng = np.random.default_rng(8)
+    n = 2400
+    # a burst of 1200 events in 30 ms, then one event a ms: the buffer (20 ms of events) shrinks
+    # from ~800 rows to ~20
+    ts = np.concatenate([np.sort(rng.integers(0, 30, 1200)), 30 + np.arange(n - 1200)])
+    events = pd.DataFrame({"type": rng.choice(["A", "B", "C"], n), "ts": ts, "k": rng.integers(0, 4, n)})
+    rule = SEQ3.format(p="last", w=10)
+    name = _fresh_backend()
+    backend = get_backend(name)
+    eng = cep_gpu.Engine(rule, backend=name, time_unit="ms")
+    memory, buffered, parts = [], [], []
+    for k in range(0, n, 6):
+        parts.append(eng.publish(events.iloc[k:k + 6]))
+        memory.append(backend.stats()["column_memory_bytes"])
+        buffered.append(eng.stats()["buffered"])
+    parts.append(eng.flush())
+    same(_joined(parts), cep_gpu.detect(events, rule, backend="reference", time_unit="ms"))
+    peak = max(memory)
+    assert max(buffered[:200]) > 500 and max(buffered[-100:]) < 40
+    # at the peak the columns held the burst: ~17 bytes a row, at most 8 times the live rows
+    assert 17 * 500 < peak <= 8 * 17 * max(buffered)
+    # after the burst expired the columns shrank to (at most 8 times) what is live
+    assert max(memory[-100:]) <= max(8 * 17 * max(buffered[-100:]), 3 * 8 * 256 + 256) < peak / 2
+    st = backend.stats()
+    assert st["column_compactions"] > 0
+    assert st["column_bytes_uploaded"] <= 17 * n * 1.5
+
+
+# -- device data: reuse only where the row lineage proves it ----------------------------------------------
+
+
+_STRINGS = StringDictionary()
+
+
+def _table(events: pd.DataFrame) -> EventTable:
+    return EventTable.from_pandas(events, time_unit="ms", strings=_STRINGS)
+
+
+def _match_both(backend, rule, table):
+    got = backend.match(rule, table)
+    ref = ReferenceBackend().match(rule, table)
+    assert np.array_equal(_sorted(got.rows), _sorted(ref.rows))
+    return got
+
+
+def test_unrelated_and_sibling_tables_are_uploaded_in_full():
+    rule = cep_gpu.parse_rule(SEQ3.format(p="each", w=30))
+    backend = host_backend(check_columns=True)
+    ev = seq3_events(400, seed=9)
+    base = _table(ev.iloc[:200]).concat(_table(ev.iloc[200:300].assign(id=np.arange(200, 300))))
+    _match_both(backend, rule, base)
+    st = backend.stats()
+    assert st["column_full_uploads"] == 3 and st["column_appends"] == 0
+    # two tables that both extend `base`, with different new rows (same timestamps, other keys)
+    tail = ev.iloc[300:].assign(id=np.arange(300, 400))
+    left = base.concat(_table(tail))
+    right = base.concat(_table(tail.assign(k=(tail["k"] + 1) % 4, type=tail["type"].iloc[::-1].to_numpy())))
+    _match_both(backend, rule, left)
+    st = backend.stats()
+    assert st["column_appends"] == 3 and st["column_rows_reused"] == 3 * 300
+    # right's rows after `base` are not left's: only base's 300 rows may stay on the device
+    _match_both(backend, rule, right)
+    st2 = backend.stats()
+    assert st2["column_full_uploads"] == 3  # still: right and left both descend from base
+    assert st2["column_rows_reused"] - st["column_rows_reused"] == 3 * 300
+    # an unrelated table of the same shape and timestamps: nothing is reused
+    other = _table(ev.assign(k=(ev["k"] + 2) % 4).iloc[:200]).concat(
+        _table(ev.iloc[200:].assign(id=np.arange(200, 400), k=0)))
+    before = backend.stats()
+    _match_both(backend, rule, other)
+    after = backend.stats()
+    assert after["column_full_uploads"] == before["column_full_uploads"] + 3
+    assert after["column_rows_reused"] == before["column_rows_reused"]
+
+
+def test_expired_prefix_interleaved_rows_and_changed_kinds():
+    from cep_gpu.events import row_tag
+
+    rule = cep_gpu.parse_rule(SEQ3.format(p="first", w=30))
+    backend = host_backend(check_columns=True)
+    ev = seq3_events(500, seed=10)
+    table = _table(ev.iloc[:100]).concat(_table(ev.iloc[100:250].assign(id=np.arange(100, 250))))
+    _match_both(backend, rule, table)
+    # the engine's expiry: a contiguous slice keeps the lineage; the device drops the prefix
+    table = table.take(np.arange(60, len(table)))
+    assert row_tag(table.ts).base == 60
+    table = table.concat(_table(ev.iloc[250:320].assign(id=np.arange(250, 320))))
+    before = backend.stats()
+    _match_both(backend, rule, table)
+    after = backend.stats()
+    assert after["column_rows_reused"] - before["column_rows_reused"] == 3 * 190
+    assert after["column_bytes_uploaded"] - before["column_bytes_uploaded"] == 17 * 70
+    # rows merged in before the newest ones: only the rows before the first of them stay
+    late = ev.iloc[320:330].assign(id=np.arange(320, 330), ts=np.arange(300, 310))
+    table = table.concat(_table(late))
+    kept = int(np.flatnonzero(table.ids >= 320)[0])  # the first merged-in row
+    before = backend.stats()
+    _match_both(backend, rule, table)
+    after = backend.stats()
+    assert after["column_rows_reused"] - before["column_rows_reused"] == 3 * kept
+    # a non-contiguous take starts no lineage: copied in full
+    holes = table.take(np.flatnonzero(np.arange(len(table)) % 7 != 3))
+    assert row_tag(holes.ts) is None
+    _match_both(backend, rule, holes)
+    # k becomes a float column (int64 -> float64 on the device): its values are copied in full
+    floats = table.concat(_table(ev.iloc[330:400].assign(id=np.arange(330, 400), k=lambda d: d["k"] + 0.0)))
+    assert row_tag(floats.columns["k"].values).ancestors == ()
+    before = backend.stats()
+    _match_both(backend, rule, floats)
+    after = backend.stats()
+    assert after["column_full_uploads"] - before["column_full_uploads"] == 1  # k's values only
+
+
+def test_release_frees_the_device_columns():
+    rule = cep_gpu.parse_rule(SEQ3.format(p="each", w=30))
+    backend = host_backend(check_columns=True)
+    ev = seq3_events(300, seed=11)
+    table = _table(ev.iloc[:150]).concat(_table(ev.iloc[150:].assign(id=np.arange(150, 300))))
+    _match_both(backend, rule, table)
+    assert backend.stats()["column_memory_bytes"] > 0
+    backend.release()
+    assert backend.stats()["column_memory_bytes"] == 0
+    assert backend.stats()["device_memory_bytes"] == 0
+    _match_both(backend, rule, table)  # allocated again as needed
