@@ -611,10 +611,12 @@ class CupyRuntime:
 
     name = "gpu"
 
-    def __init__(self, device: int = 0) -> None:
+    def __init__(self, device: int | None = None) -> None:
         cupy = _import_cupy()
         self.cupy = cupy
-        self.device = cupy.cuda.Device(device)
+        # default: the current device, which a Spark task has set to its assigned GPU
+        # (cep_gpu.spark_udfs.rapids.use_task_gpu) before the backend is first created
+        self.device = cupy.cuda.Device() if device is None else cupy.cuda.Device(device)
         self.device.use()
         self.arch = str(self.device.compute_capability)  # e.g. "90"; part of the module cache key
         self.stream = cupy.cuda.Stream(non_blocking=True)
@@ -635,9 +637,10 @@ class CupyRuntime:
 
     def _guard(self, fn, nbytes: int):
         try:
-            with self.stream:
+            with self.device, self.stream:
                 return fn()
-        except self.cupy.cuda.memory.OutOfMemoryError as err:
+        except (self.cupy.cuda.memory.OutOfMemoryError, MemoryError) as err:
+            # MemoryError: an RMM pool (rapids_conf(python_pool="rmm")) reports exhaustion so
             raise DeviceOutOfMemory(nbytes) from err
 
     def to_device(self, host: np.ndarray) -> Any:
