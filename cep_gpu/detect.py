@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
+import numba
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -169,8 +170,11 @@ def composite_events(rule: Rule, table: EventTable, matches: Matches) -> RuleRes
     rows = matches.rows
     ts = match_ts(table, rows)
     ids = table.ids[rows] if len(rows) else np.empty((0, rule.n_predicates), np.int64)
-    order = np.lexsort(tuple(ids[:, j] for j in reversed(range(ids.shape[1]))) + (ts,))
-    rows, aggs, ts, ids = rows[order], matches.aggs[order], ts[order], ids[order]
+    aggs = matches.aggs
+    # CDP emits matches grouped by terminator, candidates in time order: usually sorted already
+    if not _sorted_by_ts_ids(ts, ids):
+        order = np.lexsort(tuple(ids[:, j] for j in reversed(range(ids.shape[1]))) + (ts,))
+        rows, aggs, ts, ids = rows[order], aggs[order], ts[order], ids[order]
     attrs = {}
     for a in rule.attributes:
         v = evaluate(a.expr, table, rows, aggs)
@@ -182,6 +186,22 @@ def composite_events(rule: Rule, table: EventTable, matches: Matches) -> RuleRes
             values = values.astype(np.int64)
         attrs[a.name] = AttributeColumn(kind, values, v.valid.copy())
     return RuleResult(rule, ts, ids, attrs)
+
+
+@numba.njit(cache=False)
+def _sorted_by_ts_ids(ts, ids):
+    """Whether rows are in (ts, ids...) lexicographic order (one pass, no temporaries)."""
+    for i in range(1, ts.shape[0]):
+        if ts[i] != ts[i - 1]:
+            if ts[i] < ts[i - 1]:
+                return False
+            continue
+        for j in range(ids.shape[1]):
+            if ids[i, j] != ids[i - 1, j]:
+                if ids[i, j] < ids[i - 1, j]:
+                    return False
+                break
+    return True
 
 
 def _declared_kind(declared, actual, rule: Rule, name: str):

@@ -190,3 +190,24 @@ def test_cycle_in_hierarchy_is_a_rule_error():
     rules = "define P from Q() as q;\ndefine Q from P() as p"
     with pytest.raises(RuleError, match="cycle"):
         cep_gpu.detect(EVENTS, rules, backend="reference")
+
+
+def test_output_sorted_by_ts_then_ids_when_ids_run_against_time():
+    # ids that do not follow time: CDP's natural order (terminator, then candidates in time) is
+    # not (ts, ids) order, so the output must be re-sorted; the fast "already sorted" check must
+    # see that, for every backend
+    ev = pd.DataFrame({"type": ["A", "A", "A", "B", "B"], "ts": [0, 1, 1, 2, 2], "id": [9, 7, 8, 5, 4]})
+    rule = "define Z from B() as b and each A() as a within 5 s from b"
+    for backend in ("reference", "cpu"):
+        out = cep_gpu.detect(ev, rule, backend=backend)
+        assert id_tuples(out) == [(4, 7), (4, 8), (4, 9), (5, 7), (5, 8), (5, 9)], backend
+
+
+def test_sorted_check_is_lexicographic():
+    from cep_gpu.detect import _sorted_by_ts_ids
+
+    ids = np.array([[1, 2], [1, 3], [2, 0]], np.int64)
+    assert _sorted_by_ts_ids(np.array([5, 5, 5], np.int64), ids)
+    assert not _sorted_by_ts_ids(np.array([5, 5, 5], np.int64), ids[::-1].copy())
+    assert _sorted_by_ts_ids(np.array([1, 2, 3], np.int64), ids[::-1].copy())  # ts decides first
+    assert not _sorted_by_ts_ids(np.array([2, 1, 3], np.int64), ids)
