@@ -154,21 +154,24 @@ class RuleResult:
         return len(self.ts) if self.count is None else self.count
 
 
-def match_ts(table: EventTable, rows: np.ndarray) -> np.ndarray:
+def match_ts(table: EventTable, rows: np.ndarray, rule: Rule | None = None) -> np.ndarray:
     """The timestamp of each match: that of its terminator, which is its latest event.
 
-    Taken as the latest bound timestamp because an ``AND(...)`` rule has one plan (and one
-    terminator) per possible last event, and ``Matches`` does not say which plan matched.
+    With one plan, one gather of the terminator's timestamps; otherwise the latest bound
+    timestamp, because an ``AND(...)`` rule has one plan (and one terminator) per possible last
+    event, and ``Matches`` does not say which plan matched.
     """
     if not len(rows):
         return np.empty(0, np.int64)
+    if rule is not None and len(rule.plans) == 1:
+        return table.ts[rows[:, rule.plans[0].terminator]]
     return table.ts[rows].max(axis=1)
 
 
 def composite_events(rule: Rule, table: EventTable, matches: Matches) -> RuleResult:
     """Timestamps, ids and attributes of the composite events of ``matches``, sorted by (ts, ids)."""
     rows = matches.rows
-    ts = match_ts(table, rows)
+    ts = match_ts(table, rows, rule)
     ids = table.ids[rows] if len(rows) else np.empty((0, rule.n_predicates), np.int64)
     aggs = matches.aggs
     # CDP emits matches grouped by terminator, candidates in time order: usually sorted already
