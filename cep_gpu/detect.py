@@ -384,10 +384,11 @@ def detect(
         raise ValueError(f"output must be 'pandas', 'arrow' or 'count', not {output!r}")
     rule_list = as_rules(rules)
     if isinstance(events, pa.Table):
-        events = events.to_pandas()
-    if not isinstance(events, pd.DataFrame):
+        table = EventTable.from_arrow(events, time_unit=time_unit)
+    elif isinstance(events, pd.DataFrame):
+        table = EventTable.from_pandas(events, time_unit=time_unit)
+    else:
         raise EventError(f"events must be a pandas DataFrame or a pyarrow Table, got {type(events).__name__}")
-    table = EventTable.from_pandas(events, time_unit=time_unit)
     results = detect_table(table, rule_list, backend, count_only=output == "count",
                            max_batch_latency=max_batch_latency)
     if output == "count":

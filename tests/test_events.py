@@ -212,3 +212,40 @@ def test_concat_with_conflicting_kinds():
     b = EventTable.from_pandas(pd.DataFrame({"type": ["A"], "ts": [2], "id": [1], "v": [1.0]}), strings=strings)
     with pytest.raises(EventError, match="attribute 'v' has kinds"):
         a.concat(b)
+
+
+def test_arrow_and_categorical_input_ingest_like_object_strings():
+    # dictionary-encoded strings (Arrow input, pandas categoricals) take the codes path; the
+    # table must be the same as from plain object strings, nulls included
+    import pyarrow as pa
+
+    df = pd.DataFrame({
+        "type": ["A", "B", "A", "C"], "ts": [1.0, 2.0, 3.0, 4.0],
+        "room": ["r1", None, "r2", "r1"], "k": pd.array([1, None, 3, 4], dtype="Int64"),
+    })
+    plain = EventTable.from_pandas(df)
+    for other in (EventTable.from_arrow(pa.Table.from_pandas(df, preserve_index=False)),
+                  EventTable.from_pandas(df.astype({"type": "category", "room": "category"}))):
+        assert other.type_names == plain.type_names
+        assert other.types.tolist() == plain.types.tolist()
+        for name in ("room", "k"):
+            a, b = plain.columns[name], other.columns[name]
+            assert a.kind == b.kind and a.valid.tolist() == b.valid.tolist()
+            va, vb = a.values[a.valid], b.values[b.valid]
+            if a.kind == "string":
+                va, vb = plain.strings.decode(va), other.strings.decode(vb)
+            assert va.tolist() == vb.tolist()
+        assert other.schema == plain.schema
+
+
+def test_detect_on_arrow_input_equals_pandas_input():
+    import pyarrow as pa
+
+    import cep_gpu
+
+    df = pd.DataFrame({"type": ["P", "P", "V", "V"], "ts": [1.0, 2.0, 2.5, 3.0],
+                       "painting": ["m", "n", "m", None]})
+    rule = "define T from V(painting=$p) and each P(painting=$p) within 5 s from V"
+    a = cep_gpu.detect(pa.Table.from_pandas(df, preserve_index=False), rule, backend="cpu")
+    b = cep_gpu.detect(df, rule, backend="cpu")
+    assert a.equals(b) and len(a) == 1
