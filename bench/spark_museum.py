@@ -1,13 +1,16 @@
 """Benchmark: the museum workload, detect_spark on local[2] against single-process detect.
 
-    python bench/spark_museum.py [--events 10000000] [--backend cpu] [--slices 2] [--json out.json]
+    python bench/spark_museum.py [--events 10000000] [--backend cpu] [--slices 2]
+        [--slicing auto|shuffle|partitions] [--json out.json]
 
 Both sides read the same Parquet file, run the same backend and build every composite event
 (Arrow), ``--repeat`` times each; the first
 run includes compiling the kernels (Numba JIT, in the driver and in every Python worker), the
-best of the others is the warm figure. The Spark time covers the whole job (Parquet scan, slice
-quantiles, shuffle, Arrow transfer, the engine in the UDFs, the owner filter), executed with
-Spark's ``noop`` sink so that no output is written.
+best of the others is the warm figure. The Spark time covers the whole job, planning included,
+executed with Spark's ``noop`` sink so that no output is written. The Parquet file is written in
+time order, so ``--slicing auto`` (the default) takes the shuffle-free plan (per-partition time
+statistics, the context collected and broadcast, ``mapInArrow``); ``--slicing shuffle`` measures
+the time-slice shuffle (slice quantiles, ``explode``, ``groupBy(slice)``, the owner filter).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--events", type=int, default=10_000_000)
     ap.add_argument("--backend", default="cpu")
     ap.add_argument("--slices", type=int, default=None)
+    ap.add_argument("--slicing", default="auto", choices=["auto", "shuffle", "partitions"])
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--repeat", type=int, default=2, help="timed runs per side (first one is cold)")
     ap.add_argument("--json", help="write the measurements here")
@@ -63,7 +67,7 @@ def main(argv: list[str] | None = None) -> dict:
     spark_times = []
     for _ in range(args.repeat):
         t0 = time.perf_counter()
-        out = detect_spark(df, rules, backend=args.backend, num_slices=args.slices)
+        out = detect_spark(df, rules, backend=args.backend, num_slices=args.slices, slicing=args.slicing)
         out.write.format("noop").mode("overwrite").save()
         spark_times.append(time.perf_counter() - t0)
     spark_counts = {r["rule"]: r["count"] for r in out.groupBy("rule").count().collect()}
@@ -76,6 +80,8 @@ def main(argv: list[str] | None = None) -> dict:
         "backend": args.backend,
         "master": args.master,
         "slices": args.slices or "default parallelism",
+        "slicing": args.slicing,
+        "plan": out.cep_plan.explain(),
         "single_process_cold_s": round(single_times[0], 2),
         "spark_cold_s": round(spark_times[0], 2),
         "single_process_s": round(t_single, 2),

@@ -4,9 +4,12 @@ Planning (driver only, before any task runs): validate the input schema, parse a
 rules, choose keyed or time-sliced execution (:mod:`cep_gpu.spark_udfs.plan`). Then:
 
 * keyed: ``groupBy(key).applyInArrow`` runs the engine once per key value;
-* time-sliced: each event is copied (``explode``) to every slice whose owned range or context
-  covers it, ``groupBy(slice).applyInArrow`` runs the engine once per slice, and a Spark filter
-  keeps each composite event only in the slice that owns its terminator's timestamp.
+* time-sliced, input partitions already time-ordered and disjoint (Parquet written in time
+  order): no shuffle; ``mapInArrow`` runs the engine once per input partition with the context
+  it needs collected and broadcast by the driver (:mod:`cep_gpu.spark_udfs.partitioned`);
+* time-sliced, otherwise: each event is copied (``explode``) to every slice whose owned range or
+  context covers it, ``groupBy(slice).applyInArrow`` runs the engine once per slice, and a Spark
+  filter keeps each composite event only in the slice that owns its terminator's timestamp.
 
 Rule hierarchies run whole inside each group (the context is the sum of lookbacks along the
 chain), so composite events that feed other rules need no extra stage.
@@ -15,7 +18,9 @@ chain), so composite events that feed other rules need no extra stage.
 from __future__ import annotations
 
 import functools
+import logging
 from dataclasses import dataclass
+from typing import Literal
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -25,9 +30,37 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from cep_gpu.detect import as_rules, rule_order
 from cep_gpu.errors import EventError
 
+from .partitioned import partition_layout, run_partitioned
 from .plan import SparkPlan, plan_rules
 from .schema import SLICE, T_NS, TimeSpec, engine_columns, output_struct, time_spec
 from .task import run_group
+
+log = logging.getLogger("cep_gpu.spark_udfs")
+
+Slicing = Literal["auto", "shuffle", "partitions"]
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """How a ``detect_spark`` call runs, decided on the driver (``out.cep_plan`` on its result).
+
+    ``kind``: ``keyed`` (``groupBy(key)``), ``partitions`` (time-ordered input partitions,
+    ``mapInArrow``, no shuffle) or ``shuffle`` (time slices, ``explode`` + ``groupBy(slice)``);
+    ``reason``: why, in words.
+    """
+
+    kind: str
+    reason: str
+
+    def explain(self) -> str:
+        head = {
+            "keyed": "keyed: shuffle by key",
+            "partitions": "time-partitioned input: no shuffle",
+            "shuffle": "time slices: shuffle",
+        }[self.kind]
+        return f"{head} ({self.reason})"
+
+    __str__ = explain
 
 
 @dataclass(frozen=True)
@@ -80,6 +113,7 @@ def detect_spark(
     backend: str = "auto",
     time_unit: str = "s",
     num_slices: int | None = None,
+    slicing: Slicing = "auto",
 ) -> DataFrame:
     """The composite events of ``rules`` in the Spark DataFrame ``df``, as a Spark DataFrame.
 
@@ -103,7 +137,14 @@ def detect_spark(
         The engine's backend inside each task (``auto`` lets the planner choose per partition;
         a task with a GPU makes that GPU the CuPy device).
     num_slices:
-        Number of time slices (default: the cluster's default parallelism).
+        Number of time slices of the shuffle plan (default: the cluster's default parallelism).
+    slicing:
+        How a time-sliced run cuts time: ``"partitions"`` uses the input's own partitions as the
+        slices when they are time-ordered and disjoint (no shuffle; raises ``ValueError`` when
+        they are not), ``"shuffle"`` range-partitions by ``ts`` (any input), ``"auto"`` (default)
+        takes ``"partitions"`` when it applies and its context is small, else ``"shuffle"``.
+        The choice is logged (logger ``cep_gpu.spark_udfs``) and kept as ``out.cep_plan``
+        (a :class:`RunPlan`).
 
     Raises
     ------
@@ -111,13 +152,38 @@ def detect_spark(
         On the driver, before any task runs: missing ``type``/``ts``, a ``ts`` of the wrong type,
         rules reading unknown attributes, ``consuming`` rules that cannot be keyed.
     """
+    if slicing not in ("auto", "shuffle", "partitions"):
+        raise ValueError(f"slicing must be 'auto', 'shuffle' or 'partitions', not {slicing!r}")
     job = plan_job(df, rules, partition_by, backend, time_unit, num_slices)
     events = _engine_events(df, job)
     if job.plan.mode == "keyed":
-        out = _run_keyed(events, job)
+        out, run = _run_keyed(events, job), RunPlan("keyed", f"by {job.plan.key!r}")
     else:
-        out = _run_sliced(events, job)
-    return out.withColumn("ts", job.time.from_engine(F.col("ts")))
+        out, run = _run_time(events, job, slicing)
+    log.info("detect_spark: %s", run.explain())
+    out = out.withColumn("ts", job.time.from_engine(F.col("ts")))
+    out.cep_plan = run
+    return out
+
+
+def _run_time(events: DataFrame, job: SparkJob, slicing: Slicing) -> tuple[DataFrame, RunPlan]:
+    """The time-sliced run: the input's own partitions when they fit, else the shuffle."""
+    why = "slicing='shuffle'"
+    if slicing != "shuffle":
+        if job.plan.unbounded:
+            why = "a predicate without a window needs every earlier event"
+        elif any(r.consuming for r in job.rules):
+            why = "'consuming' rules depend on every earlier match"
+        else:
+            layout, why = partition_layout(
+                events, job.time, job.plan.lookback_ns, job.plan.horizon_ns, forced=slicing == "partitions"
+            )
+            if layout is not None:
+                return run_partitioned(events, job, layout), RunPlan("partitions", why)
+        if slicing == "partitions":
+            raise ValueError(f"slicing='partitions' is not possible: {why}; use slicing='auto' or 'shuffle'")
+    n = job.plan.n_slices
+    return _run_sliced(events, job), RunPlan("shuffle", f"{n} slice{'s' * (n != 1)}; {why}")
 
 
 # ------------------------------------------------------------------------------------------------

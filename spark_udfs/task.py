@@ -73,3 +73,14 @@ def run_group(
     if slice_id is not None:
         result = result.append_column(SLICE, pa.array(np.full(result.num_rows, slice_id, np.int32)))
     return result
+
+
+def engine_nanos(ts: pa.ChunkedArray | pa.Array, kind: str, unit: str) -> np.ndarray:
+    """Engine ``ts`` values as int64 ns: the arithmetic of :meth:`TimeSpec.nanos` in NumPy."""
+    from cep_gpu.events import _UNIT_NS
+
+    values = ts.to_numpy()
+    scale = _UNIT_NS[unit]
+    if kind == "fractional":
+        return np.round(values.astype(np.float64) * scale).astype(np.int64)
+    return values.astype(np.int64) * scale

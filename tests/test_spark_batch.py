@@ -273,11 +273,12 @@ def test_output_schema_comes_from_rules(spark, events):  # noqa: F811
 
 @pytest.mark.parametrize("partition_by", [None, "k"])
 def test_engine_runs_in_arrow_udfs_only(spark, events, partition_by):  # noqa: F811
-    # one grouped Arrow UDF per plan; no row-at-a-time Python (BatchEvalPython) anywhere
+    # one Arrow UDF per plan (grouped, or per partition for time-ordered input); no row-at-a-time
+    # Python (BatchEvalPython) anywhere
     df = spark.createDataFrame(events)
     out = detect_spark(df, KEYED_RULES, partition_by=partition_by, backend=BACKEND, num_slices=3)
     plan = out._jdf.queryExecution().executedPlan().toString()
-    assert plan.count("FlatMapGroupsInArrow") == 1
+    assert plan.count("FlatMapGroupsInArrow") + plan.count("MapInArrow") == 1
     assert "BatchEvalPython" not in plan and "ArrowEvalPython" not in plan
 
 
@@ -370,3 +371,107 @@ def test_museum_spark_example(spark, tmp_path, capsys):  # noqa: F811
     assert rows(got) == rows(want)
     assert (out / "detections.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert not spark.sparkContext._jsc.sc().isStopped()  # the example leaves a session it did not start
+
+
+# -- time-ordered input partitions: no shuffle -------------------------------------------------------
+
+
+def time_partitions(spark, events, cuts, reverse=False):  # noqa: F811
+    """``events`` (sorted by ts) cut at row positions ``cuts``, chunk ``i`` in Spark partition
+    ``i`` (deterministic, no shuffle in the plan); ``reverse`` puts later times in lower partitions."""
+    data = events.astype(object).where(events.notna(), None)
+    chunks = [list(data.iloc[c].itertuples(index=False, name=None)) for c in np.split(np.arange(len(events)), cuts)]
+    if reverse:
+        chunks.reverse()
+    rdd = spark.sparkContext.parallelize(range(len(chunks)), len(chunks)).flatMap(lambda i: chunks[i])
+    return spark.createDataFrame(rdd, schema="type string, ts long, id long, k long, x long, v double")
+
+
+def cuts_between(ts, k):
+    """k - 1 row positions near the k-quantiles where ts changes (no tie across a cut)."""
+    out = []
+    for q in range(1, k):
+        i = len(ts) * q // k
+        while ts[i - 1] == ts[i]:
+            i += 1
+        out.append(i)
+    return out
+
+
+@pytest.fixture(scope="module")
+def long_events():
+    # 2400 s: the 48 s of context a boundary needs (40 s back, 8 s forward) stay well under 10%
+    ev = museum_like_stream(n=3000, span=2400, seed=11)
+    return ev, rows(cep_gpu.detect(ev, SLICED_RULES, backend=BACKEND))
+
+
+def _exchanges(df) -> str:
+    return df._jdf.queryExecution().executedPlan().toString()
+
+
+def test_partition_layout_and_tiles():
+    from cep_gpu.spark_udfs.partitioned import PartitionStats as S
+    from cep_gpu.spark_udfs.partitioned import layout_problem, tiles_of
+
+    # partition ids need not follow time; empty partitions are ignored
+    ok = [S(0, 50, 60, 3), S(1, 0, 10, 2), S(2, 0, 0, 0), S(3, 11, 40, 5)]
+    assert layout_problem(ok) is None
+    order = sorted((s for s in ok if s.count), key=lambda s: s.min_ns)
+    tiles = tiles_of(order)
+    assert tiles[1][1] == tiles[3][0] and tiles[3][1] == tiles[0][0]  # they tile all of time
+    assert tiles[1][0] < 0 and tiles[1][1] == 11 and tiles[3][1] == 45 and tiles[0][1] > 1 << 62
+    assert "equal timestamps" in layout_problem([S(0, 0, 10, 2), S(1, 10, 20, 2)])
+    assert "overlap" in layout_problem([S(0, 0, 10, 2), S(1, 5, 20, 2)])
+
+
+@pytest.mark.parametrize("k, reverse", [(2, False), (3, True), (5, False)])
+def test_time_ordered_partitions_run_without_shuffle(spark, long_events, k, reverse):  # noqa: F811
+    ev, want = long_events
+    cuts = cuts_between(ev["ts"].to_numpy(), k)
+    df = time_partitions(spark, ev, cuts, reverse)
+    out = detect_spark(df, SLICED_RULES, backend=BACKEND)
+    assert out.cep_plan.kind == "partitions", out.cep_plan
+    assert "no shuffle" in out.cep_plan.explain()
+    plan = _exchanges(out)
+    assert "MapInArrow" in plan and "Exchange" not in plan and "FlatMapGroupsInArrow" not in plan
+    got = _spark_rows(out)
+    assert got == want
+    # composite events bind events of two partitions (the context was needed)
+    part_of = dict(zip(ev["id"], np.searchsorted(cuts, np.arange(len(ev)), side="right")))
+    assert any(len({part_of[i] for i in r[2] if i in part_of}) > 1 for r in got)
+
+
+def test_windows_longer_than_partitions(spark, events, expected):  # noqa: F811
+    # 8 partitions of 10 s, context 40 s back: too much context for auto, exact when forced
+    df = time_partitions(spark, events, cuts_between(events["ts"].to_numpy(), 8))
+    out = detect_spark(df, SLICED_RULES, backend=BACKEND, num_slices=3)
+    assert out.cep_plan.kind == "shuffle" and "context" in out.cep_plan.reason
+    out = detect_spark(df, SLICED_RULES, backend=BACKEND, slicing="partitions")
+    assert out.cep_plan.kind == "partitions"
+    assert _spark_rows(out) == expected["sliced"]
+
+
+def test_partitions_that_are_not_time_ordered_use_the_shuffle(spark, long_events):  # noqa: F811
+    ev, want = long_events
+    ts = ev["ts"].to_numpy()
+    ties = np.flatnonzero(ts[1:] == ts[:-1]) + 1  # ts[i - 1] == ts[i]
+    tie = int(ties[len(ties) // 2])
+    cases = {
+        "equal timestamps": time_partitions(spark, ev, [tie]),
+        "overlap": time_partitions(spark, ev.iloc[np.r_[0:len(ev):2, 1:len(ev):2]], [len(ev) // 2 + 1]),
+        "shuffles": spark.createDataFrame(ev).repartitionByRange(3, "ts"),  # bounds re-sampled per job
+    }
+    for why, df in cases.items():
+        out = detect_spark(df, SLICED_RULES, backend=BACKEND, num_slices=3)
+        assert out.cep_plan.kind == "shuffle" and why in out.cep_plan.reason, (why, out.cep_plan)
+        assert "FlatMapGroupsInArrow" in _exchanges(out)
+        if why != "shuffles":  # (the shuffle plan's exactness on shuffled input is tested above)
+            assert _spark_rows(out) == want
+            with pytest.raises(ValueError, match=why):
+                detect_spark(df, SLICED_RULES, backend=BACKEND, slicing="partitions")
+    # consuming rules keep needing every earlier match: never the partitions plan
+    df = time_partitions(spark, ev, cuts_between(ts, 2))
+    with pytest.raises(ValueError, match="consuming"):
+        detect_spark(df, CONSUMING_RULE, backend=BACKEND, num_slices=1, slicing="partitions")
+    out = detect_spark(df, SLICED_RULES, backend=BACKEND, slicing="shuffle")
+    assert out.cep_plan.kind == "shuffle" and "FlatMapGroupsInArrow" in _exchanges(out)
