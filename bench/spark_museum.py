@@ -21,11 +21,11 @@ import tempfile
 import time
 from pathlib import Path
 
-import pandas as pd
 from cep_gpu.spark_udfs import detect_spark
 from cep_gpu.spark_udfs.job import session
 
 import cep_gpu
+from cep_gpu.io import read_events
 from cep_gpu.museum import MUSEUM_RULES, generate_museum
 
 
@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> dict:
     single_times = []
     for _ in range(args.repeat):
         t0 = time.perf_counter()
-        events = pd.read_parquet(path)
+        events = read_events(path)  # what `cep-gpu run` reads Parquet with
         # the same work as the Spark side: every composite event built (Arrow)
         out_single = cep_gpu.detect(events, rules, backend=args.backend, output="arrow")
         single_times.append(time.perf_counter() - t0)

@@ -10,6 +10,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from .errors import EventError
+from .events import frame_from_arrow
 
 FORMATS = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
 
@@ -23,7 +24,11 @@ def file_format(path: str | Path) -> str:
 
 
 def read_events(path: str | Path) -> pd.DataFrame:
-    """Events from a CSV or Parquet file (a directory of Parquet files works too)."""
+    """Events from a CSV or Parquet file (a directory of Parquet files works too).
+
+    Strings come back as categoricals (see :func:`cep_gpu.events.frame_from_arrow`): the engine
+    ingests them from their codes, without one Python string per row.
+    """
     path = Path(path)
     if not path.exists():
         raise EventError(f"{path}: no such file")
@@ -33,7 +38,7 @@ def read_events(path: str | Path) -> pd.DataFrame:
         table = pacsv.read_csv(path)
     else:
         table = pq.read_table(path)
-    return table.to_pandas()
+    return frame_from_arrow(table)
 
 
 def write_output(out: pd.DataFrame | pa.Table, path: str | Path) -> None:

@@ -15,35 +15,27 @@ import pandas as pd
 import pyarrow as pa
 
 from cep_gpu.detect import detect
+from cep_gpu.events import frame_from_arrow
 from cep_gpu.model import Rule
 
 from .rapids import use_task_gpu
 from .schema import SLICE, T_NS
 
 
-def _pandas_type(t: pa.DataType):
-    # nullable integers and booleans stay integers and booleans (Spark's own conversion would
-    # turn an int column with nulls into floats)
-    if pa.types.is_integer(t):
-        return pd.Int64Dtype()
-    if pa.types.is_boolean(t):
-        return pd.BooleanDtype()
-    return None
-
-
 def engine_input(table: pa.Table) -> pd.DataFrame:
     """The events of one group as the DataFrame ``detect`` reads (internal columns dropped).
 
     The engine's ingestion (``EventTable``) reads host NumPy arrays, and the GPU backend uploads
-    the per-predicate columns it needs itself; so the Arrow table goes straight to pandas, column
-    by column, never through Spark's row-wise conversion. cuDF is deliberately not used even when
-    installed: a device frame would have to come back to the host for ingestion (see
-    docs/spark.md, "cuDF").
+    the per-predicate columns it needs itself; so the Arrow table goes to pandas column by column
+    (:func:`cep_gpu.events.frame_from_arrow`: strings dictionary-encoded, so they arrive as codes,
+    not one Python string per row), never through Spark's row-wise conversion. cuDF is
+    deliberately not used even when installed: a device frame would have to come back to the host
+    for ingestion (see docs/spark.md, "cuDF").
     """
     drop = [c for c in (T_NS, SLICE) if c in table.column_names]
     if drop:
         table = table.drop_columns(drop)
-    return table.to_pandas(types_mapper=_pandas_type)
+    return frame_from_arrow(table)
 
 
 def conform(out: pa.Table, schema: pa.Schema) -> pa.Table:
