@@ -46,7 +46,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from .schema import T_NS, TimeSpec
-from .task import run_group
+from .task import from_ipc, run_group, to_ipc
 
 log = logging.getLogger("cep_gpu.spark_udfs")
 
@@ -161,17 +161,6 @@ def _context_filter(order: list[PartitionStats], lookback: int, horizon: int):
     return (t >= pick(next_min)) | (t <= pick(prev_max))
 
 
-def _ipc(table: pa.Table) -> bytes:
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as writer:
-        writer.write_table(table)
-    return sink.getvalue().to_pybytes()
-
-
-def _from_ipc(data: bytes) -> pa.Table:
-    return pa.ipc.open_stream(data).read_all()
-
-
 def partition_layout(
     events: DataFrame, time: TimeSpec, lookback: int, horizon: int, forced: bool = False
 ) -> tuple[PartitionLayout | None, str]:
@@ -213,7 +202,7 @@ def partition_layout(
         parts = []
         for rows in (before, after):
             part = ctx.take(rows[np.argsort(t[rows], kind="stable")]).drop_columns([T_NS])
-            parts.append(_ipc(part))
+            parts.append(to_ipc(part))
         layout.context[s.pid] = (parts[0], parts[1])
         layout.context_rows += len(before) + len(after)
     return layout, f"{len(order)} time-ordered partitions, {layout.context_rows:,} context rows"
@@ -279,7 +268,7 @@ def _partition_udf(batches, *, rules, backend, time_unit, schema, context, tiles
             "deterministic; use detect_spark(..., slicing='shuffle')"
         )
     ctx = context.value.get(pid)
-    before, after = (_from_ipc(b).select(own.column_names).cast(own.schema) for b in ctx) if ctx else (None, None)
+    before, after = (from_ipc(b).select(own.column_names).cast(own.schema) for b in ctx) if ctx else (None, None)
     parts = [p for p in (before, own, after) if p is not None and p.num_rows]
     table = pa.concat_tables(parts) if len(parts) > 1 else own
     out = run_group(table, rules, backend, time_unit, schema)

@@ -34,7 +34,7 @@ from cep_gpu.events import TimeFormat
 
 from .batch import SparkJob, plan_job
 from .rapids import use_task_gpu
-from .task import conform
+from .task import conform, from_ipc, to_ipc
 
 KEY = "__cep_key"
 EVENT_TIME = "__cep_evt"
@@ -116,17 +116,6 @@ def _to_ns(values: np.ndarray, unit: str) -> np.ndarray:
     return TimeFormat("numeric", unit=unit, dtype=dtype).to_ns(values)
 
 
-def _pack(table: pa.Table) -> bytes:
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as writer:
-        writer.write_table(table)
-    return sink.getvalue().to_pybytes()
-
-
-def _unpack(blob: bytes) -> pa.Table:
-    return pa.ipc.open_stream(pa.py_buffer(blob)).read_all()
-
-
 def _arrow_events(pdf: pd.DataFrame, schema: pa.Schema) -> pa.Table:
     # Spark hands int columns with nulls as floats: let Arrow cast them back by the fixed schema
     arrays = [pa.array(pdf[f.name], type=f.type, from_pandas=True) for f in schema]
@@ -145,7 +134,7 @@ def _step(key, pdfs: Iterator[pd.DataFrame], state, *, job: SparkJob, event_cols
     lookback, horizon = job.plan.lookback_ns, job.plan.horizon_ns
     if state.exists:
         blob, emitted, tmax = state.get
-        buffer = _unpack(blob)
+        buffer = from_ipc(blob)
     else:
         buffer, emitted, tmax = event_schema.empty_table(), None, None
     wm_ns = max(state.getCurrentWatermarkMs(), 0) * 1_000_000
@@ -182,7 +171,7 @@ def _step(key, pdfs: Iterator[pd.DataFrame], state, *, job: SparkJob, event_cols
     if buffer.num_rows == 0:
         state.remove()
     else:
-        state.update((_pack(buffer), int(emitted), int(tmax)))
+        state.update((to_ipc(buffer), int(emitted), int(tmax)))
         wm_ms = max(state.getCurrentWatermarkMs(), 0)
         due = tmax + (lookback if emitted > tmax else horizon) + 1
         state.setTimeoutTimestamp(max(due // 1_000_000 + 1, wm_ms + 1))

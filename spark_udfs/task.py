@@ -38,6 +38,19 @@ def engine_input(table: pa.Table) -> pd.DataFrame:
     return frame_from_arrow(table)
 
 
+def to_ipc(table: pa.Table) -> bytes:
+    """An Arrow table as Arrow IPC stream bytes (for broadcasts and streaming state)."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def from_ipc(data: bytes) -> pa.Table:
+    """The table of :func:`to_ipc`'s bytes."""
+    return pa.ipc.open_stream(pa.py_buffer(data)).read_all()
+
+
 def conform(out: pa.Table, schema: pa.Schema) -> pa.Table:
     """``detect``'s Arrow output cast to the UDF's declared output schema (same column order)."""
     cols = []
