@@ -33,7 +33,7 @@ from cep_gpu.errors import EventError
 from .partitioned import partition_layout, run_partitioned
 from .plan import SparkPlan, plan_rules
 from .schema import SLICE, T_NS, TimeSpec, engine_columns, output_struct, time_spec
-from .task import run_group
+from .task import run_group, type_names
 
 log = logging.getLogger("cep_gpu.spark_udfs")
 
@@ -190,12 +190,22 @@ def _run_time(events: DataFrame, job: SparkJob, slicing: Slicing) -> tuple[DataF
 
 
 def _engine_events(df: DataFrame, job: SparkJob) -> DataFrame:
-    """``type``, ``ts`` (engine units), ``id`` and the attributes the rules read."""
+    """``type``, ``ts`` (engine units), ``id`` and the attributes the rules read.
+
+    Only events of a type some rule reads leave the JVM, and their ``type`` goes as an integer
+    code into :func:`~cep_gpu.spark_udfs.task.type_names` (the task turns it back into names):
+    other events can never bind a predicate, and a code is far cheaper to hand to Python than a
+    string. Ids are taken before the filter, so row-position ids stay those of ``detect``.
+    """
     if "id" not in df.columns:
         df = with_row_ids(df)
-    cols = [F.col("type"), job.time.to_engine(F.col("ts")).alias("ts"), F.col("id").cast("long").alias("id")]
+    names = type_names(job.rules)
+    code = F.array_position(F.array(*[F.lit(t) for t in names]), F.col("type")).cast("int") - 1
+    cols = [code.alias("type"), job.time.to_engine(F.col("ts")).alias("ts"),
+            F.col("id").cast("long").alias("id")]
     cols += [F.col(f"`{a}`") for a in job.attributes]
-    return df.select(*cols)
+    # a null type stays (the task fails on it with detect's message); unread types go
+    return df.select(*cols).where(F.col("type").isNull() | (F.col("type") >= 0))
 
 
 def with_row_ids(df: DataFrame) -> DataFrame:

@@ -109,7 +109,7 @@ def tiles_of(order: list[PartitionStats]) -> dict[int, tuple[int, int]]:
 
 def unstable_partitions(df: DataFrame) -> str | None:
     """Why the partitions of ``df`` might differ from one Spark job to the next (``None``: they
-    come straight from a scan, local data, a cache or a checkpoint, so every job sees the same).
+    come straight from a file scan, a cache or a checkpoint, so every job sees the same).
 
     A shuffle in the input's plan makes that uncertain: ``repartitionByRange`` samples its range
     bounds anew in every job, for one.
@@ -127,6 +127,10 @@ def unstable_partitions(df: DataFrame) -> str | None:
                 f"the input's plan shuffles ({name}), so its partitions may differ between jobs "
                 "(cache or checkpoint it, or write it as Parquet, to use its partitions)"
             )
+        if name == "LocalTableScanExec":
+            # local data (createDataFrame) is split one way for a mapInArrow and another way for
+            # an aggregate over spark_partition_id(): the statistics would not match the tasks
+            return "the input is local data, whose partitions differ between kinds of jobs"
         children = node.children()
         stack.extend(children.apply(i) for i in range(children.size()))
     return None

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from cep_gpu.detect import detect
 from cep_gpu.events import frame_from_arrow
@@ -22,7 +23,13 @@ from .rapids import use_task_gpu
 from .schema import SLICE, T_NS
 
 
-def engine_input(table: pa.Table) -> pd.DataFrame:
+def type_names(rules: Sequence[Rule]) -> list[str]:
+    """The event types the rules read, in a fixed order: the meaning of the integer ``type``
+    codes that the batch plans send to the tasks (see ``batch._engine_events``)."""
+    return sorted({t for r in rules for t in r.input_types})
+
+
+def engine_input(table: pa.Table, types: Sequence[str] | None = None) -> pd.DataFrame:
     """The events of one group as the DataFrame ``detect`` reads (internal columns dropped).
 
     The engine's ingestion (``EventTable``) reads host NumPy arrays, and the GPU backend uploads
@@ -35,7 +42,12 @@ def engine_input(table: pa.Table) -> pd.DataFrame:
     drop = [c for c in (T_NS, SLICE) if c in table.column_names]
     if drop:
         table = table.drop_columns(drop)
-    return frame_from_arrow(table)
+    frame = frame_from_arrow(table)
+    if types is not None and pa.types.is_integer(table.schema.field("type").type):
+        # integer codes into ``types`` (the JVM sent no type strings): a categorical again
+        codes = pc.fill_null(table.column("type"), -1).to_numpy().astype(np.int64)  # -1: null
+        frame["type"] = pd.Categorical.from_codes(codes, categories=list(types))
+    return frame
 
 
 def to_ipc(table: pa.Table) -> bytes:
@@ -72,7 +84,8 @@ def run_group(
 ) -> pa.Table:
     """Detect ``rules`` over one group's events; composite events in ``schema`` (+ slice id)."""
     use_task_gpu()  # the task's GPU (if any) becomes the CuPy device the planner may pick
-    out = detect(engine_input(table), list(rules), backend=backend, time_unit=time_unit, output="arrow")
+    events = engine_input(table, type_names(rules))
+    out = detect(events, list(rules), backend=backend, time_unit=time_unit, output="arrow")
     body = schema if slice_id is None else pa.schema([f for f in schema if f.name != SLICE])
     result = conform(out, body)
     if slice_id is not None:

@@ -475,3 +475,24 @@ def test_partitions_that_are_not_time_ordered_use_the_shuffle(spark, long_events
         detect_spark(df, CONSUMING_RULE, backend=BACKEND, num_slices=1, slicing="partitions")
     out = detect_spark(df, SLICED_RULES, backend=BACKEND, slicing="shuffle")
     assert out.cep_plan.kind == "shuffle" and "FlatMapGroupsInArrow" in _exchanges(out)
+
+
+def test_unread_types_stay_in_the_jvm_and_ids_still_match(spark):  # noqa: F811
+    # events of types no rule reads are filtered out before the tasks (type travels as a code);
+    # row-position ids are taken before that filter, so they are still those of detect
+    events = museum_like_stream(n=300, with_id=False, seed=5)
+    noise = events.sample(frac=0.3, random_state=1).assign(type="Noise")
+    mixed = pd.concat([events, noise]).sort_values("ts", kind="stable").reset_index(drop=True)
+    df = spark.createDataFrame(mixed, schema="type string, ts long, k long, x long, v double").repartition(2)
+    collected = df.toPandas()
+    want = rows(cep_gpu.detect(collected, SLICED_RULES, backend=BACKEND))
+    assert want
+    assert _spark_rows(detect_spark(df, SLICED_RULES, backend=BACKEND, num_slices=2)) == want
+
+
+def test_null_type_fails_as_in_detect(spark):  # noqa: F811
+    events = museum_like_stream(n=50, with_id=True, seed=6).astype({"type": object})
+    events.loc[7, "type"] = None
+    df = spark.createDataFrame(events, schema="type string, ts long, id long, k long, x long, v double")
+    with pytest.raises(Exception, match="column 'type' is null"):
+        detect_spark(df, SLICED_RULES, backend=BACKEND, num_slices=1).collect()
