@@ -68,30 +68,21 @@ def _each_count(valid, seqs, lo, hi, cand, excl, use_excl, env, counts):
         counts[i] = c
 
 
-def _each_fill(valid, seqs, lo, hi, cand, excl, use_excl, env, offsets, pred, out):
+def _each_fill(valid, seqs, lo, hi, cand, excl, use_excl, env, check, offsets, pred, out):
+    # check=False: every candidate in range is valid (nothing to check, nothing consumed)
     width = seqs.shape[1]
     for i in prange(seqs.shape[0]):
         k = offsets[i]
         for j in range(lo[i], hi[i]):
             r = cand[j]
-            if use_excl and excl[r]:
-                continue
-            if valid(seqs, i, r, env):
-                for c in range(width):
-                    out[k, c] = seqs[i, c]
-                out[k, pred] = r
-                k += 1
-
-
-def _each_fill_all(seqs, lo, hi, cand, offsets, pred, out):
-    # every candidate in range is valid (no checks, no consumed rows): a plain gather
-    width = seqs.shape[1]
-    for i in prange(seqs.shape[0]):
-        k = offsets[i]
-        for j in range(lo[i], hi[i]):
+            if check:
+                if use_excl and excl[r]:
+                    continue
+                if not valid(seqs, i, r, env):
+                    continue
             for c in range(width):
                 out[k, c] = seqs[i, c]
-            out[k, pred] = cand[j]
+            out[k, pred] = r
             k += 1
 
 
@@ -123,10 +114,10 @@ def _aggregates(aggs_all, seqs, env, out):
         aggs_all(seqs, i, env, out)
 
 
-_SERIAL = {f.__name__: numba.njit(cache=False)(f) for f in (_each_count, _each_fill, _each_fill_all, _select, _aggregates)}
+_SERIAL = {f.__name__: numba.njit(cache=False)(f) for f in (_each_count, _each_fill, _select, _aggregates)}
 _PARALLEL = {
     f.__name__: numba.njit(cache=False, parallel=True)(f)
-    for f in (_each_count, _each_fill, _each_fill_all, _select, _aggregates)
+    for f in (_each_count, _each_fill, _select, _aggregates)
 }
 
 #: Work (candidates to look at) above which the parallel kernels pay for their start-up.
@@ -160,50 +151,43 @@ def _kernels(work: int) -> dict:
     return _PARALLEL if work >= PARALLEL_WORK else _SERIAL
 
 
+def _valid_counts(valid, seqs, lo, hi, cand, excl, use_excl, env, trivial: bool, work: int) -> np.ndarray:
+    """Valid candidates per sequence (the range sizes when nothing is checked or consumed)."""
+    if trivial and not use_excl:
+        return hi - lo
+    counts = np.empty(len(seqs), np.int64)
+    _kernels(work)["_each_count"](valid, seqs, lo, hi, cand, excl, use_excl, env, counts)
+    return counts
+
+
 def combine_each(valid, seqs, lo, hi, cand, pred, excl, use_excl, env, trivial: bool) -> np.ndarray:
     """``each``: every valid candidate of every sequence; (n_out, P) new partial sequences.
 
     ``trivial``: every candidate in range is valid (no checks, no consumed rows), so the counts
-    are the range lengths and only the fill runs.
+    are the range lengths and the fill is a plain gather.
     """
-    sizes = hi - lo
-    work = int(sizes.sum())
+    work = int((hi - lo).sum())
     if work <= PAIR_WORK:
         pair_seq, rows, mask = _pairs(seqs, lo, hi, cand, excl, use_excl, valid, env, trivial)
         out = seqs[pair_seq[mask]]
         out[:, pred] = rows[mask]
         return out
-    k = _kernels(work)
-    if trivial and not use_excl:
-        counts = sizes
-    else:
-        counts = np.empty(len(seqs), np.int64)
-        k["_each_count"](valid, seqs, lo, hi, cand, excl, use_excl, env, counts)
+    counts = _valid_counts(valid, seqs, lo, hi, cand, excl, use_excl, env, trivial, work)
     offsets = np.zeros(len(seqs), np.int64)
     np.cumsum(counts[:-1], out=offsets[1:])
-    total = int(counts.sum())
-    out = np.empty((total, seqs.shape[1]), np.int64)
-    if total and trivial and not use_excl:
-        k["_each_fill_all"](seqs, lo, hi, cand, offsets, pred, out)
-    elif total:
-        k["_each_fill"](valid, seqs, lo, hi, cand, excl, use_excl, env, offsets, pred, out)
+    out = np.empty((int(counts.sum()), seqs.shape[1]), np.int64)
+    if len(out):
+        check = not (trivial and not use_excl)
+        _kernels(work)["_each_fill"](valid, seqs, lo, hi, cand, excl, use_excl, env, check, offsets, pred, out)
     return out
 
 
 def count_each(valid, seqs, lo, hi, cand, excl, use_excl, env, trivial: bool) -> int:
     """``len(combine_each(...))`` without building the sequences (``output="count"``)."""
-    sizes = hi - lo
-    if trivial and not use_excl:
-        return int(sizes.sum())
-    work = int(sizes.sum())
-    if work == 0:
-        return 0
+    work = int((hi - lo).sum())
     if work <= PAIR_WORK:
-        _, _, mask = _pairs(seqs, lo, hi, cand, excl, use_excl, valid, env, trivial)
-        return int(mask.sum())
-    counts = np.empty(len(seqs), np.int64)
-    _kernels(work)["_each_count"](valid, seqs, lo, hi, cand, excl, use_excl, env, counts)
-    return int(counts.sum())
+        return int(_pairs(seqs, lo, hi, cand, excl, use_excl, valid, env, trivial)[2].sum())
+    return int(_valid_counts(valid, seqs, lo, hi, cand, excl, use_excl, env, trivial, work).sum())
 
 
 def combine_select(valid, seqs, lo, hi, cand, excl, use_excl, env, last: bool) -> np.ndarray:
