@@ -494,10 +494,12 @@ def frame_from_arrow(table: pa.Table) -> pd.DataFrame:
             col = pc.dictionary_encode(col)
         cols.append(col)
     encoded = pa.Table.from_arrays(cols, names=table.column_names)
-    return encoded.to_pandas(types_mapper=_nullable_pandas_type)
+    return encoded.to_pandas(types_mapper=nullable_pandas_type)
 
 
-def _nullable_pandas_type(t: pa.DataType):
+def nullable_pandas_type(t: pa.DataType):
+    """The pandas dtype for an Arrow type whose nulls pandas would otherwise turn into NaN floats
+    (a ``types_mapper`` of ``to_pandas``)."""
     if pa.types.is_integer(t):
         return pd.Int64Dtype()
     if pa.types.is_boolean(t):
@@ -543,26 +545,25 @@ def _convert_attribute(name: str, col: pd.Series, strings: StringDictionary) -> 
     if inferred == "boolean":
         return AttributeColumn("bool", np.where(valid, values, False).astype(bool), valid)
     if inferred == "integer":
-        return AttributeColumn("int", np.where(valid, values, 0).astype(np.int64), valid)
+        try:
+            return AttributeColumn("int", np.where(valid, values, 0).astype(np.int64), valid)
+        except OverflowError:
+            raise EventError(f"attribute column {name!r} holds integers outside the int64 range") from None
     if inferred in ("floating", "mixed-integer-float"):
         num = np.where(valid, values, np.nan).astype(np.float64)
         return AttributeColumn("float", num, valid & ~np.isnan(num))
-    # anything else: find out what is there, for the error message
-    kinds = {type(v) for v in present}
-    if kinds <= {str}:
-        codes, ok = strings.encode(np.where(valid, values, None))
-        return AttributeColumn("string", codes, ok)
-    if kinds <= {bool, np.bool_}:
-        return AttributeColumn("bool", np.where(valid, values, False).astype(bool), valid)
-    if all(issubclass(k, (int, float, np.integer, np.floating)) and not issubclass(k, (bool, np.bool_)) for k in kinds):
-        num = pd.to_numeric(pd.Series(np.where(valid, values, np.nan)), errors="coerce").to_numpy(np.float64)
-        if kinds <= {int, np.int64, np.int32}:
-            return AttributeColumn("int", np.where(valid, num, 0).astype(np.int64), valid)
-        return AttributeColumn("float", num, valid & ~np.isnan(num))
-    bad = next(v for v in present if type(v) is not next(iter(kinds)))
+    # anything else is an error: say what is there
+    kinds = sorted({type(v).__name__ for v in present})
+    if len(kinds) == 1:
+        raise EventError(
+            f"attribute column {name!r} holds {kinds[0]} values (e.g. {present[0]!r}); "
+            "attributes are strings, integers, floats or booleans"
+        )
+    first = type(present[0])
+    bad = next(v for v in present if type(v) is not first)
     raise EventError(
-        f"attribute column {name!r} mixes value types ({sorted(k.__name__ for k in kinds)}), "
-        f"e.g. {bad!r}; give each attribute one type"
+        f"attribute column {name!r} mixes value types ({kinds}), e.g. {bad!r}; "
+        "give each attribute one type"
     )
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from .events import EventTable
+from .events import EventTable, nullable_pandas_type
 from .model import Rule
 
 _ARROW_TYPES = {"string": pa.string(), "int": pa.int64(), "float": pa.float64(), "bool": pa.bool_()}
@@ -116,13 +116,8 @@ def _value_kind(results, name: str, default: str) -> str:
 
 
 def _types_mapper(t: pa.DataType):
-    if pa.types.is_list(t):
-        return pd.ArrowDtype(t)
-    if pa.types.is_integer(t):
-        return pd.Int64Dtype()
-    if pa.types.is_boolean(t):
-        return pd.BooleanDtype()
-    return None
+    # ids stay Arrow-backed lists; integers and booleans stay nullable, as on the way in
+    return pd.ArrowDtype(t) if pa.types.is_list(t) else nullable_pandas_type(t)
 
 
 def _attribute_array(results, name: str, kind: str, order, table: EventTable, n: int) -> pa.Array:

@@ -201,6 +201,15 @@ def test_mixed_attribute_types():
         EventTable.from_pandas(_frame(v=[1, "one", 2]))
 
 
+def test_unsupported_and_out_of_range_attribute_values():
+    import decimal
+
+    with pytest.raises(EventError, match="'v' holds Decimal values"):
+        EventTable.from_pandas(_frame(v=[decimal.Decimal(1)] * 3))
+    with pytest.raises(EventError, match="'v' holds integers outside the int64 range"):
+        EventTable.from_pandas(_frame(v=pd.Series([1, 2**70, 3], dtype=object)))
+
+
 def test_datetime_attribute_rejected():
     with pytest.raises(EventError, match="'when' holds datetimes"):
         EventTable.from_pandas(_frame(when=pd.to_datetime(["2024-01-01"] * 3)))
