@@ -202,19 +202,13 @@ class CDPBackend:
         excluded: np.ndarray | None = None,
     ) -> Matches:
         """Matches of ``rule`` whose terminator is a row in ``[lo, hi)`` (see the backend contract)."""
-        hi = len(table) if hi is None else min(hi, len(table))
-        lo = max(lo, 0)
+        lo, hi = _clip(table, lo, hi)
         if hi <= lo:
             return Matches.empty(rule)
         spec = self.spec(rule)
-        consuming = bool(rule.consuming)
         run = self._run(rule, spec, table, lo, hi, excluded)
-        if not consuming:
-            no_excl = np.zeros(1, np.bool_)
-            parts = []
-            for p, plan in enumerate(spec.plans):
-                terms = _in_range(run.store.predicates[plan.plan.terminator].rows, lo, hi)
-                parts.append(run.plan(p, terms, no_excl, False))
+        if not rule.consuming:
+            parts = [run.plan(p, run.terminators(p, lo, hi), _NO_EXCL, False) for p in range(len(spec.plans))]
             seqs = parts[0] if len(parts) == 1 else np.concatenate(parts)
         else:
             mask = np.zeros(len(table), np.bool_) if excluded is None else np.array(excluded, np.bool_)
@@ -233,19 +227,12 @@ class CDPBackend:
         writing the extended sequences (``detect(..., output="count")``). Rules with ``consuming``
         need their matches to know what is consumed: they are matched in full.
         """
-        hi = len(table) if hi is None else min(hi, len(table))
-        lo = max(lo, 0)
-        if hi <= lo:
-            return 0
-        if rule.consuming:
+        lo, hi = _clip(table, lo, hi)
+        if hi <= lo or rule.consuming:
             return len(self.match(rule, table, lo, hi))
         spec = self.spec(rule)
         run = self._run(rule, spec, table, lo, hi, None)
-        no_excl = np.zeros(1, np.bool_)
-        return sum(
-            run.plan_count(p, _in_range(run.store.predicates[plan.plan.terminator].rows, lo, hi), no_excl)
-            for p, plan in enumerate(spec.plans)
-        )
+        return sum(run.plan_count(p, run.terminators(p, lo, hi)) for p in range(len(spec.plans)))
 
     def _run(
         self, rule: Rule, spec: RuleSpec, table: EventTable, lo: int, hi: int, excluded: np.ndarray | None
@@ -278,6 +265,14 @@ def _in_range(rows: np.ndarray, lo: int, hi: int) -> np.ndarray:
     return rows[a:b]
 
 
+def _clip(table: EventTable, lo: int, hi: int | None) -> tuple[int, int]:
+    return max(lo, 0), len(table) if hi is None else min(hi, len(table))
+
+
+#: the excluded mask of calls that consume nothing
+_NO_EXCL = np.zeros(1, np.bool_)
+
+
 @dataclass
 class _Run:
     """One ``match`` call: the step loop over a batch of partial sequences."""
@@ -293,9 +288,13 @@ class _Run:
         """Complete sequences of plan ``p`` for the terminator rows ``terms``."""
         return self._steps(p, terms, excl, use_excl, count=False)
 
-    def plan_count(self, p: int, terms: np.ndarray, excl: np.ndarray) -> int:
-        """``len(self.plan(p, terms, excl, False))``, counting the last step's results."""
-        return self._steps(p, terms, excl, False, count=True)
+    def plan_count(self, p: int, terms: np.ndarray) -> int:
+        """``len(self.plan(p, terms, _NO_EXCL, False))``, counting the last step's results."""
+        return self._steps(p, terms, _NO_EXCL, False, count=True)
+
+    def terminators(self, p: int, lo: int, hi: int) -> np.ndarray:
+        """Rows of plan ``p``'s terminator column in ``[lo, hi)``."""
+        return _in_range(self.store.predicates[self.spec.plans[p].plan.terminator].rows, lo, hi)
 
     def _steps(self, p: int, terms: np.ndarray, excl: np.ndarray, use_excl: bool, count: bool):
         plan = self.spec.plans[p]
