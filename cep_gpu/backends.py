@@ -71,16 +71,17 @@ class Backend(Protocol):
         ...
 
 
-def count_matches(impl: Backend, rule: Rule, table: EventTable) -> int:
-    """The number of matches of ``rule`` over the whole table (``detect(..., output="count")``).
+def count_matches(impl: Backend, rule: Rule, table: EventTable, lo: int = 0, hi: int | None = None) -> int:
+    """The number of matches of ``rule`` whose terminator is a row in ``[lo, hi)``, nothing
+    consumed before (``detect(..., output="count")``).
 
-    Backends may offer ``count(rule, table) -> int`` that counts without building every match
-    (CDP counts the pairs of its last step); otherwise the matches are built and counted.
+    Backends may offer ``count(rule, table, lo, hi) -> int`` that counts without building every
+    match (CDP counts the pairs of its last step); otherwise the matches are built and counted.
     """
     counter = getattr(impl, "count", None)
     if callable(counter):
-        return int(counter(rule, table))
-    return len(impl.match(rule, table, 0, len(table), None))
+        return int(counter(rule, table, lo, hi))
+    return len(impl.match(rule, table, lo, hi, None))
 
 
 _REGISTRY: dict[str, Callable[[], Backend]] = {}

@@ -49,7 +49,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .backends import Backend, Matches, get_backend, register
+from .backends import Backend, Matches, count_matches, get_backend, register
 from .errors import BackendUnavailableError, CepError
 from .evaluate import condition_mask
 from .events import EventTable
@@ -350,16 +350,13 @@ def check_max_batch_latency(value) -> float | None:
     """
     if value is None:
         return None
+    secs = math.nan  # anything not understood below is rejected
     if isinstance(value, datetime.timedelta):
         secs = value.total_seconds()
     elif isinstance(value, np.timedelta64):
         secs = float(value / np.timedelta64(1, "ns")) / 1e9
     elif isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)):
         secs = float(value)
-    else:
-        raise ValueError(
-            f"max_batch_latency must be None (unbounded) or a number of seconds >= 0, got {value!r}"
-        )
     if math.isnan(secs) or secs < 0:
         raise ValueError(f"max_batch_latency must be None (unbounded) or a number of seconds >= 0, got {value!r}")
     return None if math.isinf(secs) else secs
@@ -506,18 +503,11 @@ class AutoBackend:
     def with_options(self, max_batch_latency=_KEEP, profile=_KEEP) -> AutoBackend:
         """A new auto backend with these settings and its own statistics; it shares this one's
         device backends and its answer to whether a GPU is usable (nothing is re-probed)."""
-        other = AutoBackend.__new__(AutoBackend)
-        other.profile = self.profile if profile is _KEEP else load_profile(profile)
-        other.max_batch_latency = (
-            self.max_batch_latency if max_batch_latency is _KEEP else check_max_batch_latency(max_batch_latency)
+        return AutoBackend(
+            self.profile if profile is _KEEP else profile,
+            self.max_batch_latency if max_batch_latency is _KEEP else max_batch_latency,
+            self._cpu, self._gpu, self.gpu_available,
         )
-        other._cpu = self._cpu
-        other._gpu = self._gpu
-        other._gpu_available = self.gpu_available
-        other._lock = threading.Lock()
-        other._stats = {d: BackendStats() for d in DEVICES}
-        other.last_decisions = {}
-        return other
 
     # -- devices ----------------------------------------------------------------------------------
 
@@ -584,16 +574,8 @@ class AutoBackend:
     def _run(self, device, rule, table, lo, hi, excluded, n_term, est, counting=False):
         impl = self.cpu if device == "cpu" else self.gpu
         t0 = time.perf_counter()
-        if not counting:
-            out = impl.match(rule, table, lo, hi, excluded)
-        else:
-            counter = getattr(impl, "count", None)
-            if not callable(counter):
-                out = len(impl.match(rule, table, lo, hi, excluded))
-            elif lo == 0 and hi == len(table):
-                out = int(counter(rule, table))
-            else:
-                out = int(counter(rule, table, lo, hi))
+        # counting: `excluded` is None (count_matches is only used without consumption)
+        out = count_matches(impl, rule, table, lo, hi) if counting else impl.match(rule, table, lo, hi, excluded)
         dt = time.perf_counter() - t0
         with self._lock:
             s = self._stats[device]
