@@ -548,7 +548,6 @@ class AutoBackend:
         return int(sum(self._dispatch(rule, table, lo, hi, None, counting=True)))
 
     def _dispatch(self, rule, table, lo, hi, excluded, counting: bool) -> list:
-        hi = len(table) if hi is None else hi
         if not self.gpu_available:
             # Nothing to choose: one CPU call over the whole range (splitting it could not lower
             # the latency of events handed over together), and no estimate (it could not change
@@ -556,6 +555,7 @@ class AutoBackend:
             n_term = _count_terminators(rule, table, lo, hi)
             self.last_decisions[rule.name] = [Decision("cpu", math.nan, math.nan, 0, n_term, "no usable GPU")]
             return [self._run("cpu", rule, table, lo, hi, excluded, n_term, 0.0, counting)]
+        hi = len(table) if hi is None else hi
         work = estimate_work(rule, table, lo, hi)
         # consuming rules: one batch, so that consumption stays in terminator order on one device
         latency = None if rule.consuming else self.max_batch_latency
@@ -631,7 +631,7 @@ class AutoBackend:
             self._stats = {d: BackendStats() for d in DEVICES}
 
 
-def _count_terminators(rule: Rule, table: EventTable, lo: int, hi: int) -> int:
+def _count_terminators(rule: Rule, table: EventTable, lo: int, hi: int | None) -> int:
     """Terminators of ``rule`` in rows ``[lo, hi)`` (events of a terminator type that pass its
     static filters), summed over the rule's plans as :func:`estimate_work` counts them."""
     return sum(
