@@ -35,7 +35,7 @@ from .detect import (
     rule_order,
 )
 from .errors import EventError, LateEventError
-from .events import _UNIT_NS, EventTable, StringDictionary, TimeFormat
+from .events import _UNIT_NS, EventTable, StringDictionary, TimeFormat, frame_from_arrow
 from .model import (
     SELF,
     AggValue,
@@ -293,7 +293,7 @@ class Engine:
                 )
             return dict(events)
         if isinstance(events, pa.Table):
-            events = events.to_pandas()
+            events = frame_from_arrow(events)
         if not isinstance(events, pd.DataFrame):
             raise EventError(
                 "explain(events) takes a DataFrame or Arrow table of sample events, or a mapping "
@@ -311,7 +311,7 @@ class Engine:
         if isinstance(events, dict):
             df = pd.DataFrame([events])
         elif isinstance(events, pa.Table):
-            df = events.to_pandas()
+            df = frame_from_arrow(events)
         elif isinstance(events, pd.DataFrame):
             df = events
         else:
