@@ -17,7 +17,6 @@ chain), so composite events that feed other rules need no extra stage.
 
 from __future__ import annotations
 
-import functools
 import logging
 from dataclasses import dataclass
 from typing import Literal
@@ -25,7 +24,6 @@ from typing import Literal
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
-from pyspark.sql.pandas.types import to_arrow_schema
 
 from cep_gpu.detect import as_rules, rule_order
 from cep_gpu.errors import EventError
@@ -33,7 +31,7 @@ from cep_gpu.errors import EventError
 from .partitioned import partition_layout, run_partitioned
 from .plan import SparkPlan, plan_rules
 from .schema import SLICE, T_NS, TimeSpec, engine_columns, output_struct, time_spec
-from .task import run_group, type_names
+from .task import run_group, task_fn, type_names
 
 log = logging.getLogger("cep_gpu.spark_udfs")
 
@@ -229,13 +227,7 @@ def with_row_ids(df: DataFrame) -> DataFrame:
 
 def _run_keyed(events: DataFrame, job: SparkJob) -> DataFrame:
     struct = job.engine_struct
-    fn = functools.partial(
-        _keyed_udf,
-        rules=job.rules,
-        backend=job.backend,
-        time_unit=job.time.engine_unit,
-        schema=to_arrow_schema(struct),
-    )
+    fn = task_fn(_keyed_udf, job, struct)
     return events.groupBy(job.plan.key).applyInArrow(fn, struct)
 
 
@@ -272,13 +264,7 @@ def _run_sliced(events: DataFrame, job: SparkJob) -> DataFrame:
     copies = events.withColumn(SLICE, F.explode(F.sequence(first, last))).drop(T_NS)
 
     struct = T.StructType(job.engine_struct.fields + [T.StructField(SLICE, T.IntegerType())])
-    fn = functools.partial(
-        _sliced_udf,
-        rules=job.rules,
-        backend=job.backend,
-        time_unit=job.time.engine_unit,
-        schema=to_arrow_schema(struct),
-    )
+    fn = task_fn(_sliced_udf, job, struct)
     out = copies.groupBy(SLICE).applyInArrow(fn, struct)
     owner = slice_of(job.time.nanos(F.col("ts")), bounds)
     return out.filter(owner == F.col(SLICE)).drop(SLICE)

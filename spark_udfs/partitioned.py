@@ -35,7 +35,6 @@ if the input's partitioning is not deterministic.
 
 from __future__ import annotations
 
-import functools
 import logging
 from dataclasses import dataclass, field
 
@@ -43,10 +42,9 @@ import numpy as np
 import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.pandas.types import to_arrow_schema
 
 from .schema import T_NS, TimeSpec
-from .task import from_ipc, run_group, to_ipc
+from .task import from_ipc, run_group, task_fn, to_ipc
 
 log = logging.getLogger("cep_gpu.spark_udfs")
 
@@ -235,12 +233,8 @@ def run_partitioned(events: DataFrame, job, layout: PartitionLayout) -> DataFram
     """``events.mapInArrow``: the engine per input partition with its context; owned composites only."""
     struct = job.engine_struct
     context = events.sparkSession.sparkContext.broadcast(layout.context)
-    fn = functools.partial(
-        _partition_udf,
-        rules=job.rules,
-        backend=job.backend,
-        time_unit=job.time.engine_unit,
-        schema=to_arrow_schema(struct),
+    fn = task_fn(
+        _partition_udf, job, struct,
         context=context,
         tiles=layout.tiles,
         counts=layout.counts,

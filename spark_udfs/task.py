@@ -8,6 +8,7 @@ as one ``pyarrow.Table``. No Python runs per event.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import numpy as np
@@ -48,6 +49,17 @@ def engine_input(table: pa.Table, types: Sequence[str] | None = None) -> pd.Data
         codes = pc.fill_null(table.column("type"), -1).to_numpy().astype(np.int64)  # -1: null
         frame["type"] = pd.Categorical.from_codes(codes, categories=list(types))
     return frame
+
+
+def task_fn(udf, job, struct, **extra):
+    """``udf`` bound to what every engine task needs from the driver's plan ``job`` (rules,
+    backend, engine time unit, the Arrow output schema of ``struct``), plus ``extra``."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return functools.partial(
+        udf, rules=job.rules, backend=job.backend, time_unit=job.time.engine_unit,
+        schema=to_arrow_schema(struct), **extra,
+    )
 
 
 def to_ipc(table: pa.Table) -> bytes:
