@@ -360,6 +360,11 @@ def _table(events: pd.DataFrame) -> EventTable:
     return EventTable.from_pandas(events, time_unit="ms", strings=_STRINGS)
 
 
+def _part(ev, a: int, b: int) -> EventTable:
+    """Rows ``a:b`` of ``ev`` as a table of their own, ids kept as in the whole stream."""
+    return _table(ev.iloc[a:b].assign(id=np.arange(a, b)))
+
+
 def _match_both(backend, rule, table):
     got = backend.match(rule, table)
     ref = ReferenceBackend().match(rule, table)
@@ -371,7 +376,7 @@ def test_unrelated_and_sibling_tables_are_uploaded_in_full():
     rule = cep_gpu.parse_rule(SEQ3.format(p="each", w=30))
     backend = host_backend(check_columns=True)
     ev = seq3_events(400, seed=9)
-    base = _table(ev.iloc[:200]).concat(_table(ev.iloc[200:300].assign(id=np.arange(200, 300))))
+    base = _table(ev.iloc[:200]).concat(_part(ev, 200, 300))
     _match_both(backend, rule, base)
     st = backend.stats()
     assert st["column_full_uploads"] == 3 and st["column_appends"] == 0
@@ -403,12 +408,12 @@ def test_expired_prefix_interleaved_rows_and_changed_kinds():
     rule = cep_gpu.parse_rule(SEQ3.format(p="first", w=30))
     backend = host_backend(check_columns=True)
     ev = seq3_events(500, seed=10)
-    table = _table(ev.iloc[:100]).concat(_table(ev.iloc[100:250].assign(id=np.arange(100, 250))))
+    table = _table(ev.iloc[:100]).concat(_part(ev, 100, 250))
     _match_both(backend, rule, table)
     # the engine's expiry: a contiguous slice keeps the lineage; the device drops the prefix
     table = table.take(np.arange(60, len(table)))
     assert row_tag(table.ts).base == 60
-    table = table.concat(_table(ev.iloc[250:320].assign(id=np.arange(250, 320))))
+    table = table.concat(_part(ev, 250, 320))
     before = backend.stats()
     _match_both(backend, rule, table)
     after = backend.stats()

@@ -457,12 +457,16 @@ def fake_gpu(monkeypatch):
     shared.reset_stats()
 
 
-def test_detect_passes_max_batch_latency_to_the_planner(fake_gpu):
-    shared, cpu, gpu = fake_gpu
+def _seq3_case():
+    """Small seq3 events, the rule, the cpu backend's result and the number of terminators."""
     events = wl.seq3_events(600, seed=2)
     rule = wl.seq3_rule(60)
-    want = cep_gpu.detect(events, rule, backend="cpu", time_unit="ms")
-    n_c = int((events["type"] == "C").sum())
+    return events, rule, cep_gpu.detect(events, rule, backend="cpu", time_unit="ms"), int((events["type"] == "C").sum())
+
+
+def test_detect_passes_max_batch_latency_to_the_planner(fake_gpu):
+    shared, cpu, gpu = fake_gpu
+    events, rule, want, n_c = _seq3_case()
     # default: unbounded, one launch per rule (on the shared instance)
     got = cep_gpu.detect(events, rule, backend="auto", time_unit="ms")
     pd.testing.assert_frame_equal(got, want)
@@ -477,10 +481,7 @@ def test_detect_passes_max_batch_latency_to_the_planner(fake_gpu):
 
 def test_engine_defaults_to_per_event_planning_and_counts_its_own_decisions(fake_gpu):
     shared, cpu, gpu = fake_gpu
-    events = wl.seq3_events(600, seed=2)
-    rule = wl.seq3_rule(60)
-    want = cep_gpu.detect(events, rule, backend="cpu", time_unit="ms")
-    n_c = int((events["type"] == "C").sum())
+    events, rule, want, n_c = _seq3_case()
 
     per_event = cep_gpu.Engine(rule, backend="auto", time_unit="ms")
     got = pd.concat([per_event.publish(events.iloc[:300]), per_event.publish(events.iloc[300:])],
