@@ -50,8 +50,8 @@ from pathlib import Path
 import numpy as np
 
 from .backends import Backend, Matches, count_matches, get_backend, register
+from .columns import filter_rows, type_rows
 from .errors import BackendUnavailableError, CepError
-from .evaluate import condition_mask
 from .events import EventTable
 from .model import Attr, Compare, Plan, Rule, static_conditions, step_checks
 
@@ -236,22 +236,13 @@ def _column_rows(
     rule: Rule, table: EventTable, pred: int, event_type: str, lo: int = 0, hi: int | None = None
 ) -> np.ndarray:
     """Rows of ``event_type`` in ``[lo, hi)`` that pass the static filters of predicate ``pred``."""
-    if lo == 0 and hi is None:
-        rows = table.rows_of_type(event_type)
-    else:
-        code = table.type_code(event_type)
-        hi = len(table) if hi is None else hi
-        rows = (lo + np.flatnonzero(table.types[lo:hi] == code)) if code >= 0 else np.empty(0, np.int64)
-    if len(rows) == 0:
-        return rows
-    mat = np.repeat(rows[:, None], rule.n_predicates, axis=1)
-    keep = np.ones(len(rows), bool)
+    rows = type_rows(table, event_type, lo, len(table) if hi is None else hi)
     for ci in static_conditions(rule, pred):
         try:
-            keep &= condition_mask(rule.conditions[ci], table, mat)
+            rows = filter_rows(table, rows, (rule.conditions[ci],), pred, rule.n_predicates)
         except (KeyError, IndexError, TypeError):  # cannot evaluate here: do not filter (upper bound)
             pass
-    return rows[keep]
+    return rows
 
 
 def _selectivity(rule: Rule, table: EventTable, pred: int, cond_ids, column: np.ndarray) -> float:
