@@ -4,6 +4,9 @@ Planning (driver only, before any task runs): validate the input schema, parse a
 rules, choose keyed or time-sliced execution (:mod:`cep_gpu.spark_udfs.plan`). Then:
 
 * keyed: ``groupBy(key).applyInArrow`` runs the engine once per key value;
+* time-sliced, input a plain scan of local Parquet files whose row groups are ordered in time: no
+  rows pass through the JVM; ``spark.range(n).mapInArrow`` runs one task per chunk of row groups,
+  which reads them (and its context) with pyarrow (:mod:`cep_gpu.spark_udfs.parquet_scan`);
 * time-sliced, input partitions already time-ordered and disjoint (Parquet written in time
   order): no shuffle; ``mapInArrow`` runs the engine once per input partition with the context
   it needs collected and broadcast by the driver (:mod:`cep_gpu.spark_udfs.partitioned`);
@@ -28,6 +31,7 @@ from pyspark.sql import types as T
 from cep_gpu.detect import as_rules, rule_order
 from cep_gpu.errors import EventError
 
+from .parquet_scan import parquet_layout, run_parquet
 from .partitioned import partition_layout, run_partitioned
 from .plan import SparkPlan, plan_rules
 from .schema import SLICE, T_NS, TimeSpec, engine_columns, output_struct, time_spec
@@ -35,14 +39,15 @@ from .task import run_group, task_fn, type_names
 
 log = logging.getLogger("cep_gpu.spark_udfs")
 
-Slicing = Literal["auto", "shuffle", "partitions"]
+Slicing = Literal["auto", "parquet", "partitions", "shuffle"]
 
 
 @dataclass(frozen=True)
 class RunPlan:
     """How a ``detect_spark`` call runs, decided on the driver (``out.cep_plan`` on its result).
 
-    ``kind``: ``keyed`` (``groupBy(key)``), ``partitions`` (time-ordered input partitions,
+    ``kind``: ``keyed`` (``groupBy(key)``), ``parquet`` (tasks read time-ordered Parquet row
+    groups themselves, ``mapInArrow``, no shuffle), ``partitions`` (time-ordered input partitions,
     ``mapInArrow``, no shuffle) or ``shuffle`` (time slices, ``explode`` + ``groupBy(slice)``);
     ``reason``: why, in words.
     """
@@ -53,6 +58,7 @@ class RunPlan:
     def explain(self) -> str:
         head = {
             "keyed": "keyed: shuffle by key",
+            "parquet": "Parquet row groups read by the tasks: no shuffle",
             "partitions": "time-partitioned input: no shuffle",
             "shuffle": "time slices: shuffle",
         }[self.kind]
@@ -137,12 +143,19 @@ def detect_spark(
     num_slices:
         Number of time slices of the shuffle plan (default: the cluster's default parallelism).
     slicing:
-        How a time-sliced run cuts time: ``"partitions"`` uses the input's own partitions as the
-        slices when they are time-ordered and disjoint (no shuffle; raises ``ValueError`` when
-        they are not), ``"shuffle"`` range-partitions by ``ts`` (any input), ``"auto"`` (default)
-        takes ``"partitions"`` when it applies and its context is small, else ``"shuffle"``.
-        The choice is logged (logger ``cep_gpu.spark_udfs``) and kept as ``out.cep_plan``
-        (a :class:`RunPlan`).
+        How a time-sliced run cuts time (docs/spark.md, "How partitioning is chosen"):
+
+        * ``"parquet"``: ``df`` is a plain scan of local Parquet files whose row groups are
+          ordered in time; the tasks read the row groups themselves with pyarrow (no rows pass
+          through the JVM, no shuffle);
+        * ``"partitions"``: the input's own partitions are the slices, when they are
+          time-ordered and disjoint (no shuffle);
+        * ``"shuffle"``: range-partitions by ``ts`` (any input);
+        * ``"auto"`` (default): the first of these that applies (with small context).
+
+        ``"parquet"`` and ``"partitions"`` raise ``ValueError`` when they do not apply. The
+        choice is logged (logger ``cep_gpu.spark_udfs``) and kept as ``out.cep_plan`` (a
+        :class:`RunPlan`).
 
     Raises
     ------
@@ -150,38 +163,48 @@ def detect_spark(
         On the driver, before any task runs: missing ``type``/``ts``, a ``ts`` of the wrong type,
         rules reading unknown attributes, ``consuming`` rules that cannot be keyed.
     """
-    if slicing not in ("auto", "shuffle", "partitions"):
-        raise ValueError(f"slicing must be 'auto', 'shuffle' or 'partitions', not {slicing!r}")
+    if slicing not in ("auto", "parquet", "partitions", "shuffle"):
+        raise ValueError(f"slicing must be 'auto', 'parquet', 'partitions' or 'shuffle', not {slicing!r}")
     job = plan_job(df, rules, partition_by, backend, time_unit, num_slices)
-    events = _engine_events(df, job)
     if job.plan.mode == "keyed":
-        out, run = _run_keyed(events, job), RunPlan("keyed", f"by {job.plan.key!r}")
+        out, run = _run_keyed(_engine_events(df, job), job), RunPlan("keyed", f"by {job.plan.key!r}")
     else:
-        out, run = _run_time(events, job, slicing)
+        out, run = _run_time(df, job, slicing)
     log.info("detect_spark: %s", run.explain())
     out = out.withColumn("ts", job.time.from_engine(F.col("ts")))
     out.cep_plan = run
     return out
 
 
-def _run_time(events: DataFrame, job: SparkJob, slicing: Slicing) -> tuple[DataFrame, RunPlan]:
-    """The time-sliced run: the input's own partitions when they fit, else the shuffle."""
-    why = "slicing='shuffle'"
+def _run_time(df: DataFrame, job: SparkJob, slicing: Slicing) -> tuple[DataFrame, RunPlan]:
+    """The time-sliced run: Parquet row groups read by the tasks, or the input's own partitions,
+    when they fit; else the shuffle. The plan's reason says why the earlier ones did not fit."""
+    why = f"slicing={slicing!r}"
     if slicing != "shuffle":
         if job.plan.unbounded:
             why = "a predicate without a window needs every earlier event"
         elif any(r.consuming for r in job.rules):
             why = "'consuming' rules depend on every earlier match"
         else:
+            not_parquet = ""
+            if slicing in ("auto", "parquet"):
+                layout, why = parquet_layout(df, job, forced=slicing == "parquet")
+                if layout is not None:
+                    return run_parquet(df.sparkSession, job, layout), RunPlan("parquet", layout.describe())
+                if slicing == "parquet":
+                    raise ValueError(f"slicing='parquet' is not possible: {why}; use slicing='auto'")
+                not_parquet = f"; not read as Parquet: {why}"
+            events = _engine_events(df, job)
             layout, why = partition_layout(
                 events, job.time, job.plan.lookback_ns, job.plan.horizon_ns, forced=slicing == "partitions"
             )
             if layout is not None:
-                return run_partitioned(events, job, layout), RunPlan("partitions", why)
-        if slicing == "partitions":
-            raise ValueError(f"slicing='partitions' is not possible: {why}; use slicing='auto' or 'shuffle'")
+                return run_partitioned(events, job, layout), RunPlan("partitions", why + not_parquet)
+            why += not_parquet
+        if slicing in ("parquet", "partitions"):
+            raise ValueError(f"slicing={slicing!r} is not possible: {why}; use slicing='auto' or 'shuffle'")
     n = job.plan.n_slices
-    return _run_sliced(events, job), RunPlan("shuffle", f"{n} slice{'s' * (n != 1)}; {why}")
+    return _run_sliced(_engine_events(df, job), job), RunPlan("shuffle", f"{n} slice{'s' * (n != 1)}; {why}")
 
 
 # ------------------------------------------------------------------------------------------------

@@ -44,7 +44,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from .schema import T_NS, TimeSpec
-from .task import from_ipc, run_group, task_fn, to_ipc
+from .task import engine_nanos, from_ipc, run_group, task_fn, to_ipc
 
 log = logging.getLogger("cep_gpu.spark_udfs")
 
@@ -248,8 +248,6 @@ def _partition_udf(batches, *, rules, backend, time_unit, schema, context, tiles
 
     from cep_gpu.errors import EventError
 
-    from .task import engine_nanos
-
     batches = [b for b in batches if b.num_rows]
     if not batches:
         return  # an empty partition owns nothing
@@ -270,5 +268,10 @@ def _partition_udf(batches, *, rules, backend, time_unit, schema, context, tiles
     parts = [p for p in (before, own, after) if p is not None and p.num_rows]
     table = pa.concat_tables(parts) if len(parts) > 1 else own
     out = run_group(table, rules, backend, time_unit, schema)
+    yield from owned_rows(out, (lo, hi), time).to_batches()
+
+
+def owned_rows(out: pa.Table, tile: tuple[int, int], time: tuple[str, str]) -> pa.Table:
+    """The composite events of ``out`` whose terminator's time (engine ns) lies in ``[lo, hi)``."""
     ts = engine_nanos(out.column("ts"), *time)
-    yield from out.filter(pa.array((ts >= lo) & (ts < hi))).to_batches()
+    return out.filter(pa.array((ts >= tile[0]) & (ts < tile[1])))
