@@ -73,6 +73,7 @@ def spark_main(args: argparse.Namespace) -> int:
     )
     console = Console()
     console.print(summary_table(result))
+    console.print(f"plan: {result.plan}", soft_wrap=True)
     if result.plot_path:
         console.print(f"plot: {result.plot_path}")
     return 0
