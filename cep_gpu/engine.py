@@ -35,7 +35,7 @@ from .detect import (
     rule_order,
 )
 from .errors import EventError, LateEventError
-from .events import _UNIT_NS, EventTable, StringDictionary, TimeFormat, frame_from_arrow
+from .events import _UNIT_NS, EventTable, StringDictionary, TimeFormat
 from .model import (
     SELF,
     AggValue,
@@ -293,7 +293,7 @@ class Engine:
                 )
             return dict(events)
         if isinstance(events, pa.Table):
-            events = frame_from_arrow(events)
+            return EventTable.from_arrow(events, time_unit=self._time_unit, sort=True)
         if not isinstance(events, pd.DataFrame):
             raise EventError(
                 "explain(events) takes a DataFrame or Arrow table of sample events, or a mapping "
@@ -309,19 +309,22 @@ class Engine:
         Changes no state (but the time format), so that a rejected publish leaves no trace.
         """
         if isinstance(events, dict):
-            df = pd.DataFrame([events])
-        elif isinstance(events, pa.Table):
-            df = frame_from_arrow(events)
+            events = pd.DataFrame([events])
+        if isinstance(events, pa.Table):
+            n = events.num_rows
+            if "id" not in events.column_names:
+                events = events.append_column("id", pa.array(np.arange(self._next_id, self._next_id + n, dtype=np.int64)))
+            new = EventTable.from_arrow(events, time_unit=self._time_unit, strings=self._strings, sort=True)
         elif isinstance(events, pd.DataFrame):
-            df = events
+            n = len(events)
+            if "id" not in events.columns:
+                events = events.assign(id=np.arange(self._next_id, self._next_id + n, dtype=np.int64))
+            new = EventTable.from_pandas(events, time_unit=self._time_unit, strings=self._strings, sort=True)
         else:
             raise EventError(
                 f"publish() takes a dict (one event), a DataFrame or an Arrow table, "
                 f"got {type(events).__name__}"
             )
-        if "id" not in df.columns:
-            df = df.assign(id=np.arange(self._next_id, self._next_id + len(df), dtype=np.int64))
-        new = EventTable.from_pandas(df, time_unit=self._time_unit, strings=self._strings, sort=True)
         self._check_time(new.time)
         for other in (self._buffer, self._late_buffer):
             if other is not None and len(new):
@@ -329,7 +332,7 @@ class Engine:
                 if dup.any():
                     raise EventError(f"duplicate event id {int(new.ids[dup][0])}: already published")
         new.time = self._time
-        return new, len(df)
+        return new, n
 
     def _check_time(self, fmt: TimeFormat) -> None:
         if self._time is None:

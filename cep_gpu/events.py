@@ -1,7 +1,7 @@
 """EventTable: events as time-sorted columns of plain NumPy arrays.
 
-A pandas DataFrame (or Arrow table) with ``type``, ``ts``, optional ``id`` and attribute columns
-becomes one struct-of-arrays over all events: ``ts`` as int64 nanoseconds, ``type`` as int32 codes
+A pandas DataFrame or an Arrow table (read column by column, without pandas) with ``type``,
+``ts``, optional ``id`` and attribute columns becomes one struct-of-arrays over all events: ``ts`` as int64 nanoseconds, ``type`` as int32 codes
 into ``type_names``, ``ids`` as int64, and one :class:`AttributeColumn` per attribute (values plus a
 validity mask; strings dictionary-encoded to int32 codes through one table-wide
 :class:`StringDictionary`, so that equal strings have equal codes across columns and types).
@@ -16,6 +16,7 @@ record which rows they share with the tables they came from, so that device copi
 
 from __future__ import annotations
 
+import functools
 import itertools
 import weakref
 from dataclasses import dataclass, field, replace
@@ -24,6 +25,7 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from .errors import EventError
 
@@ -147,9 +149,39 @@ class EventTable:
         strings: StringDictionary | None = None,
         sort: bool = True,
     ) -> EventTable:
-        """Build a table from an Arrow table (see :func:`frame_from_arrow`; same rules as
-        :meth:`from_pandas`)."""
-        return cls.from_pandas(frame_from_arrow(table), time_unit, strings, sort)
+        """Build a table straight from Arrow columns (no pandas frame in between).
+
+        Gives exactly the table that :meth:`from_pandas` builds from :func:`frame_from_arrow`'s
+        frame of ``table`` (the same codes, string dictionary, time format and errors; the tests
+        compare the two paths on generated tables), column by column in Arrow and NumPy: strings
+        (plain or dictionary-encoded) as dictionary indices mapped through the string dictionary
+        once per distinct string, numbers and booleans from their buffers with nulls filled,
+        timestamps from their integer ticks. Columns of other Arrow types (dates, decimals,
+        binary, durations, dictionaries of non-strings, ...), whose conversion pandas decides,
+        go through that column's pandas conversion, which rejects most of them.
+        """
+        if isinstance(table, pa.RecordBatch):
+            table = pa.Table.from_batches([table])
+        if not isinstance(table, pa.Table):
+            raise EventError(f"events must be a pyarrow Table, got {type(table).__name__}")
+        names = table.column_names
+        for col in ("type", "ts"):
+            if col not in names:
+                raise EventError(f"events have no {col!r} column (columns: {names})")
+        if len(set(names)) != len(names):
+            dup = next(c for c in names if names.count(c) > 1)
+            raise EventError(f"events have more than one column named {dup!r}")
+        _check_time_unit(time_unit)
+        strings = strings if strings is not None else StringDictionary()
+        n = table.num_rows
+
+        type_codes, type_names = _arrow_types(table.column("type"))
+        time, ts = _arrow_ts(table.column("ts"), time_unit)
+        ids = _arrow_ids(table.column("id")) if "id" in names else np.arange(n, dtype=np.int64)
+        columns = {
+            name: _arrow_attribute(name, table.column(name), strings) for name in names if name not in RESERVED
+        }
+        return cls._assemble(ts, ids, type_codes, type_names, columns, strings, time, sort)
 
     @classmethod
     def from_pandas(
@@ -165,56 +197,37 @@ class EventTable:
         for col in ("type", "ts"):
             if col not in df.columns:
                 raise EventError(f"events have no {col!r} column (columns: {list(map(str, df.columns))})")
-        if time_unit not in _UNIT_NS:
-            raise EventError(f"unknown time_unit {time_unit!r}; use one of {sorted(_UNIT_NS)}")
+        _check_time_unit(time_unit)
         strings = strings if strings is not None else StringDictionary()
-        n = len(df)
-
-        tcol = df["type"]
-        if tcol.isna().any():
-            row = int(np.flatnonzero(tcol.isna().to_numpy())[0])
-            raise EventError(f"column 'type' is null at row {row}")
-        if isinstance(tcol.dtype, pd.CategoricalDtype) and _string_categories(tcol.dtype):
-            type_codes, type_uniq = pd.factorize(tcol, sort=False)  # on the codes, no strings made
-        else:
-            type_codes, type_uniq = pd.factorize(tcol.astype(str), sort=False)
-        type_names = [str(t) for t in type_uniq]
-
+        type_codes, type_names = _pandas_types(df["type"])
         time, ts = _convert_ts(df["ts"], time_unit)
-
-        if "id" in df.columns:
-            idcol = df["id"]
-            if idcol.isna().any():
-                row = int(np.flatnonzero(idcol.isna().to_numpy())[0])
-                raise EventError(f"column 'id' is null at row {row}")
-            if not pd.api.types.is_integer_dtype(idcol.dtype):
-                raise EventError(f"column 'id' must hold integers, got dtype {idcol.dtype}")
-            ids = idcol.to_numpy(dtype=np.int64)
-            if n and ids.min() < 0:
-                row = int(np.flatnonzero(ids < 0)[0])
-                raise EventError(
-                    f"column 'id' is negative ({ids[row]}) at row {row}: ids must be >= 0 "
-                    "(negative ids are reserved for composite events)"
-                )
-            if not (n < 2 or bool(np.all(ids[1:] > ids[:-1]))) and len(np.unique(ids)) != n:
-                dup = pd.Series(ids)[pd.Series(ids).duplicated()].iloc[0]
-                raise EventError(f"column 'id' has duplicate id {int(dup)}")
-        else:
-            ids = np.arange(n, dtype=np.int64)
-
+        ids = _pandas_ids(df["id"]) if "id" in df.columns else np.arange(len(df), dtype=np.int64)
         columns: dict[str, AttributeColumn] = {}
         for name in df.columns:
             if name in RESERVED:
                 continue
             columns[str(name)] = _convert_attribute(str(name), df[name], strings)
+        return cls._assemble(ts, ids, type_codes, type_names, columns, strings, time, sort)
 
+    @classmethod
+    def _assemble(
+        cls,
+        ts: np.ndarray,
+        ids: np.ndarray,
+        type_codes: np.ndarray,
+        type_names: list[str],
+        columns: dict[str, AttributeColumn],
+        strings: StringDictionary,
+        time: TimeFormat,
+        sort: bool,
+    ) -> EventTable:
+        """The table of converted columns: the schema (attributes present per type), then sorted."""
         schema: dict[str, set[str]] = {t: set() for t in type_names}
-        codes = type_codes.astype(np.int32)
+        codes = type_codes.astype(np.int32, copy=False)
         for name, col in columns.items():
             present = np.flatnonzero(np.bincount(codes[col.valid], minlength=len(type_names)))
             for c in present:
                 schema[type_names[c]].add(name)
-
         table = cls(ts, ids, codes, type_names, columns, strings, time, schema)
         return table.sorted() if sort else table
 
@@ -455,10 +468,56 @@ def _tag_concat(src: EventTable, out: EventTable, kept: int) -> None:
 # ------------------------------------------------------------------------------------------------
 
 
+def _check_time_unit(time_unit: str) -> None:
+    if time_unit not in _UNIT_NS:
+        raise EventError(f"unknown time_unit {time_unit!r}; use one of {sorted(_UNIT_NS)}")
+
+
+def _null_error(name: str, isna: np.ndarray, what: str = "") -> EventError:
+    row = int(np.flatnonzero(isna)[0])
+    return EventError(f"column {name!r} is null at row {row}{what}")
+
+
+def _pandas_types(tcol: pd.Series) -> tuple[np.ndarray, list[str]]:
+    """Type codes (in order of first appearance) and type names of a pandas ``type`` column."""
+    isna = tcol.isna().to_numpy()
+    if isna.any():
+        raise _null_error("type", isna)
+    if isinstance(tcol.dtype, pd.CategoricalDtype) and _string_categories(tcol.dtype):
+        type_codes, type_uniq = pd.factorize(tcol, sort=False)  # on the codes, no strings made
+    else:
+        type_codes, type_uniq = pd.factorize(tcol.astype(str), sort=False)
+    return type_codes, [str(t) for t in type_uniq]
+
+
+def _pandas_ids(idcol: pd.Series) -> np.ndarray:
+    isna = idcol.isna().to_numpy()
+    if isna.any():
+        raise _null_error("id", isna)
+    if not pd.api.types.is_integer_dtype(idcol.dtype):
+        raise EventError(f"column 'id' must hold integers, got dtype {idcol.dtype}")
+    return _check_ids(idcol.to_numpy(dtype=np.int64))
+
+
+def _check_ids(ids: np.ndarray) -> np.ndarray:
+    """``ids`` (int64), or an error naming the first negative or repeated id."""
+    n = len(ids)
+    if n and ids.min() < 0:
+        row = int(np.flatnonzero(ids < 0)[0])
+        raise EventError(
+            f"column 'id' is negative ({ids[row]}) at row {row}: ids must be >= 0 "
+            "(negative ids are reserved for composite events)"
+        )
+    if not (n < 2 or bool(np.all(ids[1:] > ids[:-1]))) and len(np.unique(ids)) != n:
+        dup = pd.Series(ids)[pd.Series(ids).duplicated()].iloc[0]
+        raise EventError(f"column 'id' has duplicate id {int(dup)}")
+    return ids
+
+
 def _convert_ts(col: pd.Series, time_unit: str) -> tuple[TimeFormat, np.ndarray]:
-    if col.isna().any():
-        row = int(np.flatnonzero(col.isna().to_numpy())[0])
-        raise EventError(f"column 'ts' is null at row {row}: every event needs a timestamp")
+    isna = col.isna().to_numpy()
+    if isna.any():
+        raise _null_error("ts", isna, ": every event needs a timestamp")
     dtype = col.dtype
     if isinstance(dtype, pd.DatetimeTZDtype):
         fmt = TimeFormat("datetime", tz=str(dtype.tz))
@@ -486,15 +545,166 @@ def frame_from_arrow(table: pa.Table) -> pd.DataFrame:
     and a small list of distinct strings) instead of one Python string per row; integers and
     booleans with nulls stay nullable integers and booleans instead of becoming floats.
     """
-    import pyarrow.compute as pc
-
     cols = []
     for col in table.columns:
-        if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+        if _encoded_by_frame_from_arrow(col.type) and not pa.types.is_dictionary(col.type):
             col = pc.dictionary_encode(col)
         cols.append(col)
     encoded = pa.Table.from_arrays(cols, names=table.column_names)
     return encoded.to_pandas(types_mapper=nullable_pandas_type)
+
+
+# ------------------------------------------------------------------------------------------------
+# Arrow columns -> NumPy (EventTable.from_arrow: what from_pandas does to frame_from_arrow's frame)
+
+_NS_PER_TICK = {"s": 1_000_000_000, "ms": 1_000_000, "us": 1_000, "ns": 1}
+
+
+def _is_string_type(t: pa.DataType) -> bool:
+    is_view = getattr(pa.types, "is_string_view", lambda _: False)
+    return pa.types.is_string(t) or pa.types.is_large_string(t) or is_view(t)
+
+
+def _encoded_by_frame_from_arrow(t: pa.DataType) -> bool:
+    """Whether :func:`frame_from_arrow` turns a column of type ``t`` into string categories."""
+    return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_dictionary(t)
+
+
+def _holds_strings(t: pa.DataType) -> bool:
+    """Strings, plain or dictionary-encoded: what arrives in pandas as string categories."""
+    return _is_string_type(t.value_type if pa.types.is_dictionary(t) else t)
+
+
+def _numpy(col: pa.ChunkedArray, dtype) -> np.ndarray:
+    """A null-free column as a writable NumPy array of ``dtype`` (table arrays are plain arrays)."""
+    arr = col.to_numpy().astype(dtype, copy=False)
+    return arr if arr.flags.writeable else arr.copy()
+
+
+def _valid(col: pa.ChunkedArray) -> np.ndarray:
+    if col.null_count == 0:
+        return np.ones(len(col), dtype=bool)
+    return col.is_valid().to_numpy()
+
+
+def _pandas_column(name: str, col: pa.ChunkedArray) -> pd.Series:
+    """``col`` as :func:`frame_from_arrow` converts it (for the types whose meaning pandas decides)."""
+    return frame_from_arrow(pa.table({name: col}))[name]
+
+
+def _as_int64(name: str, col: pa.ChunkedArray, what: str) -> pa.ChunkedArray:
+    try:
+        return col.cast(pa.int64())
+    except pa.ArrowInvalid:
+        raise EventError(f"{what} {name!r} holds integers outside the int64 range") from None
+
+
+def _dictionary(col: pa.ChunkedArray) -> tuple[np.ndarray, pa.Array, bool]:
+    """A string column as dictionary indices (-1 = null), the dictionary, and whether the
+    dictionary lists the strings in order of first appearance.
+
+    Plain strings are dictionary-encoded (distinct strings in order of first appearance); the
+    chunks of a dictionary column get one dictionary (chunk by chunk, new strings appended: the
+    categories ``to_pandas`` gives them).
+    """
+    encoded = not pa.types.is_dictionary(col.type)
+    if encoded:
+        if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
+            col = col.cast(pa.string())
+        col = pc.dictionary_encode(col)
+    if col.num_chunks == 0:
+        return np.empty(0, np.int32), pa.array([], col.type.value_type), True
+    first = col.chunk(0).dictionary
+    if not all(c.dictionary.equals(first) for c in col.chunks[1:]):
+        col = pa.table({"c": col}).unify_dictionaries().column(0)
+        first, encoded = col.chunk(0).dictionary, False
+    indices = pa.chunked_array([c.indices for c in col.chunks], col.type.index_type)
+    if not pa.types.is_signed_integer(indices.type):
+        indices = indices.cast(pa.int64())
+    if indices.null_count:
+        indices = pc.fill_null(indices, -1)
+    return _numpy(indices, indices.type.to_pandas_dtype()), first, encoded
+
+
+def _arrow_types(col: pa.ChunkedArray) -> tuple[np.ndarray, list[str]]:
+    """Type codes (in order of first appearance) and names of an Arrow ``type`` column."""
+    if not _holds_strings(col.type):
+        return _pandas_types(_pandas_column("type", col))
+    if col.null_count:
+        raise _null_error("type", ~_valid(col))
+    idx, dictionary, in_order = _dictionary(col)
+    if in_order:
+        return idx, [str(t) for t in dictionary.to_pylist()]
+    # a dictionary may list the types in any order and hold unused ones: number the used ones
+    # in order of first appearance (the codes pandas' factorize gives the categorical)
+    seen = pc.unique(pa.array(idx)).to_numpy()
+    remap = np.full(len(dictionary), -1, dtype=np.int32)
+    remap[seen] = np.arange(len(seen), dtype=np.int32)
+    names = [str(t) for t in dictionary.take(pa.array(seen, pa.int64())).to_pylist()]
+    return remap[idx], names
+
+
+def _arrow_ts(col: pa.ChunkedArray, time_unit: str) -> tuple[TimeFormat, np.ndarray]:
+    t = col.type
+    if not (pa.types.is_timestamp(t) or pa.types.is_integer(t) or pa.types.is_floating(t)):
+        return _convert_ts(_pandas_column("ts", col), time_unit)  # an error for every other type
+    if col.null_count or (pa.types.is_floating(t) and len(col)):
+        isna = pc.is_null(col, nan_is_null=True)
+        if pc.any(isna).as_py():
+            raise _null_error("ts", isna.to_numpy(), ": every event needs a timestamp")
+    if pa.types.is_timestamp(t):
+        tz = None if t.tz is None else _pandas_tz(t.tz)
+        ticks = _numpy(col.cast(pa.int64()), np.int64)
+        scale = _NS_PER_TICK[t.unit]
+        return TimeFormat("datetime", tz=tz), ticks * scale if scale != 1 else ticks
+    if pa.types.is_integer(t):
+        values = _numpy(_as_int64("ts", col, "column"), np.int64)
+    else:
+        values = col.to_numpy().astype(np.float64, copy=False)
+        if not np.all(np.isfinite(values)):
+            row = int(np.flatnonzero(~np.isfinite(values))[0])
+            raise EventError(f"column 'ts' is not finite at row {row}")
+    fmt = TimeFormat("numeric", unit=time_unit, dtype="float64" if values.dtype.kind == "f" else "int64")
+    return fmt, fmt.to_ns(values)
+
+
+@functools.lru_cache(maxsize=64)
+def _pandas_tz(tz: str) -> str:
+    """The name pandas gives Arrow's time zone ``tz`` (the input's zone, restored on output)."""
+    return str(pa.array([], pa.timestamp("ns", tz=tz)).to_pandas().dtype.tz)
+
+
+def _arrow_ids(col: pa.ChunkedArray) -> np.ndarray:
+    if not pa.types.is_integer(col.type):
+        return _pandas_ids(_pandas_column("id", col))  # an error for every other type
+    if col.null_count:
+        raise _null_error("id", ~_valid(col))
+    return _check_ids(_numpy(_as_int64("id", col, "column"), np.int64))
+
+
+def _arrow_attribute(name: str, col: pa.ChunkedArray, strings: StringDictionary) -> AttributeColumn:
+    t = col.type
+    if _holds_strings(t) and col.null_count == len(col) and not _encoded_by_frame_from_arrow(t):
+        t = pa.null()  # string views arrive in pandas as objects: all null, they hold no type
+    if _holds_strings(t):
+        idx, dictionary, _ = _dictionary(col)
+        dict_codes, _ = strings.encode(dictionary.to_numpy(zero_copy_only=False))
+        lut = np.append(dict_codes, -1).astype(np.int32)  # index -1 (null) -> code -1
+        codes = lut[idx]
+        return AttributeColumn("string", codes, codes >= 0)
+    if pa.types.is_integer(t):
+        values = _as_int64(name, pc.fill_null(col, 0), "attribute column")
+        return AttributeColumn("int", _numpy(values, np.int64), _valid(col))
+    if pa.types.is_floating(t):
+        values = _numpy(pc.fill_null(col, float("nan")), np.float64)
+        return AttributeColumn("float", values, _valid(col) & ~np.isnan(values))
+    if pa.types.is_boolean(t):
+        return AttributeColumn("bool", _numpy(pc.fill_null(col, False), np.bool_), _valid(col))
+    if pa.types.is_null(t):
+        return AttributeColumn("float", np.full(len(col), np.nan), np.zeros(len(col), dtype=bool))
+    # dates, times, durations, decimals, binary, nested types, dictionaries of non-strings:
+    # pandas decides what they are (and the attribute rules reject most of them)
+    return _convert_attribute(name, _pandas_column(name, col), strings)
 
 
 def nullable_pandas_type(t: pa.DataType):
@@ -590,5 +800,5 @@ def _values_as(col: AttributeColumn | None, kind: Kind, n: int) -> np.ndarray:
 
 
 def from_arrow(table: pa.Table, time_unit: str = "s") -> EventTable:
-    """Build an :class:`EventTable` from an Arrow table (through pandas, zero-copy where possible)."""
-    return EventTable.from_pandas(table.to_pandas(), time_unit=time_unit)
+    """Build an :class:`EventTable` from an Arrow table (:meth:`EventTable.from_arrow`)."""
+    return EventTable.from_arrow(table, time_unit=time_unit)

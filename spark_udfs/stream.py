@@ -34,7 +34,7 @@ from cep_gpu.events import TimeFormat
 
 from .batch import SparkJob, plan_job
 from .rapids import use_task_gpu
-from .task import conform, from_ipc, to_ipc
+from .task import conform, engine_input, from_ipc, to_ipc
 
 KEY = "__cep_key"
 EVENT_TIME = "__cep_evt"
@@ -122,12 +122,6 @@ def _arrow_events(pdf: pd.DataFrame, schema: pa.Schema) -> pa.Table:
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
-def _engine_pandas(table: pa.Table) -> pd.DataFrame:
-    from .task import engine_input
-
-    return engine_input(table)
-
-
 def _step(key, pdfs: Iterator[pd.DataFrame], state, *, job: SparkJob, event_cols, event_schema, out_schema):
     """One key, one micro-batch (or one timeout): the composite events that became final."""
     unit = job.time.engine_unit
@@ -182,7 +176,7 @@ def _step(key, pdfs: Iterator[pd.DataFrame], state, *, job: SparkJob, event_cols
 def _final_events(buffer: pa.Table, job: SparkJob, unit: str, lo: int, hi: int) -> pa.Table:
     """The composite events over ``buffer`` with terminator time in ``[lo, hi)`` (ns)."""
     use_task_gpu()
-    events = _engine_pandas(buffer)
+    events = engine_input(buffer)
     out = detect(events, list(job.rules), backend=job.backend, time_unit=unit, output="arrow")
     ts_ns = _to_ns(out.column("ts").to_numpy(), unit)
     keep = (ts_ns >= lo) & (ts_ns < hi)

@@ -12,12 +12,9 @@ import functools
 from collections.abc import Sequence
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from cep_gpu.detect import detect
-from cep_gpu.events import frame_from_arrow
 from cep_gpu.model import Rule
 
 from .rapids import use_task_gpu
@@ -30,25 +27,28 @@ def type_names(rules: Sequence[Rule]) -> list[str]:
     return sorted({t for r in rules for t in r.input_types})
 
 
-def engine_input(table: pa.Table, types: Sequence[str] | None = None) -> pd.DataFrame:
-    """The events of one group as the DataFrame ``detect`` reads (internal columns dropped).
+def engine_input(table: pa.Table, types: Sequence[str] | None = None) -> pa.Table:
+    """The events of one group as the Arrow table ``detect`` reads (internal columns dropped).
 
-    The engine's ingestion (``EventTable``) reads host NumPy arrays, and the GPU backend uploads
-    the per-predicate columns it needs itself; so the Arrow table goes to pandas column by column
-    (:func:`cep_gpu.events.frame_from_arrow`: strings dictionary-encoded, so they arrive as codes,
-    not one Python string per row), never through Spark's row-wise conversion. cuDF is
-    deliberately not used even when installed: a device frame would have to come back to the host
-    for ingestion (see docs/spark.md, "cuDF").
+    The engine ingests Arrow columns directly (:meth:`cep_gpu.events.EventTable.from_arrow`: no
+    pandas frame, no Python per row). When ``type`` arrives as integer codes into ``types`` (the
+    batch plans send no type strings), it becomes a dictionary array over ``types``: the codes
+    are its indices (nulls stay null, for ``detect`` to reject), the names its dictionary.
     """
     drop = [c for c in (T_NS, SLICE) if c in table.column_names]
     if drop:
         table = table.drop_columns(drop)
-    frame = frame_from_arrow(table)
     if types is not None and pa.types.is_integer(table.schema.field("type").type):
-        # integer codes into ``types`` (the JVM sent no type strings): a categorical again
-        codes = pc.fill_null(table.column("type"), -1).to_numpy().astype(np.int64)  # -1: null
-        frame["type"] = pd.Categorical.from_codes(codes, categories=list(types))
-    return frame
+        at = table.schema.get_field_index("type")
+        table = table.set_column(at, "type", type_dictionary(table.column("type"), types))
+    return table
+
+
+def type_dictionary(codes: pa.ChunkedArray, types: Sequence[str]) -> pa.ChunkedArray:
+    """Integer type codes into ``types`` as a dictionary array (Arrow checks the codes' range)."""
+    names = pa.array(list(types), pa.string())
+    chunks = [pa.DictionaryArray.from_arrays(c, names) for c in codes.cast(pa.int32()).chunks]
+    return pa.chunked_array(chunks, pa.dictionary(pa.int32(), pa.string()))
 
 
 def task_fn(udf, job, struct, **extra):
