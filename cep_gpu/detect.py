@@ -348,7 +348,8 @@ def detect(
     ----------
     events:
         A pandas DataFrame (or Arrow table) with ``type``, ``ts`` (datetime64 or numbers in
-        ``time_unit``), optional ``id`` (int64; else the row position) and attribute columns.
+        ``time_unit``), optional ``id`` (int64; else the row position) and attribute columns; or
+        an :class:`~cep_gpu.events.EventTable` already ingested (its own time unit applies).
     rules:
         A :class:`~cep_gpu.model.Rule`, a list of them, or rule text (see ``parse_rules``).
     backend:
@@ -387,6 +388,8 @@ def detect(
         table = EventTable.from_arrow(events, time_unit=time_unit)
     elif isinstance(events, pd.DataFrame):
         table = EventTable.from_pandas(events, time_unit=time_unit)
+    elif isinstance(events, EventTable):
+        table = events
     else:
         raise EventError(f"events must be a pandas DataFrame or a pyarrow Table, got {type(events).__name__}")
     results = detect_table(table, rule_list, backend, count_only=output == "count",

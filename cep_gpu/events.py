@@ -8,10 +8,11 @@ validity mask; strings dictionary-encoded to int32 codes through one table-wide
 Kernels index these arrays by row; nothing here knows about rules. Rows are sorted by
 ``(ts, id)``, so row order is the total order that ``last``/``first`` tie-break on.
 
-Row lineage (:class:`RowTag`, :func:`row_tag`): tables made by :meth:`EventTable.concat` and their
-contiguous slices (:meth:`EventTable.take` of a range, how the engine drops an expired prefix)
-record which rows they share with the tables they came from, so that device copies of the columns
-(the GPU backend) can be updated with the new rows only.
+Row lineage (:class:`RowTag`, :func:`row_tag`): tables made by :meth:`EventTable.concat` (or
+given a lineage by :func:`start_lineage`) and their contiguous slices (:meth:`EventTable.take` of
+a range, how the engine drops an expired prefix) record which rows they share with the tables
+they came from, so that device copies of the columns (the GPU backend) can be updated with the
+new rows only.
 """
 
 from __future__ import annotations
@@ -380,9 +381,9 @@ class RowTag:
     the arrays of that lineage and this role hold the same values as this one at every global row
     below ``cut`` that both have.
 
-    Only :meth:`EventTable.concat` starts a lineage (it appends, or merges rows in after the first
-    ``kept`` rows of ``self``), and only :meth:`EventTable.take` of a contiguous range continues
-    one. Tags belong to the array objects, so arrays swapped into a table by other means carry
+    Only :meth:`EventTable.concat` (it appends, or merges rows in after the first ``kept`` rows of
+    ``self``) and :func:`start_lineage` start a lineage, and only :meth:`EventTable.take` of a
+    contiguous range continues one. Tags belong to the array objects, so arrays swapped into a table by other means carry
     none. Table arrays are never written in place.
     """
 
@@ -410,6 +411,18 @@ def row_tag(arr: np.ndarray) -> RowTag | None:
     if hit is None or hit[0]() is not arr:
         return None
     return hit[1]
+
+
+def start_lineage(table: EventTable) -> None:
+    """Give the arrays of ``table`` a lineage of their own (rows ``0..n-1``, no ancestors).
+
+    For a table whose columns were put on the device at ingestion (:mod:`cep_gpu.ingest_cudf`):
+    the GPU backend keeps tagged arrays as device columns, which tables concatenated to this one
+    (composite events re-entering) extend instead of uploading again.
+    """
+    lineage = next(_LINEAGES)
+    for role, arr, _ in _tagged_arrays(table):
+        _set_tag(arr, RowTag(lineage, 0, role))
 
 
 def _set_tag(arr: np.ndarray, tag: RowTag) -> None:

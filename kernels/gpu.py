@@ -29,13 +29,16 @@ a device column are still those of the new table, so only the new tail is copied
 from pinned memory on the runtime's stream) and the expired prefix is released by moving the
 column's start (and moving the rows into a smaller buffer once it holds eight times what is live).
 Whatever the lineage cannot prove is uploaded in full. Arrays without a tag (batch tables, and the
-per-call negation, aggregate and candidate columns) are copied once per array object.
+per-call negation, aggregate and candidate columns) are copied once per array object. A column
+whose device copy was made at ingestion (:func:`provide_device_copy`: a table that went to the
+device through cuDF, see :mod:`cep_gpu.ingest_cudf`) is taken from that copy instead of uploaded.
 """
 
 from __future__ import annotations
 
 import hashlib
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -130,6 +133,11 @@ class Runtime(Protocol):
 
     def pointer(self, buf: Any) -> int: ...
 
+    def adopt(self, buf: Any) -> Any | None:
+        """``buf``, a device array made elsewhere (cuDF), as a buffer of this runtime, or None
+        when it cannot use it (another device or kind of memory)."""
+        ...
+
     def bytes_in_use(self) -> int: ...
 
 
@@ -166,7 +174,8 @@ class LaunchStats:
     into table columns (:class:`DeviceColumn`); ``column_full_uploads`` / ``column_appends``: column
     updates that copied the whole column / only new rows; ``column_rows_reused``: rows kept on the
     device by appends; ``column_compactions``: columns moved into a new (larger or smaller) buffer
-    or to the front of their own.
+    or to the front of their own; ``column_adoptions``: columns taken from a device copy made at
+    ingestion (:func:`provide_device_copy`) instead of uploaded.
     """
 
     launches: int = 0
@@ -178,6 +187,48 @@ class LaunchStats:
     column_appends: int = 0
     column_rows_reused: int = 0
     column_compactions: int = 0
+    column_adoptions: int = 0
+
+
+def column_dtype(part: str, kind: str | None = None) -> np.dtype:
+    """The dtype the kernels read a table array as: ``part`` is ``"ts"`` (int64), ``"valid"``
+    (uint8) or ``"values"`` of an attribute of ``kind`` (float64 floats, uint8 booleans, int64
+    integers and string codes)."""
+    if part == "ts":
+        return np.dtype(np.int64)
+    if part == "valid" or kind == "bool":
+        return np.dtype(np.uint8)
+    return np.dtype(np.float64 if kind == "float" else np.int64)
+
+
+_PROVIDED: dict[int, tuple[weakref.ref, Callable[[], Any]]] = {}
+
+
+def provide_device_copy(arr: np.ndarray, fetch: Callable[[], Any]) -> None:
+    """Declare that ``fetch()`` makes the device copy of table array ``arr``: a device array of
+    ``len(arr)`` elements of the kernels' dtype (:func:`column_dtype`) holding ``arr``'s values.
+
+    The GPU backend then calls it, at most once per column it builds, instead of uploading
+    ``arr`` (``cep_gpu.ingest_cudf`` provides the columns of a table that went to the device
+    through cuDF). Only arrays with a row tag (:class:`~cep_gpu.events.RowTag`) become device
+    columns; the declaration lives as long as ``arr``.
+    """
+    key = id(arr)
+
+    def drop(ref: weakref.ref, key: int = key) -> None:
+        hit = _PROVIDED.get(key)
+        if hit is not None and hit[0] is ref:
+            del _PROVIDED[key]
+
+    _PROVIDED[key] = (weakref.ref(arr, drop), fetch)
+
+
+def provided_copy(arr: np.ndarray) -> Any | None:
+    """The device copy that :func:`provide_device_copy` declared for ``arr`` (made now), or None."""
+    hit = _PROVIDED.get(id(arr))
+    if hit is None or hit[0]() is not arr:
+        return None
+    return hit[1]()
 
 
 #: Smallest capacity (elements) of a device column.
@@ -366,7 +417,7 @@ class GpuCombiner:
         if keep > 0:
             self._append(col, tag.base - col.start, keep, _as_device_dtype(arr[keep:], dtype))
         else:
-            col = self._fill(col, role, dtype, _as_device_dtype(arr, dtype))
+            col = self._adopt(col, role, dtype, arr) or self._fill(col, role, dtype, _as_device_dtype(arr, dtype))
         col.n, col.start, col.relatives = n, tag.base, relatives
         col.host, col.used = weakref.ref(arr), self._version
         view = rt.view(col.buf, col.head, col.head + n)
@@ -375,6 +426,20 @@ class GpuCombiner:
             if not np.array_equal(got, _as_device_dtype(arr, dtype), equal_nan=dtype.kind == "f"):
                 raise AssertionError(f"device column {role!r} differs from its host array")
         return view
+
+    def _adopt(self, col: DeviceColumn | None, role: str, dtype: np.dtype, arr: np.ndarray) -> DeviceColumn | None:
+        """The whole column from the device copy provided for ``arr`` at ingestion, if there is
+        one this runtime can use (else None: the caller uploads ``arr``)."""
+        dev = provided_copy(arr) if len(arr) else None
+        dev = None if dev is None else self.runtime.adopt(dev)
+        if dev is None or len(dev) != len(arr) or np.dtype(dev.dtype) != dtype:
+            return None
+        if col is not None:
+            col.buf = None
+            del self._columns[role]
+        col = self._columns[role] = DeviceColumn(role, dtype, dev, len(dev))
+        self.stats.column_adoptions += 1
+        return col
 
     def _fill(self, col: DeviceColumn | None, role: str, dtype: np.dtype, host: np.ndarray) -> DeviceColumn:
         """Upload ``host`` as the whole column (reusing the buffer when its size suits)."""
@@ -441,7 +506,7 @@ class GpuCombiner:
     def _context(self, kernels: GpuKernels, env: tuple, excluded: np.ndarray | None) -> tuple[Any, Any, list]:
         """The pointer and scalar tables of cdp.cuh's Ctx for this env (see codegen.cuda)."""
         lay = kernels.spec.layout
-        keep = [self._column(env[0], "ts", np.int64), self._excluded(len(env[0]), excluded)]
+        keep = [self._column(env[0], "ts", column_dtype("ts")), self._excluded(len(env[0]), excluded)]
         for e in range(1, len(env)):
             if e == lay.strings_at:
                 keep.append(keep[0])  # codes travel in the scalar table; keep slots aligned
@@ -450,12 +515,12 @@ class GpuCombiner:
             if e < lay.strings_at:
                 attr = lay.attrs[(e - 1) // 2]
                 kind = kernels.kinds.get(attr)
-                is_valid = (e - 1) % 2 == 1
-                dtype = np.uint8 if is_valid or kind == "bool" else np.float64 if kind == "float" else np.int64
+                part = "valid" if (e - 1) % 2 == 1 else "values"
+                dtype = column_dtype(part, kind)
                 if kind is None:  # no such column: a constant null stand-in
                     keep.append(self._device(arr, dtype))
                 else:
-                    keep.append(self._column(arr, array_role("valid" if is_valid else "values", attr), dtype))
+                    keep.append(self._column(arr, array_role(part, attr), dtype))
             else:
                 keep.append(self._device(arr, np.int64))  # negation/aggregate columns of this call
         tab = self._upload(np.array([self.runtime.pointer(b) for b in keep], dtype=np.uint64))
@@ -690,6 +755,11 @@ class CupyRuntime:
 
     def pointer(self, buf: Any) -> int:
         return int(buf.data.ptr)
+
+    def adopt(self, buf: Any) -> Any | None:
+        if not isinstance(buf, self.cupy.ndarray) or buf.device.id != self.device.id:
+            return None
+        return self.cupy.ascontiguousarray(buf)
 
     def bytes_in_use(self) -> int:
         return int(self._pool.used_bytes())

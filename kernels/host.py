@@ -186,6 +186,15 @@ class HostRuntime:
     def pointer(self, buf: np.ndarray) -> int:
         return _pointer(buf)
 
+    def adopt(self, buf: Any) -> np.ndarray | None:
+        """NumPy arrays are this runtime's buffers (counted from now on as its memory)."""
+        if not isinstance(buf, np.ndarray) or not buf.flags.c_contiguous:
+            return None
+        if id(buf) not in self._live:
+            self._track(buf)
+            self.peak_bytes = max(self.peak_bytes, self.bytes_in_use())
+        return buf
+
     def bytes_in_use(self) -> int:
         return sum(self._live.values())
 

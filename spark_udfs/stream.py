@@ -34,7 +34,7 @@ from cep_gpu.events import TimeFormat
 
 from .batch import SparkJob, plan_job
 from .rapids import use_task_gpu
-from .task import conform, engine_input, from_ipc, to_ipc
+from .task import conform, engine_input, from_ipc, task_events, to_ipc
 
 KEY = "__cep_key"
 EVENT_TIME = "__cep_evt"
@@ -175,8 +175,7 @@ def _step(key, pdfs: Iterator[pd.DataFrame], state, *, job: SparkJob, event_cols
 
 def _final_events(buffer: pa.Table, job: SparkJob, unit: str, lo: int, hi: int) -> pa.Table:
     """The composite events over ``buffer`` with terminator time in ``[lo, hi)`` (ns)."""
-    use_task_gpu()
-    events = engine_input(buffer)
+    events = task_events(engine_input(buffer), job.backend, unit, use_task_gpu())
     out = detect(events, list(job.rules), backend=job.backend, time_unit=unit, output="arrow")
     ts_ns = _to_ns(out.column("ts").to_numpy(), unit)
     keep = (ts_ns >= lo) & (ts_ns < hi)

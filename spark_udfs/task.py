@@ -14,7 +14,9 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 
+from cep_gpu import ingest_cudf
 from cep_gpu.detect import detect
+from cep_gpu.events import EventTable
 from cep_gpu.model import Rule
 
 from .rapids import use_task_gpu
@@ -49,6 +51,18 @@ def type_dictionary(codes: pa.ChunkedArray, types: Sequence[str]) -> pa.ChunkedA
     names = pa.array(list(types), pa.string())
     chunks = [pa.DictionaryArray.from_arrays(c, names) for c in codes.cast(pa.int32()).chunks]
     return pa.chunked_array(chunks, pa.dictionary(pa.int32(), pa.string()))
+
+
+def task_events(table: pa.Table, backend: str, time_unit: str, device: int | None) -> pa.Table | EventTable:
+    """What ``detect`` gets in a task: ``table`` (from :func:`engine_input`), or, when cuDF is
+    importable and the kernels may run on the task's GPU, its event table whose kernel columns
+    come from one ``cudf.DataFrame.from_arrow`` copy (:mod:`cep_gpu.ingest_cudf`; docs/spark.md,
+    "cuDF"). ``device``: the task's GPU ordinal from ``use_task_gpu``."""
+    if ingest_cudf.wanted(backend, device):
+        on_device = ingest_cudf.device_events(table, time_unit)
+        if on_device is not None:
+            return on_device
+    return table
 
 
 def task_fn(udf, job, struct, **extra):
@@ -95,8 +109,8 @@ def run_group(
     slice_id: int | None = None,
 ) -> pa.Table:
     """Detect ``rules`` over one group's events; composite events in ``schema`` (+ slice id)."""
-    use_task_gpu()  # the task's GPU (if any) becomes the CuPy device the planner may pick
-    events = engine_input(table, type_names(rules))
+    device = use_task_gpu()  # the task's GPU (if any) becomes the CuPy device the planner may pick
+    events = task_events(engine_input(table, type_names(rules)), backend, time_unit, device)
     out = detect(events, list(rules), backend=backend, time_unit=time_unit, output="arrow")
     body = schema if slice_id is None else pa.schema([f for f in schema if f.name != SLICE])
     result = conform(out, body)
