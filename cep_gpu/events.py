@@ -225,8 +225,10 @@ class EventTable:
         """The table of converted columns: the schema (attributes present per type), then sorted."""
         schema: dict[str, set[str]] = {t: set() for t in type_names}
         codes = type_codes.astype(np.int32, copy=False)
+        k = np.int32(len(type_names))
         for name, col in columns.items():
-            present = np.flatnonzero(np.bincount(codes[col.valid], minlength=len(type_names)))
+            # rows counted by (valid, type) in one pass: the types with a valid value of ``name``
+            present = np.flatnonzero(np.bincount(codes + k * col.valid, minlength=2 * len(type_names))[k:])
             for c in present:
                 schema[type_names[c]].add(name)
         table = cls(ts, ids, codes, type_names, columns, strings, time, schema)
@@ -709,8 +711,8 @@ def _arrow_attribute(name: str, col: pa.ChunkedArray, strings: StringDictionary)
         values = _as_int64(name, pc.fill_null(col, 0), "attribute column")
         return AttributeColumn("int", _numpy(values, np.int64), _valid(col))
     if pa.types.is_floating(t):
-        values = _numpy(pc.fill_null(col, float("nan")), np.float64)
-        return AttributeColumn("float", values, _valid(col) & ~np.isnan(values))
+        values = _numpy(col, np.float64)  # nulls become NaN, and NaN is null
+        return AttributeColumn("float", values, ~np.isnan(values))
     if pa.types.is_boolean(t):
         return AttributeColumn("bool", _numpy(pc.fill_null(col, False), np.bool_), _valid(col))
     if pa.types.is_null(t):
