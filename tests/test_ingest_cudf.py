@@ -73,7 +73,7 @@ def fake_cudf() -> types.ModuleType:
             for name in table.column_names:
                 col = table.column(name)
                 mask = None if col.null_count == 0 else col.is_valid().to_numpy()
-                junk = JUNK[col.type.to_pandas_dtype()().dtype.kind] if col.null_count else 0
+                junk = JUNK[np.dtype(col.type.to_pandas_dtype()).kind] if col.null_count else 0
                 columns[name] = FakeSeries(np.ascontiguousarray(pc.fill_null(col, junk).to_numpy()), mask)
             return cls(columns)
 
@@ -124,14 +124,17 @@ _CHECKED = fresh_backend()
 @given(rules_and_streams(), st.integers(0, 2**16), st.booleans())
 def test_generated_streams_equal_the_cpu_backend(case, seed, nan_values):
     text, events = case
-    cudf = fake_cudf()
-    sys.modules["cudf"] = cudf
+    cudf, before = fake_cudf(), sys.modules.get("cudf")
+    sys.modules["cudf"] = cudf  # (a function-scoped fixture would not be reset between examples)
     try:
         table = shuffled_arrow(events, seed, nan_values)
         assert isinstance(task.task_events(task.engine_input(table), _CHECKED, "s", None), cep_gpu.events.EventTable)
         got = task_detect(table, text, _CHECKED)
     finally:
-        del sys.modules["cudf"]
+        if before is None:
+            del sys.modules["cudf"]
+        else:
+            sys.modules["cudf"] = before
     want = cep_gpu.detect(table, text, backend="cpu")
     assert got.equals(want)
     assert len(cudf.uploads) <= 1  # one from_arrow per table, if the kernels needed a column at all
