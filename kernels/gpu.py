@@ -759,7 +759,11 @@ class CupyRuntime:
     def adopt(self, buf: Any) -> Any | None:
         if not isinstance(buf, self.cupy.ndarray) or buf.device.id != self.device.id:
             return None
-        return self.cupy.ascontiguousarray(buf)
+        buf = self.cupy.ascontiguousarray(buf)
+        # cuDF and the CuPy operations that made ``buf`` ran on other streams than this runtime's
+        # (non-blocking) one, which does not wait for them: wait here, once per adopted column
+        self.device.synchronize()
+        return buf
 
     def bytes_in_use(self) -> int:
         return int(self._pool.used_bytes())
