@@ -27,7 +27,7 @@ from cep_gpu.spark_udfs import detect_spark
 from cep_gpu.spark_udfs.job import session
 
 import cep_gpu
-from cep_gpu.io import read_events
+from cep_gpu.io import read_table
 from cep_gpu.museum import MUSEUM_RULES, generate_museum
 
 
@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> dict:
     single_times = []
     for _ in range(args.repeat):
         t0 = time.perf_counter()
-        events = read_events(path)  # what `cep-gpu run` reads Parquet with
+        events = read_table(path)  # what `cep-gpu run` reads Parquet with (Arrow, no pandas)
         # the same work as the Spark side: every composite event built (Arrow)
         out_single = cep_gpu.detect(events, rules, backend=args.backend, output="arrow")
         single_times.append(time.perf_counter() - t0)

@@ -105,7 +105,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     from .detect import detect_table
     from .events import EventTable
-    from .io import read_events, write_output
+    from .io import read_table, write_output
     from .output import OutputSchema, assemble
     from .planner import AutoBackend, backend_for
 
@@ -113,11 +113,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     rules = _read_rules(args.rules)
     backend = backend_for(args.backend, args.max_batch_latency, private=True)
     t0 = time.perf_counter()
-    events = read_events(args.events)
-    big = len(events) > PROGRESS_THRESHOLD
+    events = read_table(args.events)
+    big = events.num_rows > PROGRESS_THRESHOLD
     with _progress(console, big) as progress:
         task = progress.add_task("ingest", total=len(rules) + 2)
-        table = EventTable.from_pandas(events, time_unit=args.time_unit)
+        table = EventTable.from_arrow(events, time_unit=args.time_unit)
         progress.update(task, advance=1, description="detect")
         results = detect_table(table, rules, backend, on_rule=lambda r: progress.update(
             task, advance=1, description=f"rule {r.name}"))
@@ -126,11 +126,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     elapsed = time.perf_counter() - t0
     if args.out:
         write_output(out, args.out)
-        console.print(f"{out.num_rows} composite events from {len(events)} events "
+        console.print(f"{out.num_rows} composite events from {events.num_rows} events "
                       f"in {elapsed:.2f} s -> {args.out}")
     else:
         _print_table(out.to_pandas(), args.limit)
-        console.print(f"{out.num_rows} composite events from {len(events)} events in {elapsed:.2f} s")
+        console.print(f"{out.num_rows} composite events from {events.num_rows} events in {elapsed:.2f} s")
     if isinstance(backend, AutoBackend):
         st = backend.stats()
         console.print("planner: " + ", ".join(
@@ -141,12 +141,12 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_explain(args: argparse.Namespace) -> int:
     from . import Engine
-    from .io import read_events
+    from .io import read_table
 
     rules = _read_rules(args.rules)
     engine = Engine(rules, backend=args.backend, time_unit=args.time_unit)
     if args.events:
-        print(engine.explain(read_events(args.events)))
+        print(engine.explain(read_table(args.events)))
     else:
         print(engine.explain())
     return 0

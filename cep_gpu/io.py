@@ -23,22 +23,27 @@ def file_format(path: str | Path) -> str:
     return FORMATS[suffix]
 
 
-def read_events(path: str | Path) -> pd.DataFrame:
-    """Events from a CSV or Parquet file (a directory of Parquet files works too).
+def read_table(path: str | Path) -> pa.Table:
+    """Events from a CSV or Parquet file (a directory of Parquet files works too) as an Arrow
+    table, which ``detect`` and ``EventTable.from_arrow`` read without a pandas frame.
 
-    Strings come back as categoricals (see :func:`cep_gpu.events.frame_from_arrow`): the engine
-    ingests them from their codes, without one Python string per row.
+    Parquet string columns are read dictionary-encoded, as they are stored: the engine takes
+    their codes, with no Python string per row.
     """
     path = Path(path)
     if not path.exists():
         raise EventError(f"{path}: no such file")
-    if path.is_dir():
-        table = pq.read_table(path)
-    elif file_format(path) == "csv":
-        table = pacsv.read_csv(path)
-    else:
-        table = pq.read_table(path)
-    return frame_from_arrow(table)
+    if not path.is_dir() and file_format(path) == "csv":
+        return pacsv.read_csv(path)
+    schema = pq.ParquetDataset(path).schema
+    strings = [f.name for f in schema if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)]
+    return pq.read_table(path, read_dictionary=strings)
+
+
+def read_events(path: str | Path) -> pd.DataFrame:
+    """:func:`read_table` as a pandas frame; strings come back as categoricals (see
+    :func:`cep_gpu.events.frame_from_arrow`)."""
+    return frame_from_arrow(read_table(path))
 
 
 def write_output(out: pd.DataFrame | pa.Table, path: str | Path) -> None:

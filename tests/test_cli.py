@@ -137,3 +137,25 @@ def test_calibrate_writes_to_the_user_cache_dir_or_the_given_path(tmp_path, monk
     given = tmp_path / "elsewhere" / "mine.json"
     assert main(["calibrate", "--out", str(given)]) == 0
     assert pl.read_profile(given).meta["cpu_source"] == "measured (fake)"
+
+
+def test_read_table_keeps_parquet_strings_as_dictionaries(files, tmp_path):
+    from cep_gpu.errors import EventError
+    from cep_gpu.io import read_events, read_table
+
+    _, pq_path, csv_path, events = files
+    table = read_table(pq_path)
+    assert table.num_rows == len(events)
+    assert str(table.schema.field("room").type).startswith("dictionary<values=string")
+    assert table.column("room").to_pylist() == events["room"].tolist()
+    # a directory of Parquet files, and CSV, read the same events
+    d = tmp_path / "dir"
+    d.mkdir()
+    events.iloc[:1000].to_parquet(d / "a.parquet", index=False)
+    events.iloc[1000:].to_parquet(d / "b.parquet", index=False)
+    assert read_table(d).column("id").to_pylist() == events["id"].tolist()
+    assert read_table(csv_path).num_rows == len(events)
+    frame = read_events(pq_path)["painting"].astype(object)
+    assert frame.where(frame.notna(), None).tolist() == events["painting"].tolist()
+    with pytest.raises(EventError, match="no such file"):
+        read_table(tmp_path / "missing.parquet")
