@@ -398,8 +398,37 @@ class RowTag:
 #: How many earlier lineages a tag remembers (each concat adds one).
 MAX_ANCESTORS = 16
 
+class ArrayNotes:
+    """Values attached to NumPy arrays by identity, forgotten when the array is collected.
+
+    Arrays are not hashable, and an ``id`` is reused once its object is gone: each note keeps a
+    weak reference that both checks the identity on lookup and drops the note with the array.
+    """
+
+    def __init__(self) -> None:
+        self._notes: dict[int, tuple[weakref.ref, object]] = {}
+
+    def set(self, arr: np.ndarray, value: object) -> None:
+        key = id(arr)
+
+        def drop(ref: weakref.ref, key: int = key) -> None:
+            hit = self._notes.get(key)
+            if hit is not None and hit[0] is ref:
+                del self._notes[key]
+
+        self._notes[key] = (weakref.ref(arr, drop), value)
+
+    def get(self, arr: np.ndarray):
+        """The note on ``arr``, or None."""
+        hit = self._notes.get(id(arr))
+        return hit[1] if hit is not None and hit[0]() is arr else None
+
+    def clear(self) -> None:
+        self._notes.clear()
+
+
 _LINEAGES = itertools.count(1)
-_TAGS: dict[int, tuple[weakref.ref, RowTag]] = {}
+_TAGS = ArrayNotes()  # array -> RowTag
 
 
 def array_role(part: str, name: str = "") -> str:
@@ -409,10 +438,7 @@ def array_role(part: str, name: str = "") -> str:
 
 def row_tag(arr: np.ndarray) -> RowTag | None:
     """The lineage tag of a table array, or None (see :class:`RowTag`)."""
-    hit = _TAGS.get(id(arr))
-    if hit is None or hit[0]() is not arr:
-        return None
-    return hit[1]
+    return _TAGS.get(arr)
 
 
 def start_lineage(table: EventTable) -> None:
@@ -428,14 +454,7 @@ def start_lineage(table: EventTable) -> None:
 
 
 def _set_tag(arr: np.ndarray, tag: RowTag) -> None:
-    key = id(arr)
-
-    def drop(ref: weakref.ref, key: int = key) -> None:
-        hit = _TAGS.get(key)
-        if hit is not None and hit[0] is ref:
-            del _TAGS[key]
-
-    _TAGS[key] = (weakref.ref(arr, drop), tag)
+    _TAGS.set(arr, tag)
 
 
 def _tagged_arrays(table: EventTable):

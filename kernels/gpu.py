@@ -51,7 +51,7 @@ from ..cdp import CDPBackend, StepInput, register_combiner
 from ..codegen import RuleSpec
 from ..codegen.cuda import CudaRule, generate, step_id
 from ..errors import BackendUnavailableError, CepError
-from ..events import MAX_ANCESTORS, array_role, row_tag
+from ..events import MAX_ANCESTORS, ArrayNotes, array_role, row_tag
 
 I64_MAX = np.iinfo(np.int64).max
 
@@ -201,7 +201,7 @@ def column_dtype(part: str, kind: str | None = None) -> np.dtype:
     return np.dtype(np.float64 if kind == "float" else np.int64)
 
 
-_PROVIDED: dict[int, tuple[weakref.ref, Callable[[], Any]]] = {}
+_PROVIDED = ArrayNotes()  # table array -> fetch() of its device copy
 
 
 def provide_device_copy(arr: np.ndarray, fetch: Callable[[], Any]) -> None:
@@ -213,22 +213,13 @@ def provide_device_copy(arr: np.ndarray, fetch: Callable[[], Any]) -> None:
     through cuDF). Only arrays with a row tag (:class:`~cep_gpu.events.RowTag`) become device
     columns; the declaration lives as long as ``arr``.
     """
-    key = id(arr)
-
-    def drop(ref: weakref.ref, key: int = key) -> None:
-        hit = _PROVIDED.get(key)
-        if hit is not None and hit[0] is ref:
-            del _PROVIDED[key]
-
-    _PROVIDED[key] = (weakref.ref(arr, drop), fetch)
+    _PROVIDED.set(arr, fetch)
 
 
 def provided_copy(arr: np.ndarray) -> Any | None:
     """The device copy that :func:`provide_device_copy` declared for ``arr`` (made now), or None."""
-    hit = _PROVIDED.get(id(arr))
-    if hit is None or hit[0]() is not arr:
-        return None
-    return hit[1]()
+    fetch = _PROVIDED.get(arr)
+    return None if fetch is None else fetch()
 
 
 #: Smallest capacity (elements) of a device column.
@@ -311,7 +302,7 @@ class GpuCombiner:
         self.stats = LaunchStats()
         self._codes: dict[tuple, CudaRule] = {}
         self._buffers: dict[str, GrowingBuffer] = {}
-        self._arrays: dict[int, tuple[weakref.ref, Any]] = {}  # id(host array) -> device copy
+        self._arrays = ArrayNotes()  # host array -> its device copy
         self._columns: dict[str, DeviceColumn] = {}  # role -> table column on the device
         self._version = 0  # table versions seen (new lineages of the "ts" column)
         self._ts_lineage = -1
@@ -379,12 +370,10 @@ class GpuCombiner:
 
     def _device(self, arr: np.ndarray, dtype: Any) -> Any:
         """Device copy of a host array without a row lineage, cached while the array lives."""
-        hit = self._arrays.get(id(arr))
-        if hit is not None and hit[0]() is arr:
-            return hit[1]
-        dev = self._upload(_as_device_dtype(arr, dtype))
-        self._arrays = {k: v for k, v in self._arrays.items() if v[0]() is not None}
-        self._arrays[id(arr)] = (weakref.ref(arr), dev)
+        dev = self._arrays.get(arr)
+        if dev is None:
+            dev = self._upload(_as_device_dtype(arr, dtype))
+            self._arrays.set(arr, dev)
         return dev
 
     def _column(self, arr: np.ndarray, role: str, dtype: Any) -> Any:
