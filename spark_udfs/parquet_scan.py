@@ -30,7 +30,6 @@ rebase options) take the other plans too.
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from urllib.parse import unquote, urlparse
 
@@ -45,8 +44,6 @@ from pyspark.sql.pandas.types import to_arrow_type
 from .partitioned import PartitionStats, owned_rows, tiles_of
 from .schema import TimeSpec
 from .task import engine_nanos, run_group, task_fn, type_names
-
-log = logging.getLogger("cep_gpu.spark_udfs")
 
 #: plan nodes a plain Parquet scan (with a column selection) consists of
 _SCAN_NODES = {"WholeStageCodegenExec", "ColumnarToRowExec", "InputAdapter", "ProjectExec", "FileSourceScanExec"}
@@ -90,11 +87,12 @@ class Chunk:
 
     @property
     def rows(self) -> int:
-        return sum(g.rows for g in self.own)
+        return _rows(self.own)
 
     @property
     def context_read(self) -> int:
-        return sum(g.rows for g in self.before + self.after)
+        """Rows of the context row groups (read whole)."""
+        return _rows(self.before + self.after)
 
     def context_kept(self) -> float:
         """The context rows this chunk keeps, estimated as if events were spread evenly in time."""
@@ -116,15 +114,6 @@ class ParquetLayout:
     has_id: bool
     attributes: tuple[tuple[str, pa.DataType], ...]  # (column, Arrow type Spark would hand)
     strings: tuple[str, ...]  # columns read dictionary-encoded
-
-    @property
-    def rows(self) -> int:
-        return sum(g.rows for c in self.chunks for g in c.own)
-
-    @property
-    def context_rows(self) -> int:
-        """Rows of the context row groups the tasks read (whole row groups)."""
-        return sum(g.rows for c in self.chunks for g in c.before + c.after)
 
     def describe(self) -> str:
         groups = sum(len(c.own) for c in self.chunks)
@@ -252,7 +241,7 @@ def chunks_of(groups: list[RowGroup], n: int, lookback: int, horizon: int) -> li
             blocks.append([g])
             end = g.max_ns
     packed: list[list[RowGroup]] = []
-    left, i = sum(g.rows for g in order), 0
+    left, i = _rows(order), 0
     for k in range(min(n, len(blocks)), 0, -1):  # k chunks to go: at least one block each
         target = left / k
         chunk, rows = list(blocks[i]), _rows(blocks[i])
@@ -276,7 +265,7 @@ def chunks_of(groups: list[RowGroup], n: int, lookback: int, horizon: int) -> li
     return chunks
 
 
-def _rows(groups: list[RowGroup]) -> int:
+def _rows(groups) -> int:
     return sum(g.rows for g in groups)
 
 
@@ -299,7 +288,7 @@ def parquet_layout(df: DataFrame, job, forced: bool = False) -> tuple[ParquetLay
     if not groups:
         return None, why or "the input has no rows"
     chunks = chunks_of(groups, job.n_slices, job.plan.lookback_ns, job.plan.horizon_ns)
-    total = sum(g.rows for g in groups)
+    total = _rows(groups)
     largest = max(c.rows for c in chunks)
     if not forced and job.n_slices > 1 and largest > MAX_CHUNK_SHARE * total / job.n_slices:
         return None, (
