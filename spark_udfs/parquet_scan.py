@@ -25,7 +25,9 @@ Without an ``id`` column the engine numbers events by their position in ``df.col
 order is the file's for one file, but for several files it depends on how Spark packs them into
 splits, so several files without ``id`` take the other plans. Files that Spark would read
 differently from pyarrow (INT96 or nanosecond timestamps, Spark 2 "legacy" calendar metadata,
-rebase options) take the other plans too.
+rebase options) take the other plans too. Remote files (``s3a://``, ``hdfs://``...) are read
+only when asked for (``slicing="parquet"``): pyarrow, not Hadoop, opens them, with the credentials
+the Python workers find themselves.
 """
 
 from __future__ import annotations
@@ -125,8 +127,13 @@ class ParquetLayout:
         )
 
 
-def parquet_files(df: DataFrame) -> tuple[list[str] | None, str]:
-    """The local Parquet files ``df`` is a plain scan of, or ``(None, why not)``."""
+def parquet_files(df: DataFrame, remote: bool = False) -> tuple[list[str] | None, str]:
+    """The Parquet files ``df`` is a plain scan of (URIs pyarrow opens), or ``(None, why not)``.
+
+    Local files only, unless ``remote``: then any file system pyarrow can open from the URI
+    (``s3://``, ``s3a://``, ``hdfs://``, ``gs://``...) with the credentials the Python processes
+    find themselves (Hadoop's ``fs.s3a.*`` settings of the Spark configuration do not reach them).
+    """
     try:
         node = df._jdf.queryExecution().executedPlan()
     except Exception:  # not a classic (JVM) DataFrame
@@ -156,15 +163,39 @@ def parquet_files(df: DataFrame) -> tuple[list[str] | None, str]:
     options = str(rel.options()).lower()
     if "rebase" in options or "int96" in options:
         return None, "the input is read with calendar rebase options"
-    paths = []
-    for uri in df.inputFiles():
-        parsed = urlparse(uri)
-        if parsed.scheme not in ("", "file"):
-            return None, f"the input is not on a local file system ({parsed.scheme}:)"
-        paths.append(unquote(parsed.path))
+    paths = [pyarrow_path(uri) for uri in df.inputFiles()]
+    for path in paths:
+        if "://" in path and not remote:
+            return None, (
+                f"the input is not on a local file system ({path.split('://')[0]}://); "
+                "slicing='parquet' reads it with pyarrow's file systems"
+            )
     if not paths:
         return None, "the input has no files"
     return sorted(paths), ""
+
+
+#: Hadoop's names of file systems that pyarrow knows by another name
+_HADOOP_SCHEMES = {"s3a": "s3", "s3n": "s3"}
+
+
+def pyarrow_path(uri: str) -> str:
+    """A Spark file URI as pyarrow opens it: a local path for ``file:``, else a URI whose
+    scheme pyarrow knows (``s3a://b/k`` -> ``s3://b/k``)."""
+    parsed = urlparse(uri)
+    if parsed.scheme in ("", "file"):
+        return unquote(parsed.path)
+    return _HADOOP_SCHEMES.get(parsed.scheme, parsed.scheme) + uri[len(parsed.scheme):]
+
+
+def open_parquet(uri: str, **kwargs) -> pq.ParquetFile:
+    """A Parquet file by local path or URI (pyarrow's file systems)."""
+    if "://" not in uri:
+        return pq.ParquetFile(uri, **kwargs)
+    from pyarrow import fs
+
+    filesystem, path = fs.FileSystem.from_uri(uri)
+    return pq.ParquetFile(filesystem.open_input_file(path), **kwargs)
 
 
 def _file_type_ok(spark_type: T.DataType, arrow_type: pa.DataType, is_ts: bool) -> bool:
@@ -202,7 +233,10 @@ def row_groups(paths: list[str], schema: T.StructType, columns: list[str], time:
     cannot be read directly (types, missing statistics)."""
     groups = []
     for f, path in enumerate(paths):
-        meta = pq.ParquetFile(path).metadata
+        try:
+            meta = open_parquet(path).metadata
+        except (OSError, ValueError, pa.ArrowException) as e:
+            return [], f"pyarrow cannot open {path}: {e}"
         if meta.metadata and any(k in meta.metadata for k in _LEGACY_KEYS):
             return [], f"{path} was written with Spark 2 legacy dates"
         arrow = meta.schema.to_arrow_schema()
@@ -277,7 +311,7 @@ def parquet_layout(df: DataFrame, job, forced: bool = False) -> tuple[ParquetLay
     """The layout of the direct Parquet plan for ``df``, or ``(None, why it does not apply)``.
 
     With ``forced`` the context may be as large as it is (see :data:`MAX_CONTEXT_READ`)."""
-    paths, why = parquet_files(df)
+    paths, why = parquet_files(df, remote=forced)
     if paths is None:
         return None, why
     has_id = "id" in df.columns
@@ -326,7 +360,7 @@ def read_engine_events(layout: ParquetLayout, groups, types: list[str], time: tu
         by_file.setdefault(g.file, []).append(g)
     cols = ["type", "ts"] + ["id"] * layout.has_id + [a for a, _ in layout.attributes]
     for f, gs in sorted(by_file.items()):
-        pf = pq.ParquetFile(layout.files[f], read_dictionary=list(layout.strings))
+        pf = open_parquet(layout.files[f], read_dictionary=list(layout.strings))
         for g, n in zip(gs, (pf.metadata.row_group(g.index).num_rows for g in gs)):
             if n != g.rows:
                 raise RuntimeError(

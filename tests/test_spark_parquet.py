@@ -18,7 +18,14 @@ import cep_gpu
 pytestmark = pytest.mark.spark
 
 from cep_gpu.spark_udfs import detect_spark, plan_job  # noqa: E402
-from cep_gpu.spark_udfs.parquet_scan import RowGroup, chunks_of, parquet_layout, type_codes  # noqa: E402
+from cep_gpu.spark_udfs.parquet_scan import (  # noqa: E402
+    RowGroup,
+    chunks_of,
+    open_parquet,
+    parquet_layout,
+    pyarrow_path,
+    type_codes,
+)
 from pyspark.sql import functions as F  # noqa: E402
 
 
@@ -76,6 +83,17 @@ def test_type_codes_by_dictionary_and_plain():
     coded = pa.chunked_array([pa.array(["C", None, "B", "A"]).dictionary_encode()])
     for col in (plain, coded):
         assert type_codes(col, types).to_pylist() == [1, None, None, 0]
+
+
+def test_file_uris_as_pyarrow_opens_them(tmp_path):
+    assert pyarrow_path("file:/tmp/a%20b.parquet") == "/tmp/a b.parquet"
+    assert pyarrow_path("file:///tmp/x.parquet") == "/tmp/x.parquet"
+    assert pyarrow_path("s3a://bucket/dir/x.parquet") == "s3://bucket/dir/x.parquet"
+    assert pyarrow_path("hdfs://nn:8020/x.parquet") == "hdfs://nn:8020/x.parquet"
+    path = write(museum_like_stream(n=30), tmp_path / "e v.parquet", 10)
+    by_uri = open_parquet((tmp_path / "e v.parquet").as_uri())  # through pyarrow's file systems
+    assert by_uri.metadata.num_rows == open_parquet(path).metadata.num_rows == 30
+    assert by_uri.read().equals(open_parquet(path).read())
 
 
 # -- detect_spark over Parquet files ----------------------------------------------------------------
