@@ -11,7 +11,7 @@ encoded as they are stored.
    of ``ts`` (Parquet statistics). Row groups are sorted by time and merged into *blocks* where
    their ranges overlap or touch (equal timestamps on both sides of a boundary must be owned by
    one task); blocks are disjoint in time and are packed, in time order, into about ``num_slices``
-   *chunks* of equal row counts.
+   *chunks* of equal row counts (more if a chunk would exceed :data:`MAX_CHUNK_ROWS`).
 2. **Context**: chunk ``c`` owning ``[min_c, max_c]`` also reads the row groups of its
    neighbours that may hold events in ``[min_c - lookback, min_c)`` or ``(max_c, max_c +
    horizon]``, and keeps the rows in those ranges.
@@ -51,6 +51,9 @@ from .task import engine_nanos, run_group, task_fn, type_names
 _SCAN_NODES = {"WholeStageCodegenExec", "ColumnarToRowExec", "InputAdapter", "ProjectExec", "FileSourceScanExec"}
 #: file metadata keys of Spark 2.x writers whose dates Spark rebases on read (pyarrow would not)
 _LEGACY_KEYS = (b"org.apache.spark.legacyDateTime", b"org.apache.spark.legacyINT96")
+#: chunks hold at most about this many rows (more chunks than ``num_slices`` when needed), so that
+#: one task's events and composites fit in a Python worker's memory
+MAX_CHUNK_ROWS = 8_000_000
 #: with ``slicing="auto"``, no chunk may hold more than this many times its share of the rows
 #: (row groups that overlap in time must share a chunk: unordered files would run in one task) ...
 MAX_CHUNK_SHARE = 2.0
@@ -321,10 +324,11 @@ def parquet_layout(df: DataFrame, job, forced: bool = False) -> tuple[ParquetLay
     groups, why = row_groups(paths, df.schema, columns, job.time)
     if not groups:
         return None, why or "the input has no rows"
-    chunks = chunks_of(groups, job.n_slices, job.plan.lookback_ns, job.plan.horizon_ns)
     total = _rows(groups)
+    n = max(job.n_slices, -(-total // MAX_CHUNK_ROWS))  # a task's table stays a few GB at most
+    chunks = chunks_of(groups, n, job.plan.lookback_ns, job.plan.horizon_ns)
     largest = max(c.rows for c in chunks)
-    if not forced and job.n_slices > 1 and largest > MAX_CHUNK_SHARE * total / job.n_slices:
+    if not forced and n > 1 and largest > MAX_CHUNK_SHARE * total / n:
         return None, (
             f"the row groups overlap in time: one run of overlapping row groups holds {largest:,} "
             f"of {total:,} rows"

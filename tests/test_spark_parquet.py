@@ -118,6 +118,17 @@ def test_parquet_plan_equals_detect(spark, long_events, tmp_path, slices):  # no
         assert any(len({chunk_of[i] for i in r[2] if i in chunk_of}) > 1 for r in got)  # (composite ids aside)
 
 
+def test_large_inputs_get_more_chunks_than_slices(spark, long_events, tmp_path, monkeypatch):  # noqa: F811
+    from cep_gpu.spark_udfs import parquet_scan
+
+    ev, want = long_events
+    df = spark.read.parquet(write(ev, tmp_path / "ev.parquet", row_group_size=250))
+    monkeypatch.setattr(parquet_scan, "MAX_CHUNK_ROWS", 700)  # 3000 rows: 5 chunks of 500-750
+    out = detect_spark(df, SLICED_RULES, backend=BACKEND, num_slices=2)
+    assert out.cep_plan.kind == "parquet" and "5 chunks of 12 row groups" in out.cep_plan.reason
+    assert spark_rows(out) == want
+
+
 def test_context_reaches_across_chunks(spark, tmp_path):  # noqa: F811
     # 8 chunks of 20 s (distinct ms timestamps) with 40 s of context: composites span several chunks
     ev = museum_like_stream(n=400, span=160)
