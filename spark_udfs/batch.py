@@ -141,7 +141,8 @@ def detect_spark(
         The engine's backend inside each task (``auto`` lets the planner choose per partition;
         a task with a GPU makes that GPU the CuPy device).
     num_slices:
-        Number of time slices of the shuffle plan (default: the cluster's default parallelism).
+        Number of time slices of the shuffle plan, and of chunks of the Parquet plan (default:
+        the cluster's default parallelism).
     slicing:
         How a time-sliced run cuts time (docs/spark.md, "How partitioning is chosen"):
 
