@@ -1,7 +1,8 @@
 """The ``cep-gpu spark`` subcommand: the Spark job on given Parquet inputs and a given master.
 
     cep-gpu spark RULES EVENTS --master URL --out DIR [--backend auto] [--partition-by COL]
-                  [--slices N] [--time-unit s] [--rapids] [--conf KEY=VALUE ...] [--no-plot]
+                  [--slices N] [--slicing auto] [--time-unit s] [--rapids] [--conf KEY=VALUE ...]
+                  [--no-plot]
 """
 
 from __future__ import annotations
@@ -16,12 +17,14 @@ def add_spark_parser(sub) -> argparse.ArgumentParser:
     """Register ``spark`` on the ``cep-gpu`` subparsers (called by ``cep_gpu.cli``)."""
     p = sub.add_parser("spark", help="run the detection as a Spark job (Parquet in, Parquet out)")
     p.add_argument("rules", help="rule file (TESLA or SEQ patterns)")
-    p.add_argument("events", help="Parquet events (a file or a directory of files)")
+    p.add_argument("events", help="Parquet events: a file or a directory, local or a URI Spark reads (s3a://...)")
     p.add_argument("--master", default="local[2]", help="Spark master URL (default: local[2])")
     p.add_argument("--out", required=True, help="output directory (composite_events.parquet, detections.png)")
     p.add_argument("--backend", default="auto", choices=BACKENDS, help="engine backend inside the tasks")
     p.add_argument("--partition-by", help="column every rule is tied to (keyed plan); else time slices")
     p.add_argument("--slices", type=int, help="number of time slices (default: the cluster's parallelism)")
+    p.add_argument("--slicing", default="auto", choices=["auto", "parquet", "partitions", "shuffle"],
+                   help="how time-sliced runs cut time (docs/spark.md; default: auto)")
     p.add_argument("--time-unit", default="s", help="unit of numeric ts values (default: s)")
     p.add_argument("--rapids", action="store_true", help="configure RAPIDS GPU executors (rapids_conf())")
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark settings")
@@ -51,10 +54,10 @@ def spark_main(args: argparse.Namespace) -> int:
     from .job import run_job, session, summary_table
     from .rapids import rapids_conf
 
-    rules_path, events_path = Path(args.rules), Path(args.events)
+    rules_path, events_path = Path(args.rules), args.events
     if not rules_path.exists():
         raise FileNotFoundError(f"{rules_path}: no such rule file")
-    if not events_path.exists():
+    if "://" not in events_path and not Path(events_path).exists():  # URIs: Spark checks them
         raise EventError(f"{events_path}: no such Parquet file or directory")
     rules = parse_rules(rules_path.read_text())
     conf = rapids_conf() if args.rapids else {}
@@ -68,6 +71,7 @@ def spark_main(args: argparse.Namespace) -> int:
         backend=args.backend,
         partition_by=args.partition_by,
         num_slices=args.slices,
+        slicing=args.slicing,
         time_unit=args.time_unit,
         plot=not args.no_plot,
     )

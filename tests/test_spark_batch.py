@@ -334,15 +334,17 @@ def test_unknown_partition_column_and_bad_rules(spark, events):  # noqa: F811
         detect_spark(df, "define X from")
 
 
-def test_cli_spark_subcommand(spark, events, tmp_path):  # noqa: F811
+@pytest.mark.parametrize("slicing, plan", [("auto", "time-partitioned input"), ("shuffle", "time slices: shuffle")])
+def test_cli_spark_subcommand(spark, events, tmp_path, capsys, slicing, plan):  # noqa: F811
     from cep_gpu.cli import main
 
     (tmp_path / "rules.tesla").write_text(SLICED_RULES)
     events.to_parquet(tmp_path / "events.parquet")
-    status = main(["spark", str(tmp_path / "rules.tesla"), str(tmp_path / "events.parquet"),
+    status = main(["spark", str(tmp_path / "rules.tesla"), (tmp_path / "events.parquet").as_uri(),
                    "--master", "local[2]", "--out", str(tmp_path / "out"), "--backend", BACKEND,
-                   "--slices", "3"])
+                   "--slices", "3", "--slicing", slicing])
     assert status == 0
+    assert f"plan: {plan}" in capsys.readouterr().out
     got = pd.read_parquet(tmp_path / "out" / "composite_events.parquet")
     assert rows(got) == rows(cep_gpu.detect(events, SLICED_RULES, backend=BACKEND))
     assert (tmp_path / "out" / "detections.png").stat().st_size > 1000
