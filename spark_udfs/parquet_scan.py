@@ -16,8 +16,9 @@ encoded as they are stored.
    neighbours that may hold events in ``[min_c - lookback, min_c)`` or ``(max_c, max_c +
    horizon]``, and keeps the rows in those ranges.
 3. **Run** (``spark.range(n).mapInArrow``, one task per chunk): the task reads its row groups and
-   context with pyarrow, builds what :func:`~cep_gpu.spark_udfs.batch._engine_events` builds in the
-   JVM (integer type codes, engine ``ts``, ``id``, the attributes the rules read), runs the rule
+   context with pyarrow (one read per file), builds what
+   :func:`~cep_gpu.spark_udfs.batch._engine_events` builds in the JVM (only the types the rules
+   read, engine ``ts``, ``id``, the attributes the rules read), runs the rule
    hierarchy once, and keeps the composite events whose terminator lies in its tile (the chunks'
    ranges widened to meet half way, as in :mod:`cep_gpu.spark_udfs.partitioned`).
 
@@ -223,12 +224,9 @@ def _file_type_ok(spark_type: T.DataType, arrow_type: pa.DataType, is_ts: bool) 
 
 def _stats_ns(value, time: TimeSpec, arrow_type: pa.DataType) -> int:
     """A raw Parquet statistic of ``ts`` in engine ns."""
-    if pa.types.is_timestamp(arrow_type):
-        micros = int(value) * (1000 if arrow_type.unit == "ms" else 1)
-        return int(engine_nanos(pa.array([micros], pa.int64()), "integral", "us")[0])
-    if time.kind == "fractional":
-        return int(engine_nanos(pa.array([float(value)]), "fractional", time.engine_unit)[0])
-    return int(engine_nanos(pa.array([int(value)], pa.int64()), "integral", time.engine_unit)[0])
+    if pa.types.is_timestamp(arrow_type):  # the engine reads timestamps as microseconds
+        value = int(value) * (1000 if arrow_type.unit == "ms" else 1)
+    return int(engine_nanos(np.array([value]), time.kind, time.engine_unit)[0])
 
 
 def row_groups(paths: list[str], schema: T.StructType, columns: list[str], time: TimeSpec) -> tuple[list[RowGroup], str]:
@@ -356,8 +354,9 @@ def run_parquet(spark, job, layout: ParquetLayout) -> DataFrame:
 
 
 def read_engine_events(layout: ParquetLayout, groups, types: list[str], time: tuple[str, str]) -> pa.Table:
-    """Row groups as the table the JVM plans hand to the tasks: ``type`` (int32 code into
-    ``types``, rows of other types dropped, nulls kept), engine ``ts``, ``id``, attributes."""
+    """Row groups as the table the JVM plans hand to the tasks: ``type`` (as stored,
+    dictionary-encoded; rows of types not in ``types`` dropped, nulls kept), engine ``ts``,
+    ``id``, attributes."""
     parts = []
     by_file: dict[int, list[RowGroup]] = {}
     for g in groups:
@@ -386,7 +385,7 @@ def read_engine_events(layout: ParquetLayout, groups, types: list[str], time: tu
         ts = ts.cast(pa.timestamp("us", ts.type.tz)).cast(pa.int64())
     else:
         ts = ts.cast(pa.int64() if kind != "fractional" else pa.float64())
-    arrays = [code.cast(pa.int32()), ts, table.column("id").cast(pa.int64())]
+    arrays = [table.column("type"), ts, table.column("id").cast(pa.int64())]
     names = ["type", "ts", "id"]
     for a, t in layout.attributes:
         col = table.column(a)
@@ -412,18 +411,10 @@ def _parquet_udf(batches, *, rules, backend, time_unit, schema, layout, time):
     types = type_names(rules)
     for c in (i for b in batches for i in b.column(0).to_pylist()):
         chunk = layout.chunks[c]
-        parts = []
-        for groups, window in (
-            (chunk.before, (chunk.min_ns - chunk.lookback, chunk.min_ns - 1)),
-            (chunk.own, None),
-            (chunk.after, (chunk.max_ns + 1, chunk.max_ns + chunk.horizon)),
-        ):
-            if groups:
-                part = read_engine_events(layout, groups, types, time)
-                if window is not None:  # context: whole row groups were read, keep the window
-                    t = engine_nanos(part.column("ts"), *time)
-                    part = part.filter(pa.array((t >= window[0]) & (t <= window[1])))
-                parts.append(part)
-        table = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
+        groups = sorted(chunk.before + chunk.own + chunk.after, key=_file_order)
+        table = read_engine_events(layout, groups, types, time)
+        # own rows lie in [min, max], context row groups' rows outside it: keep their windows
+        t = engine_nanos(table.column("ts"), *time)
+        table = table.filter(pa.array((t >= chunk.min_ns - chunk.lookback) & (t <= chunk.max_ns + chunk.horizon)))
         out = run_group(table, rules, backend, time_unit, schema)
         yield from owned_rows(out, chunk.tile, time).to_batches()

@@ -119,11 +119,11 @@ def run_group(
     return result
 
 
-def engine_nanos(ts: pa.ChunkedArray | pa.Array, kind: str, unit: str) -> np.ndarray:
+def engine_nanos(ts: pa.ChunkedArray | pa.Array | np.ndarray, kind: str, unit: str) -> np.ndarray:
     """Engine ``ts`` values as int64 ns: the arithmetic of :meth:`TimeSpec.nanos` in NumPy."""
     from cep_gpu.events import _UNIT_NS
 
-    values = ts.to_numpy()
+    values = np.asarray(ts)
     scale = _UNIT_NS[unit]
     if kind == "fractional":
         return np.round(values.astype(np.float64) * scale).astype(np.int64)
