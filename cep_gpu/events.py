@@ -722,10 +722,7 @@ def _arrow_attribute(name: str, col: pa.ChunkedArray, strings: StringDictionary)
         t = pa.null()  # string views arrive in pandas as objects: all null, they hold no type
     if _holds_strings(t):
         idx, dictionary, _ = _dictionary(col)
-        dict_codes, _ = strings.encode(dictionary.to_numpy(zero_copy_only=False))
-        lut = np.append(dict_codes, -1).astype(np.int32)  # index -1 (null) -> code -1
-        codes = lut[idx]
-        return AttributeColumn("string", codes, codes >= 0)
+        return _dictionary_strings(dictionary.to_numpy(zero_copy_only=False), idx, strings)
     if pa.types.is_integer(t):
         values = _as_int64(name, pc.fill_null(col, 0), "attribute column")
         return AttributeColumn("int", _numpy(values, np.int64), _valid(col))
@@ -739,6 +736,15 @@ def _arrow_attribute(name: str, col: pa.ChunkedArray, strings: StringDictionary)
     # dates, times, durations, decimals, binary, nested types, dictionaries of non-strings:
     # pandas decides what they are (and the attribute rules reject most of them)
     return _convert_attribute(name, _pandas_column(name, col), strings)
+
+
+def _dictionary_strings(dictionary: np.ndarray, idx: np.ndarray, strings: StringDictionary) -> AttributeColumn:
+    """A string attribute from indices ``idx`` (-1 = null) into ``dictionary`` (an object array of
+    distinct strings): each distinct string is encoded once, then the indices are mapped."""
+    dict_codes, _ = strings.encode(dictionary)
+    lut = np.append(dict_codes, -1).astype(np.int32)  # index -1 (null) -> code -1
+    codes = lut[idx]
+    return AttributeColumn("string", codes, codes >= 0)
 
 
 def nullable_pandas_type(t: pa.DataType):
@@ -759,12 +765,9 @@ def _convert_attribute(name: str, col: pd.Series, strings: StringDictionary) -> 
     dtype = col.dtype
     if isinstance(dtype, pd.CategoricalDtype):
         if _string_categories(dtype):
-            # dictionary-encoded strings (Arrow dictionaries, pandas categoricals): encode the
-            # categories once and map the codes
-            cat_codes, _ = strings.encode(np.asarray(dtype.categories, dtype=object))
-            lut = np.append(cat_codes, -1).astype(np.int32)  # code -1 (null) -> -1
-            codes = lut[col.cat.codes.to_numpy()]
-            return AttributeColumn("string", codes, codes >= 0)
+            # dictionary-encoded strings (Arrow dictionaries, pandas categoricals)
+            categories = np.asarray(dtype.categories, dtype=object)
+            return _dictionary_strings(categories, col.cat.codes.to_numpy(), strings)
         col = col.astype(object)
         dtype = col.dtype
     isna = col.isna().to_numpy()
