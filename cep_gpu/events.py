@@ -449,7 +449,7 @@ def start_lineage(table: EventTable) -> None:
     (composite events re-entering) extend instead of uploading again.
     """
     lineage = next(_LINEAGES)
-    for role, arr, _ in _tagged_arrays(table):
+    for role, arr, _ in tagged_arrays(table):
         _set_tag(arr, RowTag(lineage, 0, role))
 
 
@@ -457,8 +457,8 @@ def _set_tag(arr: np.ndarray, tag: RowTag) -> None:
     _TAGS.set(arr, tag)
 
 
-def _tagged_arrays(table: EventTable):
-    """(role, array, kind) of each array a tag can describe."""
+def tagged_arrays(table: EventTable):
+    """(role, array, kind) of each array of ``table`` a tag can describe (see :func:`array_role`)."""
     yield "ts", table.ts, None
     for name, col in table.columns.items():
         yield array_role("values", name), col.values, col.kind
@@ -475,7 +475,7 @@ def _is_range(rows: np.ndarray, n: int) -> bool:
 
 def _tag_slice(src: EventTable, out: EventTable, start: int) -> None:
     """``out`` holds rows ``start, start + 1, ...`` of ``src``: its arrays continue src's lineage."""
-    for (role, a, _), (_, b, _) in zip(_tagged_arrays(src), _tagged_arrays(out), strict=True):
+    for (role, a, _), (_, b, _) in zip(tagged_arrays(src), tagged_arrays(out), strict=True):
         tag = row_tag(a)
         if tag is not None and tag.role == role:
             _set_tag(b, replace(tag, base=tag.base + start))
@@ -486,8 +486,8 @@ def _tag_concat(src: EventTable, out: EventTable, kept: int) -> None:
     array was carried over unchanged (values: same kind and dtype; concat converts values when an
     attribute's kind changes, never validity)."""
     lineage = next(_LINEAGES)
-    before = {role: (a, kind) for role, a, kind in _tagged_arrays(src)}
-    for role, b, kind in _tagged_arrays(out):
+    before = {role: (a, kind) for role, a, kind in tagged_arrays(src)}
+    for role, b, kind in tagged_arrays(out):
         a, a_kind = before.get(role, (None, None))
         tag = row_tag(a) if a is not None else None
         converted = role.startswith("values:") and a_kind != kind

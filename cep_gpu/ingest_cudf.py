@@ -34,7 +34,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .events import EventTable, array_role, start_lineage
+from .events import EventTable, array_role, start_lineage, tagged_arrays
 
 
 def cudf_module() -> Any | None:
@@ -91,10 +91,7 @@ def device_events(table: pa.Table, time_unit: str = "s", cudf: Any | None = None
     frame = _Frame(cudf, pa.table(upload), order is not None)
 
     start_lineage(final)
-    arrays = {"ts": final.ts}
-    for name, col in final.columns.items():
-        arrays[array_role("values", name)] = col.values
-        arrays[array_role("valid", name)] = col.valid
+    arrays = {role: arr for role, arr, _ in tagged_arrays(final)}
     for role, (column, kind, part) in parts.items():
         dtype = column_dtype(part, kind)
         provide_device_copy(arrays[role], lambda c=column, k=kind, p=part, d=dtype: frame.array(c, k, p, d))
