@@ -300,7 +300,6 @@ class _Run:
         plan = self.spec.plans[p]
         n_pred = self.spec.rule.n_predicates
         seqs = np.full((len(terms), n_pred), -1, np.int64)
-        last_step = plan.steps[-1].step
         for st in plan.steps:
             if len(seqs) == 0:
                 break
@@ -311,21 +310,18 @@ class _Run:
                 # the terminator's own checks (aggregates, negations): a one-candidate `each`
                 lo = np.arange(len(terms), dtype=np.int64)
                 step = StepInput(st, p, seqs, lo, lo + 1, terms, excl, False, self.env)
-                if count and st.step == last_step:
-                    return self._count_each(step)
-                seqs = self.combiner.each(self.kernels, step)
-                continue
-            lo, hi, cand = self.ranges(st, seqs)
-            step = StepInput(st, p, seqs, lo, hi, cand, excl, use_excl, self.env)
-            if st.policy == "each":
-                if count and st.step == last_step:
-                    return self._count_each(step)
-                seqs = self.combiner.each(self.kernels, step)
             else:
-                chosen = self.combiner.select(self.kernels, step, st.policy == "last")
-                keep = chosen >= 0
-                seqs = seqs[keep]
-                seqs[:, st.pred] = chosen[keep]
+                lo, hi, cand = self.ranges(st, seqs)
+                step = StepInput(st, p, seqs, lo, hi, cand, excl, use_excl, self.env)
+                if st.policy != "each":
+                    chosen = self.combiner.select(self.kernels, step, st.policy == "last")
+                    keep = chosen >= 0
+                    seqs = seqs[keep]
+                    seqs[:, st.pred] = chosen[keep]
+                    continue
+            if count and st is plan.steps[-1]:
+                return self._count_each(step)
+            seqs = self.combiner.each(self.kernels, step)
         return len(seqs) if count else seqs
 
     def _count_each(self, step: StepInput) -> int:
