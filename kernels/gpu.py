@@ -406,7 +406,7 @@ class GpuCombiner:
         if keep > 0:
             self._append(col, tag.base - col.start, keep, _as_device_dtype(arr[keep:], dtype))
         else:
-            col = self._adopt(col, role, dtype, arr) or self._fill(col, role, dtype, _as_device_dtype(arr, dtype))
+            col = self._adopt(role, dtype, arr) or self._fill(col, role, dtype, _as_device_dtype(arr, dtype))
         col.n, col.start, col.relatives = n, tag.base, relatives
         col.host, col.used = weakref.ref(arr), self._version
         view = rt.view(col.buf, col.head, col.head + n)
@@ -416,16 +416,14 @@ class GpuCombiner:
                 raise AssertionError(f"device column {role!r} differs from its host array")
         return view
 
-    def _adopt(self, col: DeviceColumn | None, role: str, dtype: np.dtype, arr: np.ndarray) -> DeviceColumn | None:
+    def _adopt(self, role: str, dtype: np.dtype, arr: np.ndarray) -> DeviceColumn | None:
         """The whole column from the device copy provided for ``arr`` at ingestion, if there is
         one this runtime can use (else None: the caller uploads ``arr``)."""
         dev = provided_copy(arr) if len(arr) else None
         dev = None if dev is None else self.runtime.adopt(dev)
         if dev is None or len(dev) != len(arr) or np.dtype(dev.dtype) != dtype:
             return None
-        if col is not None:
-            col.buf = None
-            del self._columns[role]
+        self._drop_column(role)
         col = self._columns[role] = DeviceColumn(role, dtype, dev, len(dev))
         self.stats.column_adoptions += 1
         return col
@@ -435,9 +433,7 @@ class GpuCombiner:
         n = len(host)
         if col is None or col.dtype != dtype or _capacity(col.capacity, n) != col.capacity:
             cap = _capacity(0 if col is None or col.dtype != dtype else col.capacity, n)
-            if col is not None:
-                col.buf = None  # release first, so that the new allocation can reuse the memory
-                del self._columns[role]
+            self._drop_column(role)
             col = self._columns[role] = DeviceColumn(role, dtype, self.runtime.empty(cap, dtype), cap)
         col.head = 0
         self._copy_in(col.buf, 0, host)
@@ -466,6 +462,13 @@ class GpuCombiner:
         self._copy_in(col.buf, head + keep, tail)
         self.stats.column_appends += 1
         self.stats.column_rows_reused += keep
+
+    def _drop_column(self, role: str) -> None:
+        """Forget the device column of ``role`` and release its buffer now (callers may still hold
+        the column object), so that a new allocation can reuse the memory."""
+        col = self._columns.pop(role, None)
+        if col is not None:
+            col.buf = None
 
     def _copy_in(self, buf: Any, offset: int, host: np.ndarray) -> None:
         if len(host):
