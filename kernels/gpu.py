@@ -697,7 +697,7 @@ class CupyRuntime:
             with self.device, self.stream:
                 return fn()
         except (self.cupy.cuda.memory.OutOfMemoryError, MemoryError) as err:
-            # MemoryError: an RMM pool (rapids_conf(python_pool="rmm")) reports exhaustion so
+            # MemoryError: how an RMM pool (rapids_conf(python_pool="rmm")) reports exhaustion
             raise DeviceOutOfMemory(nbytes) from err
 
     def to_device(self, host: np.ndarray) -> Any:
