@@ -581,7 +581,7 @@ def frame_from_arrow(table: pa.Table) -> pd.DataFrame:
     """
     cols = []
     for col in table.columns:
-        if _encoded_by_frame_from_arrow(col.type) and not pa.types.is_dictionary(col.type):
+        if _is_plain_string(col.type):
             col = pc.dictionary_encode(col)
         cols.append(col)
     encoded = pa.Table.from_arrays(cols, names=table.column_names)
@@ -594,14 +594,19 @@ def frame_from_arrow(table: pa.Table) -> pd.DataFrame:
 _NS_PER_TICK = {"s": 1_000_000_000, "ms": 1_000_000, "us": 1_000, "ns": 1}
 
 
+def _is_plain_string(t: pa.DataType) -> bool:
+    """Strings that ``to_pandas`` turns into Python strings and Arrow dictionary-encodes directly."""
+    return pa.types.is_string(t) or pa.types.is_large_string(t)
+
+
 def _is_string_type(t: pa.DataType) -> bool:
     is_view = getattr(pa.types, "is_string_view", lambda _: False)
-    return pa.types.is_string(t) or pa.types.is_large_string(t) or is_view(t)
+    return _is_plain_string(t) or is_view(t)
 
 
 def _encoded_by_frame_from_arrow(t: pa.DataType) -> bool:
     """Whether :func:`frame_from_arrow` turns a column of type ``t`` into string categories."""
-    return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_dictionary(t)
+    return _is_plain_string(t) or pa.types.is_dictionary(t)
 
 
 def _holds_strings(t: pa.DataType) -> bool:
@@ -643,7 +648,7 @@ def _dictionary(col: pa.ChunkedArray) -> tuple[np.ndarray, pa.Array, bool]:
     """
     encoded = not pa.types.is_dictionary(col.type)
     if encoded:
-        if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
+        if not _is_plain_string(col.type):
             col = col.cast(pa.string())
         col = pc.dictionary_encode(col)
     if col.num_chunks == 0:
