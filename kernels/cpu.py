@@ -185,6 +185,8 @@ def combine_each(valid, seqs, lo, hi, cand, pred, excl, use_excl, env, trivial: 
 def count_each(valid, seqs, lo, hi, cand, excl, use_excl, env, trivial: bool) -> int:
     """``len(combine_each(...))`` without building the sequences (``output="count"``)."""
     work = int((hi - lo).sum())
+    if trivial and not use_excl:
+        return work  # every candidate in range is valid
     if work <= PAIR_WORK:
         return int(_pairs(seqs, lo, hi, cand, excl, use_excl, valid, env, trivial)[2].sum())
     return int(_valid_counts(valid, seqs, lo, hi, cand, excl, use_excl, env, trivial, work).sum())
