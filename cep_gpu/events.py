@@ -166,9 +166,7 @@ class EventTable:
         if not isinstance(table, pa.Table):
             raise EventError(f"events must be a pyarrow Table, got {type(table).__name__}")
         names = table.column_names
-        for col in ("type", "ts"):
-            if col not in names:
-                raise EventError(f"events have no {col!r} column (columns: {names})")
+        _require_columns(names)
         if len(set(names)) != len(names):
             dup = next(c for c in names if names.count(c) > 1)
             raise EventError(f"events have more than one column named {dup!r}")
@@ -195,9 +193,7 @@ class EventTable:
         """Build a table from a DataFrame; rows are sorted stably by ``ts`` unless ``sort=False``."""
         if not isinstance(df, pd.DataFrame):
             raise EventError(f"events must be a pandas DataFrame, got {type(df).__name__}")
-        for col in ("type", "ts"):
-            if col not in df.columns:
-                raise EventError(f"events have no {col!r} column (columns: {list(map(str, df.columns))})")
+        _require_columns(list(map(str, df.columns)))
         _check_time_unit(time_unit)
         strings = strings if strings is not None else StringDictionary()
         type_codes, type_names = _pandas_types(df["type"])
@@ -500,6 +496,12 @@ def _tag_concat(src: EventTable, out: EventTable, kept: int) -> None:
 
 
 # ------------------------------------------------------------------------------------------------
+
+
+def _require_columns(names: list[str]) -> None:
+    for col in ("type", "ts"):
+        if col not in names:
+            raise EventError(f"events have no {col!r} column (columns: {names})")
 
 
 def _check_time_unit(time_unit: str) -> None:
