@@ -56,17 +56,7 @@ def test_cpu_equals_reference(case):
             cep_gpu.detect(events, text, backend="cpu")
         return
     assert rows_of(cep_gpu.detect(events, text, backend="cpu")) == rows_of(expected), text
-
-
-@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
-@given(rules_and_streams())
-def test_count_output_counts_what_the_reference_finds(case):
     # output="count" counts the last step's pairs without building them: same numbers per rule
-    text, events = case
-    try:
-        expected = cep_gpu.detect(events, text, backend="reference")
-    except CepError:
-        return
     want = expected["rule"].value_counts().to_dict()
     got = {k: v for k, v in cep_gpu.detect(events, text, backend="cpu", output="count").items() if v}
     assert got == want, text
