@@ -365,6 +365,11 @@ def _part(ev, a: int, b: int) -> EventTable:
     return _table(ev.iloc[a:b].assign(id=np.arange(a, b)))
 
 
+def _extended(ev, a: int, b: int) -> EventTable:
+    """Rows ``:a`` of ``ev`` concatenated with rows ``a:b``: a table with a row lineage."""
+    return _table(ev.iloc[:a]).concat(_part(ev, a, b))
+
+
 def _match_both(backend, rule, table):
     got = backend.match(rule, table)
     ref = ReferenceBackend().match(rule, table)
@@ -376,7 +381,7 @@ def test_unrelated_and_sibling_tables_are_uploaded_in_full():
     rule = cep_gpu.parse_rule(SEQ3.format(p="each", w=30))
     backend = host_backend(check_columns=True)
     ev = seq3_events(400, seed=9)
-    base = _table(ev.iloc[:200]).concat(_part(ev, 200, 300))
+    base = _extended(ev, 200, 300)
     _match_both(backend, rule, base)
     st = backend.stats()
     assert st["column_full_uploads"] == 3 and st["column_appends"] == 0
@@ -408,7 +413,7 @@ def test_expired_prefix_interleaved_rows_and_changed_kinds():
     rule = cep_gpu.parse_rule(SEQ3.format(p="first", w=30))
     backend = host_backend(check_columns=True)
     ev = seq3_events(500, seed=10)
-    table = _table(ev.iloc[:100]).concat(_part(ev, 100, 250))
+    table = _extended(ev, 100, 250)
     _match_both(backend, rule, table)
     # the engine's expiry: a contiguous slice keeps the lineage; the device drops the prefix
     table = table.take(np.arange(60, len(table)))
@@ -444,7 +449,7 @@ def test_release_frees_the_device_columns():
     rule = cep_gpu.parse_rule(SEQ3.format(p="each", w=30))
     backend = host_backend(check_columns=True)
     ev = seq3_events(300, seed=11)
-    table = _table(ev.iloc[:150]).concat(_table(ev.iloc[150:].assign(id=np.arange(150, 300))))
+    table = _extended(ev, 150, 300)
     _match_both(backend, rule, table)
     assert backend.stats()["column_memory_bytes"] > 0
     backend.release()
