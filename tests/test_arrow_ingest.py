@@ -53,12 +53,16 @@ def assert_same_table(a: EventTable, b: EventTable) -> None:
 # -- generated tables ----------------------------------------------------------------------------------
 
 
+def _cuts(draw, n: int) -> list[tuple[int, int]]:
+    """``range(n)`` cut into 1 to 3 ``(start, stop)`` pieces at drawn places (some may be empty)."""
+    bounds = [0, *sorted(draw(st.lists(st.integers(0, n), max_size=2))), n]
+    return list(zip(bounds, bounds[1:], strict=False))
+
+
 def _chunks(draw, values: list, typ: pa.DataType) -> pa.ChunkedArray:
     """``values`` as 0 to 3 chunks, cut at drawn places (an empty chunk now and then)."""
     n = len(values)
-    cuts = sorted(draw(st.lists(st.integers(0, n), max_size=2)))
-    bounds = [0, *cuts, n]
-    parts = [values[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
+    parts = [values[a:b] for a, b in _cuts(draw, n)]
     if n == 0 and draw(st.booleans()):
         parts = []
     return pa.chunked_array([pa.array(p, type=typ) for p in parts], type=typ)
@@ -68,11 +72,8 @@ def _dictionary_chunks(draw, values: list, value_type: pa.DataType | None = None
     """``values`` (None = null) as dictionary chunks, each with its own shuffled dictionary that
     may list values (from ``pool``) no row uses."""
     value_type = value_type or pa.string()
-    n = len(values)
-    cuts = sorted(draw(st.lists(st.integers(0, n), max_size=2)))
-    bounds = [0, *cuts, n]
     chunks = []
-    for a, b in zip(bounds, bounds[1:], strict=False):
+    for a, b in _cuts(draw, len(values)):
         part = values[a:b]
         extra = draw(st.lists(st.sampled_from(pool), max_size=2))
         dictionary = draw(st.permutations(list(dict.fromkeys([v for v in part if v is not None] + extra))))
