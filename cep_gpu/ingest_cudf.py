@@ -88,7 +88,7 @@ def device_events(table: pa.Table, time_unit: str = "s", cudf: Any | None = None
             parts[array_role(part, name)] = (f"c{i}", col.kind, part)
     if order is not None:
         upload["order"] = pa.array(order)
-    frame = _Frame(cudf, pa.table(upload), order is not None)
+    frame = _Frame(cudf, pa.table(upload))
 
     start_lineage(final)
     arrays = {role: arr for role, arr, _ in tagged_arrays(final)}
@@ -117,10 +117,9 @@ def _device_column(arrived: pa.ChunkedArray, col) -> pa.ChunkedArray | pa.Array 
 class _Frame:
     """The cuDF frame of one table's device columns, made on first use (one ``from_arrow``)."""
 
-    def __init__(self, cudf: Any, upload: pa.Table, ordered: bool) -> None:
+    def __init__(self, cudf: Any, upload: pa.Table) -> None:
         self._cudf = cudf
-        self._upload: pa.Table | None = upload
-        self._ordered = ordered
+        self._upload: pa.Table | None = upload  # with an "order" column when rows need permuting
         self._frame: Any = None
         self._order: Any = None
 
@@ -128,9 +127,9 @@ class _Frame:
         """The kernels' array (``dtype``, time order) of ``part`` of one uploaded column."""
         if self._frame is None:
             self._frame = self._cudf.DataFrame.from_arrow(self._upload)  # the one host-to-device copy
-            self._upload = None
-            if self._ordered:
+            if "order" in self._upload.column_names:
                 self._order = self._frame["order"].values
+            self._upload = None
         s = self._frame[column]
         if part == "ts":
             out = s.values.astype(dtype)
