@@ -47,7 +47,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from ..backends import register
-from ..cdp import CDPBackend, StepInput, register_combiner
+from ..cdp import CDPBackend, StepInput
 from ..codegen import RuleSpec
 from ..codegen.cuda import CudaRule, generate, step_id
 from ..errors import BackendUnavailableError, CepError
@@ -794,7 +794,6 @@ class GpuBackend(CDPBackend):
 
 def register_gpu_backend(name: str, factory) -> None:
     """Register ``backend=name`` as a :class:`GpuBackend` over the combiner ``factory`` builds."""
-    register_combiner(name, factory)
     register(name, lambda: GpuBackend(factory(), name))
 
 
