@@ -503,16 +503,12 @@ def _show(expr, rule: Rule) -> str:
 # ------------------------------------------------------------------------------------------------
 # registry
 
-_COMBINERS: dict[str, Callable[[], Combiner]] = {"cpu": CpuCombiner}
-
-
 def register_combiner(name: str, factory: Callable[[], Combiner]) -> None:
     """Register backend ``name`` as CDP over the combiner that ``factory`` builds (e.g. ``gpu``)."""
-    _COMBINERS[name] = factory
     register(name, lambda: CDPBackend(factory(), name))
 
 
-register("cpu", lambda: CDPBackend(CpuCombiner(), "cpu"))
+register_combiner("cpu", CpuCombiner)
 
 
 def _register_gpu() -> None:
