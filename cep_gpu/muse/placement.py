@@ -1,0 +1,290 @@
+"""Planning: aMuSE, aMuSE* (paper §6, Algorithms 2 and 3), oOP and centralised evaluation.
+
+``place(queries, network, algorithm)`` returns a :class:`~cep_gpu.muse.graph.Plan`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Sequence
+
+from .errors import MuseError
+from .graph import CENTRAL, Plan, Sub, Vertex, make_info, primitive_sub
+from .network import Network
+from .query import Query, as_queries, leaves
+
+ALGORITHMS = ("amuse", "amuse*", "oop", "centralized")
+#: Most combinations enumerated per projection (Alg. 2 line 7 enumerates all; we stop here, taking
+#: combinations with the largest parts first, so planning stays in seconds for 6-type queries).
+MAX_COMBINATIONS = 48
+#: Most node assignments oOP tries (exhaustive search; larger instances raise MuseError).
+MAX_OOP_ASSIGNMENTS = 200_000
+
+
+def place(
+    queries,
+    network: Network,
+    algorithm: str = "amuse",
+    *,
+    max_combinations: int = MAX_COMBINATIONS,
+) -> Plan:
+    """Plan ``queries`` (Query objects or rule text) over ``network``.
+
+    ``algorithm``: ``"amuse"`` and ``"amuse*"`` (§6.2), ``"oop"`` (optimal single-sink operator
+    placement, exhaustive), ``"centralized"`` (every event to a central instance, §7.1).
+    Queries are planned one after the other and their graphs united (§6.2 "Multi-Query
+    Extension"): vertices the queries share (the primitive events) are sent to a node once.
+    """
+    if not isinstance(network, Network):
+        raise MuseError(f"network must be a muse.Network, got {type(network).__name__}")
+    if algorithm not in ALGORITHMS:
+        raise MuseError(f"unknown algorithm {algorithm!r}; choose one of {', '.join(ALGORITHMS)}")
+    qs = as_queries(queries)
+    for q in qs:
+        network.check_types(q.types, f"query {q.name}")
+    t0 = time.perf_counter()
+    subs: list[Sub] = []
+    projections: dict[tuple, Query] = {}
+    sinks: dict[str, tuple[Vertex, ...]] = {}
+    stats: dict = {}
+    for q in qs:
+        # later queries are chosen by their marginal cost over the graphs placed so far, so that
+        # events and matches already sent to a node are reused (§6.2 Multi-Query Extension)
+        base = subs[0].union(*subs[1:]) if subs else Sub((), frozenset(), {})
+        builder = _Builder(q, network, projections, base)
+        if algorithm == "centralized":
+            sub = builder.centralized()
+        elif algorithm == "oop":
+            sub = builder.oop()
+        else:
+            sub = builder.amuse(star=algorithm == "amuse*", max_combinations=max_combinations)
+        stats[q.name] = builder.stats
+        subs.append(sub)
+        sinks[q.name] = sub.sinks
+    total = subs[0].union(*subs[1:])
+    return Plan(
+        network, qs, algorithm, projections, total.edges, dict(total.info), sinks,
+        time.perf_counter() - t0, stats,
+    )
+
+
+class _Builder:
+    def __init__(
+        self, q: Query, network: Network, projections: dict[tuple, Query], base: Sub
+    ) -> None:
+        self.q, self.net, self.projections, self.base = q, network, projections, base
+        self.stats: dict = {}
+        self._rate: dict[frozenset, float] = {}
+
+    def proj(self, types) -> Query:
+        p = self.q.project(types)
+        self.projections.setdefault(p.key, p)
+        return p
+
+    def rate(self, s: frozenset) -> float:
+        if s not in self._rate:
+            self._rate[s] = self.proj(s).rate(self.net)
+        return self._rate[s]
+
+    def prim(self, t: str) -> Sub:
+        return primitive_sub(self.proj([t]), self.net)
+
+    # ------------------------------------------------------------------ baselines
+    def centralized(self) -> Sub:
+        q = self.proj(self.q.types)
+        prims = [self.prim(t) for t in q.order]
+        sink = Vertex(q.key, CENTRAL, "central")
+        edges = frozenset((v, sink) for s in prims for v in s.sinks)
+        info = make_info(q, self.net, {s.sinks[0].key: [s.info[v] for v in s.sinks] for s in prims})
+        return prims[0].union(*prims[1:], sinks=(sink,)).union(Sub((sink,), edges, {sink: info}))
+
+    def oop(self) -> Sub:
+        """Optimal operator placement: each composite operator of the query's tree at one node,
+        the assignment of least cost found by exhaustive search (§7.1 baseline)."""
+        composites: list = []
+
+        def walk(t):
+            if not isinstance(t, str):
+                for c in t[1]:
+                    walk(c)
+                composites.append(t)  # children before parents
+
+        walk(self.q.tree)
+        nodes = self.net.nodes
+        if len(composites) == 0:  # a single-type query: its events are its matches
+            sub = self.prim(self.q.order[0])
+            return sub
+        if len(nodes) ** len(composites) > MAX_OOP_ASSIGNMENTS:
+            raise MuseError(
+                f"oOP: {len(nodes)}^{len(composites)} placements exceed the exhaustive search "
+                f"limit of {MAX_OOP_ASSIGNMENTS}"
+            )
+        prims = {t: self.prim(t) for t in self.q.order}
+        best: Sub | None = None
+        for assign in itertools.product(nodes, repeat=len(composites)):
+            sub = self._tree_graph(composites, dict(zip(map(id, composites), assign, strict=True)), prims)
+            if best is None or self.marginal(sub) < self.marginal(best):
+                best = sub
+        self.stats = {"assignments": len(nodes) ** len(composites)}
+        assert best is not None
+        return best
+
+    def _tree_graph(self, composites, where: dict, prims: dict) -> Sub:
+        made: dict[int, Sub] = {}
+        sub = None
+        for op in composites:
+            p = self.proj(leaves(op))
+            v = Vertex(p.key, where[id(op)], "oop")
+            kids = [prims[c] if isinstance(c, str) else made[id(c)] for c in op[1]]
+            edges = frozenset((w, v) for k in kids for w in k.sinks)
+            info = make_info(p, self.net, {k.sinks[0].key: [k.info[w] for w in k.sinks] for k in kids})
+            sub = kids[0].union(*kids[1:], sinks=(v,)).union(Sub((v,), edges, {v: info}))
+            made[id(op)] = sub
+        assert sub is not None
+        return sub
+
+    # ------------------------------------------------------------------ aMuSE (§6.2)
+    def amuse(self, star: bool, max_combinations: int) -> Sub:
+        q, net = self.q, self.net
+        full = frozenset(q.types)
+        if len(full) == 1:
+            return self.prim(q.order[0])
+        prim_rate = {t: self.rate(frozenset([t])) for t in full}
+        bindings = {}
+
+        def n_bind(s: frozenset) -> int:
+            if s not in bindings:
+                bindings[s] = self.proj(s).bindings(net)
+            return bindings[s]
+
+        # Alg. 2: beneficial projections (Def. 13 on the primitive combination)
+        ben: list[frozenset] = []
+        for k in range(2, len(full)):
+            for s in map(frozenset, itertools.combinations(sorted(full), k)):
+                if self.rate(s) > sum(prim_rate[t] for t in s):
+                    continue
+                # aMuSE*: some primitive input must have r̂(e) >= r̂(p)·|𝔈(p)| (§6.2)
+                if star and not any(prim_rate[t] >= self.rate(s) * n_bind(s) for t in s):
+                    continue
+                ben.append(s)
+        ben.append(full)
+        combos = {s: _combinations(s, [b for b in ben if b < s], max_combinations) for s in ben}
+        self.stats = {
+            "projections": len(ben),
+            "combinations": sum(len(c) for c in combos.values()),
+        }
+
+        # Alg. 3: bottom-up, one best graph per (projection, placement option)
+        G: dict[frozenset, dict[str, Sub]] = {frozenset([t]): {t: self.prim(t)} for t in full}
+        for s in sorted(ben, key=lambda s: (len(s), sorted(s))):
+            p = self.proj(s)
+            best: dict[str, Sub] = {}
+            for c in combos[s]:
+                self._place(p, s, c, G, best, star, n_bind)
+            if not best and star:  # aMuSE* left no local option: fall back to all (documented)
+                for c in combos[s]:
+                    self._place(p, s, c, G, best, False, n_bind)
+            if best:
+                G[s] = best
+        return min(G[full].values(), key=lambda sub: (self.marginal(sub), sub.sinks))
+
+    def marginal(self, sub: Sub) -> float:
+        """The cost ``sub`` adds to the graphs of the queries placed before."""
+        if not self.base.edges:
+            return sub.cost
+        return self.base.union(sub).cost - self.base.cost
+
+    def _place(self, p: Query, s: frozenset, c, G, best: dict, star: bool, n_bind) -> None:
+        part = self._partitioning_input(c, n_bind)
+        if part is not None:
+            for po, base in G[part].items():
+                nodes = sorted({v.node for v in base.sinks})
+                self._keep(best, po, self._construct(p, c, part, po, nodes, G, True))
+            return
+        threshold = self.rate(s) * n_bind(s)
+        for e in sorted(c, key=sorted):
+            if star and self.rate(e) < threshold:  # aMuSE*: only worthwhile local placements
+                continue
+            for po, base in G[e].items():
+                for node in sorted({v.node for v in base.sinks}):
+                    self._keep(best, po, self._construct(p, c, e, po, [node], G, False))
+
+    def _partitioning_input(self, c, n_bind) -> frozenset | None:
+        """Alg. 3 getMSP: a predecessor e with r̂(e) > Σ_{ẽ≠e} r̂(ẽ)·|𝔈(ẽ)| (Eq. 6, strict as in
+        line 20); the one of highest rate if several."""
+        found = [
+            e for e in c
+            if self.rate(e) > sum(self.rate(o) * n_bind(o) for o in c if o != e)
+        ]
+        return max(found, key=lambda e: (self.rate(e), sorted(e))) if found else None
+
+    @staticmethod
+    def _keep(best: dict, po: str, sub: Sub) -> None:
+        if po not in best or (sub.cost, sub.sinks) < (best[po].cost, best[po].sinks):
+            best[po] = sub
+
+    def _construct(self, p, c, pred, po, nodes, G, multi) -> Sub:
+        """Alg. 3 ConstructSubgraph: sinks of p at ``nodes``, fed by G[pred][po] (locally per node
+        when ``multi``), and for each other predecessor the graph of least resulting cost."""
+        base = G[pred][po]
+        sinks = tuple(Vertex(p.key, n, po) for n in nodes)
+        if multi:
+            edges = {(w, v) for w in base.sinks for v in sinks if w.node == v.node}
+        else:
+            edges = {(w, v) for w in base.sinks for v in sinks}
+        sub = base.union(sinks=sinks).union(Sub(sinks, frozenset(edges), {}))
+        for e in sorted(c, key=sorted):
+            if e == pred:
+                continue
+            options = []
+            for po_e, g in G[e].items():
+                link = frozenset((w, v) for w in g.sinks for v in sinks)
+                cand = sub.union(g, Sub((), link, {}), sinks=sinks)
+                options.append((cand.cost, po_e, cand))
+            sub = min(options, key=lambda o: (o[0], o[1]))[2]
+        infos = {}
+        for v in sinks:
+            preds: dict = {}
+            for w, x in sub.edges:
+                if x == v:
+                    preds.setdefault(sub.info[w] and self.projections[w.key].types, []).append(
+                        sub.info[w]
+                    )
+            infos[v] = make_info(p, self.net, preds)
+        return sub.union(Sub(sinks, frozenset(), infos))
+
+
+def _combinations(s: frozenset, candidates: Sequence[frozenset], limit: int) -> list[tuple]:
+    """Non-redundant correct combinations of ``s`` (Def. 15, Alg. 2 lines 14-20): sets of >= 2
+    predecessor projections (candidates or single types) whose types cover ``s`` and none of which
+    is covered by the others. The primitive combination comes first; then larger parts first."""
+    prims = [frozenset([t]) for t in sorted(s)]
+    out: list[tuple] = [tuple(prims)]
+    seen = {frozenset(prims)}
+    cands = sorted(set(candidates), key=lambda c: (-len(c), sorted(c))) + prims
+
+    def dfs(chosen: list[frozenset], covered: frozenset) -> None:
+        if len(out) >= limit:
+            return
+        if covered == s:
+            key = frozenset(chosen)
+            if len(chosen) >= 2 and key not in seen and _non_redundant(chosen):
+                seen.add(key)
+                out.append(tuple(sorted(chosen, key=sorted)))
+            return
+        t = min(s - covered)
+        for cnd in cands:
+            if t in cnd and cnd not in chosen:
+                dfs(chosen + [cnd], covered | cnd)
+
+    dfs([], frozenset())
+    return out
+
+
+def _non_redundant(parts: Sequence[frozenset]) -> bool:
+    for i, part in enumerate(parts):
+        rest = frozenset().union(*(o for j, o in enumerate(parts) if j != i))
+        if part <= rest:
+            return False
+    return True

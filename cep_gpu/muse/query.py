@@ -1,0 +1,378 @@
+"""Queries and their projections π(q, E') (paper §2.2, §4.2), with output-rate estimates r̂ (§4.4).
+
+A :class:`Query` is an operator tree of ``SEQ`` / ``AND`` nodes over event types (each type at most
+once, as the paper's construction assumes, §6), a window, ``where`` conjuncts and pairwise
+selectivities. It compiles to a cep-gpu rule, so every projection runs on the engine's real path.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from lark import Tree
+
+from ..errors import CepError
+from ..language.common import UNITS
+from ..language.parser import parse_tree
+from .errors import MuseError
+
+# A tree is an event type (str) or (kind, children) with kind "SEQ" or "AND".
+Tree_ = "str | tuple[str, tuple]"
+
+
+def leaves(tree) -> tuple[str, ...]:
+    """The event types of ``tree`` in left-to-right order."""
+    if isinstance(tree, str):
+        return (tree,)
+    return tuple(t for c in tree[1] for t in leaves(c))
+
+
+def project_tree(tree, keep: frozenset[str]):
+    """Paper §4.2: drop leaves not in ``keep``; drop emptied operators; lift single children;
+    merge a child into a parent of the same kind (a valid query never nests SEQ in SEQ)."""
+    if isinstance(tree, str):
+        return tree if tree in keep else None
+    kind, children = tree
+    out: list = []
+    for c in children:
+        pc = project_tree(c, keep)
+        if pc is None:
+            continue
+        if not isinstance(pc, str) and pc[0] == kind:
+            out.extend(pc[1])
+        else:
+            out.append(pc)
+    if not out:
+        return None
+    if len(out) == 1:
+        return out[0]
+    return (kind, tuple(out))
+
+
+def orderings(tree) -> int:
+    """How many orders of the leaves' timestamps the tree accepts (SEQ: concatenation; AND: any
+    interleaving of its children's orders)."""
+    if isinstance(tree, str):
+        return 1
+    kind, children = tree
+    inner = math.prod(orderings(c) for c in children)
+    if kind == "SEQ":
+        return inner
+    sizes = [len(leaves(c)) for c in children]
+    return inner * math.factorial(sum(sizes)) // math.prod(math.factorial(s) for s in sizes)
+
+
+def tree_text(tree) -> str:
+    """``SEQ(AND(A, B), C)``."""
+    if isinstance(tree, str):
+        return tree
+    return f"{tree[0]}({', '.join(tree_text(c) for c in tree[1])})"
+
+
+_TOKEN = re.compile(r"\s*(SEQ|AND|[A-Za-z_][A-Za-z0-9_]*|\(|\)|,)", re.IGNORECASE)
+
+
+def parse_pattern(text: str):
+    """``"SEQ(AND(A, B), C)"`` -> tree. Only SEQ / AND operators and event types."""
+    toks: list[str] = []
+    pos = 0
+    text = text.strip()
+    while pos < len(text):
+        m = _TOKEN.match(text, pos)
+        if not m:
+            raise MuseError(f"pattern {text!r}: unexpected {text[pos:pos + 10]!r} at {pos}")
+        toks.append(m.group(1))
+        pos = m.end()
+    i = 0
+
+    def node():
+        nonlocal i
+        if i >= len(toks):
+            raise MuseError(f"pattern {text!r}: unexpected end")
+        tok = toks[i]
+        i += 1
+        if tok.upper() in ("SEQ", "AND") and i < len(toks) and toks[i] == "(":
+            i += 1
+            children = [node()]
+            while i < len(toks) and toks[i] == ",":
+                i += 1
+                children.append(node())
+            if i >= len(toks) or toks[i] != ")":
+                raise MuseError(f"pattern {text!r}: expected ',' or ')'")
+            i += 1
+            kind = tok.upper()
+            flat: list = []
+            for c in children:  # SEQ(SEQ(a,b),c) is SEQ(a,b,c)
+                flat.extend(c[1] if not isinstance(c, str) and c[0] == kind else [c])
+            return (kind, tuple(flat)) if len(flat) > 1 else flat[0]
+        if tok in "(),":
+            raise MuseError(f"pattern {text!r}: unexpected {tok!r}")
+        return tok
+
+    tree = node()
+    if i != len(toks):
+        raise MuseError(f"pattern {text!r}: unexpected {toks[i]!r} after the pattern")
+    return tree
+
+
+@dataclass(frozen=True)
+class Conjunct:
+    """One top-level ``and`` operand of a ``where`` clause and the event types it mentions."""
+
+    text: str
+    types: frozenset[str]
+
+
+@dataclass(frozen=True, eq=False)
+class Query:
+    """A query q = (O, λ, P) with window τ_q (paper §2.2), or one of its projections.
+
+    Build with :meth:`from_text` (a cep-gpu ``SEQ``/``AND`` rule) or :meth:`from_pattern`.
+    ``selectivity`` maps a pair (or set) of event types to σ of the predicates over them (§2.2:
+    predicates are independent, σ(q) = Π σ(a)); pairs not given have σ = 1.
+    """
+
+    name: str
+    tree: object
+    window: float  # seconds
+    aliases: Mapping[str, str]  # type -> alias
+    conjuncts: tuple[Conjunct, ...] = ()
+    selectivity: Mapping[frozenset[str], float] = field(default_factory=dict)
+    parent: str | None = None  # the query this is a projection of
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def from_text(cls, text: str, selectivity: Mapping | None = None) -> Query:
+        """One cep-gpu ``define Q pattern SEQ(A a, B b, ...) [where ...] within W`` rule.
+
+        The where clause is split into top-level conjuncts; a projection keeps those whose types it
+        has (§4.2, Def. 2). ``NOT``, ``select last/first``, ``return`` and repeated types are
+        outside the paper's model (§6: no type twice) and raise :class:`MuseError`.
+        """
+        from .. import parse_rule
+
+        try:
+            rule = parse_rule(text)
+            tree = parse_tree(text)
+        except CepError as err:
+            raise MuseError(f"query does not parse: {err}") from None
+        rules = [c for c in tree.children if isinstance(c, Tree)]
+        if len(rules) != 1 or rules[0].data != "seq_rule":
+            raise MuseError("a MuSE query is one 'define NAME pattern SEQ(...)/AND(...)' rule")
+        rt = rules[0]
+        pattern = next(c for c in rt.children if isinstance(c, Tree) and c.data.endswith("_pattern"))
+        kind = "AND" if pattern.data == "and_pattern" else "SEQ"
+        types: list[str] = []
+        aliases: dict[str, str] = {}
+        alias_type: dict[str, str] = {}
+        for item in pattern.children:
+            if item.data == "not_item":
+                raise MuseError(f"query {rule.name}: NOT is not supported by MuSE planning")
+            t = str(item.children[0])
+            a = str(item.children[1]) if item.children[1:] and item.children[1] else t
+            if t in aliases:
+                raise MuseError(
+                    f"query {rule.name}: type {t!r} occurs twice (MuSE needs distinct types, §6)"
+                )
+            types.append(t)
+            aliases[t] = a
+            alias_type[a] = t
+        window = None
+        conjs: list[Conjunct] = []
+        for clause in rt.children:
+            if not isinstance(clause, Tree):
+                continue
+            if clause.data == "within_clause":
+                num, unit = clause.children[0].children
+                window = float(num) * UNITS[str(unit).lower().rstrip(".")] / 1e9
+            elif clause.data in ("select_clause",):
+                if str(clause.children[0]).lower() != "each":
+                    raise MuseError(f"query {rule.name}: only 'select each' (skip-till-any-match)")
+            elif clause.data == "return_clause":
+                raise MuseError(f"query {rule.name}: 'return' is not supported by MuSE planning")
+            elif clause.data == "where_cond":
+                from ..language.seq import _conjuncts
+
+                for conj in _conjuncts(clause.children[0]):
+                    ctext = text[conj.meta.start_pos : conj.meta.end_pos]
+                    mentioned = {
+                        alias_type[str(q.children[0])]
+                        for q in conj.iter_subtrees()
+                        if q.data == "qualified"
+                    }
+                    conjs.append(Conjunct(ctext, frozenset(mentioned)))
+        if window is None:
+            window = 0.0 if len(types) == 1 else None
+        tree_ = (kind, tuple(types)) if len(types) > 1 else types[0]
+        return cls(
+            rule.name, tree_, float(window or 0.0), aliases, tuple(conjs), _sel(selectivity)
+        )
+
+    @classmethod
+    def from_pattern(
+        cls,
+        pattern: str,
+        window: float,
+        name: str = "Q",
+        selectivity: Mapping | None = None,
+    ) -> Query:
+        """A query from an operator tree such as ``"SEQ(AND(A, B), C)"``, no conditions.
+
+        Nested operators compile to an ``AND`` rule with timestamp conditions (a SEQ child's
+        events precede the next child's), so any tree runs on cep-gpu.
+        """
+        tree = parse_pattern(pattern)
+        types = leaves(tree)
+        if len(set(types)) != len(types):
+            raise MuseError(f"pattern {pattern!r}: a type occurs twice (MuSE needs distinct types)")
+        if window <= 0 and len(types) > 1:
+            raise MuseError(f"query {name}: window must be positive, got {window}")
+        return cls(name, tree, float(window), {t: f"x_{t}" for t in types}, (), _sel(selectivity))
+
+    # ------------------------------------------------------------------ structure
+    @cached_property
+    def types(self) -> frozenset[str]:
+        """The event types of the primitive operators O_p."""
+        return frozenset(leaves(self.tree))
+
+    @cached_property
+    def order(self) -> tuple[str, ...]:
+        """The event types in the query's left-to-right order (the order of match ids)."""
+        return leaves(self.tree)
+
+    @property
+    def root(self) -> str:
+        """The query this is a projection of (itself for a query)."""
+        return self.parent or self.name
+
+    @property
+    def key(self) -> tuple[str, frozenset[str]]:
+        """(root query name, types): identifies a projection. A primitive projection without
+        filters is the same for every query (its matches are the type's events): ("*", {E})."""
+        if len(self.order) == 1 and not self.conjuncts and not self.selectivity:
+            return ("*", self.types)
+        return (self.root, self.types)
+
+    @property
+    def is_plain_primitive(self) -> bool:
+        """A single event type with no filter: its matches are the events themselves."""
+        return len(self.order) == 1 and not self.conjuncts
+
+    def project(self, types: Iterable[str]) -> Query:
+        """π(q, E'): the projection onto ``types`` (paper Def. 2), named ``<q>_p_<types>``."""
+        keep = frozenset(types) & self.types
+        if not keep:
+            raise MuseError(f"projection of {self.name} onto {sorted(types)} is empty")
+        tree = project_tree(self.tree, keep)
+        name = self.root if keep == self.types else f"{self.root}_p_{'_'.join(leaves(tree))}"
+        if keep == self.types and self.parent is None:
+            return self
+        return Query(
+            name,
+            tree,
+            self.window,
+            {t: self.aliases[t] for t in keep},
+            tuple(c for c in self.conjuncts if c.types <= keep),
+            {k: v for k, v in self.selectivity.items() if k <= keep},
+            self.root,
+        )
+
+    # ------------------------------------------------------------------ rates (§4.4)
+    def sigma(self) -> float:
+        """σ(p): the product of the selectivities among this query's types."""
+        return math.prod(v for k, v in self.selectivity.items() if k <= self.types)
+
+    def rate(self, network) -> float:
+        """r̂(p) per event type binding, in matches per second.
+
+        Paper §4.4 gives SEQ Π r̂(o_i) and AND k·Π r̂(o_i) and leaves out the window (§2.2). We use
+        the expected rate of matches of k independent Poisson streams within the window W:
+        σ(p) · Π r(E) · W^(k-1) · L / (k-1)!, with L the number of timestamp orders the operator
+        tree accepts (flat SEQ: 1; flat AND: k!, which gives the paper's k·Π at W = 1).
+        """
+        k = len(self.order)
+        rates = math.prod(network.rate(t) for t in self.order)
+        if k == 1:
+            return self.sigma() * rates
+        w = self.window
+        return self.sigma() * rates * w ** (k - 1) * orderings(self.tree) / math.factorial(k - 1)
+
+    def bindings(self, network) -> int:
+        """|𝔈(p)|: the number of event type bindings (one origin node per type, Def. 1)."""
+        return math.prod(len(network.nodes_of(t)) for t in self.order)
+
+    # ------------------------------------------------------------------ cep-gpu rule
+    def rule_text(self) -> str:
+        """This (projection of a) query as cep-gpu rule text; ids come in :attr:`order`."""
+        if self.is_plain_primitive:
+            raise MuseError(f"{self.name} is a primitive projection without filters; no rule")
+        items = ", ".join(f"{t} {self.aliases[t]}" for t in self.order)
+        conds = [f"({c.text})" for c in self.conjuncts]
+        flat_seq = isinstance(self.tree, str) or (
+            self.tree[0] == "SEQ" and all(isinstance(c, str) for c in self.tree[1])
+        )
+        if not flat_seq:
+            conds += _order_conditions(self.tree, self.aliases)
+        where = f" where {' and '.join(conds)}" if conds else ""
+        kind = "SEQ" if flat_seq else "AND"
+        within = f" within {_duration(self.window)}" if len(self.order) > 1 else ""
+        return f"define {self.name} pattern {kind}({items}){where}{within}"
+
+    def __repr__(self) -> str:
+        return f"Query({self.name}: {tree_text(self.tree)} within {self.window:g}s)"
+
+
+def _order_conditions(tree, aliases) -> list[str]:
+    if isinstance(tree, str):
+        return []
+    out: list[str] = []
+    kind, children = tree
+    for c in children:
+        out += _order_conditions(c, aliases)
+    if kind == "SEQ":
+        for left, right in zip(children, children[1:]):
+            for x in leaves(left):
+                for y in leaves(right):
+                    out.append(f"{aliases[x]}.ts < {aliases[y]}.ts")
+    return out
+
+
+def _duration(seconds: float) -> str:
+    ns = round(seconds * 1e9)
+    if ns % 10**9 == 0:
+        return f"{ns // 10**9} s"
+    if ns % 10**6 == 0:
+        return f"{ns // 10**6} ms"
+    raise MuseError(f"window {seconds} s is not a whole number of milliseconds")
+
+
+def _sel(selectivity: Mapping | None) -> dict[frozenset[str], float]:
+    out: dict[frozenset[str], float] = {}
+    for k, v in (selectivity or {}).items():
+        key = frozenset([k] if isinstance(k, str) else k)
+        if not (isinstance(v, (int, float)) and 0 < v <= 1):
+            raise MuseError(f"selectivity of {sorted(key)} must be in (0, 1], got {v!r}")
+        out[key] = float(v)
+    return out
+
+
+def as_queries(queries) -> list[Query]:
+    """A Query, rule text (one or several rules separated by ';' or blank lines), or a list."""
+    if isinstance(queries, Query):
+        return [queries]
+    if isinstance(queries, str):
+        parts = [p.strip() for p in re.split(r";|\n\s*\n", queries) if p.strip()]
+        return [Query.from_text(p) for p in parts]
+    out = []
+    for q in queries:
+        out.extend(as_queries(q))
+    if not out:
+        raise MuseError("no queries given")
+    names = [q.name for q in out]
+    if len(set(names)) != len(names):
+        raise MuseError(f"query names must be distinct, got {names}")
+    return out
