@@ -18,6 +18,7 @@ from .graph import CENTRAL, Plan, Vertex
 from .network import Network
 from .placement import ALGORITHMS, place
 from .query import Query
+from .simulate import SimulationResult, generate_streams, simulate
 
 __all__ = [
     "ALGORITHMS",
@@ -26,6 +27,9 @@ __all__ = [
     "Network",
     "Plan",
     "Query",
+    "SimulationResult",
     "Vertex",
+    "generate_streams",
     "place",
+    "simulate",
 ]
