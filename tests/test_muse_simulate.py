@@ -1,0 +1,178 @@
+"""muse.simulate: a plan run event by event, every node on cep-gpu, finds exactly the matches of
+centralised detect, once each, and sends the message volume the cost model predicts."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+import cep_gpu
+from cep_gpu import muse
+
+
+def central_ids(events, q: muse.Query, backend="reference") -> list[tuple[int, ...]]:
+    out = cep_gpu.detect(events.drop(columns=["node"]), q.rule_text(), backend=backend)
+    return sorted(tuple(int(i) for i in ids) for ids in out["ids"])
+
+
+CONDITIONS = [
+    "{a}.k = {b}.k",
+    "{a}.v < {b}.v",
+    "{a}.v > 0.3",
+    "({a}.k < 5 or {b}.v > 0.5)",
+    "{a}.v + {b}.v < 1.2",
+]
+
+
+@st.composite
+def cases(draw):
+    n_nodes = draw(st.integers(2, 8))
+    universe = [f"T{i}" for i in range(draw(st.integers(2, 5)))]
+    produces = {
+        f"n{i}": draw(st.lists(st.sampled_from(universe), min_size=1, max_size=len(universe),
+                               unique=True))
+        for i in range(n_nodes)
+    }
+    for t in universe:
+        if not any(t in ts for ts in produces.values()):
+            produces[draw(st.sampled_from(sorted(produces)))].append(t)
+    rates = {t: draw(st.sampled_from([0.2, 1.0, 5.0, 25.0])) for t in universe}
+    k = draw(st.integers(2, min(4, len(universe))))
+    types = draw(st.permutations(universe))[:k]
+    window = draw(st.sampled_from([1, 2, 3]))
+    sel: dict = {}
+    if draw(st.booleans()):  # a flat SEQ/AND rule with where conditions
+        kind = draw(st.sampled_from(["SEQ", "AND"]))
+        alias = {t: t.lower() for t in types}
+        conds = []
+        for _ in range(draw(st.integers(0, 3))):
+            a, b = draw(st.permutations(types))[:2]
+            conds.append(draw(st.sampled_from(CONDITIONS)).format(a=alias[a], b=alias[b]))
+            sel[(a, b)] = draw(st.sampled_from([0.1, 0.5, 1.0]))  # a planning guess
+        where = f" where {' and '.join(conds)}" if conds else ""
+        items = ", ".join(f"{t} {alias[t]}" for t in types)
+        q = muse.Query.from_text(
+            f"define Q pattern {kind}({items}){where} within {window} s", selectivity=sel)
+    else:  # a nested operator tree
+        if k == 2:
+            pattern = f"{draw(st.sampled_from(['SEQ', 'AND']))}({types[0]}, {types[1]})"
+        else:
+            outer, inner = draw(st.sampled_from([("SEQ", "AND"), ("AND", "SEQ")]))
+            pattern = f"{outer}({inner}({types[0]}, {types[1]}), {', '.join(types[2:])})"
+        q = muse.Query.from_pattern(pattern, window=float(window), selectivity=sel)
+    # about 80 events over 20 windows: rates keep their ratios, so plans still differ
+    duration = 20.0 * window
+    total = sum(rates[t] for ts in produces.values() for t in ts if t in types)
+    net = muse.Network.from_dict({
+        "nodes": produces, "rates": {t: r * 80.0 / (total * duration) for t, r in rates.items()}})
+    events = muse.generate_streams(net, [q], duration, seed=draw(st.integers(0, 1000)))
+    return net, q, events
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cases(), st.sampled_from(muse.ALGORITHMS))
+def test_simulated_plan_equals_centralised_detect(case, algorithm):
+    net, q, events = case
+    plan = muse.place(q, net, algorithm)
+    result = muse.simulate(plan, events, backend="reference")
+    got = result.match_ids("Q")
+    assert len(got) == len(set(got)), "a match was found at two sinks"
+    assert got == central_ids(events, q), plan.explain()
+    event(f"matches: {'none' if not got else '1-20' if len(got) <= 20 else 'more than 20'}")
+    event(f"sinks: {'one' if len(plan.sinks['Q']) == 1 else 'several'}")
+
+
+def test_simulation_on_the_cpu_backend_and_a_nested_query():
+    net = muse.Network.from_dict({
+        "nodes": {"1": ["C", "F"], "2": ["C", "L"], "3": ["L"], "4": ["F"]},
+        "rates": {"C": 4.0, "L": 4.0, "F": 0.5},
+    })
+    q = muse.Query.from_pattern("SEQ(AND(C, L), F)", window=0.2)
+    events = muse.generate_streams(net, [q], duration=40, seed=3)
+    plan = muse.place(q, net, "amuse")
+    assert len(plan.sinks["Q"]) > 1  # a multi-sink plan
+    result = muse.simulate(plan, events, backend="cpu")
+    expected = central_ids(events, q, backend="cpu")
+    assert len(expected) > 30
+    assert result.match_ids("Q") == expected
+    assert set(result.matches["node"]) == {v.node for v in plan.sinks["Q"]}
+
+
+def _tolerance(plan: muse.Plan, row, duration: float, window: float) -> float:
+    """Counted vs predicted messages of one transfer (see docs/muse.md, 'Message counts').
+
+    A primitive vertex sends a Poisson count: sd = sqrt(λ). A composite vertex sends one message
+    per match; matches share events, so the count is compound Poisson: each event of the type
+    that completes matches brings Poisson(μ) of them, sd = sqrt(λ (1 + μ)) with μ at most
+    r̂(p) / min r(t). Matches whose window would start before t = 0 are missing: up to λ W / T.
+    """
+    lam = row.predicted
+    (v,) = [w for w in plan.info if w.label(plan.projections) == row.vertex]
+    p = plan.projections[v.key]
+    mu = 0.0 if len(p.order) == 1 else p.rate(plan.network) / min(
+        plan.network.rate(t) for t in p.order)
+    return 5 * math.sqrt(lam * (1 + mu)) + lam * window / duration
+
+
+@pytest.mark.parametrize("algorithm", ["amuse", "oop", "centralized"])
+def test_counted_messages_match_the_cost_model(algorithm):
+    net = muse.Network.from_dict({
+        "nodes": {"1": ["C", "F"], "2": ["C", "L"], "3": ["L"], "4": ["F"]},
+        "rates": {"C": 2.0, "L": 2.0, "F": 0.5},
+    })
+    q = muse.Query.from_pattern("SEQ(AND(C, L), F)", window=0.5)
+    duration = 400.0
+    events = muse.generate_streams(net, [q], duration, seed=5)
+    plan = muse.place(q, net, algorithm)
+    result = muse.simulate(plan, events, backend="cpu", duration=duration)
+    assert len(result.messages) > 0
+    if algorithm == "amuse":  # the plan sends partial matches, not only events
+        assert any(not plan.projections[v.key].is_plain_primitive for v, _, _ in plan.sends())
+    for row in result.messages.itertuples():
+        tol = _tolerance(plan, row, duration, q.window)
+        assert abs(row.count - row.predicted) <= tol, (row, tol)
+    assert result.predicted_messages == pytest.approx(plan.cost * duration)
+    assert abs(result.total_messages - result.predicted_messages) < 0.1 * result.predicted_messages
+
+
+def test_simulate_errors():
+    net = muse.Network.from_dict({"nodes": {"a": ["A", "B"], "b": ["B"]},
+                                  "rates": {"A": 1.0, "B": 2.0}})
+    other = muse.Network.from_dict({"nodes": {"a": ["A", "B"], "b": ["B"]},
+                                    "rates": {"A": 1.0, "B": 3.0}})
+    q = muse.Query.from_pattern("SEQ(A, B)", window=1.0)
+    plan = muse.place(q, net)
+    events = muse.generate_streams(net, [q], 5, seed=0)
+    with pytest.raises(muse.MuseError, match="another network"):
+        muse.simulate(plan, events, network=other)
+    bad = events.copy()
+    bad.loc[0, "node"] = "zz"
+    with pytest.raises(muse.MuseError, match="not in the plan's network"):
+        muse.simulate(plan, bad)
+    bad = events.copy()
+    bad.loc[bad["type"] == "A", "node"] = "b"
+    with pytest.raises(muse.MuseError, match="does not produce"):
+        muse.simulate(plan, bad)
+    with pytest.raises(muse.MuseError, match="'node' column|origin node"):
+        muse.simulate(plan, events.drop(columns=["node"]))
+    with pytest.raises(muse.MuseError, match="muse.Plan"):
+        muse.simulate("plan", events)
+
+
+def test_generate_streams_follows_the_rates():
+    net = muse.Network.from_dict({"nodes": {"a": ["A", "B"], "b": ["B"]},
+                                  "rates": {"A": 3.0, "B": 7.0}})
+    q = muse.Query.from_pattern("SEQ(A, B)", window=1.0)
+    ev = muse.generate_streams(net, [q], 200, seed=1)
+    counts = ev.groupby(["node", "type"]).size().to_dict()
+    assert set(counts) == {("a", "A"), ("a", "B"), ("b", "B")}
+    for (_node, t), c in counts.items():
+        lam = net.rate(t) * 200
+        assert abs(c - lam) < 5 * math.sqrt(lam)
+    assert ev["ts"].is_monotonic_increasing and np.array_equal(ev["id"], np.arange(len(ev)))
+    again = muse.generate_streams(net, [q], 200, seed=1)
+    assert ev.equals(again)
