@@ -288,3 +288,38 @@ def test_muse_plans_never_cost_more_than_centralised(case):
     # multi-sink placement, which contains the flat oOP optimum (a single producing node)
     if len(q.types) == 2:
         assert muse.place(q, net, "amuse").cost <= oop * (1 + 1e-9)
+
+
+@settings(max_examples=15, deadline=None)
+@given(instances(), st.sampled_from(["SEQ(AND({0}, {1}), {2})", "AND(SEQ({0}, {1}), {2})",
+                                     "SEQ({0}, AND({1}, {2}), {3})"]))
+def test_oop_dynamic_program_equals_exhaustive_search(case, shape):
+    """oOP's tree DP finds the least cost over all |N|^|O_c| assignments of the composites."""
+    import itertools
+
+    from cep_gpu.muse.graph import Sub
+    from cep_gpu.muse.placement import _Builder
+
+    net, _ = case
+    types = sorted(net.rates)
+    if shape.count("{") > len(types):
+        return
+    q = muse.Query.from_pattern(shape.format(*types), window=1.0, selectivity={
+        (types[0], types[1]): 0.1})
+    plan = muse.place(q, net, "oop")
+    b = _Builder(q, net, {}, Sub.empty())
+    composites = []
+
+    def walk(t):
+        if not isinstance(t, str):
+            for c in t[1]:
+                walk(c)
+            composites.append(t)
+
+    walk(q.tree)
+    prims = {t: b.prim(t) for t in q.order}
+    brute = min(
+        b._tree_graph(composites, dict(zip(map(id, composites), nodes, strict=True)), prims).cost
+        for nodes in itertools.product(net.nodes, repeat=len(composites))
+    )
+    assert plan.cost == pytest.approx(brute)

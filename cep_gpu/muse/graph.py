@@ -12,6 +12,7 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from .errors import MuseError
 from .network import Network
@@ -22,8 +23,7 @@ from .query import Query, tree_text
 CENTRAL = "@central"
 
 
-@dataclass(frozen=True, order=True)
-class Vertex:
+class Vertex(NamedTuple):
     """A projection (by its key) hosted at ``node``."""
 
     key: tuple
@@ -50,23 +50,79 @@ class VertexInfo:
 
 @dataclass(frozen=True)
 class Sub:
-    """A MuSE graph under construction: its sinks, edges and vertex information."""
+    """A MuSE graph under construction: sinks, edges, vertex information, and for each vertex the
+    remote nodes it sends to (so that the cost of a union is computed incrementally)."""
 
     sinks: tuple[Vertex, ...]
     edges: frozenset[tuple[Vertex, Vertex]]
     info: Mapping[Vertex, VertexInfo]
+    dests: Mapping[Vertex, frozenset[str]]
+    cost: float
+
+    @staticmethod
+    def empty() -> Sub:
+        return Sub((), frozenset(), {}, {}, 0.0)
+
+    @staticmethod
+    def of(sinks: tuple[Vertex, ...], info: Mapping[Vertex, VertexInfo]) -> Sub:
+        """Vertices without edges."""
+        return Sub(sinks, frozenset(), dict(info), {}, 0.0)
 
     def union(self, *others: Sub, sinks: tuple[Vertex, ...] | None = None) -> Sub:
-        edges = set(self.edges)
+        edges = self.edges.union(*(o.edges for o in others)) if others else self.edges
         info = dict(self.info)
+        dests = dict(self.dests)
+        cost = self.cost
         for o in others:
-            edges |= o.edges
             info.update(o.info)
-        return Sub(self.sinks if sinks is None else sinks, frozenset(edges), info)
+            for v, d in o.dests.items():
+                cur = dests.get(v)
+                if cur is None:
+                    dests[v] = d
+                    cost += o.info[v].weight * len(d)
+                elif not d <= cur:
+                    cost += o.info[v].weight * len(d - cur)
+                    dests[v] = cur | d
+        return Sub(self.sinks if sinks is None else sinks, edges, info, dests, cost)
 
-    @property
-    def cost(self) -> float:
-        return graph_cost(self.edges, self.info)
+    def link(self, edges, sinks: tuple[Vertex, ...] | None = None) -> Sub:
+        """Add edges whose sources are vertices of this graph."""
+        new = frozenset(edges) - self.edges
+        dests = dict(self.dests)
+        cost = self.cost
+        for v, w in new:
+            if v.node != w.node:
+                cur = dests.get(v, frozenset())
+                if w.node not in cur:
+                    dests[v] = cur | {w.node}
+                    cost += self.info[v].weight
+        return Sub(
+            self.sinks if sinks is None else sinks, self.edges | new, self.info, dests, cost
+        )
+
+    def with_info(self, infos: Mapping[Vertex, VertexInfo]) -> Sub:
+        """Add vertex information (of new vertices without outgoing edges)."""
+        info = dict(self.info)
+        info.update(infos)
+        return Sub(self.sinks, self.edges, info, self.dests, self.cost)
+
+    def cost_with(self, other: Sub, edges) -> float:
+        """The cost of ``self.union(other).link(edges)`` without building it."""
+        cost = self.cost
+        added: dict[Vertex, set[str]] = {}
+        for v, d in other.dests.items():
+            extra = d - self.dests.get(v, frozenset())
+            if extra:
+                added[v] = set(extra)
+                cost += other.info[v].weight * len(extra)
+        for v, w in edges:
+            if v.node != w.node:
+                if w.node in self.dests.get(v, ()) or w.node in added.get(v, ()):
+                    continue
+                added.setdefault(v, set()).add(w.node)
+                weight = other.info[v].weight if v in other.info else self.info[v].weight
+                cost += weight
+        return cost
 
 
 def graph_cost(edges: Iterable[tuple[Vertex, Vertex]], info: Mapping[Vertex, VertexInfo]) -> float:
@@ -82,7 +138,12 @@ def graph_cost(edges: Iterable[tuple[Vertex, Vertex]], info: Mapping[Vertex, Ver
     return sum(info[v].weight * len(d) for v, d in dests.items())
 
 
-def make_info(p: Query, network: Network, preds: Mapping[frozenset, list[VertexInfo]]) -> VertexInfo:
+def make_info(
+    p: Query,
+    network: Network,
+    preds: Mapping[frozenset, list[VertexInfo]],
+    rate: float | None = None,
+) -> VertexInfo:
     """The cover of a vertex of ``p`` from its predecessors, grouped by predecessor projection.
 
     Per predecessor projection e the covers of its vertices are united per type; across the
@@ -101,7 +162,8 @@ def make_info(p: Query, network: Network, preds: Mapping[frozenset, list[VertexI
     if missing:
         raise MuseError(f"internal: vertex of {p.name} has no input for {sorted(missing)}")
     info = {t: cover[t] for t in p.order}
-    return VertexInfo(info, p.rate(network) * math.prod(len(s) for s in info.values()))
+    rate = p.rate(network) if rate is None else rate
+    return VertexInfo(info, rate * math.prod(len(s) for s in info.values()))
 
 
 def primitive_sub(p: Query, network: Network) -> Sub:
@@ -110,7 +172,7 @@ def primitive_sub(p: Query, network: Network) -> Sub:
     sinks = tuple(Vertex(p.key, n) for n in network.nodes_of(t))
     rate = p.rate(network)
     info = {v: VertexInfo({t: frozenset([v.node])}, rate) for v in sinks}
-    return Sub(sinks, frozenset(), info)
+    return Sub.of(sinks, info)
 
 
 @dataclass

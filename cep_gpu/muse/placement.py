@@ -18,8 +18,6 @@ ALGORITHMS = ("amuse", "amuse*", "oop", "centralized")
 #: Most combinations enumerated per projection (Alg. 2 line 7 enumerates all; we stop here, taking
 #: combinations with the largest parts first, so planning stays in seconds for 6-type queries).
 MAX_COMBINATIONS = 48
-#: Most node assignments oOP tries (exhaustive search; larger instances raise MuseError).
-MAX_OOP_ASSIGNMENTS = 200_000
 
 
 def place(
@@ -51,7 +49,7 @@ def place(
     for q in qs:
         # later queries are chosen by their marginal cost over the graphs placed so far, so that
         # events and matches already sent to a node are reused (§6.2 Multi-Query Extension)
-        base = subs[0].union(*subs[1:]) if subs else Sub((), frozenset(), {})
+        base = subs[0].union(*subs[1:]) if subs else Sub.empty()
         builder = _Builder(q, network, projections, base)
         if algorithm == "centralized":
             sub = builder.centralized()
@@ -97,11 +95,16 @@ class _Builder:
         sink = Vertex(q.key, CENTRAL, "central")
         edges = frozenset((v, sink) for s in prims for v in s.sinks)
         info = make_info(q, self.net, {s.sinks[0].key: [s.info[v] for v in s.sinks] for s in prims})
-        return prims[0].union(*prims[1:], sinks=(sink,)).union(Sub((sink,), edges, {sink: info}))
+        return prims[0].union(*prims[1:]).link(edges, sinks=(sink,)).with_info({sink: info})
 
     def oop(self) -> Sub:
-        """Optimal operator placement: each composite operator of the query's tree at one node,
-        the assignment of least cost found by exhaustive search (§7.1 baseline)."""
+        """Optimal operator placement (§7.1 baseline): each composite operator of the query's tree
+        at one node, the assignment of least (marginal) cost.
+
+        The cost decomposes over the tree's edges (a child's output goes to its parent's node
+        only; primitive events already sent to a node by earlier queries are free), so a dynamic
+        program over the tree finds the same optimum as exhaustive search over all |N|^|O_c|
+        assignments, in O(|O_c| |N|^2)."""
         composites: list = []
 
         def walk(t):
@@ -111,24 +114,35 @@ class _Builder:
                 composites.append(t)  # children before parents
 
         walk(self.q.tree)
+        if not composites:  # a single-type query: its events are its matches
+            return self.prim(self.q.order[0])
         nodes = self.net.nodes
-        if len(composites) == 0:  # a single-type query: its events are its matches
-            sub = self.prim(self.q.order[0])
-            return sub
-        if len(nodes) ** len(composites) > MAX_OOP_ASSIGNMENTS:
-            raise MuseError(
-                f"oOP: {len(nodes)}^{len(composites)} placements exceed the exhaustive search "
-                f"limit of {MAX_OOP_ASSIGNMENTS}"
-            )
         prims = {t: self.prim(t) for t in self.q.order}
-        best: Sub | None = None
-        for assign in itertools.product(nodes, repeat=len(composites)):
-            sub = self._tree_graph(composites, dict(zip(map(id, composites), assign, strict=True)), prims)
-            if best is None or self.marginal(sub) < self.marginal(best):
-                best = sub
-        self.stats = {"assignments": len(nodes) ** len(composites)}
-        assert best is not None
-        return best
+        sent = self.base.dests
+        best: dict[int, dict[str, tuple[float, dict]]] = {}
+        for op in composites:
+            table: dict[str, tuple[float, dict]] = {}
+            for n in nodes:
+                total, where = 0.0, {id(op): n}
+                for c in op[1]:
+                    if isinstance(c, str):
+                        for w in prims[c].sinks:
+                            if w.node != n and n not in sent.get(w, ()):
+                                total += prims[c].info[w].weight
+                        continue
+                    weight = self.rate(frozenset(leaves(c))) * n_bindings(self, c)
+                    cost_c, where_c = min(
+                        ((best[id(c)][m][0] + (weight if m != n else 0.0), best[id(c)][m][1])
+                         for m in nodes),
+                        key=lambda x: x[0],
+                    )
+                    total += cost_c
+                    where.update(where_c)
+                table[n] = (total, where)
+            best[id(op)] = table
+        _, where = min(best[id(composites[-1])].values(), key=lambda x: x[0])
+        self.stats = {"method": "tree dp", "assignment_space": len(nodes) ** len(composites)}
+        return self._tree_graph(composites, where, prims)
 
     def _tree_graph(self, composites, where: dict, prims: dict) -> Sub:
         made: dict[int, Sub] = {}
@@ -139,7 +153,7 @@ class _Builder:
             kids = [prims[c] if isinstance(c, str) else made[id(c)] for c in op[1]]
             edges = frozenset((w, v) for k in kids for w in k.sinks)
             info = make_info(p, self.net, {k.sinks[0].key: [k.info[w] for w in k.sinks] for k in kids})
-            sub = kids[0].union(*kids[1:], sinks=(v,)).union(Sub((v,), edges, {v: info}))
+            sub = kids[0].union(*kids[1:]).link(edges, sinks=(v,)).with_info({v: info})
             made[id(op)] = sub
         assert sub is not None
         return sub
@@ -193,7 +207,7 @@ class _Builder:
         """The cost ``sub`` adds to the graphs of the queries placed before."""
         if not self.base.edges:
             return sub.cost
-        return self.base.union(sub).cost - self.base.cost
+        return self.base.cost_with(sub, ()) - self.base.cost
 
     def _place(self, p: Query, s: frozenset, c, G, best: dict, star: bool, n_bind) -> None:
         part = self._partitioning_input(c, n_bind)
@@ -230,29 +244,32 @@ class _Builder:
         base = G[pred][po]
         sinks = tuple(Vertex(p.key, n, po) for n in nodes)
         if multi:
-            edges = {(w, v) for w in base.sinks for v in sinks if w.node == v.node}
+            edges = [(w, v) for w in base.sinks for v in sinks if w.node == v.node]
         else:
-            edges = {(w, v) for w in base.sinks for v in sinks}
-        sub = base.union(sinks=sinks).union(Sub(sinks, frozenset(edges), {}))
+            edges = [(w, v) for w in base.sinks for v in sinks]
+        sub = base.link(edges, sinks=sinks)
+        inputs: dict[Vertex, dict[frozenset, list]] = {v: {} for v in sinks}
+        for w, v in edges:
+            inputs[v].setdefault(pred, []).append(sub.info[w])
         for e in sorted(c, key=sorted):
             if e == pred:
                 continue
             options = []
             for po_e, g in G[e].items():
-                link = frozenset((w, v) for w in g.sinks for v in sinks)
-                cand = sub.union(g, Sub((), link, {}), sinks=sinks)
-                options.append((cand.cost, po_e, cand))
-            sub = min(options, key=lambda o: (o[0], o[1]))[2]
-        infos = {}
-        for v in sinks:
-            preds: dict = {}
-            for w, x in sub.edges:
-                if x == v:
-                    preds.setdefault(sub.info[w] and self.projections[w.key].types, []).append(
-                        sub.info[w]
-                    )
-            infos[v] = make_info(p, self.net, preds)
-        return sub.union(Sub(sinks, frozenset(), infos))
+                link = [(w, v) for w in g.sinks for v in sinks]
+                options.append((sub.cost_with(g, link), po_e, g, link))
+            _, _, g, link = min(options, key=lambda o: (o[0], o[1]))
+            sub = sub.union(g).link(link, sinks=sinks)
+            for w, v in link:
+                inputs[v].setdefault(e, []).append(g.info[w])
+        rate = self.rate(p.types)
+        infos = {v: make_info(p, self.net, inputs[v], rate) for v in sinks}
+        return sub.with_info(infos)
+
+
+def n_bindings(builder: _Builder, tree) -> int:
+    """|𝔈| of the projection onto a sub-tree's types."""
+    return builder.proj(leaves(tree)).bindings(builder.net)
 
 
 def _combinations(s: frozenset, candidates: Sequence[frozenset], limit: int) -> list[tuple]:
