@@ -17,7 +17,7 @@ from .query import Query, as_queries, leaves
 ALGORITHMS = ("amuse", "amuse*", "oop", "centralized")
 #: Most combinations enumerated per projection (Alg. 2 line 7 enumerates all; we stop here, taking
 #: combinations with the largest parts first, so planning stays in seconds for 6-type queries).
-MAX_COMBINATIONS = 48
+MAX_COMBINATIONS = 5000
 
 
 def place(

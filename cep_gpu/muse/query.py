@@ -219,11 +219,14 @@ class Query:
         window: float,
         name: str = "Q",
         selectivity: Mapping | None = None,
+        conditions: Mapping | None = None,
     ) -> Query:
-        """A query from an operator tree such as ``"SEQ(AND(A, B), C)"``, no conditions.
+        """A query from an operator tree such as ``"SEQ(AND(A, B), C)"``.
 
-        Nested operators compile to an ``AND`` rule with timestamp conditions (a SEQ child's
-        events precede the next child's), so any tree runs on cep-gpu.
+        ``conditions`` maps a type or a tuple of types to a ``where`` condition over them, written
+        with the aliases ``x_<Type>`` (``{("A", "B"): "x_A.k = x_B.k"}``). Nested operators
+        compile to an ``AND`` rule with timestamp conditions (a SEQ child's events precede the next
+        child's), so any tree runs on cep-gpu.
         """
         tree = parse_pattern(pattern)
         types = leaves(tree)
@@ -231,7 +234,16 @@ class Query:
             raise MuseError(f"pattern {pattern!r}: a type occurs twice (MuSE needs distinct types)")
         if window <= 0 and len(types) > 1:
             raise MuseError(f"query {name}: window must be positive, got {window}")
-        return cls(name, tree, float(window), {t: f"x_{t}" for t in types}, (), _sel(selectivity))
+        conjs = []
+        for key, text in (conditions or {}).items():
+            ctypes = frozenset([key] if isinstance(key, str) else key)
+            if not ctypes <= set(types):
+                raise MuseError(f"condition {text!r} names types outside the pattern")
+            conjs.append(Conjunct(str(text), ctypes))
+        return cls(
+            name, tree, float(window), {t: f"x_{t}" for t in types}, tuple(conjs),
+            _sel(selectivity),
+        )
 
     # ------------------------------------------------------------------ structure
     @cached_property

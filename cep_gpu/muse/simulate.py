@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from .errors import MuseError
 from .graph import Plan, Vertex
@@ -27,8 +28,8 @@ from .query import Query, as_queries
 class SimulationResult:
     """What :func:`simulate` returns.
 
-    ``matches``: one row per match found at a sink (``query``, ``node``, ``ids`` as a tuple in the
-    query's type order); ``messages``: one row per network transfer (``vertex``, ``to``, ``count``,
+    ``matches``: one row per match found at a sink (``query``, ``node``, ``ids``: an Arrow
+    ``list<int64>`` of the event ids in the query's type order, as in ``detect``'s output); ``messages``: one row per network transfer (``vertex``, ``to``, ``count``,
     ``predicted``: the plan's rate times the stream duration); ``duration``: seconds of event time.
     """
 
@@ -47,7 +48,7 @@ class SimulationResult:
     def match_ids(self, query: str) -> list[tuple[int, ...]]:
         """The sorted id tuples of ``query``'s matches over all sinks (duplicates kept)."""
         m = self.matches[self.matches["query"] == query]
-        return sorted(m["ids"])
+        return sorted(tuple(int(i) for i in ids) for ids in m["ids"])
 
 
 def simulate(
@@ -93,12 +94,20 @@ def simulate(
         rows.append({"vertex": w.label(plan.projections), "to": to, "count": len(matches[w]),
                      "predicted": rate * duration})
     messages = pd.DataFrame(rows, columns=["vertex", "to", "count", "predicted"])
-    out = []
+    frames = []
     for q in plan.queries:
         for v in plan.sinks[q.name]:
-            for row in matches[v]:
-                out.append((q.name, v.node, tuple(int(x) for x in row)))
-    return SimulationResult(pd.DataFrame(out, columns=["query", "node", "ids"]), messages, duration)
+            m = matches[v]
+            ids = pa.FixedSizeListArray.from_arrays(pa.array(m.ravel(), pa.int64()), m.shape[1])
+            ids = ids.cast(pa.list_(pa.int64()))
+            frames.append(pd.DataFrame({
+                "query": np.full(len(m), q.name, dtype=object),
+                "node": np.full(len(m), v.node, dtype=object),
+                "ids": pd.Series(ids, dtype=pd.ArrowDtype(ids.type)),
+            }))
+    out = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
+        columns=["query", "node", "ids"])
+    return SimulationResult(out, messages, duration)
 
 
 def _check_streams(plan: Plan, streams: pd.DataFrame) -> pd.DataFrame:
@@ -175,7 +184,8 @@ def generate_streams(
 ) -> pd.DataFrame:
     """Poisson event streams for the types the queries use (paper §7.1): each node emits each type
     it produces at the type's rate for ``duration`` seconds. Attributes: ``k`` uniform in
-    ``[0, k_values)`` (so ``a.k = b.k`` has selectivity 1/k_values) and ``v`` uniform in [0, 1)."""
+    ``[0, k_values)`` (so ``a.k = b.k`` has selectivity 1/k_values); every other name (``v``, ...)
+    uniform in [0, 1)."""
     qs = as_queries(queries)
     types = sorted({t for q in qs for t in q.types})
     rng = np.random.default_rng(seed)
@@ -189,8 +199,9 @@ def generate_streams(
             df = pd.DataFrame({"type": t, "ts": ts, "node": n})
             if "k" in attributes:
                 df["k"] = rng.integers(0, k_values, count)
-            if "v" in attributes:
-                df["v"] = rng.random(count)
+            for name in attributes:
+                if name != "k":
+                    df[name] = rng.random(count)
             parts.append(df)
     if not parts:
         raise MuseError("no node produces any type of the queries")
