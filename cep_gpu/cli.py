@@ -62,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_optional(sub, "cep_gpu.benchmarks.cli", ("add_bench_parser", "add_calibrate_parser"))
     _add_optional(sub, "cep_gpu.spark_udfs.cli", ("add_spark_parser",))
+    _add_optional(sub, "cep_gpu.muse.cli", ("add_muse_parser",))
     return parser
 
 

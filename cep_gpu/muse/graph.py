@@ -30,6 +30,11 @@ class Vertex(NamedTuple):
     node: str
     tag: str = ""
 
+    @property
+    def order_key(self) -> tuple:
+        """A total order (keys hold frozensets, which compare by inclusion)."""
+        return (self.key[0], tuple(sorted(self.key[1])), self.node, self.tag)
+
     def label(self, projections: Mapping[tuple, Query]) -> str:
         p = projections[self.key]
         name = p.order[0] if p.is_plain_primitive else p.name
@@ -125,6 +130,15 @@ class Sub:
         return cost
 
 
+def _ok(v: Vertex) -> tuple:
+    return v.order_key
+
+
+def sinks_key(sinks: tuple[Vertex, ...]) -> tuple:
+    """A total order on sink tuples, for deterministic tie-breaks."""
+    return tuple(v.order_key for v in sinks)
+
+
 def graph_cost(edges: Iterable[tuple[Vertex, Vertex]], info: Mapping[Vertex, VertexInfo]) -> float:
     """c(G) = Σ c(e) with c(e) = r̂(p)·|𝔄(v)| / |V_{v,n'}| for network edges (§4.4).
 
@@ -217,11 +231,11 @@ class Plan:
     @property
     def vertices(self) -> list[Vertex]:
         """Every vertex, sorted."""
-        return sorted(self.info)
+        return sorted(self.info, key=_ok)
 
     def predecessors(self, v: Vertex) -> list[Vertex]:
         """The vertices with an edge into ``v``."""
-        return sorted(w for w, x in self.edges if x == v)
+        return sorted((w for w, x in self.edges if x == v), key=_ok)
 
     def sends(self) -> list[tuple[Vertex, str, float]]:
         """(vertex, destination node, matches per second) for every network transfer."""
@@ -229,7 +243,9 @@ class Plan:
         for v, w in self.edges:
             if v.node != w.node:
                 dests[v].add(w.node)
-        return [(v, n, self.info[v].weight) for v in sorted(dests) for n in sorted(dests[v])]
+        return [
+            (v, n, self.info[v].weight) for v in sorted(dests, key=_ok) for n in sorted(dests[v])
+        ]
 
     def check_network(self, network: Network) -> None:
         """Raise :class:`MuseError` unless ``network`` is the one this plan was made for."""
@@ -254,16 +270,18 @@ class Plan:
         for v in self.info:
             if not self.projections[v.key].is_plain_primitive:
                 hosted[(v.key, v.tag)].append(v)
-        for (key, _tag), vs in sorted(hosted.items(), key=lambda kv: (len(kv[0][0][1]), kv[0])):
+        for (key, _tag), vs in sorted(
+            hosted.items(), key=lambda kv: (len(kv[0][0][1]), _ok(kv[1][0]))
+        ):
             p = self.projections[key]
-            nodes = ", ".join(v.node for v in sorted(vs))
+            nodes = ", ".join(v.node for v in sorted(vs, key=_ok))
             sink = " [sink]" if any(v in s for s in self.sinks.values() for v in vs) else ""
             kind = "multi-sink" if len(vs) > 1 else "single-sink"
             lines.append(
                 f"  {p.name} = {tree_text(p.tree)}: {kind} at {nodes}{sink}; "
                 f"r̂ = {p.rate(self.network):.4g}/binding"
             )
-            for v in sorted(vs):
+            for v in sorted(vs, key=_ok):
                 preds = ", ".join(lab[w] for w in self.predecessors(v))
                 lines.append(f"    {lab[v]} covers {self.info[v].bindings} binding(s) <- {preds}")
         lines.append("network transfers (matches/s):")

@@ -10,7 +10,7 @@ import time
 from collections.abc import Sequence
 
 from .errors import MuseError
-from .graph import CENTRAL, Plan, Sub, Vertex, make_info, primitive_sub
+from .graph import CENTRAL, Plan, Sub, Vertex, make_info, primitive_sub, sinks_key
 from .network import Network
 from .query import Query, as_queries, leaves
 
@@ -201,7 +201,7 @@ class _Builder:
                     self._place(p, s, c, G, best, False, n_bind)
             if best:
                 G[s] = best
-        return min(G[full].values(), key=lambda sub: (self.marginal(sub), sub.sinks))
+        return min(G[full].values(), key=lambda sub: (self.marginal(sub), sinks_key(sub.sinks)))
 
     def marginal(self, sub: Sub) -> float:
         """The cost ``sub`` adds to the graphs of the queries placed before."""
@@ -235,7 +235,9 @@ class _Builder:
 
     @staticmethod
     def _keep(best: dict, po: str, sub: Sub) -> None:
-        if po not in best or (sub.cost, sub.sinks) < (best[po].cost, best[po].sinks):
+        if po not in best or (sub.cost, sinks_key(sub.sinks)) < (
+            best[po].cost, sinks_key(best[po].sinks)
+        ):
             best[po] = sub
 
     def _construct(self, p, c, pred, po, nodes, G, multi) -> Sub:

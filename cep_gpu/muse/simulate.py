@@ -77,7 +77,7 @@ def simulate(
     for w, v in plan.edges:
         preds[v].append(w)
     by_type_node = {k: g["id"].to_numpy() for k, g in ev.groupby(["type", "node"], sort=False)}
-    order = sorted(plan.info, key=lambda v: (len(plan.projections[v.key].order), v))
+    order = sorted(plan.info, key=lambda v: (len(plan.projections[v.key].order), v.order_key))
     for v in order:
         p = plan.projections[v.key]
         if not preds[v]:
