@@ -86,7 +86,13 @@ class _Builder:
         return self._rate[s]
 
     def prim(self, t: str) -> Sub:
-        return primitive_sub(self.proj([t]), self.net)
+        """The primitive vertices of ``t``. Where earlier queries already send a vertex's events to
+        some nodes, those sends are already paid: this query's graphs start from them at no cost,
+        so every comparison in the construction is by marginal cost (§6.2, Multi-Query
+        Extension)."""
+        sub = primitive_sub(self.proj([t]), self.net)
+        paid = {v: self.base.dests[v] for v in sub.sinks if v in self.base.dests}
+        return Sub(sub.sinks, sub.edges, sub.info, paid, 0.0) if paid else sub
 
     # ------------------------------------------------------------------ baselines
     def centralized(self) -> Sub:
