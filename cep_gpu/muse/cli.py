@@ -73,8 +73,8 @@ def add_bench_arguments(b: argparse.ArgumentParser) -> None:
     b.add_argument("--queries", type=int, default=5, help="queries per workload (default 5)")
     b.add_argument("--size", type=int, default=5,
                    help="primitive operators per query (default 5; the paper uses 6)")
-    b.add_argument("--simulate-events", type=int, default=1500,
-                   help="events of the one simulated run per setting (0: none)")
+    b.add_argument("--simulate-events", type=int, default=20000,
+                   help="most events of the one simulated run per setting (0: none)")
     b.add_argument("--backend", default="aip", help="cep-gpu backend of simulated nodes")
     b.add_argument("--quick", action="store_true", help="two values per sweep, one seed")
     b.add_argument("--out", help="write JSON here")
@@ -175,6 +175,6 @@ def cmd_bench(args) -> int:
 
 def muse_bench_from_bench_args(args) -> int:
     """``cep-gpu bench muse [--out F] [--plot F]``: the default MuSE benchmark."""
-    ns = argparse.Namespace(seeds=2, queries=5, size=5, simulate_events=1500, backend="aip",
+    ns = argparse.Namespace(seeds=2, queries=5, size=5, simulate_events=20000, backend="aip",
                             quick=False, out=args.out, plot=args.plot)
     return cmd_bench(ns)
