@@ -252,9 +252,11 @@ def test_planning_is_deterministic():
 
 
 @st.composite
-def instances(draw):
-    n_nodes = draw(st.integers(2, 6))
-    types = [f"T{i}" for i in range(draw(st.integers(2, 4)))]
+def placements(draw, max_nodes: int, max_types: int, rates: list[float]):
+    """(types -> origin nodes, type -> rate): every node produces something, every type has a
+    producer."""
+    n_nodes = draw(st.integers(2, max_nodes))
+    types = [f"T{i}" for i in range(draw(st.integers(2, max_types)))]
     produces = {
         f"n{i}": draw(st.lists(st.sampled_from(types), min_size=1, max_size=len(types),
                                unique=True))
@@ -263,8 +265,14 @@ def instances(draw):
     for t in types:  # every type somewhere
         if not any(t in ts for ts in produces.values()):
             produces[draw(st.sampled_from(sorted(produces)))].append(t)
-    rates = {t: draw(st.sampled_from([0.01, 0.1, 1.0, 10.0, 100.0])) for t in types}
+    return produces, {t: draw(st.sampled_from(rates)) for t in types}
+
+
+@st.composite
+def instances(draw):
+    produces, rates = draw(placements(6, 4, [0.01, 0.1, 1.0, 10.0, 100.0]))
     net = muse.Network.from_dict({"nodes": produces, "rates": rates})
+    types = sorted(rates)
     kind = draw(st.sampled_from(["SEQ", "AND"]))
     order = draw(st.permutations(types))
     sel = {(a, b): draw(st.sampled_from([0.01, 0.1, 1.0]))

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
+from test_muse import placements
 
 import cep_gpu
 from cep_gpu import muse
@@ -30,17 +31,8 @@ CONDITIONS = [
 
 @st.composite
 def cases(draw):
-    n_nodes = draw(st.integers(2, 8))
-    universe = [f"T{i}" for i in range(draw(st.integers(2, 5)))]
-    produces = {
-        f"n{i}": draw(st.lists(st.sampled_from(universe), min_size=1, max_size=len(universe),
-                               unique=True))
-        for i in range(n_nodes)
-    }
-    for t in universe:
-        if not any(t in ts for ts in produces.values()):
-            produces[draw(st.sampled_from(sorted(produces)))].append(t)
-    rates = {t: draw(st.sampled_from([0.2, 1.0, 5.0, 25.0])) for t in universe}
+    produces, rates = draw(placements(8, 5, [0.2, 1.0, 5.0, 25.0]))
+    universe = sorted(rates)
     k = draw(st.integers(2, min(4, len(universe))))
     types = draw(st.permutations(universe))[:k]
     window = draw(st.sampled_from([1, 2, 3]))
