@@ -168,3 +168,25 @@ def test_generate_streams_follows_the_rates():
     assert ev["ts"].is_monotonic_increasing and np.array_equal(ev["id"], np.arange(len(ev)))
     again = muse.generate_streams(net, [q], 200, seed=1)
     assert ev.equals(again)
+
+
+@pytest.mark.parametrize("algorithm", ["amuse", "amuse*", "oop"])
+def test_workload_of_several_queries(algorithm):
+    net = muse.Network.from_dict({
+        "nodes": {"a": ["A", "B"], "b": ["B", "C"], "c": ["A", "C"], "d": ["B"]},
+        "rates": {"A": 0.3, "B": 3.0, "C": 1.0},
+    })
+    text = """define Q1 pattern SEQ(A a, B b) where a.k = b.k within 1 s;
+              define Q2 pattern AND(B b, C c) where b.v < c.v within 500 ms;
+              define Q3 pattern SEQ(A a, B b, C c) within 1 s"""
+    queries = muse.place(text, net, algorithm).queries
+    plan = muse.place(queries, net, algorithm)
+    alone = sum(muse.place(q, net, algorithm).cost for q in queries)
+    assert plan.cost <= alone + 1e-9  # events already sent for one query are reused
+    events = muse.generate_streams(net, queries, duration=60, seed=2)
+    result = muse.simulate(plan, events, backend="aip")
+    for q in queries:
+        got = result.match_ids(q.name)
+        assert len(got) == len(set(got))
+        assert got == central_ids(events, q)
+        assert got, q.name
