@@ -48,6 +48,8 @@ def test_generate_is_deterministic_and_follows_the_parameters():
     assert all(a.nodes_of(t) for t in a.rates)  # every type has a producer
     full = muse.Network.generate(nodes=5, types=4, event_node_ratio=1.0, seed=1)
     assert all(full.produces[n] == frozenset(full.rates) for n in full.nodes)
+    skewed = muse.Network.generate(nodes=5, types=40, skew=1.1, seed=2, max_rate=1e3)
+    assert max(skewed.rates.values()) == 1e3 and min(skewed.rates.values()) >= 1
 
 
 @pytest.mark.parametrize(

@@ -89,7 +89,8 @@ def test_bench_muse_through_the_bench_command(monkeypatch, tmp_path):
     seen = {}
     real_run = bench.run
 
-    def fake_run(sweeps, seeds, queries, size, simulate_events, backend, on_step=None):
+    def fake_run(sweeps, seeds, queries, size, simulate_events, backend, on_step=None,
+                 max_rate=None):
         seen.update(seeds=seeds, queries=queries, size=size)
         return real_run({"nodes": [4]}, 1, 1, 3, 0, backend)
 

@@ -21,7 +21,7 @@ from .query import Query, leaves, tree_text
 from .simulate import generate_streams, simulate
 
 ALGS = ("amuse", "amuse*", "oop", "centralized")
-DEFAULTS = {"nodes": 20, "types": 15, "event_node_ratio": 0.5, "skew": 1.5}
+DEFAULTS = {"nodes": 20, "types": 15, "event_node_ratio": 0.5, "skew": 1.5, "max_rate": 1e6}
 SWEEPS = {
     "event_node_ratio": [0.2, 0.35, 0.5, 0.75, 1.0],
     "skew": [1.1, 1.3, 1.5, 1.7, 2.0],
@@ -75,7 +75,7 @@ def with_conditions(q: Query) -> tuple[Query, list[str]]:
 def run_setting(params: dict, seed: int, queries: int, size: int) -> dict:
     """Plan one seeded network and workload with every algorithm."""
     net = Network.generate(params["nodes"], params["types"], params["event_node_ratio"],
-                           params["skew"], seed)
+                           params["skew"], seed, params.get("max_rate", 1e6))
     work = random_workload(net, queries, size, seed)
     row: dict = {"seed": seed, **params}
     for alg in ALGS:
@@ -91,7 +91,7 @@ def simulated_run(params: dict, seed: int, size: int, events: int, backend: str)
     the rarest type's stream at a node holds about 100 events, or the whole input ``events``
     events if that is fewer (counts of a few events would only show Poisson noise)."""
     net = Network.generate(params["nodes"], params["types"], params["event_node_ratio"],
-                           params["skew"], seed)
+                           params["skew"], seed, params.get("max_rate", 1e6))
     q, attrs = with_conditions(random_workload(net, 1, size, seed)[0])
     duration = 200 * q.window
     total = sum(net.rate(t) * len(net.nodes_of(t)) for t in q.types)
@@ -122,13 +122,16 @@ def run(
     simulate_events: int = 20000,
     backend: str = "aip",
     on_step: Callable[[str], None] | None = None,
+    max_rate: float | None = None,
 ) -> dict:
-    """Every sweep (one parameter varied from :data:`DEFAULTS`), ``seeds`` networks each."""
+    """Every sweep (one parameter varied from :data:`DEFAULTS`), ``seeds`` networks each;
+    ``max_rate`` replaces the default clip of generated rates."""
     sweeps = SWEEPS if sweeps is None else sweeps
+    defaults = dict(DEFAULTS) if max_rate is None else {**DEFAULTS, "max_rate": max_rate}
     rows, sims = [], []
     for param, values in sweeps.items():
         for value in values:
-            params = {**DEFAULTS, param: value}
+            params = {**defaults, param: value}
             if on_step:
                 on_step(f"{param}={value}")
             for seed in range(seeds):
@@ -138,7 +141,7 @@ def run(
                              **simulated_run(params, 0, min(size, 3), simulate_events, backend)})
     return {
         "benchmark": "muse",
-        "settings": {"defaults": DEFAULTS, "sweeps": sweeps, "seeds": seeds, "queries": queries,
+        "settings": {"defaults": defaults, "sweeps": sweeps, "seeds": seeds, "queries": queries,
                      "size": size, "simulate_events": simulate_events, "backend": backend},
         "machine": {"python": platform.python_version(), "processor": platform.processor(),
                     "machine": platform.machine()},

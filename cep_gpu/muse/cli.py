@@ -77,6 +77,10 @@ def add_bench_arguments(b: argparse.ArgumentParser) -> None:
                    help="most events of the one simulated run per setting (0: none)")
     b.add_argument("--backend", default="aip", help="cep-gpu backend of simulated nodes")
     b.add_argument("--quick", action="store_true", help="two values per sweep, one seed")
+    b.add_argument("--sweep", choices=["event_node_ratio", "skew", "nodes"], action="append",
+                   help="run only this sweep (repeatable; default all)")
+    b.add_argument("--max-rate", type=float, default=None,
+                   help="clip of generated rates (default 1e6; docs/muse.md, Networks)")
     b.add_argument("--out", help="write JSON here")
     b.add_argument("--plot", help="write a PNG here")
 
@@ -155,13 +159,16 @@ def cmd_simulate(args) -> int:
 def cmd_bench(args) -> int:
     from . import bench
 
-    sweeps = None
+    sweeps = dict(bench.SWEEPS)
     seeds = args.seeds
     if args.quick:
         sweeps = {"event_node_ratio": [0.2, 1.0], "skew": [1.1, 2.0], "nodes": [5, 20]}
         seeds = 1
+    if getattr(args, "sweep", None):
+        sweeps = {k: v for k, v in sweeps.items() if k in args.sweep}
     result = bench.run(sweeps, seeds, args.queries, args.size, args.simulate_events,
-                       args.backend, on_step=lambda s: print(f"  {s}", file=sys.stderr))
+                       args.backend, on_step=lambda s: print(f"  {s}", file=sys.stderr),
+                       max_rate=getattr(args, "max_rate", None))
     print(json.dumps(result["summary"], indent=2))
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
@@ -176,5 +183,5 @@ def cmd_bench(args) -> int:
 def muse_bench_from_bench_args(args) -> int:
     """``cep-gpu bench muse [--out F] [--plot F]``: the default MuSE benchmark."""
     ns = argparse.Namespace(seeds=2, queries=5, size=5, simulate_events=20000, backend="aip",
-                            quick=False, out=args.out, plot=args.plot)
+                            quick=False, sweep=None, max_rate=None, out=args.out, plot=args.plot)
     return cmd_bench(ns)

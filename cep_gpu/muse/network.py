@@ -105,13 +105,15 @@ class Network:
         event_node_ratio: float = 0.5,
         skew: float = 1.5,
         seed: int = 0,
+        max_rate: float = MAX_GENERATED_RATE,
     ) -> Network:
         """A random network as in the paper's simulation (§7.1).
 
         Each node produces each type with probability ``event_node_ratio`` (at least one type per
         node, at least one node per type). Rates are drawn from numpy's Zipf distribution with
-        parameter ``skew`` (> 1), clipped to :data:`MAX_GENERATED_RATE`: skew 2.0 gives nearly
-        equal rates, skew 1.1 differences up to 10^6 (the paper's reading of the parameter, §7.2).
+        parameter ``skew`` (> 1), clipped to ``max_rate`` (default :data:`MAX_GENERATED_RATE`):
+        skew 2.0 gives nearly equal rates, skew 1.1 differences up to 10^6 (our reading of §7.2;
+        docs/muse.md).
         """
         if nodes < 1:
             raise MuseError(f"nodes must be >= 1, got {nodes}")
@@ -123,7 +125,7 @@ class Network:
         if not names:
             raise MuseError("types must be >= 1")
         rng = np.random.default_rng(seed)
-        rates = np.minimum(rng.zipf(skew, len(names)).astype(float), MAX_GENERATED_RATE)
+        rates = np.minimum(rng.zipf(skew, len(names)).astype(float), float(max_rate))
         has = rng.random((nodes, len(names))) < event_node_ratio
         for i in range(nodes):
             if not has[i].any():
