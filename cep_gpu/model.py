@@ -38,6 +38,15 @@ ValueType = Literal["string", "int", "float", "bool"]
 #: ``Attr.pred`` of the event a negation or an aggregate ranges over (its "own" event).
 SELF = -1
 
+#: A 1-based (line, column) in the rule text a model object was compiled from.
+Pos = tuple[int, int]
+
+
+def _pos() -> Pos | None:
+    # Where the object was written: for error messages only, so it takes no part in eq/hash/repr
+    # (two rules written differently but meaning the same stay equal).
+    return field(default=None, compare=False, hash=False, repr=False)
+
 # ----------------------------------------------------------------------------------------------
 # Expressions
 
@@ -55,6 +64,7 @@ class Attr:
 
     pred: int
     name: str
+    pos: Pos | None = _pos()
 
 
 @dataclass(frozen=True)
@@ -90,6 +100,7 @@ class Compare:
     op: CompareOp
     left: Expr
     right: Expr
+    pos: Pos | None = _pos()
 
 
 @dataclass(frozen=True)
@@ -197,6 +208,7 @@ class Aggregate:
     span: Span
     conditions: tuple[Expr, ...] = ()
     name: str | None = None
+    pos: Pos | None = _pos()
 
 
 @dataclass(frozen=True)
@@ -206,6 +218,7 @@ class OutputAttribute:
     name: str
     type: ValueType | None
     expr: Expr
+    pos: Pos | None = _pos()
 
 
 @dataclass(frozen=True)
@@ -237,6 +250,17 @@ class Rule:
     consuming: tuple[int, ...] = ()
     syntax: Literal["tesla", "seq"] = "tesla"
     text: str = field(default="", compare=False)
+    #: The whole text the rule was compiled from (``pos`` fields are positions in it).
+    source: str = field(default="", compare=False, repr=False)
+
+    def error(self, message: str, pos: Pos | None = None):
+        """A :class:`~cep_gpu.errors.RuleError` about this rule, showing the rule text with a caret
+        under ``pos`` when it is known."""
+        from .errors import RuleError
+
+        if pos is None or not self.source:
+            return RuleError(message)
+        return RuleError(message, line=pos[0], column=pos[1], text=self.source)
 
     @property
     def predicates(self) -> tuple[Predicate, ...]:

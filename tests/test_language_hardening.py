@@ -129,3 +129,59 @@ def test_time_unit_sec_in_the_engine_and_unknown_units_still_fail():
     with pytest.raises(EventError, match="unknown time_unit"):
         cep_gpu.detect(pd.DataFrame({"type": ["X"], "ts": [1]}), "define P pattern SEQ(X a)",
                        time_unit="secs")
+
+
+# ------------------------------------------------------------------ 9. positions of later errors
+
+EVENTS = pd.DataFrame({"type": ["X", "Y"], "ts": [1, 2], "v": [1.0, 2.0], "s": ["a", "b"]})
+
+
+@pytest.mark.parametrize(
+    "text, line, column, words",
+    [
+        ("define A from X(w > 1)", 1, 17, "reads attribute 'w'"),
+        ("define A from X() and each Y() within 1 s from X\nwhere k = Y.zz", 2, 13,
+         "reads attribute 'zz'"),
+        ("define A\npattern SEQ(X a, Y b)\nwhere a.s = 3 within 1 s", 3, 7,
+         "compares a string with a number"),
+        ("define A pattern SEQ(X a) where 'x' = a.v", 1, 33, "compares a string with a number"),
+        ("define A pattern SEQ(X a) where a.s < 'x'", 1, 33, "only be compared with = and !="),
+        ("define A from X() and v=Avg(Y() within 1 s from X).s > 1", 1, 52, "Avg needs a numeric"),
+        ("define B from Y()\n\ndefine A(k: string) from X() where k = X.v", 3, 36,
+         "declared string but its value is float"),
+    ],
+)
+@pytest.mark.parametrize("backend", ["reference", "cpu"])
+def test_errors_after_parsing_point_at_the_rule_text(text, line, column, words, backend):
+    with pytest.raises(RuleError) as info:
+        cep_gpu.detect(EVENTS, text, backend=backend)
+    err = info.value
+    assert words in err.message
+    assert (err.line, err.column) == (line, column)
+    shown = str(err).splitlines()
+    assert shown[-2].strip() == text.splitlines()[line - 1].strip()
+    assert shown[-1].index("^") - shown[-2].index(text.splitlines()[line - 1][:3]) == column - 1
+    assert "Compare(" not in str(err) and "Attr(" not in str(err)
+
+
+def test_positions_take_no_part_in_equality():
+    a = parse_rule("define A from X(v > 1)")
+    b = parse_rule("define A\n   from X(  v   >   1 )")
+    assert a.conditions[0].pos != b.conditions[0].pos
+    assert a == b and hash(a) == hash(b) and repr(a.conditions) == repr(b.conditions)
+
+
+def test_a_rule_built_by_hand_still_gets_a_plain_error():
+    from dataclasses import replace
+
+    rule = replace(parse_rule("define A from X(w > 1)"), source="")
+    with pytest.raises(RuleError, match="reads attribute 'w'") as info:
+        cep_gpu.detect(EVENTS, [rule], backend="reference")
+    assert info.value.line is None
+
+
+def test_equal_rules_from_different_texts_point_into_their_own_text():
+    for text, column in (("define A from X(w > 1)", 17), ("define A from   X(  w > 1)", 21)):
+        with pytest.raises(RuleError) as info:
+            cep_gpu.detect(EVENTS, text, backend="reference")
+        assert info.value.column == column

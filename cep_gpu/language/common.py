@@ -66,6 +66,12 @@ def position(at: Tree | Token | None) -> tuple[int | None, int | None]:
     return None, None
 
 
+def pos_of(at: Tree | Token | None) -> tuple[int, int] | None:
+    """The position of ``at`` for a model object's ``pos`` field (None when unknown)."""
+    line, column = position(at)
+    return None if line is None else (line, column)
+
+
 def tokens(tree: Tree, type_: str | None = None) -> list[Token]:
     """The direct token children of ``tree`` (of one terminal type if given)."""
     return [c for c in tree.children if isinstance(c, Token) and (type_ is None or c.type == type_)]
@@ -186,7 +192,12 @@ def compile_expr(src: Source, tree: Tree | Token, res: Resolver) -> Expr:
 def compile_comparison(src: Source, tree: Tree, res: Resolver) -> Compare:
     """``expr op expr`` -> :class:`Compare`."""
     left, op, right = tree.children
-    return Compare(str(op.children[0]), compile_expr(src, left, res), compile_expr(src, right, res))
+    return Compare(
+        str(op.children[0]),
+        compile_expr(src, left, res),
+        compile_expr(src, right, res),
+        pos=pos_of(tree),
+    )
 
 
 # ------------------------------------------------------------------------------------ header, output
@@ -224,20 +235,26 @@ def output_attributes(
     """The composite event's attributes: declared ones in ``define`` order, then the others in
     the order written (type ``None``). Every declared attribute must be assigned."""
     values: dict[str, Expr] = {}
+    where: dict[str, Token] = {}
     for name_tok, expr_tree in assignments:
         name = src.name(name_tok, "attribute name")
         _check_output_name(src, name, name_tok)
         if name in values:
             raise src.error(f"attribute {name!r} assigned twice in {clause}", name_tok)
         values[name] = compile_value(expr_tree)
+        where[name] = name_tok
     out: list[OutputAttribute] = []
     for name, (type_, tok) in declared.items():
         if name not in values:
             raise src.error(
                 f"attribute {name!r} is declared in define but not assigned in {clause}", tok
             )
-        out.append(OutputAttribute(name, type_, values[name]))
-    out.extend(OutputAttribute(n, None, e) for n, e in values.items() if n not in declared)
+        out.append(OutputAttribute(name, type_, values[name], pos=pos_of(where[name])))
+    out.extend(
+        OutputAttribute(n, None, e, pos=pos_of(where[n]))
+        for n, e in values.items()
+        if n not in declared
+    )
     return tuple(out)
 
 
