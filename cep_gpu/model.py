@@ -18,6 +18,8 @@ Timing of a non-terminator predicate ``X`` in a plan::
 
     ts(anchor) - window  <=  ts(X)  <  ts(before)
 
+(with ``Predicate.ties``, the upper bound is ``(ts, id)(X) < (ts, id)(before)``: row order).
+
 TESLA ``each X within D from Y``: ``anchor = before = Y``, ``window = D``.
 ``SEQ(a, b, c) within W`` (plan bound c, b, a): ``b``: anchor c, before c; ``a``: anchor c,
 before b; both with ``window = W``.
@@ -170,6 +172,11 @@ class Predicate:
     """One positive event of a rule, as placed in one plan.
 
     ``policy``, ``window``, ``anchor`` and ``before`` are ``None`` for the terminator.
+
+    ``ties``: how "before ``before``" is read. False (TESLA, ``SEQ``): a strictly earlier
+    timestamp. True (``AND``): earlier in ``(ts, id)`` order, i.e. in row order, so an event at the
+    same timestamp with a smaller id counts as earlier and simultaneous events combine exactly
+    once (docs/language.md, "AND and simultaneous events").
     """
 
     event_type: str
@@ -178,6 +185,7 @@ class Predicate:
     window: int | None = None
     anchor: int | None = None
     before: int | None = None
+    ties: bool = False
 
 
 @dataclass(frozen=True)

@@ -222,7 +222,9 @@ def _and_plan(positives: list[_Item], t: int, window: int | None, policy: str) -
     preds = tuple(
         Predicate(p.event_type, p.alias)
         if p.index == t
-        else Predicate(p.event_type, p.alias, policy, window, t, t)
+        # ties=True: the terminator is the last event in (ts, id) order, so events that share a
+        # timestamp combine, and exactly once (in the plan of the one with the largest id)
+        else Predicate(p.event_type, p.alias, policy, window, t, t, ties=True)
         for p in positives
     )
     others = tuple(i for i in range(len(positives) - 1, -1, -1) if i != t)
