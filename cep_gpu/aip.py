@@ -93,7 +93,8 @@ class Transition:
     """The transition that binds ``pred`` (declaration index) at ``position`` of a sequence model.
 
     ``lower``: ``(x, anchor, window)`` checks ``ts(x) >= ts(anchor) - window``; ``upper``:
-    ``(x, before)`` checks ``ts(x) < ts(before)``; ``conditions``: indices into ``Rule.conditions``
+    ``(x, before, ties)`` checks ``ts(x) < ts(before)``, or ``row(x) < row(before)`` with ``ties``
+    (:attr:`cep_gpu.model.Predicate.ties`: (ts, id) order); ``conditions``: indices into ``Rule.conditions``
     whose inputs are all bound once this transition fires (static filters excepted: they are the
     content test of the event itself). ``expiry``: ``(x, window)`` of the bound predicates whose
     anchor is still to come after this transition; the instance expires once
@@ -105,7 +106,7 @@ class Transition:
     position: int
     conditions: tuple[int, ...]
     lower: tuple[tuple[int, int, int], ...]
-    upper: tuple[tuple[int, int], ...]
+    upper: tuple[tuple[int, int, bool], ...]
     expiry: tuple[tuple[int, int], ...]
     same_row: bool
     accepting: bool
@@ -240,14 +241,14 @@ def _sequence_model(
             continue
         conds[max((pos[x] for x in ins), default=pos[term])].append(i)
     lower: list[list[tuple[int, int, int]]] = [[] for _ in order]
-    upper: list[list[tuple[int, int]]] = [[] for _ in order]
+    upper: list[list[tuple[int, int, bool]]] = [[] for _ in order]
     for x in order:
         pr = plan.predicates[x]
         if x == term:
             continue
         if pr.window is not None:
             lower[max(pos[x], pos[pr.anchor])].append((x, pr.anchor, pr.window))
-        upper[max(pos[x], pos[pr.before])].append((x, pr.before))
+        upper[max(pos[x], pos[pr.before])].append((x, pr.before, pr.ties))
     fast: list[list[FastCompare]] = [[] for _ in order]
     for i, cs in enumerate(conds):
         for c in list(cs):
@@ -643,8 +644,12 @@ class _Run:
 
         for x, a, w in tr.lower:
             ok &= time_of(x) >= time_of(a) - w
-        for x, b in tr.upper:
-            ok &= time_of(x) < time_of(b)
+        def row_of(x: int):
+            return r if x == x_new else parents[:, x]
+
+        for x, b, ties in tr.upper:
+            # rows are in (ts, id) order, so row order is the tie-breaking order of `ties`
+            ok &= (row_of(x) < row_of(b)) if ties else (time_of(x) < time_of(b))
         for fc in tr.fast:
             if fc.implied_by and not self._same_kind(fc.implied_by):
                 continue

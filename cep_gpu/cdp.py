@@ -335,14 +335,16 @@ class _Run:
         col: Column = self.store.predicates[st.pred]
         ts = self.table.ts
         if st.key is None:
-            lo, hi = step_ranges(ts, seqs, st.anchor, st.before, st.window, col.ts)
+            lo, hi = step_ranges(
+                ts, seqs, st.anchor, st.before, st.window, col.ts, col.rows if st.ties else None
+            )
             return lo, hi, col.rows
         index = col.key_index(self.table, st.key.attr)
         value = evaluate(st.key.expr, self.table, seqs)
         keys, valid = as_keys(index.uniq, value.values, value.valid)
         lo, hi = step_keyed_ranges(
             ts, seqs, st.anchor, st.before, st.window, index.uniq, index.seg, index.ts, keys, valid,
-            index.dense, index.dense_min,
+            index.dense, index.dense_min, index.rows if st.ties else None,
         )
         return lo, hi, index.rows
 

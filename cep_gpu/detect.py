@@ -104,27 +104,36 @@ def check_schema(rules: Sequence[Rule], table: EventTable) -> None:
         exprs.extend(a.expr for a in rule.attributes)
         for agg in rule.aggregates:
             if agg.attribute is not None:
-                exprs.append(Attr(SELF, agg.attribute))
+                exprs.append(Attr(SELF, agg.attribute, pos=agg.pos))
         for expr in exprs:
             for node in walk(expr):
                 if isinstance(node, Attr) and node.name not in known:
-                    raise RuleError(
+                    raise rule.error(
                         f"rule {rule.name!r} reads attribute {node.name!r}, which no event in the "
-                        f"input has (attributes: {sorted(known)})"
+                        f"input has (attributes: {sorted(known)})",
+                        node.pos,
                     )
                 if isinstance(node, Compare):
                     kl, kr = kind_of(node.left), kind_of(node.right)
                     if "string" in (kl, kr):
                         if kl and kr and kl != kr:
-                            raise RuleError(
-                                f"rule {rule.name!r} compares a string with a {kl if kr == 'string' else kr}: {node}"
+                            other = kl if kr == "string" else kr
+                            raise rule.error(
+                                f"rule {rule.name!r} compares a string with a "
+                                f"{_KIND_WORDS.get(other, other)} (with {node.op!r})",
+                                node.pos,
                             )
                         if node.op not in ("=", "!="):
-                            raise RuleError(
-                                f"rule {rule.name!r}: strings can only be compared with = and != ({node})"
+                            raise rule.error(
+                                f"rule {rule.name!r}: strings can only be compared with = and != "
+                                f"(not {node.op!r})",
+                                node.pos,
                             )
         for agg in rule.aggregates:
             _check_aggregate(rule, agg, table, produced)
+
+
+_KIND_WORDS = {"num": "number", "bool": "boolean"}
 
 
 def _check_aggregate(rule: Rule, agg: Aggregate, table: EventTable, produced) -> None:
@@ -133,9 +142,10 @@ def _check_aggregate(rule: Rule, agg: Aggregate, table: EventTable, produced) ->
     col = table.columns.get(agg.attribute)
     kind = col.kind if col is not None and col.valid.any() else produced.get(agg.attribute)
     if kind in ("string", "bool"):
-        raise RuleError(
+        raise rule.error(
             f"rule {rule.name!r}: {agg.function.capitalize()} needs a numeric attribute, "
-            f"but {agg.attribute!r} holds {kind} values"
+            f"but {agg.attribute!r} holds {kind} values",
+            agg.pos,
         )
 
 
@@ -181,7 +191,7 @@ def composite_events(rule: Rule, table: EventTable, matches: Matches) -> RuleRes
     attrs = {}
     for a in rule.attributes:
         v = evaluate(a.expr, table, rows, aggs)
-        kind = _declared_kind(a.type, v.kind, rule, a.name)
+        kind = _declared_kind(a.type, v.kind, rule, a)
         values = v.values
         if kind == "float":
             values = values.astype(np.float64)
@@ -207,12 +217,15 @@ def _sorted_by_ts_ids(ts, ids):
     return True
 
 
-def _declared_kind(declared, actual, rule: Rule, name: str):
+def _declared_kind(declared, actual, rule: Rule, attr):
     if declared is None or declared == actual:
         return actual
     if declared in ("int", "float") and actual in ("int", "float"):
         return declared
-    raise RuleError(f"rule {rule.name!r}: attribute {name!r} is declared {declared} but its value is {actual}")
+    raise rule.error(
+        f"rule {rule.name!r}: attribute {attr.name!r} is declared {declared} but its value is {actual}",
+        attr.pos,
+    )
 
 
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -268,7 +281,6 @@ def _table_of(res: RuleResult, ids: np.ndarray, like: EventTable) -> EventTable:
     )
 
 
-@lru_cache(maxsize=256)
 def in_time_units(rule: Rule, time: TimeFormat) -> Rule:
     """``rule`` with every ``X.ts`` expressed in the input's time unit.
 
@@ -276,6 +288,13 @@ def in_time_units(rule: Rule, time: TimeFormat) -> Rule:
     ``X.ts`` is meant in the input's unit (``time_unit``), so ``X.ts`` becomes ``ts_ns / scale``.
     For datetime input, ``X.ts`` stays in nanoseconds since the epoch.
     """
+    # Equal rules may come from different texts (source positions take no part in equality):
+    # key the cache by the text too, so that an error points into the text this rule came from.
+    return _in_time_units(rule, rule.source, time)
+
+
+@lru_cache(maxsize=256)
+def _in_time_units(rule: Rule, source: str, time: TimeFormat) -> Rule:
     scale = time.scale_ns()
     if scale == 1 or not any(isinstance(n, Timestamp) for e in _all_exprs(rule) for n in walk(e)):
         return rule

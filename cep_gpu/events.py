@@ -34,6 +34,7 @@ Kind = Literal["int", "float", "string", "bool"]
 RESERVED = ("type", "ts", "id")
 
 _UNIT_NS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000, "min": 60_000_000_000, "h": 3_600_000_000_000}
+_UNIT_NS["sec"] = _UNIT_NS["s"]  # rule text accepts `sec` too (docs/language.md)
 
 
 class StringDictionary:

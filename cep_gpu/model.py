@@ -18,6 +18,8 @@ Timing of a non-terminator predicate ``X`` in a plan::
 
     ts(anchor) - window  <=  ts(X)  <  ts(before)
 
+(with ``Predicate.ties``, the upper bound is ``(ts, id)(X) < (ts, id)(before)``: row order).
+
 TESLA ``each X within D from Y``: ``anchor = before = Y``, ``window = D``.
 ``SEQ(a, b, c) within W`` (plan bound c, b, a): ``b``: anchor c, before c; ``a``: anchor c,
 before b; both with ``window = W``.
@@ -38,6 +40,15 @@ ValueType = Literal["string", "int", "float", "bool"]
 #: ``Attr.pred`` of the event a negation or an aggregate ranges over (its "own" event).
 SELF = -1
 
+#: A 1-based (line, column) in the rule text a model object was compiled from.
+Pos = tuple[int, int]
+
+
+def _pos() -> Pos | None:
+    # Where the object was written: for error messages only, so it takes no part in eq/hash/repr
+    # (two rules written differently but meaning the same stay equal).
+    return field(default=None, compare=False, hash=False, repr=False)
+
 # ----------------------------------------------------------------------------------------------
 # Expressions
 
@@ -55,6 +66,7 @@ class Attr:
 
     pred: int
     name: str
+    pos: Pos | None = _pos()
 
 
 @dataclass(frozen=True)
@@ -90,6 +102,7 @@ class Compare:
     op: CompareOp
     left: Expr
     right: Expr
+    pos: Pos | None = _pos()
 
 
 @dataclass(frozen=True)
@@ -159,6 +172,11 @@ class Predicate:
     """One positive event of a rule, as placed in one plan.
 
     ``policy``, ``window``, ``anchor`` and ``before`` are ``None`` for the terminator.
+
+    ``ties``: how "before ``before``" is read. False (TESLA, ``SEQ``): a strictly earlier
+    timestamp. True (``AND``): earlier in ``(ts, id)`` order, i.e. in row order, so an event at the
+    same timestamp with a smaller id counts as earlier and simultaneous events combine exactly
+    once (docs/language.md, "AND and simultaneous events").
     """
 
     event_type: str
@@ -167,6 +185,7 @@ class Predicate:
     window: int | None = None
     anchor: int | None = None
     before: int | None = None
+    ties: bool = False
 
 
 @dataclass(frozen=True)
@@ -197,6 +216,7 @@ class Aggregate:
     span: Span
     conditions: tuple[Expr, ...] = ()
     name: str | None = None
+    pos: Pos | None = _pos()
 
 
 @dataclass(frozen=True)
@@ -206,6 +226,7 @@ class OutputAttribute:
     name: str
     type: ValueType | None
     expr: Expr
+    pos: Pos | None = _pos()
 
 
 @dataclass(frozen=True)
@@ -237,6 +258,17 @@ class Rule:
     consuming: tuple[int, ...] = ()
     syntax: Literal["tesla", "seq"] = "tesla"
     text: str = field(default="", compare=False)
+    #: The whole text the rule was compiled from (``pos`` fields are positions in it).
+    source: str = field(default="", compare=False, repr=False)
+
+    def error(self, message: str, pos: Pos | None = None):
+        """A :class:`~cep_gpu.errors.RuleError` about this rule, showing the rule text with a caret
+        under ``pos`` when it is known."""
+        from .errors import RuleError
+
+        if pos is None or not self.source:
+            return RuleError(message)
+        return RuleError(message, line=pos[0], column=pos[1], text=self.source)
 
     @property
     def predicates(self) -> tuple[Predicate, ...]:

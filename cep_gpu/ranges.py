@@ -178,7 +178,9 @@ def _bounds(table_ts, seqs, i, anchor, before, window, has_window):
     return lo_ts, hi_ts
 
 
-def _step_ranges(table_ts, seqs, anchor, before, window, has_window, col_ts, n_chunks, lo, hi):
+def _step_ranges(
+    table_ts, seqs, anchor, before, window, has_window, col_ts, n_chunks, lo, hi, ties, col_rows
+):
     n = seqs.shape[0]
     for c in numba.prange(n_chunks):
         a, b = -1, -1
@@ -187,11 +189,13 @@ def _step_ranges(table_ts, seqs, anchor, before, window, has_window, col_ts, n_c
             a, b = _window(col_ts, lo_ts, hi_ts, 0, col_ts.shape[0], a, b)
             lo[i] = a
             hi[i] = max(a, b)
+            if ties:  # also the entries at ts(before) in earlier rows (rows are (ts, id)-sorted)
+                hi[i] = _lower_bound(col_rows, seqs[i, before], hi[i], col_rows.shape[0])
 
 
 def _step_keyed_ranges(
     table_ts, seqs, anchor, before, window, has_window, uniq, seg, its, keys, valid, dense, dense_min,
-    n_chunks, lo, hi,
+    n_chunks, lo, hi, ties, index_rows,
 ):
     n_keys = uniq.shape[0]
     n_dense = dense.shape[0]
@@ -220,6 +224,8 @@ def _step_keyed_ranges(
             last_hi[c, g] = b
             lo[i] = a
             hi[i] = max(a, b)
+            if ties:  # a group's entries are in row order: extend to the rows before `before`
+                hi[i] = _lower_bound(index_rows, seqs[i, before], hi[i], seg[g + 1])
 
 
 _KERNELS = {
@@ -246,11 +252,14 @@ def step_ranges(
     before: int,
     window: int | None,
     col_ts: np.ndarray,
+    col_rows: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Window ranges in a time-sorted column for a batch of partial sequences.
 
     Sequence ``i``'s window is ``ts(seqs[i, anchor]) - window <= t < ts(seqs[i, before])``
     (no lower bound when ``window`` is None). Same result as :func:`window_ranges`.
+    With ``col_rows`` (the column's table rows, :attr:`Predicate.ties`), the upper bound is
+    row order instead: entries at ``ts(before)`` in rows before ``seqs[i, before]`` are included.
     """
     n = seqs.shape[0]
     lo, hi = np.empty(n, np.int64), np.empty(n, np.int64)
@@ -258,7 +267,8 @@ def step_ranges(
     kernel = _KERNELS[par][0]
     kernel(
         table_ts, seqs, anchor, before, int(window or 0), window is not None, col_ts,
-        _chunks(n, par), lo, hi,
+        _chunks(n, par), lo, hi, col_rows is not None,
+        _NO_DENSE if col_rows is None else np.ascontiguousarray(col_rows, np.int64),
     )
     return lo, hi
 
@@ -276,11 +286,13 @@ def step_keyed_ranges(
     valid: np.ndarray,
     dense: np.ndarray | None = None,
     dense_min: int = 0,
+    index_rows: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Like :func:`step_ranges` through a parameter index, for query keys ``keys`` (already cast by
     :func:`as_keys`): only entries whose key equals the sequence's key. Same result as
     :func:`keyed_ranges_numpy`. ``dense``/``dense_min``: optional direct group table of integer
-    keys (``dense[key - dense_min]``, -1 = absent)."""
+    keys (``dense[key - dense_min]``, -1 = absent). ``index_rows``: as ``col_rows`` of
+    :func:`step_ranges` (the index's table rows), for :attr:`Predicate.ties`."""
     n = seqs.shape[0]
     lo, hi = np.empty(n, np.int64), np.empty(n, np.int64)
     if len(uniq) == 0:
@@ -293,6 +305,7 @@ def step_keyed_ranges(
         table_ts, seqs, anchor, before, int(window or 0), window is not None,
         uniq, seg, index_ts, np.ascontiguousarray(keys), np.ascontiguousarray(valid, np.bool_),
         _NO_DENSE if dense is None or uniq.dtype.kind != "i" else dense, int(dense_min),
-        _chunks(n, par), lo, hi,
+        _chunks(n, par), lo, hi, index_rows is not None,
+        _NO_DENSE if index_rows is None else np.ascontiguousarray(index_rows, np.int64),
     )
     return lo, hi

@@ -125,10 +125,12 @@ class _Context:
         else:
             lo_ts = _MIN_TS if pred.window is None else self._ts(binding[pred.anchor]) - pred.window
             hi_ts = self._ts(binding[pred.before])
-            # ts(anchor) - window <= ts(X) < ts(before), not consumed
+            # ts(anchor) - window <= ts(X) < ts(before), not consumed; with `ties` (AND), X only
+            # has to precede `before` in (ts, id) order, which is row order
+            b_row = binding[pred.before]
             candidates = [
-                r for r in self.rows_in(pred.event_type, lo_ts, True, hi_ts, False)
-                if not self.excluded[r]
+                r for r in self.rows_in(pred.event_type, lo_ts, True, hi_ts, pred.ties)
+                if not self.excluded[r] and (not pred.ties or r < b_row)
             ]
         check = checks[step]
         valid = []

@@ -441,8 +441,9 @@ def test_seq_single_event(backend):
 def test_and_any_order(backend):
     rule = "define Both pattern AND(A a, B b) within 2 s"
     ev = events([("A", 0, {}), ("B", 1, {}), ("B", 3, {}), ("A", 3, {}), ("A", 4, {})])
-    # ids in pattern order (a, b); the last event must be strictly later than the other
-    assert run(ev, rule, backend) == [(0, 1), (3, 1), (4, 2)]
+    # ids in pattern order (a, b); the last event is the last in (ts, id) order (issue 11): A@3
+    # (id 3) follows B@3 (id 2), so the simultaneous pair matches once, as (3, 2)
+    assert run(ev, rule, backend) == [(0, 1), (3, 1), (3, 2), (4, 2)]
 
 
 def test_seq_not_between(backend):

@@ -490,23 +490,23 @@ def test_and_pattern_has_one_plan_per_last_event():
         Plan(
             (
                 Predicate("A", "a"),
-                Predicate("B", "b", "last", w, 0, 0),
-                Predicate("C", "c", "last", w, 0, 0),
+                Predicate("B", "b", "last", w, 0, 0, ties=True),
+                Predicate("C", "c", "last", w, 0, 0, ties=True),
             ),
             (0, 2, 1),
         ),
         Plan(
             (
-                Predicate("A", "a", "last", w, 1, 1),
+                Predicate("A", "a", "last", w, 1, 1, ties=True),
                 Predicate("B", "b"),
-                Predicate("C", "c", "last", w, 1, 1),
+                Predicate("C", "c", "last", w, 1, 1, ties=True),
             ),
             (1, 2, 0),
         ),
         Plan(
             (
-                Predicate("A", "a", "last", w, 2, 2),
-                Predicate("B", "b", "last", w, 2, 2),
+                Predicate("A", "a", "last", w, 2, 2, ties=True),
+                Predicate("B", "b", "last", w, 2, 2, ties=True),
                 Predicate("C", "c"),
             ),
             (2, 1, 0),

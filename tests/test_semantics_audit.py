@@ -297,24 +297,27 @@ def test_seq_trailing_not_with_condition_on_its_alias(backend):
 SEQ_AND2 = "define Both pattern AND(A x, B y) within 5 s"
 
 
-def test_and_any_order_last_strictly_later(backend):
-    # ids in pattern order (x, y).  A@2 last: B@1 -> (1, 0).  A@3 last: B@1 -> (2, 0), B@3 not before.
-    # B@3 last: A@2 -> (1, 3); A@3 not before.  B@7 last: A in [2, 7): A@2 (exactly 5 s), A@3.
-    # B@1 last: nothing before.
+def test_and_any_order_last_in_ts_id_order(backend):
+    # ids in pattern order (x, y); the last event is the last in (ts, id) order (issue 11).
+    # A@2 last: B@1 -> (1, 0).  A@3 (id 2) last: B@1 -> (2, 0); B@3 has a larger id, not before.
+    # B@3 (id 3) last: A@2 and A@3 (same ts, smaller id) -> (1, 3), (2, 3): the tie combines once.
+    # B@7 last: A in [2, 7]: A@2 (exactly 5 s), A@3.  B@1 last: nothing before.
     ev = E(("B", 1), ("A", 2), ("A", 3), ("B", 3), ("B", 7))
     out = cep_gpu.detect(ev, SEQ_AND2, backend=backend)
-    assert id_tuples(out) == [(1, 0), (1, 3), (2, 0), (1, 4), (2, 4)]
-    assert out["ts"].tolist() == [2.0, 3.0, 3.0, 7.0, 7.0]
+    assert id_tuples(out) == [(1, 0), (1, 3), (2, 0), (2, 3), (1, 4), (2, 4)]
+    assert out["ts"].tolist() == [2.0, 3.0, 3.0, 3.0, 7.0, 7.0]
 
 
 SEQ_AND3 = "define Tri pattern AND(A x, B y, C z) within 5 s"
 
 
 @pytest.mark.parametrize("events,expected", [
-    # the others may share a timestamp, the last must be strictly later.
+    # the others may share a timestamp.
     (E(("A", 1), ("B", 1), ("C", 2)), [(0, 1, 2)]),
-    # B and C share the latest timestamp: no event is strictly later than the others.
-    (E(("A", 1), ("B", 2), ("C", 2)), []),
+    # B and C share the latest timestamp: C (larger id) is the last in (ts, id) order (issue 11).
+    (E(("A", 1), ("B", 2), ("C", 2)), [(0, 1, 2)]),
+    # all three at once: one match, not one per order.
+    (E(("C", 4), ("B", 4), ("A", 4)), [(2, 1, 0)]),
     # any order; ids in pattern order (x=A, y=B, z=C).
     (E(("C", 1), ("A", 2), ("B", 3)), [(1, 2, 0)]),
     # window: C@0 is 5.5 s before B@5.5 -> out.

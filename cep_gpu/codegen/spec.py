@@ -59,6 +59,8 @@ class StepSpec:
     conditions: tuple[int, ...]
     negations: tuple[int, ...]
     key: KeySpec | None
+    #: :attr:`cep_gpu.model.Predicate.ties`: "before" is row order, not strictly earlier ts
+    ties: bool = False
 
     @property
     def trivial(self) -> bool:
@@ -174,7 +176,7 @@ def lower(rule: Rule, use_index: bool = True) -> RuleSpec:
             steps.append(
                 StepSpec(
                     s, ch.pred, p.policy or "each", p.window, p.anchor, p.before,
-                    tuple(residual), ch.negations, key,
+                    tuple(residual), ch.negations, key, p.ties,
                 )
             )
         plans.append(PlanSpec(plan, tuple(steps)))

@@ -25,6 +25,8 @@ VALUE_TYPES: tuple[ValueType, ...] = ("string", "int", "float", "bool")
 #: Nanoseconds per duration unit (the trailing period and case are ignored).
 UNITS = {"ms": 10**6, "s": 10**9, "sec": 10**9, "min": 60 * 10**9, "h": 3600 * 10**9}
 _INT64_MAX = 2**63 - 1
+#: Output attribute names that would collide with the output's own columns.
+RESERVED_OUTPUT_NAMES = ("rule", "ids", "ts")
 _ESCAPES = {"\\": "\\", "'": "'", '"': '"', "n": "\n", "t": "\t"}
 
 
@@ -62,6 +64,12 @@ def position(at: Tree | Token | None) -> tuple[int | None, int | None]:
     if isinstance(at, Tree) and not at.meta.empty:
         return at.meta.line, at.meta.column
     return None, None
+
+
+def pos_of(at: Tree | Token | None) -> tuple[int, int] | None:
+    """The position of ``at`` for a model object's ``pos`` field (None when unknown)."""
+    line, column = position(at)
+    return None if line is None else (line, column)
 
 
 def tokens(tree: Tree, type_: str | None = None) -> list[Token]:
@@ -158,12 +166,17 @@ def compile_expr(src: Source, tree: Tree | Token, res: Resolver) -> Expr:
     if kind == "qualified":
         return res.qualified(tree.children[0], tree.children[1])
     if kind == "neg":
-        arg = compile_expr(src, tree.children[1], res)
+        inner = tree.children[1]
+        if inner.data == "number" and str(inner.children[0]) == str(_INT64_MAX + 1):
+            return Const(-(_INT64_MAX + 1))  # int64's minimum: only its negation fits
+        arg = compile_expr(src, inner, res)
         if (
             isinstance(arg, Const)
             and isinstance(arg.value, (int, float))
             and not isinstance(arg.value, bool)
         ):
+            if isinstance(arg.value, int) and -arg.value > _INT64_MAX:  # `--9223372036854775808`
+                raise src.error(f"integer {-arg.value} does not fit in 64 bits", tree)
             return Const(-arg.value)
         return Neg(arg)
     if kind == "arith":
@@ -179,7 +192,12 @@ def compile_expr(src: Source, tree: Tree | Token, res: Resolver) -> Expr:
 def compile_comparison(src: Source, tree: Tree, res: Resolver) -> Compare:
     """``expr op expr`` -> :class:`Compare`."""
     left, op, right = tree.children
-    return Compare(str(op.children[0]), compile_expr(src, left, res), compile_expr(src, right, res))
+    return Compare(
+        str(op.children[0]),
+        compile_expr(src, left, res),
+        compile_expr(src, right, res),
+        pos=pos_of(tree),
+    )
 
 
 # ------------------------------------------------------------------------------------ header, output
@@ -193,6 +211,7 @@ def attr_decls(src: Source, tree: Tree | None) -> dict[str, tuple[ValueType, Tok
     for decl in subtrees(tree, "attr_decl"):
         name_tok, type_tok = decl.children
         name = src.name(name_tok, "attribute name")
+        _check_output_name(src, name, name_tok)
         type_ = str(type_tok).lower()
         if type_ not in VALUE_TYPES:
             raise src.error(
@@ -216,17 +235,34 @@ def output_attributes(
     """The composite event's attributes: declared ones in ``define`` order, then the others in
     the order written (type ``None``). Every declared attribute must be assigned."""
     values: dict[str, Expr] = {}
+    where: dict[str, Token] = {}
     for name_tok, expr_tree in assignments:
         name = src.name(name_tok, "attribute name")
+        _check_output_name(src, name, name_tok)
         if name in values:
             raise src.error(f"attribute {name!r} assigned twice in {clause}", name_tok)
         values[name] = compile_value(expr_tree)
+        where[name] = name_tok
     out: list[OutputAttribute] = []
     for name, (type_, tok) in declared.items():
         if name not in values:
             raise src.error(
                 f"attribute {name!r} is declared in define but not assigned in {clause}", tok
             )
-        out.append(OutputAttribute(name, type_, values[name]))
-    out.extend(OutputAttribute(n, None, e) for n, e in values.items() if n not in declared)
+        out.append(OutputAttribute(name, type_, values[name], pos=pos_of(where[name])))
+    out.extend(
+        OutputAttribute(n, None, e, pos=pos_of(where[n]))
+        for n, e in values.items()
+        if n not in declared
+    )
     return tuple(out)
+
+
+def _check_output_name(src: Source, name: str, tok: Token) -> None:
+    """Reject attribute names that the output already uses for its own columns."""
+    if name in RESERVED_OUTPUT_NAMES:
+        raise src.error(
+            f"attribute name {name!r} is reserved: the output has its own {name!r} column "
+            f"(reserved: {', '.join(RESERVED_OUTPUT_NAMES)}); choose another name",
+            tok,
+        )

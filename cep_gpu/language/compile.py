@@ -7,7 +7,7 @@ from lark import Tree
 from ..errors import RuleError
 from ..model import Rule
 from .common import Source
-from .parser import parse_tree
+from .parser import parse_tree, strip_bom
 from .seq import compile_seq
 from .tesla import compile_tesla
 
@@ -27,8 +27,10 @@ def compile_rules_text(text: str) -> list[Rule]:
     for a cycle in the composite-event hierarchy (a rule reading its own output, directly or
     through other rules).
     """
+    text = strip_bom(text)
     src = Source(text)
     tree = parse_tree(text)
+    _check_unique_names(src, tree)
     try:
         rules = [compile_tree(src, t) for t in tree.children if isinstance(t, Tree)]
     except RecursionError:
@@ -46,6 +48,25 @@ def compile_rule_text(text: str) -> Rule:
             + ("; use parse_rules for several" if rules else "")
         )
     return rules[0]
+
+
+def _check_unique_names(src: Source, tree: Tree) -> None:
+    """Two rules defining the same composite type would give equal ids to different composite
+    events and feed both into consumers: reject the second, naming both positions."""
+    seen: dict[str, tuple[int, int]] = {}
+    for t in tree.children:
+        if not isinstance(t, Tree):
+            continue
+        tok = t.children[0]
+        name = str(tok)
+        if name in seen:
+            line, column = seen[name]
+            raise src.error(
+                f"rule {name!r} is defined twice (first at line {line}, column {column}); "
+                f"give each rule its own name",
+                tok,
+            )
+        seen[name] = (tok.line, tok.column)
 
 
 def _check_hierarchy(src: Source, tree: Tree, rules: list[Rule]) -> None:

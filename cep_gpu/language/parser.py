@@ -66,10 +66,16 @@ def expected_names(terminals) -> tuple[str, ...]:
     return tuple(sorted({_display(t) for t in terminals}))
 
 
+def strip_bom(text: str) -> str:
+    """``text`` without a leading UTF-8 byte order mark (editors on Windows write one)."""
+    return text[1:] if isinstance(text, str) and text.startswith("\ufeff") else text
+
+
 def parse_tree(text: str) -> Tree:
     """Parse ``text`` (zero or more rules) into a lark tree; raise :class:`RuleSyntaxError`."""
     if not isinstance(text, str):
         raise TypeError(f"rule text must be a str, got {type(text).__name__}")
+    text = strip_bom(text)
     if len(text) > MAX_TEXT_CHARS:
         raise RuleSyntaxError(
             f"rule text too long ({len(text)} characters; at most {MAX_TEXT_CHARS})",

@@ -34,6 +34,7 @@ from .common import (
     compile_expr,
     duration,
     output_attributes,
+    pos_of,
     subtrees,
 )
 
@@ -72,8 +73,10 @@ class _SeqResolver(Resolver):
         attr_name = self.src.name(attr, "attribute name")
         if item.negated:
             self.negated.setdefault(alias, name)
-            return Timestamp(SELF) if attr_name == "ts" else Attr(SELF, attr_name)
-        return Timestamp(item.index) if attr_name == "ts" else Attr(item.index, attr_name)
+            return Timestamp(SELF) if attr_name == "ts" else Attr(SELF, attr_name, pos=pos_of(attr))
+        if attr_name == "ts":
+            return Timestamp(item.index)
+        return Attr(item.index, attr_name, pos=pos_of(attr))
 
     def param(self, tok: Token) -> Expr:
         raise self.src.error("parameters ($name) are not part of SEQ/AND patterns; use where", tok)
@@ -209,6 +212,7 @@ def compile_seq(src: Source, tree: Tree) -> Rule:
         negations=tuple(negations),
         attributes=attributes,
         syntax="seq",
+        source=src.text,
         text=src.text[tree.meta.start_pos : tree.meta.end_pos] if not tree.meta.empty else src.text,
     )
 
@@ -218,7 +222,9 @@ def _and_plan(positives: list[_Item], t: int, window: int | None, policy: str) -
     preds = tuple(
         Predicate(p.event_type, p.alias)
         if p.index == t
-        else Predicate(p.event_type, p.alias, policy, window, t, t)
+        # ties=True: the terminator is the last event in (ts, id) order, so events that share a
+        # timestamp combine, and exactly once (in the plan of the one with the largest id)
+        else Predicate(p.event_type, p.alias, policy, window, t, t, ties=True)
         for p in positives
     )
     others = tuple(i for i in range(len(positives) - 1, -1, -1) if i != t)

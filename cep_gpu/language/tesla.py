@@ -35,6 +35,7 @@ from .common import (
     compile_expr,
     duration,
     output_attributes,
+    pos_of,
     subtrees,
 )
 
@@ -146,7 +147,7 @@ class _Rule:
                 pname = self.src.name(
                     right.children[0].update(value=str(right.children[0])[1:]), "parameter name"
                 )
-                self.params[pname] = Attr(me, attr)
+                self.params[pname] = Attr(me, attr, pos=pos_of(left.children[0]))
                 continue
             out.append(compile_comparison(self.src, cmp, res))
         return out
@@ -214,7 +215,8 @@ class _Rule:
         span = self.span(span_tree, n_before)
         conds = self.event_conditions(pred, SELF, positive=False)
         index = len(self.aggregates)
-        self.aggregates.append(Aggregate(func, type_, attr, span, tuple(conds), name))
+        at = pos_of(attr_tree.children[0] if attr_tree is not None else func_tok)
+        self.aggregates.append(Aggregate(func, type_, attr, span, tuple(conds), name, pos=at))
         if test is not None:  # compiled before the name exists: `v = ...).x > v` is an error
             op, rhs = test.children
             value = compile_expr(self.src, rhs, _OuterResolver(self, n_before))
@@ -230,7 +232,7 @@ class _PredResolver(Resolver):
 
     def bare(self, tok: Token) -> Expr:
         name = self.rule.src.name(tok, "attribute name")
-        return Timestamp(self.me) if name == "ts" else Attr(self.me, name)
+        return Timestamp(self.me) if name == "ts" else Attr(self.me, name, pos=pos_of(tok))
 
     def qualified(self, name: Token, attr: Token) -> Expr:
         before = self.me if self.me != SELF else len(self.rule.predicates)
@@ -268,7 +270,7 @@ def _qualified(rule: _Rule, name: Token, attr: Token, before: int | None) -> Exp
     attr_name = rule.src.name(attr, "attribute name")
     if attr_name == "ts":
         return Timestamp(idx)
-    return Attr(idx, attr_name)
+    return Attr(idx, attr_name, pos=pos_of(attr))
 
 
 def compile_tesla(src: Source, tree: Tree) -> Rule:
@@ -321,6 +323,7 @@ def compile_tesla(src: Source, tree: Tree) -> Rule:
         consuming=tuple(consuming),
         syntax="tesla",
         text=_rule_text(src, tree),
+        source=src.text,
     )
 
 
