@@ -557,21 +557,93 @@ def _convert_ts(col: pd.Series, time_unit: str) -> tuple[TimeFormat, np.ndarray]
     dtype = col.dtype
     if isinstance(dtype, pd.DatetimeTZDtype):
         fmt = TimeFormat("datetime", tz=str(dtype.tz))
-        return fmt, col.dt.tz_convert("UTC").dt.tz_localize(None).to_numpy().astype("datetime64[ns]").astype(np.int64)
+        return fmt, _datetime_ns(col.dt.tz_convert("UTC").dt.tz_localize(None).to_numpy())
     if pd.api.types.is_datetime64_dtype(dtype):
-        fmt = TimeFormat("datetime")
-        return fmt, fmt.to_ns(col.to_numpy())
+        return TimeFormat("datetime"), _datetime_ns(col.to_numpy())
     if pd.api.types.is_bool_dtype(dtype) or not pd.api.types.is_numeric_dtype(dtype):
         raise EventError(
             f"column 'ts' has unsupported dtype {dtype}: use datetime64 or numbers in time_unit"
         )
-    values = col.to_numpy(dtype=np.float64 if pd.api.types.is_float_dtype(dtype) else np.int64)
+    if pd.api.types.is_float_dtype(dtype):
+        values = col.to_numpy(dtype=np.float64)
+    elif pd.api.types.is_unsigned_integer_dtype(dtype):
+        values = col.to_numpy(dtype=np.uint64)  # checked against the range before the cast
+    else:
+        values = col.to_numpy(dtype=np.int64)
+    return _numeric_ts(values, time_unit)
+
+
+def _numeric_ts(values: np.ndarray, time_unit: str) -> tuple[TimeFormat, np.ndarray]:
+    """Numeric timestamps (int64, uint64 or float64 in ``time_unit``) as int64 ns, range-checked."""
     if values.dtype.kind == "f" and not np.all(np.isfinite(values)):
         row = int(np.flatnonzero(~np.isfinite(values))[0])
         raise EventError(f"column 'ts' is not finite at row {row}")
+    _check_ts_range(values, time_unit)
     np_dtype = "float64" if values.dtype.kind == "f" else "int64"
     fmt = TimeFormat("numeric", unit=time_unit, dtype=np_dtype)
-    return fmt, fmt.to_ns(values)
+    return fmt, fmt.to_ns(values.astype(np.int64, copy=False) if values.dtype.kind == "u" else values)
+
+
+#: Timestamps are int64 nanoseconds: the representable instants, in ns.
+TS_MIN_NS, TS_MAX_NS = -(2**63), 2**63 - 1
+
+
+def _ts_range_text(unit: str | None) -> str:
+    """The representable range of timestamps: numbers in ``unit``, or datetimes (``None``)."""
+    if unit is None:
+        lo, hi = pd.Timestamp(TS_MIN_NS + 1), pd.Timestamp(TS_MAX_NS)
+        return f"datetimes from {lo:%Y-%m-%d %H:%M:%S} to {hi:%Y-%m-%d %H:%M:%S} UTC (int64 nanoseconds)"
+    scale = _UNIT_NS[unit]
+    return f"{-(2**63 // scale)} to {TS_MAX_NS // scale} with time_unit={unit!r} (int64 nanoseconds)"
+
+
+def _ts_range_error(row: int, value, unit: str | None) -> EventError:
+    return EventError(
+        f"column 'ts' at row {row} holds {value}, outside the representable range: {_ts_range_text(unit)}"
+    )
+
+
+def _check_ts_range(values: np.ndarray, unit: str) -> None:
+    """Reject timestamps (in ``unit``) whose nanoseconds do not fit in an int64, naming the first row."""
+    if not len(values):
+        return
+    scale = _UNIT_NS[unit]
+    if values.dtype.kind == "f":
+        with np.errstate(over="ignore", invalid="ignore"):
+            ns = values * float(scale)
+        # 2**63 is exact in float64; the largest float below it converts to int64 safely
+        bad = ~((ns >= -(2.0**63)) & (ns < 2.0**63))
+    elif values.dtype.kind == "u":
+        bad = values > np.uint64(TS_MAX_NS // scale)
+    else:
+        bad = (values > TS_MAX_NS // scale) | (values < -(2**63 // scale))
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        raise _ts_range_error(row, values[row], unit)
+
+
+def _datetime_ns(values: np.ndarray) -> np.ndarray:
+    """datetime64 values of any unit as int64 ns; an error for instants outside that range."""
+    unit, count = np.datetime_data(values.dtype)
+    if unit == "ns":
+        return values.view(np.int64) if values.dtype == np.dtype("datetime64[ns]") else values.astype(np.int64)
+    ticks = values.astype(np.int64)
+    scale = np.timedelta64(count, unit) // np.timedelta64(1, "ns")
+    _check_datetime_ticks(ticks, int(scale), ~np.isnat(values))
+    return ticks * np.int64(scale)
+
+
+def _check_datetime_ticks(ticks: np.ndarray, scale: int, valid: np.ndarray | None = None) -> None:
+    """Reject datetimes of ``scale`` ns per tick outside the int64 ns range, naming the first row."""
+    if scale == 1 or not len(ticks):
+        return
+    bad = (ticks > TS_MAX_NS // scale) | (ticks < -(2**63 // scale))
+    if valid is not None:
+        bad &= valid
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        value = np.datetime64(int(ticks[row]) * scale // 1_000, "us")  # microseconds reach year 294247
+        raise _ts_range_error(row, value, None)
 
 
 def frame_from_arrow(table: pa.Table) -> pd.DataFrame:
@@ -697,16 +769,15 @@ def _arrow_ts(col: pa.ChunkedArray, time_unit: str) -> tuple[TimeFormat, np.ndar
         tz = None if t.tz is None else _pandas_tz(t.tz)
         ticks = _numpy(col.cast(pa.int64()), np.int64)
         scale = _NS_PER_TICK[t.unit]
+        _check_datetime_ticks(ticks, scale)
         return TimeFormat("datetime", tz=tz), ticks * scale if scale != 1 else ticks
-    if pa.types.is_integer(t):
-        values = _numpy(_as_int64("ts", col, "column"), np.int64)
+    if pa.types.is_unsigned_integer(t):
+        values = _numpy(col, np.uint64)
+    elif pa.types.is_integer(t):
+        values = _numpy(col, np.int64)
     else:
         values = col.to_numpy().astype(np.float64, copy=False)
-        if not np.all(np.isfinite(values)):
-            row = int(np.flatnonzero(~np.isfinite(values))[0])
-            raise EventError(f"column 'ts' is not finite at row {row}")
-    fmt = TimeFormat("numeric", unit=time_unit, dtype="float64" if values.dtype.kind == "f" else "int64")
-    return fmt, fmt.to_ns(values)
+    return _numeric_ts(values, time_unit)
 
 
 @functools.lru_cache(maxsize=64)

@@ -10,6 +10,7 @@ import pytest
 from conftest import id_tuples
 
 import cep_gpu
+from cep_gpu import EventError
 from cep_gpu.io import read_table
 
 TOUCH = """
@@ -83,3 +84,73 @@ def test_typed_column_of_another_kind_still_rejected():
     events = EVENTS.assign(room=[1.5, 2.5])
     with pytest.raises(cep_gpu.RuleError, match="'room' is declared string but its value is float"):
         cep_gpu.detect(events, cep_gpu.parse_rule(TOUCH), backend="cpu")
+
+
+# -- item 3: timestamps whose nanoseconds do not fit in an int64 --------------------------------
+
+
+def _frame(ts) -> pd.DataFrame:
+    return pd.DataFrame({"type": ["A"] * len(ts), "ts": ts})
+
+
+OUT_OF_RANGE = [
+    pytest.param(np.array([1, 9_300_000_000], np.int64), "s", "9300000000", id="int-s-9.3e9"),
+    pytest.param(np.array([1, 10**10], np.int64), "s", "10000000000", id="int-s-1e10"),
+    pytest.param(np.array([1, -(10**10)], np.int64), "s", "-10000000000", id="int-s-neg"),
+    pytest.param(np.array([1.0, 1e12]), "s", "1000000000000.0", id="float-s-1e12"),
+    pytest.param(np.array([1.0, 9.3e15]), "ms", "9300000000000000.0", id="float-ms"),
+    pytest.param(np.array([1, 2**63], np.uint64), "ns", "9223372036854775808", id="uint64-2^63-ns"),
+    pytest.param(np.array([1, 2**40], np.uint64), "s", "1099511627776", id="uint64-s"),
+    pytest.param(
+        np.array(["2000-01-01", "3000-01-01"], dtype="datetime64[s]"), "s", "3000-01-01", id="datetime64[s]-3000"
+    ),
+    pytest.param(
+        pd.Series(np.array(["2000-01-01", "1500-01-01"], dtype="datetime64[ms]")).dt.tz_localize("UTC"),
+        "s", "1500-01-01", id="tz-aware-1500",
+    ),
+]
+
+
+@pytest.mark.parametrize("source", ["pandas", "arrow"])
+@pytest.mark.parametrize(("ts", "unit", "shown"), OUT_OF_RANGE)
+def test_timestamp_out_of_int64_ns_range(ts, unit, shown, source):
+    frame = _frame(ts)
+    events = frame if source == "pandas" else pa.Table.from_pandas(frame, preserve_index=False)
+    rule = cep_gpu.parse_rule("define X from A() as a")
+    with pytest.raises(EventError) as err:
+        cep_gpu.detect(events, rule, backend="cpu", time_unit=unit)
+    msg = str(err.value)
+    assert "column 'ts' at row 1" in msg and shown in msg and "representable range" in msg
+    if np.asarray(ts).dtype.kind in "iuf":
+        scale = {"s": 10**9, "ms": 10**6, "ns": 1}[unit]
+        assert f"to {(2**63 - 1) // scale} with time_unit='{unit}'" in msg
+    else:
+        assert "1677-09-21 00:12:43 to 2262-04-11 23:47:16 UTC" in msg
+
+
+@pytest.mark.parametrize(
+    ("ts", "unit"),
+    [
+        (np.array([9_223_372_030, 9_223_372_036], np.int64), "s"),
+        (np.array([-9_223_372_036, -9_223_372_030], np.int64), "s"),
+        (np.array([2**63 - 10**9, 2**63 - 1], np.uint64), "ns"),
+        (np.array([9.2e9, 9.2e9 + 1.5]), "s"),
+        (np.array(["2262-04-11T23:47:00", "2262-04-11T23:47:16"], dtype="datetime64[s]"), "s"),
+        (np.array(["1677-09-21T00:12:44", "1677-09-21T00:12:50"], dtype="datetime64[s]"), "s"),
+    ],
+)
+def test_timestamps_at_the_edges_of_the_range_are_kept(ts, unit, backend):
+    rule = cep_gpu.parse_rule("define AB from B() as b and each A() as a within 1 min from b")
+    events = pd.DataFrame({"type": ["A", "B"], "ts": ts})
+    out = cep_gpu.detect(events, rule, backend=backend, time_unit=unit)
+    assert id_tuples(out) == [(1, 0)]
+    assert out["ts"].iloc[0] == events["ts"].iloc[1]  # the input's value comes back unchanged
+
+
+def test_sub_nanosecond_fractions_round_to_the_nearest_ns():
+    # documented (docs/api.md, "Timestamps"): float ts are rounded to whole ns, so two events
+    # less than half a ns apart get the same timestamp and are ordered by id
+    events = pd.DataFrame({"type": ["B", "A"], "ts": [1.0 + 2e-10, 1.0], "id": [0, 1]})
+    table = cep_gpu.events.EventTable.from_pandas(events, time_unit="s")
+    assert table.ts.tolist() == [1_000_000_000, 1_000_000_000]
+    assert table.ids.tolist() == [0, 1]

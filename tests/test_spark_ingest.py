@@ -1,0 +1,48 @@
+"""Spark ingestion edge cases (issue 11): timestamps whose nanoseconds overflow int64 fail the job
+with the same message as ``detect`` (Spark cannot name a row position, so the value is named)."""
+
+from __future__ import annotations
+
+import datetime
+
+import numpy as np
+import pandas as pd
+import pytest
+from cep_gpu.spark_udfs import detect_spark  # noqa: E402
+from conftest_spark import spark  # noqa: F401  (the shared session fixture)
+
+import cep_gpu
+
+pyspark_errors = pytest.importorskip("pyspark.errors")
+
+RULE = cep_gpu.parse_rule("define AB(k: int) from B(k = $k) as b and each A(k = $k) as a within 5 s from b where k = $k")
+
+
+@pytest.mark.parametrize("partition_by", [None, "k"])
+@pytest.mark.parametrize(
+    ("schema", "data", "shown", "range_text"),
+    [
+        ("type string, ts long, k long", [("A", 1, 1), ("B", 10**10, 1)], "10000000000", "9223372036 with time_unit='s'"),
+        ("type string, ts double, k long", [("A", 1.0, 1), ("B", 1e12, 1)], "1.0E12", "9223372036 with time_unit='s'"),
+        (
+            "type string, ts timestamp, k long",
+            [("A", datetime.datetime(2000, 1, 1), 1), ("B", datetime.datetime(3000, 1, 1), 1)],
+            "3000-01-01", "2262-04-11 23:47:16 UTC",
+        ),
+    ],
+    ids=["long-s", "double-s", "timestamp-3000"],
+)
+def test_timestamp_out_of_range_fails_with_a_clear_message(spark, schema, data, shown, range_text, partition_by):  # noqa: F811
+    df = spark.createDataFrame(data, schema=schema)
+    with pytest.raises(pyspark_errors.PySparkException) as err:
+        detect_spark(df, [RULE], backend="cpu", partition_by=partition_by).collect()
+    msg = str(err.value)
+    assert "column 'ts' holds" in msg and shown in msg
+    assert "outside the representable range" in msg and range_text in msg
+
+
+def test_timestamps_inside_the_range_still_match(spark):  # noqa: F811
+    events = pd.DataFrame({"type": ["A", "B"], "ts": np.array([9_223_372_030, 9_223_372_033]), "k": [1, 1]})
+    out = detect_spark(spark.createDataFrame(events), [RULE], backend="cpu").toPandas()
+    assert [tuple(x) for x in out["ids"]] == [(1, 0)]
+    assert out["ts"].tolist() == [9_223_372_033]
