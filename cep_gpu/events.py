@@ -167,9 +167,7 @@ class EventTable:
             raise EventError(f"events must be a pyarrow Table, got {type(table).__name__}")
         names = table.column_names
         _require_columns(names)
-        if len(set(names)) != len(names):
-            dup = next(c for c in names if names.count(c) > 1)
-            raise EventError(f"events have more than one column named {dup!r}")
+        _check_unique_columns(names)
         _check_time_unit(time_unit)
         strings = strings if strings is not None else StringDictionary()
         n = table.num_rows
@@ -193,7 +191,9 @@ class EventTable:
         """Build a table from a DataFrame; rows are sorted stably by ``ts`` unless ``sort=False``."""
         if not isinstance(df, pd.DataFrame):
             raise EventError(f"events must be a pandas DataFrame, got {type(df).__name__}")
-        _require_columns(list(map(str, df.columns)))
+        names = list(map(str, df.columns))
+        _require_columns(names)
+        _check_unique_columns(names)
         _check_time_unit(time_unit)
         strings = strings if strings is not None else StringDictionary()
         type_codes, type_names = _pandas_types(df["type"])
@@ -504,6 +504,12 @@ def _require_columns(names: list[str]) -> None:
             raise EventError(f"events have no {col!r} column (columns: {names})")
 
 
+def _check_unique_columns(names: list[str]) -> None:
+    if len(set(names)) != len(names):
+        dup = next(c for c in names if names.count(c) > 1)
+        raise EventError(f"events have more than one column named {dup!r} (columns: {names})")
+
+
 def _check_time_unit(time_unit: str) -> None:
     if time_unit not in _UNIT_NS:
         raise EventError(f"unknown time_unit {time_unit!r}; use one of {sorted(_UNIT_NS)}")
@@ -522,7 +528,16 @@ def _pandas_types(tcol: pd.Series) -> tuple[np.ndarray, list[str]]:
     if isinstance(tcol.dtype, pd.CategoricalDtype) and _string_categories(tcol.dtype):
         type_codes, type_uniq = pd.factorize(tcol, sort=False)  # on the codes, no strings made
     else:
-        type_codes, type_uniq = pd.factorize(tcol.astype(str), sort=False)
+        type_codes, type_uniq = pd.factorize(tcol, sort=False)
+        if len(type_uniq) and pd.api.types.infer_dtype(type_uniq, skipna=False) != "string":
+            # event types are names: numbers are not silently turned into names (Spark refuses them too)
+            bad = next(t for t in type_uniq if not isinstance(t, str))
+            bad = bad.item() if isinstance(bad, np.generic) else bad
+            row = int(np.flatnonzero(type_codes == list(type_uniq).index(bad))[0]) if len(tcol) else 0
+            raise EventError(
+                f"column 'type' must hold strings (event type names), got {bad!r} "
+                f"({type(bad).__name__}) at row {row}; convert it first, e.g. df['type'].astype(str)"
+            )
     return type_codes, [str(t) for t in type_uniq]
 
 
@@ -532,7 +547,19 @@ def _pandas_ids(idcol: pd.Series) -> np.ndarray:
         raise _null_error("id", isna)
     if not pd.api.types.is_integer_dtype(idcol.dtype):
         raise EventError(f"column 'id' must hold integers, got dtype {idcol.dtype}")
+    if pd.api.types.is_unsigned_integer_dtype(idcol.dtype):
+        _check_unsigned("column", "id", idcol.to_numpy(dtype=np.uint64))
     return _check_ids(idcol.to_numpy(dtype=np.int64))
+
+
+def _check_unsigned(what: str, name: str, values: np.ndarray) -> None:
+    """Reject unsigned values above the int64 maximum (they would wrap to negative numbers)."""
+    big = values > np.uint64(TS_MAX_NS)
+    if big.any():
+        row = int(np.flatnonzero(big)[0])
+        raise EventError(
+            f"{what} {name!r} holds {int(values[row])} at row {row}, above the int64 maximum {TS_MAX_NS}"
+        )
 
 
 def _check_ids(ids: np.ndarray) -> np.ndarray:
@@ -555,6 +582,9 @@ def _convert_ts(col: pd.Series, time_unit: str) -> tuple[TimeFormat, np.ndarray]
     if isna.any():
         raise _null_error("ts", isna, ": every event needs a timestamp")
     dtype = col.dtype
+    if len(col) == 0 and pd.api.types.is_object_dtype(dtype):
+        # no events, and so no type of their own (a header-only CSV): numbers in time_unit
+        return _numeric_ts(np.empty(0, np.float64), time_unit)
     if isinstance(dtype, pd.DatetimeTZDtype):
         fmt = TimeFormat("datetime", tz=str(dtype.tz))
         return fmt, _datetime_ns(col.dt.tz_convert("UTC").dt.tz_localize(None).to_numpy())
@@ -706,6 +736,8 @@ def _pandas_column(name: str, col: pa.ChunkedArray) -> pd.Series:
 
 
 def _as_int64(name: str, col: pa.ChunkedArray, what: str) -> pa.ChunkedArray:
+    if pa.types.is_uint64(col.type):
+        _check_unsigned(what, name, _numpy(pc.fill_null(col, 0), np.uint64))
     try:
         return col.cast(pa.int64())
     except pa.ArrowInvalid:
@@ -759,6 +791,8 @@ def _arrow_types(col: pa.ChunkedArray) -> tuple[np.ndarray, list[str]]:
 
 def _arrow_ts(col: pa.ChunkedArray, time_unit: str) -> tuple[TimeFormat, np.ndarray]:
     t = col.type
+    if pa.types.is_null(t) and len(col) == 0:
+        return _numeric_ts(np.empty(0, np.float64), time_unit)  # no events: as _convert_ts
     if not (pa.types.is_timestamp(t) or pa.types.is_integer(t) or pa.types.is_floating(t)):
         return _convert_ts(_pandas_column("ts", col), time_unit)  # an error for every other type
     if col.null_count or (pa.types.is_floating(t) and len(col)):
@@ -853,6 +887,8 @@ def _convert_attribute(name: str, col: pd.Series, strings: StringDictionary) -> 
     if pd.api.types.is_bool_dtype(dtype):
         return AttributeColumn("bool", col.fillna(False).to_numpy(dtype=bool), valid)
     if pd.api.types.is_integer_dtype(dtype):
+        if pd.api.types.is_unsigned_integer_dtype(dtype):
+            _check_unsigned("attribute column", name, col.fillna(0).to_numpy(dtype=np.uint64))
         return AttributeColumn("int", col.fillna(0).to_numpy(dtype=np.int64), valid)
     if pd.api.types.is_float_dtype(dtype):
         return AttributeColumn("float", col.to_numpy(dtype=np.float64, na_value=np.nan), valid)

@@ -154,3 +154,93 @@ def test_sub_nanosecond_fractions_round_to_the_nearest_ns():
     table = cep_gpu.events.EventTable.from_pandas(events, time_unit="s")
     assert table.ts.tolist() == [1_000_000_000, 1_000_000_000]
     assert table.ids.tolist() == [0, 1]
+
+
+# -- items 8 and 10: duplicate columns, empty CSV, `type` as numbers, ids and ints beyond int64 ---
+
+
+@pytest.mark.parametrize("name", ["x", "ts", "type"])
+def test_duplicate_column_names_in_a_frame(name):
+    cols = ["type", "ts", "x", name]
+    df = pd.DataFrame([["A", 1.0, 1, 2 if name == "x" else ("A" if name == "type" else 1.0)]], columns=cols)
+    with pytest.raises(EventError, match=f"more than one column named '{name}'"):
+        cep_gpu.detect(df, cep_gpu.parse_rule("define X from A() as a"), backend="cpu")
+
+
+def test_empty_csv_file(tmp_path):
+    path = tmp_path / "events.csv"
+    path.write_text("")
+    with pytest.raises(EventError, match="the CSV file is empty; it needs a header row naming at least 'type'"):
+        read_table(path)
+    path.write_text("\n\n")
+    with pytest.raises(EventError, match="empty"):
+        read_table(path)
+
+
+def test_header_only_csv_gives_no_composite_events(tmp_path):
+    path = tmp_path / "events.csv"
+    path.write_text("type,ts,room\n")
+    rule = cep_gpu.parse_rule("define X(room: string) from A() as a where room = a.room")
+    for events in (read_table(path), cep_gpu.io.read_events(path)):
+        out = cep_gpu.detect(events, rule, backend="cpu")
+        assert len(out) == 0 and list(out.columns) == ["rule", "ts", "ids", "room"]
+
+
+def test_unreadable_csv_is_an_event_error(tmp_path):
+    path = tmp_path / "events.csv"
+    path.write_text("type,ts\nA,1,extra\n")
+    with pytest.raises(EventError, match="cannot read the CSV file"):
+        read_table(path)
+
+
+@pytest.mark.parametrize("source", ["pandas", "arrow"])
+@pytest.mark.parametrize(
+    ("types", "shown", "row"),
+    [([1, 2], "got 1 (int) at row 0", 0), (["A", 2], "got 2 (int) at row 1", 1), ([1.5, 1.5], "got 1.5 (float)", 0)],
+)
+def test_type_must_hold_strings(types, shown, row, source):
+    # rejected, not turned into names with str(): Spark rejects a numeric `type` column too
+    df = pd.DataFrame({"type": pd.Series(types, dtype=object if source == "pandas" else None), "ts": [1.0, 2.0]})
+    if source == "arrow":
+        if isinstance(types[0], str) != isinstance(types[1], str):
+            pytest.skip("Arrow has no column mixing strings and numbers")
+        df = pa.Table.from_pandas(df, preserve_index=False)
+    with pytest.raises(EventError, match="column 'type' must hold strings") as err:
+        cep_gpu.detect(df, cep_gpu.parse_rule("define X from A() as a"), backend="cpu")
+    assert shown in str(err.value)
+
+
+def test_categorical_and_string_dtype_types_still_accepted():
+    for types in (pd.Categorical(["A", "B"]), pd.array(["A", "B"], dtype="string")):
+        out = cep_gpu.detect(pd.DataFrame({"type": types, "ts": [1.0, 2.0]}), cep_gpu.parse_rule("define X from A() as a"))
+        assert id_tuples(out) == [(0,)]
+
+
+@pytest.mark.parametrize("source", ["pandas", "arrow"])
+@pytest.mark.parametrize("col", ["id", "x"])
+def test_uint64_beyond_int64_rejected_with_row(col, source):
+    # a uint64 of 2**63 would wrap to a negative int64: rejected on both paths with the value
+    df = pd.DataFrame({"type": ["A", "A"], "ts": [1.0, 2.0], col: np.array([1, 2**63], np.uint64)})
+    events = df if source == "pandas" else pa.Table.from_pandas(df, preserve_index=False)
+    with pytest.raises(EventError, match=f"'{col}' holds 9223372036854775808 at row 1, above the int64 maximum"):
+        cep_gpu.detect(events, cep_gpu.parse_rule("define X from A() as a"), backend="cpu")
+
+
+def test_uint64_id_up_to_int64_max_is_reported_unchanged():
+    df = pd.DataFrame({"type": ["A", "B"], "ts": [1.0, 2.0], "id": np.array([2**63 - 1, 7], np.uint64)})
+    out = cep_gpu.detect(df, cep_gpu.parse_rule("define X from B() as b and each A() as a within 5 s from b"))
+    assert id_tuples(out) == [(7, 2**63 - 1)]
+
+
+@pytest.mark.parametrize("values", [[1, 2**64], [2**63], [-(2**63) - 1, 0]])
+def test_python_int_beyond_int64_is_an_error_as_in_arrow(values):
+    n = len(values)
+    df = pd.DataFrame({"type": ["A"] * n, "ts": np.arange(n, dtype=float), "x": values})
+    rule = cep_gpu.parse_rule("define X(v: int) from A() as a where v = a.x")
+    with pytest.raises(EventError, match="'x' holds"):
+        cep_gpu.detect(df, rule, backend="cpu")
+    with pytest.raises((EventError, OverflowError, pa.ArrowInvalid)):
+        pa.table({"x": values}, schema=pa.schema([("x", pa.int64())]))  # Arrow refuses them too
+    engine = cep_gpu.Engine([rule], backend="cpu")
+    with pytest.raises(EventError, match="'x' holds"):
+        engine.publish({"type": "A", "ts": 0.0, "x": values[0] if abs(values[0]) >= 2**63 else values[-1]})
