@@ -4,6 +4,7 @@ with the same message as ``detect`` (Spark cannot name a row position, so the va
 from __future__ import annotations
 
 import datetime
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -46,3 +47,25 @@ def test_timestamps_inside_the_range_still_match(spark):  # noqa: F811
     out = detect_spark(spark.createDataFrame(events), [RULE], backend="cpu").toPandas()
     assert [tuple(x) for x in out["ids"]] == [(1, 0)]
     assert out["ts"].tolist() == [9_223_372_033]
+
+
+
+def _padding_concat_warnings(quiet: bool) -> list[str]:
+    # what PySpark's applyInPandasWithState worker does with a state function's output
+    from cep_gpu.spark_udfs.stream import quiet_state_padding
+
+    out = pd.DataFrame({"rule": ["R"], "v": [1.0]})
+    padding = pd.DataFrame(dict.fromkeys(["rule", "v"]), index=[0, 1])
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        if quiet:
+            quiet_state_padding()
+        pd.concat([out, padding], ignore_index=True)
+    return [str(w.message) for w in seen if issubclass(w.category, FutureWarning)]
+
+
+def test_stream_workers_silence_pandas_padding_warning():
+    # the stream's state function installs the filter in the worker before PySpark concatenates
+    if not _padding_concat_warnings(quiet=False):
+        pytest.skip("this pandas does not warn about the padding concatenation")
+    assert _padding_concat_warnings(quiet=True) == []
