@@ -244,3 +244,17 @@ def test_python_int_beyond_int64_is_an_error_as_in_arrow(values):
     engine = cep_gpu.Engine([rule], backend="cpu")
     with pytest.raises(EventError, match="'x' holds"):
         engine.publish({"type": "A", "ts": 0.0, "x": values[0] if abs(values[0]) >= 2**63 else values[-1]})
+
+
+def test_ids_print_as_python_lists(backend):
+    # docs/api.md shows `[4, 2]`; pandas alone would print the NumPy form `[4 2]`
+    events = pd.DataFrame({"type": ["A", "A", "B"], "ts": [1.0, 2.0, 3.0]})
+    rule = cep_gpu.parse_rule("define X from B() as b and each A() as a within 5 s from b")
+    out = cep_gpu.detect(events, rule, backend=backend)
+    assert isinstance(out["ids"].dtype, pd.ArrowDtype)  # still Arrow-backed list<int64>
+    text = out.to_string()
+    assert "[2, 0]" in text and "[2, 1]" in text and "[2 0]" not in text
+    assert "[2, 1]" in out[out["ids"].map(lambda i: i[1] == 1)].to_string()  # filtered frames too
+    assert "[2, 0]" in pd.concat([out, out]).to_string()
+    engine = cep_gpu.Engine([rule], backend="cpu")
+    assert "[2, 0]" in engine.publish(events).to_string()
