@@ -69,3 +69,32 @@ def test_stream_workers_silence_pandas_padding_warning():
     if not _padding_concat_warnings(quiet=False):
         pytest.skip("this pandas does not warn about the padding concatenation")
     assert _padding_concat_warnings(quiet=True) == []
+
+
+TOUCH = cep_gpu.parse_rule("""
+define Touch(room: string, painting: string)
+from   Vibration(painting=$p and value>3.0) and
+       each PeopleNear(painting=$p) within 2 min. from Vibration
+where  room=Vibration.room and painting=Vibration.painting
+""")
+TOUCH_EVENTS = pd.DataFrame({
+    "type": ["PeopleNear", "Vibration"], "ts": [1.0, 2.0], "painting": ["M", "M"],
+    "room": [None, None], "value": [None, 4.2],
+})
+
+
+@pytest.mark.parametrize("case", ["string-all-null", "void", "absent", "empty"])
+def test_untyped_attribute_takes_declared_type_on_spark(spark, case):  # noqa: F811
+    typed = "type string, ts double, painting string, room string, value double"
+    df = {
+        "string-all-null": lambda: spark.createDataFrame(TOUCH_EVENTS, typed),
+        "void": lambda: spark.createDataFrame(TOUCH_EVENTS),  # Spark infers NullType for room
+        "absent": lambda: spark.createDataFrame(TOUCH_EVENTS.drop(columns="room")),
+        "empty": lambda: spark.createDataFrame(TOUCH_EVENTS.iloc[:0], typed),
+    }[case]()
+    out = detect_spark(df, [TOUCH], backend="cpu")
+    assert dict(out.dtypes)["room"] == "string"
+    got = out.toPandas()
+    expected = cep_gpu.detect(TOUCH_EVENTS.iloc[:0] if case == "empty" else TOUCH_EVENTS, TOUCH, backend="cpu")
+    assert [tuple(x) for x in got["ids"]] == [tuple(x) for x in expected["ids"]]
+    assert got["room"].isna().all() and got["painting"].tolist() == expected["painting"].tolist()
