@@ -627,14 +627,16 @@ def _ts_range_text(unit: str | None) -> str:
     return f"{-(2**63 // scale)} to {TS_MAX_NS // scale} with time_unit={unit!r} (int64 nanoseconds)"
 
 
-def _ts_range_error(row: int, value, unit: str | None) -> EventError:
+def _ts_range_error(row: int | str, value, unit: str | None) -> EventError:
+    where = f"at row {row}" if isinstance(row, int) else row
     return EventError(
-        f"column 'ts' at row {row} holds {value}, outside the representable range: {_ts_range_text(unit)}"
+        f"column 'ts' {where} holds {value}, outside the representable range: {_ts_range_text(unit)}"
     )
 
 
-def _check_ts_range(values: np.ndarray, unit: str) -> None:
-    """Reject timestamps (in ``unit``) whose nanoseconds do not fit in an int64, naming the first row."""
+def _check_ts_range(values: np.ndarray, unit: str, where: str | None = None) -> None:
+    """Reject timestamps (in ``unit``) whose nanoseconds do not fit in an int64, naming the first
+    row (or ``where`` the values come from, when they are not rows)."""
     if not len(values):
         return
     scale = _UNIT_NS[unit]
@@ -649,7 +651,7 @@ def _check_ts_range(values: np.ndarray, unit: str) -> None:
         bad = (values > TS_MAX_NS // scale) | (values < -(2**63 // scale))
     if bad.any():
         row = int(np.flatnonzero(bad)[0])
-        raise _ts_range_error(row, values[row], unit)
+        raise _ts_range_error(where or row, values[row], unit)
 
 
 def _datetime_ns(values: np.ndarray) -> np.ndarray:

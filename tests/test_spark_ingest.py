@@ -98,3 +98,14 @@ def test_untyped_attribute_takes_declared_type_on_spark(spark, case):  # noqa: F
     expected = cep_gpu.detect(TOUCH_EVENTS.iloc[:0] if case == "empty" else TOUCH_EVENTS, TOUCH, backend="cpu")
     assert [tuple(x) for x in got["ids"]] == [tuple(x) for x in expected["ids"]]
     assert got["room"].isna().all() and got["painting"].tolist() == expected["painting"].tolist()
+
+
+def test_parquet_statistics_out_of_range_fail_on_the_driver(spark, tmp_path):  # noqa: F811
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    ev = pd.DataFrame({"type": ["A", "B"] * 20, "ts": np.arange(40, dtype=np.int64) + 10**10, "k": 1})
+    path = tmp_path / "ev.parquet"
+    pq.write_table(pa.Table.from_pandas(ev, preserve_index=False), path, row_group_size=10)
+    with pytest.raises(cep_gpu.EventError, match="'ts' in the Parquet statistics .* holds 10000000000, outside"):
+        detect_spark(spark.read.parquet(str(path)), [RULE], backend="cpu", slicing="parquet")
