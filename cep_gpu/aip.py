@@ -79,6 +79,11 @@ from .model import (
 )
 
 _NEVER = np.iinfo(np.int64).max  # deadline of instances that cannot expire
+
+
+def _deadline(ts: np.ndarray, window: int) -> np.ndarray:
+    """``ts + window``, saturated at ``_NEVER`` (no wrap-around for timestamps near the int64 end)."""
+    return np.where(ts > _NEVER - np.int64(window), _NEVER, ts + np.int64(window))
 _OPS = {
     "=": np.equal, "!=": np.not_equal, "<": np.less,
     "<=": np.less_equal, ">": np.greater, ">=": np.greater_equal,
@@ -605,7 +610,7 @@ class _Run:
                 self.super_seen[m] = st.n
         if complete:
             if self.auto.waits_for_future:
-                self.pending.append((now + self.rule.trailing_horizon(), r, complete))
+                self.pending.append((min(int(now) + self.rule.trailing_horizon(), int(_NEVER)), r, complete))
             else:
                 self._resolve(r, complete)
         if self.tracing:
@@ -679,9 +684,9 @@ class _Run:
             return
         if len(tr.expiry) == 1:
             x, w = tr.expiry[0]
-            deadline = ts[rows[:, x]] + w
+            deadline = _deadline(ts[rows[:, x]], w)
         elif tr.expiry:
-            deadline = np.min(np.stack([ts[rows[:, x]] + w for x, w in tr.expiry]), axis=0)
+            deadline = np.min(np.stack([_deadline(ts[rows[:, x]], w) for x, w in tr.expiry]), axis=0)
         else:
             deadline = np.full(rows.shape[0], _NEVER, np.int64)
         self.states[m][i + 1].append(rows, deadline, names)

@@ -244,9 +244,10 @@ class CDPBackend:
         unbounded = any(
             p.window is None and p.policy is not None for pl in rule.plans for p in pl.predicates
         )
-        start = 0 if unbounded else int(np.searchsorted(ts, ts[lo] - rule.lookback(), "left"))
+        # bounds as Python ints clamped to int64: no wrap-around for timestamps near the range's ends
+        start = 0 if unbounded else int(np.searchsorted(ts, max(int(ts[lo]) - rule.lookback(), _TS_MIN), "left"))
         horizon = rule.trailing_horizon()
-        stop_ext = int(np.searchsorted(ts, ts[hi - 1] + horizon, "right")) if horizon else hi
+        stop_ext = int(np.searchsorted(ts, min(int(ts[hi - 1]) + horizon, _TS_MAX), "right")) if horizon else hi
         store = ColumnStore(
             rule, table,
             tuple(_conds(rule, f) for f in spec.filters),
@@ -271,6 +272,7 @@ def _clip(table: EventTable, lo: int, hi: int | None) -> tuple[int, int]:
 
 #: the excluded mask of calls that consume nothing
 _NO_EXCL = np.zeros(1, np.bool_)
+_TS_MIN, _TS_MAX = -(2**63), 2**63 - 1  # int64 ns
 
 
 @dataclass

@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from .backends import Matches, count_matches
 from .errors import EventError, RuleError
-from .evaluate import evaluate
+from .evaluate import Values, evaluate
 from .events import AttributeColumn, EventTable, TimeFormat
 from .model import (
     SELF,
@@ -27,6 +27,7 @@ from .model import (
     Attr,
     Compare,
     Const,
+    Neg,
     Rule,
     Timestamp,
     map_rule_exprs,
@@ -191,6 +192,10 @@ def composite_events(rule: Rule, table: EventTable, matches: Matches) -> RuleRes
     attrs = {}
     for a in rule.attributes:
         v = evaluate(a.expr, table, rows, aggs)
+        if a.type is not None and a.type != v.kind and _untyped(a.expr, table):
+            # an attribute that is absent or null in every input event has no kind of its own
+            # (pandas reads it as float): its values are all null, of the declared kind
+            v = Values(a.type, np.zeros(len(v.valid), _KIND_DTYPES[a.type]), np.zeros(len(v.valid), bool))
         kind = _declared_kind(a.type, v.kind, rule, a)
         values = v.values
         if kind == "float":
@@ -215,6 +220,19 @@ def _sorted_by_ts_ids(ts, ids):
                     return False
                 break
     return True
+
+
+_KIND_DTYPES = {"int": np.int64, "float": np.float64, "string": np.int32, "bool": np.bool_}
+
+
+def _untyped(expr, table: EventTable) -> bool:
+    """Whether ``expr`` reads an attribute that no input event has a value of (absent or all null)."""
+    while isinstance(expr, Neg):
+        expr = expr.arg
+    if not isinstance(expr, Attr):
+        return False
+    col = table.columns.get(expr.name)
+    return col is None or not bool(col.valid.any())
 
 
 def _declared_kind(declared, actual, rule: Rule, attr):

@@ -168,9 +168,7 @@ class EventTable:
             raise EventError(f"events must be a pyarrow Table, got {type(table).__name__}")
         names = table.column_names
         _require_columns(names)
-        if len(set(names)) != len(names):
-            dup = next(c for c in names if names.count(c) > 1)
-            raise EventError(f"events have more than one column named {dup!r}")
+        _check_unique_columns(names)
         _check_time_unit(time_unit)
         strings = strings if strings is not None else StringDictionary()
         n = table.num_rows
@@ -194,7 +192,9 @@ class EventTable:
         """Build a table from a DataFrame; rows are sorted stably by ``ts`` unless ``sort=False``."""
         if not isinstance(df, pd.DataFrame):
             raise EventError(f"events must be a pandas DataFrame, got {type(df).__name__}")
-        _require_columns(list(map(str, df.columns)))
+        names = list(map(str, df.columns))
+        _require_columns(names)
+        _check_unique_columns(names)
         _check_time_unit(time_unit)
         strings = strings if strings is not None else StringDictionary()
         type_codes, type_names = _pandas_types(df["type"])
@@ -505,6 +505,12 @@ def _require_columns(names: list[str]) -> None:
             raise EventError(f"events have no {col!r} column (columns: {names})")
 
 
+def _check_unique_columns(names: list[str]) -> None:
+    if len(set(names)) != len(names):
+        dup = next(c for c in names if names.count(c) > 1)
+        raise EventError(f"events have more than one column named {dup!r} (columns: {names})")
+
+
 def _check_time_unit(time_unit: str) -> None:
     if time_unit not in _UNIT_NS:
         raise EventError(f"unknown time_unit {time_unit!r}; use one of {sorted(_UNIT_NS)}")
@@ -523,7 +529,16 @@ def _pandas_types(tcol: pd.Series) -> tuple[np.ndarray, list[str]]:
     if isinstance(tcol.dtype, pd.CategoricalDtype) and _string_categories(tcol.dtype):
         type_codes, type_uniq = pd.factorize(tcol, sort=False)  # on the codes, no strings made
     else:
-        type_codes, type_uniq = pd.factorize(tcol.astype(str), sort=False)
+        type_codes, type_uniq = pd.factorize(tcol, sort=False)
+        if len(type_uniq) and pd.api.types.infer_dtype(type_uniq, skipna=False) != "string":
+            # event types are names: numbers are not silently turned into names (Spark refuses them too)
+            bad = next(t for t in type_uniq if not isinstance(t, str))
+            bad = bad.item() if isinstance(bad, np.generic) else bad
+            row = int(np.flatnonzero(type_codes == list(type_uniq).index(bad))[0]) if len(tcol) else 0
+            raise EventError(
+                f"column 'type' must hold strings (event type names), got {bad!r} "
+                f"({type(bad).__name__}) at row {row}; convert it first, e.g. df['type'].astype(str)"
+            )
     return type_codes, [str(t) for t in type_uniq]
 
 
@@ -533,7 +548,19 @@ def _pandas_ids(idcol: pd.Series) -> np.ndarray:
         raise _null_error("id", isna)
     if not pd.api.types.is_integer_dtype(idcol.dtype):
         raise EventError(f"column 'id' must hold integers, got dtype {idcol.dtype}")
+    if pd.api.types.is_unsigned_integer_dtype(idcol.dtype):
+        _check_unsigned("column", "id", idcol.to_numpy(dtype=np.uint64))
     return _check_ids(idcol.to_numpy(dtype=np.int64))
+
+
+def _check_unsigned(what: str, name: str, values: np.ndarray) -> None:
+    """Reject unsigned values above the int64 maximum (they would wrap to negative numbers)."""
+    big = values > np.uint64(TS_MAX_NS)
+    if big.any():
+        row = int(np.flatnonzero(big)[0])
+        raise EventError(
+            f"{what} {name!r} holds {int(values[row])} at row {row}, above the int64 maximum {TS_MAX_NS}"
+        )
 
 
 def _check_ids(ids: np.ndarray) -> np.ndarray:
@@ -556,23 +583,100 @@ def _convert_ts(col: pd.Series, time_unit: str) -> tuple[TimeFormat, np.ndarray]
     if isna.any():
         raise _null_error("ts", isna, ": every event needs a timestamp")
     dtype = col.dtype
+    if len(col) == 0 and pd.api.types.is_object_dtype(dtype):
+        # no events, and so no type of their own (a header-only CSV): numbers in time_unit
+        return _numeric_ts(np.empty(0, np.float64), time_unit)
     if isinstance(dtype, pd.DatetimeTZDtype):
         fmt = TimeFormat("datetime", tz=str(dtype.tz))
-        return fmt, col.dt.tz_convert("UTC").dt.tz_localize(None).to_numpy().astype("datetime64[ns]").astype(np.int64)
+        return fmt, _datetime_ns(col.dt.tz_convert("UTC").dt.tz_localize(None).to_numpy())
     if pd.api.types.is_datetime64_dtype(dtype):
-        fmt = TimeFormat("datetime")
-        return fmt, fmt.to_ns(col.to_numpy())
+        return TimeFormat("datetime"), _datetime_ns(col.to_numpy())
     if pd.api.types.is_bool_dtype(dtype) or not pd.api.types.is_numeric_dtype(dtype):
         raise EventError(
             f"column 'ts' has unsupported dtype {dtype}: use datetime64 or numbers in time_unit"
         )
-    values = col.to_numpy(dtype=np.float64 if pd.api.types.is_float_dtype(dtype) else np.int64)
+    if pd.api.types.is_float_dtype(dtype):
+        values = col.to_numpy(dtype=np.float64)
+    elif pd.api.types.is_unsigned_integer_dtype(dtype):
+        values = col.to_numpy(dtype=np.uint64)  # checked against the range before the cast
+    else:
+        values = col.to_numpy(dtype=np.int64)
+    return _numeric_ts(values, time_unit)
+
+
+def _numeric_ts(values: np.ndarray, time_unit: str) -> tuple[TimeFormat, np.ndarray]:
+    """Numeric timestamps (int64, uint64 or float64 in ``time_unit``) as int64 ns, range-checked."""
     if values.dtype.kind == "f" and not np.all(np.isfinite(values)):
         row = int(np.flatnonzero(~np.isfinite(values))[0])
         raise EventError(f"column 'ts' is not finite at row {row}")
+    _check_ts_range(values, time_unit)
     np_dtype = "float64" if values.dtype.kind == "f" else "int64"
     fmt = TimeFormat("numeric", unit=time_unit, dtype=np_dtype)
-    return fmt, fmt.to_ns(values)
+    return fmt, fmt.to_ns(values.astype(np.int64, copy=False) if values.dtype.kind == "u" else values)
+
+
+#: Timestamps are int64 nanoseconds: the representable instants, in ns.
+TS_MIN_NS, TS_MAX_NS = -(2**63), 2**63 - 1
+
+
+def _ts_range_text(unit: str | None) -> str:
+    """The representable range of timestamps: numbers in ``unit``, or datetimes (``None``)."""
+    if unit is None:
+        lo, hi = pd.Timestamp(TS_MIN_NS + 1), pd.Timestamp(TS_MAX_NS)
+        return f"datetimes from {lo:%Y-%m-%d %H:%M:%S} to {hi:%Y-%m-%d %H:%M:%S} UTC (int64 nanoseconds)"
+    scale = _UNIT_NS[unit]
+    return f"{-(2**63 // scale)} to {TS_MAX_NS // scale} with time_unit={unit!r} (int64 nanoseconds)"
+
+
+def _ts_range_error(row: int | str, value, unit: str | None) -> EventError:
+    where = f"at row {row}" if isinstance(row, int) else row
+    return EventError(
+        f"column 'ts' {where} holds {value}, outside the representable range: {_ts_range_text(unit)}"
+    )
+
+
+def _check_ts_range(values: np.ndarray, unit: str, where: str | None = None) -> None:
+    """Reject timestamps (in ``unit``) whose nanoseconds do not fit in an int64, naming the first
+    row (or ``where`` the values come from, when they are not rows)."""
+    if not len(values):
+        return
+    scale = _UNIT_NS[unit]
+    if values.dtype.kind == "f":
+        with np.errstate(over="ignore", invalid="ignore"):
+            ns = values * float(scale)
+        # 2**63 is exact in float64; the largest float below it converts to int64 safely
+        bad = ~((ns >= -(2.0**63)) & (ns < 2.0**63))
+    elif values.dtype.kind == "u":
+        bad = values > np.uint64(TS_MAX_NS // scale)
+    else:
+        bad = (values > TS_MAX_NS // scale) | (values < -(2**63 // scale))
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        raise _ts_range_error(where or row, values[row], unit)
+
+
+def _datetime_ns(values: np.ndarray) -> np.ndarray:
+    """datetime64 values of any unit as int64 ns; an error for instants outside that range."""
+    unit, count = np.datetime_data(values.dtype)
+    if unit == "ns":
+        return values.view(np.int64) if values.dtype == np.dtype("datetime64[ns]") else values.astype(np.int64)
+    ticks = values.astype(np.int64)
+    scale = np.timedelta64(count, unit) // np.timedelta64(1, "ns")
+    _check_datetime_ticks(ticks, int(scale), ~np.isnat(values))
+    return ticks * np.int64(scale)
+
+
+def _check_datetime_ticks(ticks: np.ndarray, scale: int, valid: np.ndarray | None = None) -> None:
+    """Reject datetimes of ``scale`` ns per tick outside the int64 ns range, naming the first row."""
+    if scale == 1 or not len(ticks):
+        return
+    bad = (ticks > TS_MAX_NS // scale) | (ticks < -(2**63 // scale))
+    if valid is not None:
+        bad &= valid
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        value = np.datetime64(int(ticks[row]) * scale // 1_000, "us")  # microseconds reach year 294247
+        raise _ts_range_error(row, value, None)
 
 
 def frame_from_arrow(table: pa.Table) -> pd.DataFrame:
@@ -635,6 +739,8 @@ def _pandas_column(name: str, col: pa.ChunkedArray) -> pd.Series:
 
 
 def _as_int64(name: str, col: pa.ChunkedArray, what: str) -> pa.ChunkedArray:
+    if pa.types.is_uint64(col.type):
+        _check_unsigned(what, name, _numpy(pc.fill_null(col, 0), np.uint64))
     try:
         return col.cast(pa.int64())
     except pa.ArrowInvalid:
@@ -688,6 +794,8 @@ def _arrow_types(col: pa.ChunkedArray) -> tuple[np.ndarray, list[str]]:
 
 def _arrow_ts(col: pa.ChunkedArray, time_unit: str) -> tuple[TimeFormat, np.ndarray]:
     t = col.type
+    if pa.types.is_null(t) and len(col) == 0:
+        return _numeric_ts(np.empty(0, np.float64), time_unit)  # no events: as _convert_ts
     if not (pa.types.is_timestamp(t) or pa.types.is_integer(t) or pa.types.is_floating(t)):
         return _convert_ts(_pandas_column("ts", col), time_unit)  # an error for every other type
     if col.null_count or (pa.types.is_floating(t) and len(col)):
@@ -698,16 +806,15 @@ def _arrow_ts(col: pa.ChunkedArray, time_unit: str) -> tuple[TimeFormat, np.ndar
         tz = None if t.tz is None else _pandas_tz(t.tz)
         ticks = _numpy(col.cast(pa.int64()), np.int64)
         scale = _NS_PER_TICK[t.unit]
+        _check_datetime_ticks(ticks, scale)
         return TimeFormat("datetime", tz=tz), ticks * scale if scale != 1 else ticks
-    if pa.types.is_integer(t):
-        values = _numpy(_as_int64("ts", col, "column"), np.int64)
+    if pa.types.is_unsigned_integer(t):
+        values = _numpy(col, np.uint64)
+    elif pa.types.is_integer(t):
+        values = _numpy(col, np.int64)
     else:
         values = col.to_numpy().astype(np.float64, copy=False)
-        if not np.all(np.isfinite(values)):
-            row = int(np.flatnonzero(~np.isfinite(values))[0])
-            raise EventError(f"column 'ts' is not finite at row {row}")
-    fmt = TimeFormat("numeric", unit=time_unit, dtype="float64" if values.dtype.kind == "f" else "int64")
-    return fmt, fmt.to_ns(values)
+    return _numeric_ts(values, time_unit)
 
 
 @functools.lru_cache(maxsize=64)
@@ -783,6 +890,8 @@ def _convert_attribute(name: str, col: pd.Series, strings: StringDictionary) -> 
     if pd.api.types.is_bool_dtype(dtype):
         return AttributeColumn("bool", col.fillna(False).to_numpy(dtype=bool), valid)
     if pd.api.types.is_integer_dtype(dtype):
+        if pd.api.types.is_unsigned_integer_dtype(dtype):
+            _check_unsigned("attribute column", name, col.fillna(0).to_numpy(dtype=np.uint64))
         return AttributeColumn("int", col.fillna(0).to_numpy(dtype=np.int64), valid)
     if pd.api.types.is_float_dtype(dtype):
         return AttributeColumn("float", col.to_numpy(dtype=np.float64, na_value=np.nan), valid)

@@ -34,10 +34,18 @@ def read_table(path: str | Path) -> pa.Table:
     if not path.exists():
         raise EventError(f"{path}: no such file")
     if not path.is_dir() and file_format(path) == "csv":
-        return pacsv.read_csv(path)
-    schema = pq.ParquetDataset(path).schema
-    strings = [f.name for f in schema if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)]
-    return pq.read_table(path, read_dictionary=strings)
+        if path.stat().st_size == 0 or not path.read_bytes()[:4096].strip():
+            raise EventError(f"{path}: the CSV file is empty; it needs a header row naming at least 'type' and 'ts'")
+        try:
+            return pacsv.read_csv(path)
+        except pa.ArrowInvalid as exc:
+            raise EventError(f"{path}: cannot read the CSV file: {exc}") from None
+    try:
+        schema = pq.ParquetDataset(path).schema
+        strings = [f.name for f in schema if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)]
+        return pq.read_table(path, read_dictionary=strings)
+    except pa.ArrowInvalid as exc:
+        raise EventError(f"{path}: cannot read the Parquet data: {exc}") from None
 
 
 def read_events(path: str | Path) -> pd.DataFrame:

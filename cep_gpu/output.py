@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+from pandas.core.arrays.arrow import ArrowExtensionArray
 
 from .events import EventTable, nullable_pandas_type
 from .model import Rule
@@ -101,6 +102,7 @@ def assemble(results, schema: OutputSchema, table: EventTable, arrow: bool = Fal
     if arrow:
         return out
     df = out.to_pandas(types_mapper=_types_mapper)
+    df["ids"] = pd.Series(IdsArray(out.column("ids")), index=df.index)
     df["ts"] = pd.Series(ts_values).reset_index(drop=True) if len(df) else pd.Series(ts_values)
     return df
 
@@ -113,6 +115,22 @@ def _value_kind(results, name: str, default: str) -> str:
     if kinds == {"int", "float"}:
         return "float"
     return "string" if "string" in kinds else default
+
+
+class IdsArray(ArrowExtensionArray):
+    """The output's ``ids``: an Arrow-backed ``list<int64>`` column (dtype ``pd.ArrowDtype``) that
+    prints each entry as a Python list, ``[4, 2]``, as the docs show (pandas would print NumPy's
+    ``[4 2]``). Slices, filters and concatenations keep the class; the values are the same."""
+
+    def _formatter(self, boxed: bool = False):
+        return _format_ids
+
+
+def _format_ids(ids) -> str:
+    try:
+        return "[" + ", ".join(str(int(i)) for i in ids) + "]"
+    except TypeError:  # not a list (a null)
+        return str(ids)
 
 
 def _types_mapper(t: pa.DataType):

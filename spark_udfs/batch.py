@@ -283,8 +283,9 @@ def _run_sliced(events: DataFrame, job: SparkJob) -> DataFrame:
     events = events.withColumn(T_NS, job.time.nanos(F.col("ts")))
     bounds = slice_bounds(events, job.plan.n_slices)
     t = F.col(T_NS)
-    first = slice_of(t - F.lit(job.plan.horizon_ns), bounds)
-    last = slice_of(t + F.lit(job.plan.lookback_ns), bounds)
+    # saturating (try_* give null on overflow): timestamps near the ends of the int64 range
+    first = slice_of(F.coalesce(F.try_subtract(t, F.lit(job.plan.horizon_ns)), F.lit(-(2**63))), bounds)
+    last = slice_of(F.coalesce(F.try_add(t, F.lit(job.plan.lookback_ns)), F.lit(2**63 - 1)), bounds)
     copies = events.withColumn(SLICE, F.explode(F.sequence(first, last))).drop(T_NS)
 
     struct = T.StructType(job.engine_struct.fields + [T.StructField(SLICE, T.IntegerType())])

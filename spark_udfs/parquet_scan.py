@@ -226,7 +226,8 @@ def _stats_ns(value, time: TimeSpec, arrow_type: pa.DataType) -> int:
     """A raw Parquet statistic of ``ts`` in engine ns."""
     if pa.types.is_timestamp(arrow_type):  # the engine reads timestamps as microseconds
         value = int(value) * (1000 if arrow_type.unit == "ms" else 1)
-    return int(engine_nanos(np.array([value]), time.kind, time.engine_unit)[0])
+    where = "in the Parquet statistics (a row group's min or max)"
+    return int(engine_nanos(np.array([value]), time.kind, time.engine_unit, where)[0])
 
 
 def row_groups(paths: list[str], schema: T.StructType, columns: list[str], time: TimeSpec) -> tuple[list[RowGroup], str]:

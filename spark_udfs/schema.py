@@ -15,7 +15,7 @@ from pyspark.sql import types as T
 
 from cep_gpu.detect import rule_order
 from cep_gpu.errors import EventError, RuleError
-from cep_gpu.events import _UNIT_NS
+from cep_gpu.events import _UNIT_NS, TS_MAX_NS, _ts_range_text
 from cep_gpu.model import AggValue, Arith, Attr, Const, Expr, Neg, Rule, Timestamp, walk
 from cep_gpu.output import OutputSchema
 
@@ -53,13 +53,33 @@ class TimeSpec:
         )
 
     def to_engine(self, col: Column) -> Column:
-        """``ts`` as the engine reads it in the UDFs."""
+        """``ts`` as the engine reads it in the UDFs; a row whose nanoseconds overflow int64 fails
+        the job with the message of :func:`cep_gpu.events._check_ts_range` (Spark cannot name a row
+        position, so the message names the value)."""
         if self.kind == "timestamp":
             if isinstance(self.spark_type, T.TimestampNTZType):
                 # NTZ values are wall-clock readings: read them as if in UTC
                 col = F.to_utc_timestamp(col.cast("timestamp"), F.current_timezone())
-            return F.unix_micros(col)
-        return col.cast("long") if self.kind == "integral" else col.cast("double")
+            engine = F.unix_micros(col)
+        else:
+            engine = col.cast("long") if self.kind == "integral" else col.cast("double")
+        return self._in_range(engine, col)
+
+    def _in_range(self, engine: Column, original: Column) -> Column:
+        """``engine`` where its nanoseconds fit in an int64, else a ``raise_error`` naming the value."""
+        scale = _UNIT_NS[self.engine_unit]
+        if self.kind == "fractional":
+            ns = engine * F.lit(float(scale))
+            # NaN passes: the task names the row of a non-finite ts
+            ok = ((ns >= F.lit(-(2.0**63))) & (ns < F.lit(2.0**63))) | F.isnan(engine)
+        else:
+            ok = engine.between(F.lit(-(2**63 // scale)), F.lit(TS_MAX_NS // scale))
+        unit = None if self.kind == "timestamp" else self.unit
+        message = F.concat(
+            F.lit("column 'ts' holds "), original.cast("string"),
+            F.lit(f", outside the representable range: {_ts_range_text(unit)}"),
+        )
+        return F.when(ok | engine.isNull(), engine).otherwise(F.raise_error(message).cast(engine_type_name(self)))
 
     def from_engine(self, col: Column) -> Column:
         """Engine ``ts`` (as returned by the UDFs) back to the input's type."""
@@ -76,6 +96,11 @@ class TimeSpec:
         if self.kind == "fractional":
             return F.round(engine_ts * F.lit(float(scale))).cast("long")
         return engine_ts.cast("long") * F.lit(scale)
+
+
+def engine_type_name(spec: TimeSpec) -> str:
+    """The Spark SQL name of :attr:`TimeSpec.engine_type`."""
+    return spec.engine_type.simpleString()
 
 
 def time_spec(schema: T.StructType, time_unit: str) -> TimeSpec:

@@ -17,6 +17,7 @@ so a query restarted from its checkpoint neither repeats nor loses a composite e
 from __future__ import annotations
 
 import functools
+import warnings
 from collections.abc import Iterator
 
 import numpy as np
@@ -122,8 +123,24 @@ def _arrow_events(pdf: pd.DataFrame, schema: pa.Schema) -> pa.Table:
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
+#: what pandas says when PySpark's worker concatenates the frames a state function yields with the
+#: all-null rows it pads them with (``applyInPandasWithState``): once per key and batch otherwise
+_PADDING_WARNING = "The behavior of DataFrame concatenation with empty or all-NA entries is deprecated"
+
+
+def quiet_state_padding() -> None:
+    """Silence, in this (worker) process, pandas' FutureWarning about PySpark's own padding rows.
+
+    The concatenation is PySpark's (``worker.py``), after our function returns, so a filter scoped
+    to our code cannot reach it; this one is narrow (that message, FutureWarning only).
+    """
+    if not any(f[0] == "ignore" and f[1] is not None and f[1].pattern == _PADDING_WARNING for f in warnings.filters):
+        warnings.filterwarnings("ignore", message=_PADDING_WARNING, category=FutureWarning)
+
+
 def _step(key, pdfs: Iterator[pd.DataFrame], state, *, job: SparkJob, event_cols, event_schema, out_schema):
     """One key, one micro-batch (or one timeout): the composite events that became final."""
+    quiet_state_padding()
     unit = job.time.engine_unit
     lookback, horizon = job.plan.lookback_ns, job.plan.horizon_ns
     if state.exists:

@@ -288,15 +288,18 @@ def test_unknown_time_unit_and_not_a_table():
     assert "pyarrow Table" in _error(lambda: EventTable.from_arrow({"type": ["A"], "ts": [1]}))
 
 
-def test_errors_pandas_gives_no_clear_message_for():
-    # uint64 beyond int64 (pandas: pyarrow's ArrowInvalid) and duplicate column names (pandas:
-    # a DataFrame where a column was expected): named here
+def test_uint64_beyond_int64_and_duplicate_columns_same_error_on_both_paths():
+    # uint64 beyond int64 and duplicate column names: named, with the row, on both paths
     big = pa.array([1, 2**63 + 1, 2], pa.uint64())
-    assert "'v' holds integers outside the int64 range" in _error(lambda: EventTable.from_arrow(_with(v=big)))
-    assert "'id' holds integers outside the int64 range" in _error(lambda: EventTable.from_arrow(_with(id=big)))
+    for col in ("v", "id"):
+        arrow = _error(lambda: EventTable.from_arrow(_with(**{col: big})))  # noqa: B023
+        assert f"'{col}' holds 9223372036854775809 at row 1, above the int64 maximum" in arrow
+        frame = pd.DataFrame({"type": ["A", "B", "A"], "ts": [1.0, 2.0, 3.0], col: big.to_numpy()})
+        assert arrow == _error(lambda: EventTable.from_pandas(frame))  # noqa: B023
     twice = pa.Table.from_arrays([BASE["type"], BASE["ts"], pa.array([1, 2, 3]), pa.array([4, 5, 6])],
                                  names=["type", "ts", "x", "x"])
     assert "more than one column named 'x'" in _error(lambda: EventTable.from_arrow(twice))
+    assert _error(lambda: EventTable.from_arrow(twice)) == _error(lambda: EventTable.from_pandas(twice.to_pandas()))
 
 
 @settings(max_examples=60, deadline=None)

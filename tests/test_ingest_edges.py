@@ -1,0 +1,260 @@
+"""Ingestion edge cases (issue 11): untyped (all-null, empty, absent) columns, timestamp ranges,
+duplicate columns, empty files, unusual ``type`` / ``id`` / attribute values."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+from conftest import id_tuples
+
+import cep_gpu
+from cep_gpu import EventError
+from cep_gpu.io import read_table
+
+TOUCH = """
+define Touch(room: string, painting: string)
+from   Vibration(painting=$p and value>3.0) and
+       each PeopleNear(painting=$p) within 2 min. from Vibration
+where  room=Vibration.room and painting=Vibration.painting
+"""
+
+EVENTS = pd.DataFrame({
+    "type": ["PeopleNear", "Vibration"],
+    "ts": [1.0, 2.0],
+    "painting": ["M", "M"],
+    "room": [None, None],
+    "value": [None, 4.2],
+})
+
+
+def _check_touch(out: pd.DataFrame, n: int) -> None:
+    assert id_tuples(out) == [(1, 0)][:n]
+    assert list(out.columns) == ["rule", "ts", "ids", "room", "painting"]
+    assert out["room"].isna().all()
+    assert out["room"].dtype == object  # the declared string, not the float pandas reads
+    assert out["painting"].tolist() == ["M"][:n]
+
+
+# -- item 2: an all-null column has no type of its own: it takes the declared one --------------
+
+
+@pytest.mark.parametrize(
+    "events",
+    [
+        pytest.param(EVENTS, id="all-None"),
+        pytest.param(EVENTS.assign(room=[np.nan, np.nan]), id="all-NaN"),
+        pytest.param(EVENTS.drop(columns="room"), id="absent"),
+        pytest.param(EVENTS.assign(room=pd.Series([None, None], dtype="string")), id="all-NA-string-dtype"),
+    ],
+)
+def test_untyped_output_attribute_takes_declared_type(events, backend):
+    out = cep_gpu.detect(events, cep_gpu.parse_rule(TOUCH), backend=backend)
+    _check_touch(out, 1)
+
+
+def test_empty_frame_gives_empty_output_of_declared_types():
+    empty = EVENTS.iloc[:0]
+    out = cep_gpu.detect(empty, cep_gpu.parse_rule(TOUCH), backend="cpu")
+    _check_touch(out, 0)
+    arrow = cep_gpu.detect(empty, cep_gpu.parse_rule(TOUCH), backend="cpu", output="arrow")
+    assert arrow.schema.field("room").type == pa.string()
+
+
+def test_csv_with_blank_column(tmp_path):
+    path = tmp_path / "events.csv"
+    path.write_text("type,ts,painting,room,value\nPeopleNear,1.0,M,,\nVibration,2.0,M,,4.2\n")
+    out = cep_gpu.detect(read_table(path), cep_gpu.parse_rule(TOUCH), backend="cpu")
+    _check_touch(out, 1)
+
+
+def test_engine_publish_of_events_without_the_attribute():
+    # the docs/api.md streaming example: the first event has no `room`, and neither has the second
+    engine = cep_gpu.Engine([cep_gpu.parse_rule(TOUCH)], backend="cpu")
+    first = engine.publish({"type": "PeopleNear", "ts": 1.0, "painting": "Mona"})
+    assert len(first) == 0
+    out = engine.publish({"type": "Vibration", "ts": 2.0, "painting": "Mona", "value": 4.0})
+    assert id_tuples(out) == [(1, 0)]
+    assert out["room"].isna().all()
+
+
+def test_typed_column_of_another_kind_still_rejected():
+    # values present in the input do have a kind: a number where a string is declared is an error
+    events = EVENTS.assign(room=[1.5, 2.5])
+    with pytest.raises(cep_gpu.RuleError, match="'room' is declared string but its value is float"):
+        cep_gpu.detect(events, cep_gpu.parse_rule(TOUCH), backend="cpu")
+
+
+# -- item 3: timestamps whose nanoseconds do not fit in an int64 --------------------------------
+
+
+def _frame(ts) -> pd.DataFrame:
+    return pd.DataFrame({"type": ["A"] * len(ts), "ts": ts})
+
+
+OUT_OF_RANGE = [
+    pytest.param(np.array([1, 9_300_000_000], np.int64), "s", "9300000000", id="int-s-9.3e9"),
+    pytest.param(np.array([1, 10**10], np.int64), "s", "10000000000", id="int-s-1e10"),
+    pytest.param(np.array([1, -(10**10)], np.int64), "s", "-10000000000", id="int-s-neg"),
+    pytest.param(np.array([1.0, 1e12]), "s", "1000000000000.0", id="float-s-1e12"),
+    pytest.param(np.array([1.0, 9.3e15]), "ms", "9300000000000000.0", id="float-ms"),
+    pytest.param(np.array([1, 2**63], np.uint64), "ns", "9223372036854775808", id="uint64-2^63-ns"),
+    pytest.param(np.array([1, 2**40], np.uint64), "s", "1099511627776", id="uint64-s"),
+    pytest.param(
+        np.array(["2000-01-01", "3000-01-01"], dtype="datetime64[s]"), "s", "3000-01-01", id="datetime64[s]-3000"
+    ),
+    pytest.param(
+        pd.Series(np.array(["2000-01-01", "1500-01-01"], dtype="datetime64[ms]")).dt.tz_localize("UTC"),
+        "s", "1500-01-01", id="tz-aware-1500",
+    ),
+]
+
+
+@pytest.mark.parametrize("source", ["pandas", "arrow"])
+@pytest.mark.parametrize(("ts", "unit", "shown"), OUT_OF_RANGE)
+def test_timestamp_out_of_int64_ns_range(ts, unit, shown, source):
+    frame = _frame(ts)
+    events = frame if source == "pandas" else pa.Table.from_pandas(frame, preserve_index=False)
+    rule = cep_gpu.parse_rule("define X from A() as a")
+    with pytest.raises(EventError) as err:
+        cep_gpu.detect(events, rule, backend="cpu", time_unit=unit)
+    msg = str(err.value)
+    assert "column 'ts' at row 1" in msg and shown in msg and "representable range" in msg
+    if np.asarray(ts).dtype.kind in "iuf":
+        scale = {"s": 10**9, "ms": 10**6, "ns": 1}[unit]
+        assert f"to {(2**63 - 1) // scale} with time_unit='{unit}'" in msg
+    else:
+        assert "1677-09-21 00:12:43 to 2262-04-11 23:47:16 UTC" in msg
+
+
+@pytest.mark.parametrize(
+    ("ts", "unit"),
+    [
+        (np.array([9_223_372_030, 9_223_372_036], np.int64), "s"),
+        (np.array([-9_223_372_036, -9_223_372_030], np.int64), "s"),
+        (np.array([2**63 - 10**9, 2**63 - 1], np.uint64), "ns"),
+        (np.array([9.2e9, 9.2e9 + 1.5]), "s"),
+        (np.array(["2262-04-11T23:47:00", "2262-04-11T23:47:16"], dtype="datetime64[s]"), "s"),
+        (np.array(["1677-09-21T00:12:44", "1677-09-21T00:12:50"], dtype="datetime64[s]"), "s"),
+    ],
+)
+def test_timestamps_at_the_edges_of_the_range_are_kept(ts, unit, backend):
+    rule = cep_gpu.parse_rule("define AB from B() as b and each A() as a within 1 min from b")
+    events = pd.DataFrame({"type": ["A", "B"], "ts": ts})
+    out = cep_gpu.detect(events, rule, backend=backend, time_unit=unit)
+    assert id_tuples(out) == [(1, 0)]
+    assert out["ts"].iloc[0] == events["ts"].iloc[1]  # the input's value comes back unchanged
+
+
+def test_sub_nanosecond_fractions_round_to_the_nearest_ns():
+    # documented (docs/api.md, "Timestamps"): float ts are rounded to whole ns, so two events
+    # less than half a ns apart get the same timestamp and are ordered by id
+    events = pd.DataFrame({"type": ["B", "A"], "ts": [1.0 + 2e-10, 1.0], "id": [0, 1]})
+    table = cep_gpu.events.EventTable.from_pandas(events, time_unit="s")
+    assert table.ts.tolist() == [1_000_000_000, 1_000_000_000]
+    assert table.ids.tolist() == [0, 1]
+
+
+# -- items 8 and 10: duplicate columns, empty CSV, `type` as numbers, ids and ints beyond int64 ---
+
+
+@pytest.mark.parametrize("name", ["x", "ts", "type"])
+def test_duplicate_column_names_in_a_frame(name):
+    cols = ["type", "ts", "x", name]
+    df = pd.DataFrame([["A", 1.0, 1, 2 if name == "x" else ("A" if name == "type" else 1.0)]], columns=cols)
+    with pytest.raises(EventError, match=f"more than one column named '{name}'"):
+        cep_gpu.detect(df, cep_gpu.parse_rule("define X from A() as a"), backend="cpu")
+
+
+def test_empty_csv_file(tmp_path):
+    path = tmp_path / "events.csv"
+    path.write_text("")
+    with pytest.raises(EventError, match="the CSV file is empty; it needs a header row naming at least 'type'"):
+        read_table(path)
+    path.write_text("\n\n")
+    with pytest.raises(EventError, match="empty"):
+        read_table(path)
+
+
+def test_header_only_csv_gives_no_composite_events(tmp_path):
+    path = tmp_path / "events.csv"
+    path.write_text("type,ts,room\n")
+    rule = cep_gpu.parse_rule("define X(room: string) from A() as a where room = a.room")
+    for events in (read_table(path), cep_gpu.io.read_events(path)):
+        out = cep_gpu.detect(events, rule, backend="cpu")
+        assert len(out) == 0 and list(out.columns) == ["rule", "ts", "ids", "room"]
+
+
+def test_unreadable_csv_is_an_event_error(tmp_path):
+    path = tmp_path / "events.csv"
+    path.write_text("type,ts\nA,1,extra\n")
+    with pytest.raises(EventError, match="cannot read the CSV file"):
+        read_table(path)
+
+
+@pytest.mark.parametrize("source", ["pandas", "arrow"])
+@pytest.mark.parametrize(
+    ("types", "shown", "row"),
+    [([1, 2], "got 1 (int) at row 0", 0), (["A", 2], "got 2 (int) at row 1", 1), ([1.5, 1.5], "got 1.5 (float)", 0)],
+)
+def test_type_must_hold_strings(types, shown, row, source):
+    # rejected, not turned into names with str(): Spark rejects a numeric `type` column too
+    df = pd.DataFrame({"type": pd.Series(types, dtype=object if source == "pandas" else None), "ts": [1.0, 2.0]})
+    if source == "arrow":
+        if isinstance(types[0], str) != isinstance(types[1], str):
+            pytest.skip("Arrow has no column mixing strings and numbers")
+        df = pa.Table.from_pandas(df, preserve_index=False)
+    with pytest.raises(EventError, match="column 'type' must hold strings") as err:
+        cep_gpu.detect(df, cep_gpu.parse_rule("define X from A() as a"), backend="cpu")
+    assert shown in str(err.value)
+
+
+def test_categorical_and_string_dtype_types_still_accepted():
+    for types in (pd.Categorical(["A", "B"]), pd.array(["A", "B"], dtype="string")):
+        out = cep_gpu.detect(pd.DataFrame({"type": types, "ts": [1.0, 2.0]}), cep_gpu.parse_rule("define X from A() as a"))
+        assert id_tuples(out) == [(0,)]
+
+
+@pytest.mark.parametrize("source", ["pandas", "arrow"])
+@pytest.mark.parametrize("col", ["id", "x"])
+def test_uint64_beyond_int64_rejected_with_row(col, source):
+    # a uint64 of 2**63 would wrap to a negative int64: rejected on both paths with the value
+    df = pd.DataFrame({"type": ["A", "A"], "ts": [1.0, 2.0], col: np.array([1, 2**63], np.uint64)})
+    events = df if source == "pandas" else pa.Table.from_pandas(df, preserve_index=False)
+    with pytest.raises(EventError, match=f"'{col}' holds 9223372036854775808 at row 1, above the int64 maximum"):
+        cep_gpu.detect(events, cep_gpu.parse_rule("define X from A() as a"), backend="cpu")
+
+
+def test_uint64_id_up_to_int64_max_is_reported_unchanged():
+    df = pd.DataFrame({"type": ["A", "B"], "ts": [1.0, 2.0], "id": np.array([2**63 - 1, 7], np.uint64)})
+    out = cep_gpu.detect(df, cep_gpu.parse_rule("define X from B() as b and each A() as a within 5 s from b"))
+    assert id_tuples(out) == [(7, 2**63 - 1)]
+
+
+@pytest.mark.parametrize("values", [[1, 2**64], [2**63], [-(2**63) - 1, 0]])
+def test_python_int_beyond_int64_is_an_error_as_in_arrow(values):
+    n = len(values)
+    df = pd.DataFrame({"type": ["A"] * n, "ts": np.arange(n, dtype=float), "x": values})
+    rule = cep_gpu.parse_rule("define X(v: int) from A() as a where v = a.x")
+    with pytest.raises(EventError, match="'x' holds"):
+        cep_gpu.detect(df, rule, backend="cpu")
+    with pytest.raises((EventError, OverflowError, pa.ArrowInvalid)):
+        pa.table({"x": values}, schema=pa.schema([("x", pa.int64())]))  # Arrow refuses them too
+    engine = cep_gpu.Engine([rule], backend="cpu")
+    with pytest.raises(EventError, match="'x' holds"):
+        engine.publish({"type": "A", "ts": 0.0, "x": values[0] if abs(values[0]) >= 2**63 else values[-1]})
+
+
+def test_ids_print_as_python_lists(backend):
+    # docs/api.md shows `[4, 2]`; pandas alone would print the NumPy form `[4 2]`
+    events = pd.DataFrame({"type": ["A", "A", "B"], "ts": [1.0, 2.0, 3.0]})
+    rule = cep_gpu.parse_rule("define X from B() as b and each A() as a within 5 s from b")
+    out = cep_gpu.detect(events, rule, backend=backend)
+    assert isinstance(out["ids"].dtype, pd.ArrowDtype)  # still Arrow-backed list<int64>
+    text = out.to_string()
+    assert "[2, 0]" in text and "[2, 1]" in text and "[2 0]" not in text
+    assert "[2, 1]" in out[out["ids"].map(lambda i: i[1] == 1)].to_string()  # filtered frames too
+    assert "[2, 0]" in pd.concat([out, out]).to_string()
+    engine = cep_gpu.Engine([rule], backend="cpu")
+    assert "[2, 0]" in engine.publish(events).to_string()
