@@ -159,3 +159,20 @@ def test_read_table_keeps_parquet_strings_as_dictionaries(files, tmp_path):
     assert frame.where(frame.notna(), None).tolist() == events["painting"].tolist()
     with pytest.raises(EventError, match="no such file"):
         read_table(tmp_path / "missing.parquet")
+
+
+def test_explain_describes_what_run_does(files, tmp_path, capsys):
+    """Issue 11.6: explain counts the terminators run finds (Alarm's aggregate condition is no
+    static filter) and reports run's batching (unbounded unless --max-batch-latency is given)."""
+    rules, pq_path, _, events = files
+    found = cep_gpu.detect(events, MUSEUM_RULES, backend="cpu")
+    assert (found["rule"] == "Alarm").sum() > 0
+    assert main(["explain", str(rules), str(pq_path)]) == 0
+    out = capsys.readouterr().out
+    alarm = out[out.index("rule Alarm (tesla)"):]
+    assert "no terminators" not in out
+    n_vib = int(((events["type"] == "Vibration") & (events["value"] > 3.0)).sum())
+    assert f"all {n_vib} terminators in one batch" in alarm
+    assert "max batch latency unbounded" in out and "max batch latency 0" not in out
+    assert main(["explain", str(rules), str(pq_path), "--max-batch-latency", "0"]) == 0
+    assert "max batch latency 0 (one terminator per batch)" in capsys.readouterr().out
