@@ -8,8 +8,7 @@ Public API (DESIGN.md section 4)::
     engine = cep_gpu.Engine(rules, backend="auto")
 """
 
-from __future__ import annotations
-
+# (no `from __future__ import annotations` here: it would list `annotations` in dir(cep_gpu))
 from .detect import detect
 from .errors import (
     BackendUnavailableError,
@@ -45,3 +44,8 @@ def __getattr__(name: str):
 
         return Engine
     raise AttributeError(f"module 'cep_gpu' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """The public API (``Engine`` included, which is imported on first use)."""
+    return sorted(set(__all__) | {"__version__"} | {k for k in globals() if k.startswith("__")})

@@ -27,7 +27,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-import numba
 import numpy as np
 
 from .backends import Matches, register
@@ -35,6 +34,7 @@ from .codegen import RuleSpec, StepSpec, compile_numba, lower
 from .columns import Column, ColumnStore
 from .evaluate import evaluate
 from .events import EventTable
+from .jit import cached_njit
 from .model import Rule
 from .ranges import as_keys, step_keyed_ranges, step_ranges
 
@@ -408,7 +408,7 @@ class _Run:
         return np.concatenate([batch[keep]] + redone)
 
 
-@numba.njit(cache=False)
+@cached_njit
 def _accept_until(
     start, terms, term_ts, group_lo, group_hi, batch, consumed, excluded, ts, lookback, newest, accepted
 ):

@@ -58,6 +58,10 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_argument("events", nargs="?", help="optional events, for window sizes and planner decisions")
     explain.add_argument("--backend", default="auto", choices=BACKENDS)
     explain.add_argument("--time-unit", default="s")
+    explain.add_argument(
+        "--max-batch-latency", type=_latency, default=None, metavar="SECONDS",
+        help="as for run (default: unbounded, one batch per rule, which is what run does)",
+    )
     explain.set_defaults(func=cmd_explain)
 
     _add_optional(sub, "cep_gpu.benchmarks.cli", ("add_bench_parser", "add_calibrate_parser"))
@@ -145,7 +149,10 @@ def cmd_explain(args: argparse.Namespace) -> int:
     from .io import read_table
 
     rules = _read_rules(args.rules)
-    engine = Engine(rules, backend=args.backend, time_unit=args.time_unit)
+    # explain what `run` does: run is a batch call, unbounded unless --max-batch-latency is given
+    # (an Engine's own default, 0, is for streaming publish calls)
+    engine = Engine(rules, backend=args.backend, time_unit=args.time_unit,
+                    max_batch_latency=args.max_batch_latency)
     if args.events:
         print(engine.explain(read_table(args.events)))
     else:

@@ -11,7 +11,6 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
-import numba
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -20,6 +19,7 @@ from .backends import Matches, count_matches
 from .errors import EventError, RuleError
 from .evaluate import Values, evaluate
 from .events import AttributeColumn, EventTable, TimeFormat
+from .jit import cached_njit
 from .model import (
     SELF,
     Aggregate,
@@ -206,7 +206,7 @@ def composite_events(rule: Rule, table: EventTable, matches: Matches) -> RuleRes
     return RuleResult(rule, ts, ids, attrs)
 
 
-@numba.njit(cache=False)
+@cached_njit
 def _sorted_by_ts_ids(ts, ids):
     """Whether rows are in (ts, ids...) lexicographic order (one pass, no temporaries)."""
     for i in range(1, ts.shape[0]):

@@ -53,7 +53,7 @@ from .backends import Backend, Matches, count_matches, get_backend, register
 from .columns import filter_rows, type_rows
 from .errors import BackendUnavailableError, CepError
 from .events import EventTable
-from .model import Attr, Compare, Plan, Rule, static_conditions, step_checks
+from .model import AggValue, Attr, Compare, Plan, Rule, static_conditions, step_checks, walk
 
 FEATURES = ("launches", "terminators", "events", "pairs", "matches", "outputs")
 PROFILE_FORMAT = "cep-gpu-profile/1"
@@ -238,6 +238,8 @@ def _column_rows(
     """Rows of ``event_type`` in ``[lo, hi)`` that pass the static filters of predicate ``pred``."""
     rows = type_rows(table, event_type, lo, len(table) if hi is None else hi)
     for ci in static_conditions(rule, pred):
+        if any(isinstance(node, AggValue) for node in walk(rule.conditions[ci])):
+            continue  # an aggregate's value is known only once its span is bound: an upper bound
         try:
             rows = filter_rows(table, rows, (rule.conditions[ci],), pred, rule.n_predicates)
         except (KeyError, IndexError, TypeError):  # cannot evaluate here: do not filter (upper bound)

@@ -14,6 +14,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from .jit import cached_njit
+
 #: The smallest timestamp (a window with no lower bound).
 MIN_TS = np.iinfo(np.int64).min
 
@@ -230,8 +232,8 @@ def _step_keyed_ranges(
 
 _KERNELS = {
     par: (
-        numba.njit(cache=False, parallel=par)(_step_ranges),
-        numba.njit(cache=False, parallel=par)(_step_keyed_ranges),
+        cached_njit(_step_ranges, "parallel" if par else "serial", parallel=par),
+        cached_njit(_step_keyed_ranges, "parallel" if par else "serial", parallel=par),
     )
     for par in (False, True)
 }

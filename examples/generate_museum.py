@@ -18,7 +18,11 @@ def main() -> None:
     ap.add_argument("out", help="output file (.parquet or .csv)")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
-    table = pa.Table.from_pandas(generate_museum(args.n_events, seed=args.seed), preserve_index=False)
+    events = generate_museum(args.n_events, seed=args.seed)
+    # microseconds: the finest timestamp Spark reads from Parquet (`cep-gpu spark`), and what
+    # `cep-gpu run` then reads from the same file
+    events["ts"] = events["ts"].dt.floor("us").astype("datetime64[us]")
+    table = pa.Table.from_pandas(events, preserve_index=False)
     if args.out.endswith(".csv"):
         pacsv.write_csv(table, args.out)
     else:

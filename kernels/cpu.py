@@ -142,13 +142,34 @@ def _pairs(seqs, lo, hi, cand, excl, use_excl, valid, env, trivial):
     if not trivial and total:
         sel = np.flatnonzero(mask)
         sub = np.empty(len(sel), np.bool_)
-        _pair_mask_nb(valid, seqs, pair_seq[sel], rows[sel], env, sub)
+        _launch("_pair_mask", 0, valid, seqs, pair_seq[sel], rows[sel], env, sub)
         mask[sel] = sub
     return pair_seq, rows, mask
 
 
-def _kernels(work: int) -> dict:
-    return _PARALLEL if work >= PARALLEL_WORK else _SERIAL
+#: id(valid) -> (valid, {(kernel name, parallel): a compiled wrapper without the valid argument}),
+#: registered by the on-disk kernel cache (cep_gpu.codegen.cache): the same kernels, specialised
+#: to one rule function in a file, which Numba can cache across processes
+_SPECIALISED: dict[int, tuple[object, dict]] = {}
+
+
+def specialise(valid, table: dict) -> None:
+    """Route calls of the generic kernels with ``valid`` to ``table[(name, parallel)]``."""
+    if len(_SPECIALISED) >= 16384:  # bounded, like the codegen cache that feeds it
+        _SPECIALISED.clear()
+    _SPECIALISED[id(valid)] = (valid, table)
+
+
+def _launch(name: str, work: int, valid, *args) -> None:
+    """Run generic kernel ``name`` (serial or parallel by ``work``) with ``valid``."""
+    parallel = work >= PARALLEL_WORK and name != "_pair_mask"
+    own = _SPECIALISED.get(id(valid))
+    if own is not None and own[0] is valid:
+        own[1][(name, parallel)](*args)
+    elif name == "_pair_mask":
+        _pair_mask_nb(valid, *args)
+    else:
+        (_PARALLEL if parallel else _SERIAL)[name](valid, *args)
 
 
 def _valid_counts(valid, seqs, lo, hi, cand, excl, use_excl, env, trivial: bool, work: int) -> np.ndarray:
@@ -156,7 +177,7 @@ def _valid_counts(valid, seqs, lo, hi, cand, excl, use_excl, env, trivial: bool,
     if trivial and not use_excl:
         return hi - lo
     counts = np.empty(len(seqs), np.int64)
-    _kernels(work)["_each_count"](valid, seqs, lo, hi, cand, excl, use_excl, env, counts)
+    _launch("_each_count", work, valid, seqs, lo, hi, cand, excl, use_excl, env, counts)
     return counts
 
 
@@ -178,7 +199,7 @@ def combine_each(valid, seqs, lo, hi, cand, pred, excl, use_excl, env, trivial: 
     out = np.empty((int(counts.sum()), seqs.shape[1]), np.int64)
     if len(out):
         check = not (trivial and not use_excl)
-        _kernels(work)["_each_fill"](valid, seqs, lo, hi, cand, excl, use_excl, env, check, offsets, pred, out)
+        _launch("_each_fill", work, valid, seqs, lo, hi, cand, excl, use_excl, env, check, offsets, pred, out)
     return out
 
 
@@ -206,7 +227,7 @@ def combine_select(valid, seqs, lo, hi, cand, excl, use_excl, env, last: bool) -
                 edge = np.r_[s[1:] != s[:-1], True] if last else np.r_[True, s[1:] != s[:-1]]
                 chosen[s[edge]] = r[edge]
             return chosen
-        _kernels(work)["_select"](valid, seqs, lo, hi, cand, excl, use_excl, env, last, chosen)
+        _launch("_select", work, valid, seqs, lo, hi, cand, excl, use_excl, env, last, chosen)
     return chosen
 
 
@@ -214,5 +235,5 @@ def compute_aggregates(aggs_all, seqs, env, n_aggregates: int) -> np.ndarray:
     """(n, n_aggregates) float64 aggregate values of complete sequences (NaN = null)."""
     out = np.full((len(seqs), n_aggregates), np.nan)
     if len(seqs) and n_aggregates:
-        _kernels(len(seqs) * 64)["_aggregates"](aggs_all, seqs, env, out)
+        _launch("_aggregates", len(seqs) * 64, aggs_all, seqs, env, out)
     return out

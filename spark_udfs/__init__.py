@@ -6,15 +6,22 @@ the configuration of RAPIDS-enabled (GPU) executors.
 
 from __future__ import annotations
 
-from .batch import detect_spark, plan_job
 from .rapids import rapids_conf, task_gpu, use_task_gpu
 
 __all__ = ["detect_spark", "detect_stream", "plan_job", "rapids_conf", "task_gpu", "use_task_gpu"]
 
+# imported on first use: they pull in pyspark, which `cep-gpu --help` and `cep-gpu run` (whose
+# parser lists the spark subcommand) should not pay for
+_LAZY = {"detect_spark": "batch", "plan_job": "batch", "detect_stream": "stream"}
+
 
 def __getattr__(name: str):
-    if name == "detect_stream":  # streaming pulls in more of pyspark; import on first use
-        from .stream import detect_stream
+    if name in _LAZY:
+        import importlib
 
-        return detect_stream
+        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
     raise AttributeError(f"module 'cep_gpu.spark_udfs' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

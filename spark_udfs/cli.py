@@ -17,7 +17,8 @@ def add_spark_parser(sub) -> argparse.ArgumentParser:
     """Register ``spark`` on the ``cep-gpu`` subparsers (called by ``cep_gpu.cli``)."""
     p = sub.add_parser("spark", help="run the detection as a Spark job (Parquet in, Parquet out)")
     p.add_argument("rules", help="rule file (TESLA or SEQ patterns)")
-    p.add_argument("events", help="Parquet events: a file or a directory, local or a URI Spark reads (s3a://...)")
+    p.add_argument("events", help="Parquet events: a file or a directory, local or a URI Spark reads (s3a://...); "
+                   "a local CSV file, or local Parquet with nanosecond timestamps, is converted first")
     p.add_argument("--master", default="local[2]", help="Spark master URL (default: local[2])")
     p.add_argument("--out", required=True, help="output directory (composite_events.parquet, detections.png)")
     p.add_argument("--backend", default="auto", choices=BACKENDS, help="engine backend inside the tasks")
@@ -44,6 +45,62 @@ def parse_conf(items: list[str]) -> dict[str, str]:
     return conf
 
 
+NANOS_HINT = (
+    "Spark reads Parquet timestamps in microseconds, not nanoseconds: write the file with "
+    "pyarrow.parquet.write_table(table, path, coerce_timestamps='us') (or as a local file, which "
+    "cep-gpu spark converts)"
+)
+
+
+def spark_readable(events: str, out_dir: Path) -> str:
+    """``events`` as a Parquet path Spark can read.
+
+    Spark reads neither nanosecond Parquet timestamps (pandas' default) nor, through this command,
+    CSV. A local CSV file, or local Parquet with ``timestamp[ns]`` columns, is converted once with
+    pyarrow to ``out_dir/input_events_us.parquet``, with every timestamp in microseconds; it is removed after the job.
+    Sub-microsecond timestamps cannot be kept and are an :class:`~cep_gpu.errors.EventError`
+    (give ``ts`` as numbers with ``--time-unit`` instead). URIs other than ``file://`` go to Spark
+    as given.
+    """
+    import pyarrow as pa
+
+    from cep_gpu.errors import EventError
+    from cep_gpu.io import read_table
+
+    local = events[len("file://"):] if events.startswith("file://") else events
+    if "://" in local:
+        return events
+    path = Path(local)
+    is_csv = path.is_file() and path.suffix.lower() in (".csv", ".txt")
+    if not is_csv:
+        import pyarrow.parquet as pq
+
+        try:
+            schema = pq.ParquetDataset(path).schema
+        except (pa.ArrowInvalid, OSError) as err:
+            raise EventError(f"{events}: not a Parquet file or directory ({err})") from None
+        if not any(pa.types.is_timestamp(f.type) and f.type.unit == "ns" for f in schema):
+            return events
+    table = read_table(path)
+    for f in table.schema:
+        if pa.types.is_timestamp(f.type) and f.type.unit == "ns":
+            try:
+                col = table.column(f.name).cast(pa.timestamp("us", f.type.tz))
+            except pa.ArrowInvalid:
+                raise EventError(
+                    f"{events}: column {f.name!r} has timestamps finer than a microsecond, which "
+                    "Spark cannot hold; round them to microseconds, or give ts as numbers with "
+                    "--time-unit"
+                ) from None
+            table = table.set_column(table.schema.get_field_index(f.name), f.name, col)
+    import pyarrow.parquet as pq
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    target = out_dir / "input_events_us.parquet"
+    pq.write_table(table, target)
+    return str(target)
+
+
 def spark_main(args: argparse.Namespace) -> int:
     """Run the job described by the parsed ``args``; returns the exit status."""
     from rich.console import Console
@@ -58,23 +115,32 @@ def spark_main(args: argparse.Namespace) -> int:
     if not rules_path.exists():
         raise FileNotFoundError(f"{rules_path}: no such rule file")
     if "://" not in events_path and not Path(events_path).exists():  # URIs: Spark checks them
-        raise EventError(f"{events_path}: no such Parquet file or directory")
+        raise EventError(f"{events_path}: no such Parquet/CSV file or directory")
     rules = parse_rules(rules_path.read_text())
     conf = rapids_conf() if args.rapids else {}
     conf.update(parse_conf(args.conf))
+    readable = spark_readable(events_path, Path(args.out))
     spark = session(args.master, "cep-gpu spark", conf)
-    result = run_job(
-        spark,
-        events_path,
-        rules,
-        args.out,
-        backend=args.backend,
-        partition_by=args.partition_by,
-        num_slices=args.slices,
-        slicing=args.slicing,
-        time_unit=args.time_unit,
-        plot=not args.no_plot,
-    )
+    try:
+        result = run_job(
+            spark,
+            readable,
+            rules,
+            args.out,
+            backend=args.backend,
+            partition_by=args.partition_by,
+            num_slices=args.slices,
+            slicing=args.slicing,
+            time_unit=args.time_unit,
+            plot=not args.no_plot,
+        )
+    except Exception as err:  # Spark's own reader errors come as long Py4J traces: one line instead
+        if "TIMESTAMP(NANOS" in str(err) or "PARQUET_TYPE_ILLEGAL" in str(err):
+            raise EventError(f"{events_path}: {NANOS_HINT}") from None
+        raise
+    finally:
+        if readable != events_path:
+            Path(readable).unlink(missing_ok=True)
     console = Console()
     console.print(summary_table(result))
     console.print(f"plan: {result.plan}", soft_wrap=True)

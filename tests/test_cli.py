@@ -159,3 +159,127 @@ def test_read_table_keeps_parquet_strings_as_dictionaries(files, tmp_path):
     assert frame.where(frame.notna(), None).tolist() == events["painting"].tolist()
     with pytest.raises(EventError, match="no such file"):
         read_table(tmp_path / "missing.parquet")
+
+
+def test_explain_describes_what_run_does(files, tmp_path, capsys):
+    """Issue 11.6: explain counts the terminators run finds (Alarm's aggregate condition is no
+    static filter) and reports run's batching (unbounded unless --max-batch-latency is given)."""
+    rules, pq_path, _, events = files
+    found = cep_gpu.detect(events, MUSEUM_RULES, backend="cpu")
+    assert (found["rule"] == "Alarm").sum() > 0
+    assert main(["explain", str(rules), str(pq_path)]) == 0
+    out = capsys.readouterr().out
+    alarm = out[out.index("rule Alarm (tesla)"):]
+    assert "no terminators" not in out
+    n_vib = int(((events["type"] == "Vibration") & (events["value"] > 3.0)).sum())
+    assert f"all {n_vib} terminators in one batch" in alarm
+    assert "max batch latency unbounded" in out and "max batch latency 0" not in out
+    assert main(["explain", str(rules), str(pq_path), "--max-batch-latency", "0"]) == 0
+    assert "max batch latency 0 (one terminator per batch)" in capsys.readouterr().out
+
+
+def test_bench_bad_numbers_are_one_line_errors(capsys):
+    """Issue 11.8: negative sizes, zero repetitions, bad policies: a usage error, no traceback."""
+    for argv, option in ((["bench", "museum", "--sizes", "-5"], "--sizes"),
+                         (["bench", "seq3", "--sizes", "100,abc"], "--sizes"),
+                         (["bench", "seq3", "--sizes", "nan"], "--sizes"),
+                         (["bench", "seq3", "--repeat", "0"], "--repeat"),
+                         (["bench", "seq3", "--events", "-1"], "--events"),
+                         (["bench", "seq3", "--warmup", "-1"], "--warmup")):
+        with pytest.raises(SystemExit) as exc:
+            main(argv)
+        assert exc.value.code == 2
+        err = capsys.readouterr().err
+        assert f"argument {option}:" in err and "Traceback" not in err
+    assert main(["bench", "rules1000", "--sizes", "1"]) == 2
+    assert "chain lengths must be >= 2" in capsys.readouterr().err
+    assert main(["bench", "seq3", "--policy", "each,sometimes"]) == 2
+    assert "'sometimes'" in capsys.readouterr().err
+
+
+def test_bench_summary_keeps_brackets_of_pip_hints():
+    """Issue 11.10: rich markup must not eat ``[gpu]`` in ``pip install 'cep-gpu[gpu]'``."""
+    import io
+
+    from rich.console import Console
+
+    from cep_gpu.benchmarks.cli import print_summary
+
+    machine = {"cpu_model": "x", "cores": 1, "gpu": None}
+    reason = "not measured: backend 'gpu' needs CuPy (pip install 'cep-gpu[gpu]')"
+    run = {"workload": "seq3", "machine": machine,
+           "results": [{"policy": "each", "size": 100, "backend": "gpu", "status": "not measured",
+                        "reason": reason}]}
+    buf = io.StringIO()
+    print_summary(run, Console(file=buf, width=200))
+    assert "cep-gpu[gpu]" in buf.getvalue()
+
+
+def test_dir_lists_the_public_api():
+    """Issue 11.10: ``dir(cep_gpu)`` shows Engine (imported lazily) and not ``annotations``."""
+    names = dir(cep_gpu)
+    assert "Engine" in names and "detect" in names and "annotations" not in names
+    assert set(cep_gpu.__all__) <= set(names)
+
+
+def test_derived_gpu_note_states_the_crossover_it_gives(monkeypatch):
+    """Issue 11.10: the profile note and the printed crossover agree, also when the launch
+    overhead is floored (a fast CPU fit), which moves the crossover past the window aimed at."""
+    from cep_gpu import planner as pl
+    from cep_gpu.benchmarks import calibrate as cal
+
+    # features grow with the window (synthetic, so that the test needs no generated input)
+    def features(window_ms, policy, n_events=0, seed=0):
+        return {**dict.fromkeys(pl.FEATURES, 0.0), "launches": 1.0, "pairs": window_ms * 10.0}
+
+    monkeypatch.setattr(cal, "seq3_launch_features", features)
+    zero = dict.fromkeys(pl.FEATURES, 0.0)
+    aimed = cal.CROSSOVER_WINDOW_MS
+    # slow enough: the GPU wins from the window aimed at
+    gpu, meta = cal.derive_gpu({**zero, "launches": 1e-6, "pairs": 1e-9})
+    each = meta["seq3_crossover_window_ms"]["each"]
+    assert abs(each - aimed) <= 0.01 * aimed  # the grid's nearest window
+    assert "floored" not in meta["gpu_source"] and f"wins from {each} ms" in meta["gpu_source"]
+    # so fast that the overhead is floored: the note says where the GPU now wins
+    gpu, meta = cal.derive_gpu({**zero, "launches": 1e-6, "pairs": 1e-12})
+    each = meta["seq3_crossover_window_ms"]["each"]
+    assert each is None or each > aimed
+    assert "floored at 5 us" in meta["gpu_source"]
+    assert (f"wins from {each} ms" if each else "no window up to 40000 ms") in meta["gpu_source"]
+
+
+def test_spark_input_is_made_readable_for_spark(tmp_path):
+    """Issue 11.7: `cep-gpu spark` converts local CSV and nanosecond Parquet to microsecond
+    Parquet (what Spark reads), refuses sub-microsecond times in one line, and leaves µs Parquet
+    and URIs alone; the generator writes µs timestamps."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    pytest.importorskip("pyspark")
+    from cep_gpu.errors import EventError
+    from spark_udfs.cli import spark_readable
+
+    events = generate_museum(500, seed=4)
+    events["ts"] = events["ts"].dt.floor("us")
+    ns_path, csv_path = tmp_path / "ns.parquet", tmp_path / "ev.csv"
+    events.to_parquet(ns_path, index=False)  # pandas writes timestamp[ns]
+    assert str(pq.read_schema(ns_path).field("ts").type) == "timestamp[ns]"
+    events.to_csv(csv_path, index=False)
+    out = tmp_path / "out"
+    for src in (ns_path, csv_path):
+        got = spark_readable(str(src), out)
+        assert got != str(src) and Path(got).parent == out
+        table = pq.read_table(got)
+        assert str(table.schema.field("ts").type) == "timestamp[us]"
+        assert table.column("ts").to_pandas().astype("datetime64[ns]").tolist() == events["ts"].tolist()
+    assert spark_readable("s3a://bucket/events", out) == "s3a://bucket/events"
+    fine = generate_museum(50, seed=4)  # nanosecond times
+    fine.to_parquet(tmp_path / "fine.parquet", index=False)
+    with pytest.raises(EventError, match="finer than a microsecond.*--time-unit"):
+        spark_readable(str(tmp_path / "fine.parquet"), out)
+    script = Path(__file__).resolve().parents[1] / "examples" / "generate_museum.py"
+    gen = tmp_path / "gen.parquet"
+    subprocess.run([sys.executable, str(script), "300", str(gen)], check=True, capture_output=True)
+    assert str(pq.read_schema(gen).field("ts").type) == "timestamp[us]"
+    assert spark_readable(str(gen), out) == str(gen)

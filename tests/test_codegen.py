@@ -164,3 +164,87 @@ def test_aggregate_conditions_are_kernel_checks_not_filters():
     )
     spec = lower(rule)
     assert spec.filters == ((),) and spec.plans[0].steps[0].conditions == (0,)
+
+
+# -- the on-disk kernel cache (issue 11, cold start) ---------------------------------------------
+
+_CHILD = r'''
+import json, sys
+import numpy as np, pandas as pd
+import cep_gpu
+from cep_gpu.kernels import cpu
+
+rule = sys.argv[1]
+rng = np.random.default_rng(5)
+n = 3000
+events = pd.DataFrame({"type": rng.choice(["A", "B"], n), "ts": np.arange(n) * 0.01,
+                       "k": rng.integers(0, 5, n), "v": rng.random(n)})
+out = cep_gpu.detect(events, rule, backend="cpu")
+hits = misses = 0
+for _, table in cpu._SPECIALISED.values():
+    for disp in table.values():
+        hits += sum(disp.stats.cache_hits.values())
+        misses += sum(disp.stats.cache_misses.values())
+print(json.dumps({"hits": hits, "misses": misses, "rows": [list(map(int, x)) for x in out["ids"]]}))
+'''
+
+_RULE = """define P
+pattern SEQ(A a, B b)
+where a.k = b.k and a.v < b.v
+within {w} s"""
+
+
+def _child(tmp_path, rule: str) -> dict:
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "CEP_GPU_CACHE_DIR": str(tmp_path / "kernels")}
+    done = subprocess.run([sys.executable, "-c", _CHILD, rule], env=env, capture_output=True,
+                          text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_kernel_cache_is_hit_in_a_second_process_and_keyed_by_rule(tmp_path):
+    import cep_gpu
+
+    first = _child(tmp_path, _RULE.format(w=1))
+    assert first["misses"] > 0 and first["hits"] == 0 and first["rows"]
+    files = sorted((tmp_path / "kernels").glob("k_*.py"))
+    assert files and list((tmp_path / "kernels" / "__pycache__").glob("k_*.nbi"))
+    second = _child(tmp_path, _RULE.format(w=1))
+    assert second["hits"] > 0 and second["misses"] == 0  # loaded, not compiled
+    assert second["rows"] == first["rows"]
+    # a different rule: new code, a new file, compiled again
+    other = _child(tmp_path, _RULE.format(w=1).replace("a.v < b.v", "a.v > b.v"))
+    assert other["misses"] > 0 and other["hits"] == 0
+    assert len(sorted((tmp_path / "kernels").glob("k_*.py"))) > len(files)
+    # results equal the reference matcher
+    import numpy as np
+    import pandas as pd
+
+    rng = np.random.default_rng(5)
+    n = 3000
+    events = pd.DataFrame({"type": rng.choice(["A", "B"], n), "ts": np.arange(n) * 0.01,
+                           "k": rng.integers(0, 5, n), "v": rng.random(n)})
+    ref = cep_gpu.detect(events, _RULE.format(w=1), backend="reference")
+    assert [list(map(int, x)) for x in ref["ids"]] == second["rows"]
+
+
+def test_kernel_cache_dir_setting(tmp_path, monkeypatch):
+    from cep_gpu.codegen.cache import kernel_file
+    from cep_gpu.jit import cache_dir
+
+    monkeypatch.setenv("CEP_GPU_CACHE_DIR", str(tmp_path / "k"))
+    assert cache_dir() == tmp_path / "k"
+    path, name = kernel_file("x = 1\n")
+    assert path.parent == tmp_path / "k" and path.read_text() == "x = 1\n" and name.startswith("cep_gpu_kernels_")
+    assert kernel_file("x = 2\n")[0] != path  # keyed by the source
+    path.write_text("damaged")
+    assert kernel_file("x = 1\n")[0].read_text() == "x = 1\n"  # rewritten, never run as found
+    monkeypatch.setenv("CEP_GPU_CACHE_DIR", "off")
+    assert cache_dir() is None and kernel_file("x = 1\n") is None
+    monkeypatch.delenv("CEP_GPU_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache_dir() == tmp_path / "xdg" / "cep-gpu" / "kernels"

@@ -32,10 +32,29 @@ with one panel per policy.
 
 
 def _int_list(text: str) -> list[int]:
+    """``--sizes``: comma-separated whole numbers >= 1 (``1e5`` is accepted)."""
     try:
-        return [int(float(x)) for x in text.replace(" ", "").split(",") if x]
+        values = [float(x) for x in text.replace(" ", "").split(",") if x]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+        values = None
+    if not values or any(not (v >= 1 and v == int(v)) for v in values):  # also rejects nan, inf
+        raise argparse.ArgumentTypeError(f"expected comma-separated whole numbers >= 1, got {text!r}")
+    return [int(v) for v in values]
+
+
+def _at_least(low: int):
+    """An argparse type: an integer >= ``low``."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < low:
+            raise argparse.ArgumentTypeError(f"expected a whole number >= {low}, got {text!r}")
+        return value
+
+    parse.__name__ = f"integer >= {low}"
+    return parse
 
 
 def _name_list(text: str) -> list[str]:
@@ -68,10 +87,10 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--policy", type=_name_list, default=["each", "last"],
                    help="seq3 and rules1000: each,last (default both; first also accepted); "
                         "ignored for museum")
-    p.add_argument("--events", type=int, help="events per input (seq3: 200000, fewer for large each "
+    p.add_argument("--events", type=_at_least(1), help="events per input (seq3: 200000, fewer for large each "
                                                "windows; rules1000: 200000; museum: --sizes)")
-    p.add_argument("--repeat", type=int, default=3, help="measured repetitions (default 3)")
-    p.add_argument("--warmup", type=int, default=1, help="unmeasured warm-up runs (default 1)")
+    p.add_argument("--repeat", type=_at_least(1), default=3, help="measured repetitions (default 3)")
+    p.add_argument("--warmup", type=_at_least(0), default=1, help="unmeasured warm-up runs (default 1)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--output", choices=["count", "arrow"], default="count",
                    help="count composite events only, or also build the Arrow output")
@@ -92,7 +111,7 @@ def add_calibrate_parser(subparsers) -> argparse.ArgumentParser:
     )
     p.add_argument("--out", help=f"profile path (default: {user_profile_path()})")
     p.add_argument("--quick", action="store_true", help="fewer, smaller inputs (about 10 s)")
-    p.add_argument("--events", type=int, default=60_000, help="events per calibration input")
+    p.add_argument("--events", type=_at_least(1000), default=60_000, help="events per calibration input")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=calibrate_main)
     return p
@@ -115,9 +134,18 @@ def bench_main(args: argparse.Namespace) -> int:
     try:
         check_backends(backends)
     except ValueError as exc:
-        console.print(f"cep-gpu bench: {exc}", highlight=False)
+        console.print(f"cep-gpu bench: {exc}", highlight=False, markup=False)
         return 2
     sizes = args.sizes or list(DEFAULT_SIZES[args.workload])
+    problem = None
+    bad_policies = [x for x in args.policy if x not in ("each", "last", "first")]
+    if bad_policies and args.workload != "museum":
+        problem = f"--policy: expected each, last or first, got {', '.join(map(repr, bad_policies))}"
+    elif args.workload == "rules1000" and min(sizes) < 2:
+        problem = f"--sizes: rules1000 chain lengths must be >= 2, got {min(sizes)}"
+    if problem:  # checked here so that no run starts and fails half-way with a traceback
+        console.print(f"cep-gpu bench: {problem}", highlight=False, markup=False)
+        return 2
     policies = args.policy if args.workload != "museum" else ["rules"]
     total = len(backends) * len(sizes) * len(policies)
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
@@ -171,7 +199,7 @@ def print_summary(run: dict, console=None) -> None:
     console.print(table)
     reasons = sorted({f"{r['backend']}: {r.get('reason', '')}" for r in run["results"] if r["status"] != "ok"})
     for line in reasons:
-        console.print(f"  {line}", highlight=False)
+        console.print(f"  {line}", highlight=False, markup=False)  # keeps [gpu] of pip hints
 
 
 def calibrate_main(args: argparse.Namespace) -> int:
@@ -189,8 +217,12 @@ def calibrate_main(args: argparse.Namespace) -> int:
     for dev in ("cpu", "gpu"):
         coefs = ", ".join(f"{k}={v:.3g}" for k, v in (prof.cpu if dev == "cpu" else prof.gpu).items())
         console.print(f"{dev}: {coefs}")
-    console.print(f"cpu: {prof.meta.get('cpu_source')}; gpu: {prof.meta.get('gpu_source')}")
-    console.print(f"seq3 crossover (window ms): {prof.meta.get('seq3_crossover_window_ms')}")
+    console.print(f"cpu: {prof.meta.get('cpu_source')}; gpu: {prof.meta.get('gpu_source')}",
+                  highlight=False, markup=False)
+    cross = prof.meta.get("seq3_crossover_window_ms") or {}
+    console.print("seq3 crossover (smallest window from which the GPU is chosen): " + ", ".join(
+        f"{pol} {'never (up to 40000 ms)' if w is None else f'{w} ms'}" for pol, w in cross.items()),
+        highlight=False, markup=False)
     console.print(f"profile -> {out}")
     return 0
 

@@ -15,6 +15,7 @@ import numba
 import numpy as np
 
 from ..kernels.cpu import lower_bound, upper_bound
+from . import cache
 from .numba_src import CodegenError, check_source, emit_source
 from .spec import KeySpec, Layout, PlanSpec, RuleSpec, StepSpec, lower
 
@@ -70,7 +71,18 @@ def compile_numba(spec: RuleSpec, kinds: dict[str, str | None]) -> NumbaKernels:
         "lower_bound": lower_bound,
         "upper_bound": upper_bound,
     }
-    exec(compile(source, f"<cep_gpu kernels {key[:12]}>", "exec"), namespace)  # noqa: S102
+    names = [f"valid_{p}_{s.step}" for p, plan in enumerate(spec.plans) for s in plan.steps]
+    # the checked source, cached on disk (see .cache): its functions and the generic kernels'
+    # wrappers for each of them (trusted template text, names only from the checked source)
+    full = "\n\n".join((
+        source,  # (its functions are compiled into the cached wrappers that call them)
+        cache.wrapper_source(names, cache.STEP_KERNELS),
+        cache.wrapper_source(["aggs_all"], cache.AGG_KERNELS),
+    )) + "\n"
+    namespace = cache.load_kernels(full, f"<cep_gpu kernels {key[:12]}>", namespace)
+    cache.specialise_all(namespace, names, cache.STEP_KERNELS)
+    cache.specialise_all(namespace, ["aggs_all"], cache.AGG_KERNELS)
+    cache.specialise_trivial()
     valid = [
         [namespace[f"valid_{p}_{s.step}"] for s in plan.steps] for p, plan in enumerate(spec.plans)
     ]
