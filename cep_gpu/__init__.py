@@ -12,8 +12,10 @@ from __future__ import annotations
 
 from .detect import detect
 from .errors import (
+    ArgumentError,
     BackendUnavailableError,
     CepError,
+    EngineClosedError,
     EventError,
     LateEventError,
     RuleError,
@@ -25,9 +27,11 @@ from .model import Rule
 __version__ = "0.1.0"
 
 __all__ = [
+    "ArgumentError",
     "BackendUnavailableError",
     "CepError",
     "Engine",
+    "EngineClosedError",
     "EventError",
     "LateEventError",
     "Rule",

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import datetime
 import logging
+import math
+import numbers
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -34,7 +36,7 @@ from .detect import (
     in_time_units,
     rule_order,
 )
-from .errors import EventError, LateEventError
+from .errors import ArgumentError, EngineClosedError, EventError, LateEventError
 from .events import _UNIT_NS, EventTable, StringDictionary, TimeFormat
 from .model import (
     SELF,
@@ -128,13 +130,20 @@ class Engine:
     ) -> None:
         from .planner import backend_for, check_max_batch_latency
 
-        if time_unit not in _UNIT_NS:
-            raise EventError(f"unknown time_unit {time_unit!r}; use one of {sorted(_UNIT_NS)}")
+        if not isinstance(time_unit, str) or time_unit not in _UNIT_NS:
+            raise ArgumentError(f"time_unit: unknown unit {time_unit!r}; use one of {sorted(_UNIT_NS)}")
+        if not isinstance(backend, str):
+            raise ArgumentError(f"backend must be a backend name (a str), got {backend!r}")
+        if on_late is not None and not callable(on_late):
+            raise ArgumentError(f"on_late must be callable or None, got {on_late!r}")
         self.rules: list[Rule] = as_rules(rules)
         self.backend_name = backend
         # an engine of its own for "auto" (its setting and its statistics), shared for the others
         self._backend = backend_for(backend, max_batch_latency, private=True)
         self.max_batch_latency = check_max_batch_latency(max_batch_latency)
+        self._closed = False  # set by flush(): the input has ended
+        self._callback_errors: list[dict] = []  # the last 100 callbacks that raised
+        self._n_callback_errors = 0
         self._backend_calls = 0
         self._backend_seconds = 0.0
         self._order = rule_order(self.rules)
@@ -183,7 +192,11 @@ class Engine:
         be older than an event of an earlier ``publish`` (see ``allowed_lateness``). Events
         without an ``id`` get their position in the whole stream, as batch ``detect`` would.
         Returns the new composite events in the output layout of :func:`cep_gpu.detect`.
+
+        Raises :class:`~cep_gpu.EngineClosedError` after :meth:`flush`: a match that ``flush``
+        released (trailing ``NOT``) could no longer be withdrawn by a later event.
         """
+        self._check_open("publish")
         new, n_rows = self._ingest(events)
         if self._lateness is None:
             if self._newest is not None and len(new) and new.ts[0] < self._newest:
@@ -201,7 +214,14 @@ class Engine:
 
     def flush(self) -> pd.DataFrame:
         """End of input: release buffered late events and the matches held back by trailing
-        negations; returns the composite events this produces."""
+        negations; returns the composite events this produces.
+
+        ``flush`` ends the input: a later :meth:`publish` raises
+        :class:`~cep_gpu.EngineClosedError`; a second ``flush`` returns no rows.
+        """
+        if self._closed:
+            return self._output([])
+        self._closed = True
         released = self._late_buffer
         self._late_buffer = None
         return self._process(released, final=True)
@@ -210,10 +230,17 @@ class Engine:
         """Call ``callback(list of composite events as dicts)`` whenever ``rule_name`` produces some.
 
         Each dict has ``rule``, ``ts``, ``ids`` (a tuple) and the rule's attributes.
+
+        A callback that raises does not abort :meth:`publish`: the exception is logged (logger
+        ``cep_gpu.engine``), counted in ``stats()["callback_errors"]`` and kept (the last 100) in
+        ``stats()["callback_error_list"]``; the other callbacks still run and ``publish`` still
+        returns every composite event.
         """
         names = {r.name for r in self.rules}
-        if rule_name not in names:
-            raise ValueError(f"no rule named {rule_name!r}; rules: {sorted(names)}")
+        if not isinstance(rule_name, str) or rule_name not in names:
+            raise ArgumentError(f"subscribe: no rule named {rule_name!r}; rules: {sorted(names)}")
+        if not callable(callback):
+            raise ArgumentError(f"subscribe: callback must be callable, got {callback!r}")
         self._subscribers.setdefault(rule_name, []).append(callback)
 
     def stats(self) -> dict:
@@ -238,6 +265,9 @@ class Engine:
             "backend_calls": self._backend_calls,
             "backend_seconds": self._backend_seconds,
             "backend_stats": own() if callable(own) else None,
+            "callback_errors": self._n_callback_errors,
+            "callback_error_list": list(self._callback_errors),
+            "closed": self._closed,
         }
 
     def explain(self, events=None) -> str:
@@ -287,7 +317,7 @@ class Engine:
             bad = {k: v for k, v in events.items()
                    if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0}
             if bad:
-                raise ValueError(
+                raise ArgumentError(
                     "explain(events): a mapping must give events per second for each event type "
                     f"(numbers >= 0), got {bad}; pass sample events as a DataFrame"
                 )
@@ -375,7 +405,7 @@ class Engine:
                 "it is reported, not processed", rec, self._fmt_ts(self._newest)
             )
         if self._on_late is not None:
-            self._on_late(records)
+            self._call(self._on_late, records, "late events")
 
     # -- processing -------------------------------------------------------------------------------
 
@@ -470,7 +500,26 @@ class Engine:
                 continue
             records = composite_records(part)
             for cb in callbacks:
-                cb(records)
+                self._call(cb, records, name)
+
+    def _call(self, callback: Callable, records: list[dict], what: str) -> None:
+        """Run a user callback; an exception it raises is reported, never propagated, so that
+        the engine's state (already advanced) and the other callbacks are not affected."""
+        try:
+            callback(records)
+        except Exception as exc:  # noqa: BLE001 - user code: isolate whatever it raises
+            self._n_callback_errors += 1
+            self._callback_errors.append({"callback": callback, "for": what, "error": exc})
+            del self._callback_errors[:-100]
+            log.exception("callback %r for %s raised; publish goes on", callback, what)
+
+    def _check_open(self, what: str) -> None:
+        if self._closed:
+            raise EngineClosedError(
+                f"{what}() after flush(): flush() ends the input (it released the matches held "
+                "back by trailing negations); create a new Engine, or restore() a checkpoint "
+                "taken before flush"
+            )
 
     def _fmt_ts(self, ns: int | None):
         if ns is None or self._time is None:
@@ -525,16 +574,17 @@ def _runs(ready: np.ndarray, is_term: np.ndarray) -> list[tuple[int, int]]:
 def _duration_ns(value, time_unit: str) -> int | None:
     if value is None:
         return None
-    if isinstance(value, (datetime.timedelta, np.timedelta64)):
+    if isinstance(value, (datetime.timedelta, np.timedelta64)) and not pd.isna(value):
         ns = int(pd.Timedelta(value).value)
-    elif isinstance(value, (int, float)) and not isinstance(value, bool):
-        ns = int(round(value * _UNIT_NS[time_unit]))
+    elif (isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
+          and math.isfinite(value)):
+        ns = int(round(float(value) * _UNIT_NS[time_unit]))
     else:
-        raise ValueError(
+        raise ArgumentError(
             f"allowed_lateness must be a number (in time_unit) or a pandas Timedelta, got {value!r}"
         )
     if ns < 0:
-        raise ValueError(f"allowed_lateness must not be negative, got {value!r}")
+        raise ArgumentError(f"allowed_lateness must not be negative, got {value!r}")
     return ns
 
 

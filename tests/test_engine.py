@@ -409,3 +409,88 @@ def test_museum_stream_equals_batch_on_every_backend(backend):
     assert len(batch) > 20
     assert _rows(parts) == _rows(batch)
     assert eng.stats()["buffered"] < len(events)
+
+
+# -- argument errors, publish after flush, callbacks that raise --------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "named"),
+    [
+        ({"backend": "quantum"}, "backend"),
+        ({"backend": 3}, "backend"),
+        ({"allowed_lateness": "1 min"}, "allowed_lateness"),
+        ({"allowed_lateness": float("nan")}, "allowed_lateness"),
+        ({"allowed_lateness": float("inf")}, "allowed_lateness"),
+        ({"allowed_lateness": -1}, "allowed_lateness"),
+        ({"allowed_lateness": True}, "allowed_lateness"),
+        ({"max_batch_latency": -1}, "max_batch_latency"),
+        ({"max_batch_latency": "soon"}, "max_batch_latency"),
+        ({"time_unit": "fortnight"}, "time_unit"),
+        ({"on_late": 5}, "on_late"),
+    ],
+)
+def test_engine_argument_errors_are_cep_errors_naming_the_argument(kwargs, named):
+    from cep_gpu import ArgumentError, CepError
+
+    args = {"backend": "reference"} | kwargs
+    with pytest.raises(ArgumentError, match=named) as info:
+        Engine(AB, **args)
+    assert isinstance(info.value, CepError) and isinstance(info.value, ValueError)
+
+
+def test_subscribe_argument_errors():
+    from cep_gpu import ArgumentError
+
+    eng = Engine(AB, backend="reference")
+    with pytest.raises(ArgumentError, match="subscribe: no rule named 'Nope'"):
+        eng.subscribe("Nope", print)
+    with pytest.raises(ArgumentError, match="callback must be callable"):
+        eng.subscribe("AB", "print")
+
+
+def test_publish_after_flush_is_an_error():
+    from cep_gpu import EngineClosedError
+
+    eng = Engine(TRAIL, backend="reference")
+    eng.publish({"type": "A", "ts": 0.0, "y": 1.0})
+    eng.publish({"type": "B", "ts": 1.0})
+    released = eng.flush()
+    assert len(released) == 1  # the held trailing-NOT match, released by the end of input
+    with pytest.raises(EngineClosedError, match=r"publish\(\) after flush\(\)"):
+        eng.publish({"type": "C", "ts": 2.0})  # would have cancelled the released match
+    assert len(eng.flush()) == 0  # flushing again is harmless
+    assert eng.stats()["closed"] and eng.stats()["events"] == 2
+
+
+def test_a_callback_that_raises_does_not_abort_publish(caplog):
+    got = []
+
+    def broken(records):
+        raise RuntimeError("subscriber bug")
+
+    eng = Engine(AB, backend="reference")
+    eng.subscribe("AB", broken)
+    eng.subscribe("AB", got.append)
+    eng.publish({"type": "A", "ts": 0.0, "x": 1, "y": 1.5})
+    with caplog.at_level(logging.ERROR, logger="cep_gpu.engine"):
+        out = eng.publish({"type": "B", "ts": 1.0, "x": 1})
+    assert len(out) == 1 and got == [[{"rule": "AB", "ts": 1.0, "ids": (1, 0), "v": 1.5}]]
+    assert "subscriber bug" in caplog.text
+    s = eng.stats()
+    assert s["callback_errors"] == 1
+    assert isinstance(s["callback_error_list"][0]["error"], RuntimeError)
+    # the engine goes on: the next match is found and delivered too
+    assert len(eng.publish({"type": "B", "ts": 2.0, "x": 1})) == 1 and len(got) == 2
+    assert eng.stats()["callback_errors"] == 2
+
+
+def test_an_on_late_callback_that_raises_is_isolated():
+    def broken(records):
+        raise ValueError("boom")
+
+    eng = Engine(AB, backend="reference", allowed_lateness=0, on_late=broken)
+    eng.publish({"type": "A", "ts": 5.0, "x": 1})
+    eng.publish({"type": "A", "ts": 1.0, "x": 1})  # too late: reported, callback raises
+    s = eng.stats()
+    assert s["late"] == 1 and s["callback_errors"] == 1
