@@ -29,7 +29,7 @@ import pyarrow as pa
 
 from .backends import Matches
 from .detect import (
-    append_composites,
+    _table_of,
     as_rules,
     composite_events,
     composite_ids,
@@ -55,6 +55,7 @@ from .model import (
     static_conditions,
 )
 from .output import OutputSchema, assemble
+from .stream_buffer import AppendBuffer, table_from_record
 
 log = logging.getLogger("cep_gpu.engine")
 
@@ -158,7 +159,9 @@ class Engine:
 
         self._strings = StringDictionary()
         self._time: TimeFormat | None = None
-        self._buffer: EventTable | None = None
+        self._buf = AppendBuffer()  # the sliding window's rows, shared by every rule
+        self._max_id = -1  # largest primitive id published: newer ids need no duplicate check
+        self._empty_out: dict = {}  # the empty pandas output per time format (copied out)
         self._late_buffer: EventTable | None = None  # published, not yet released (lateness)
         self._next_id = 0
         self._newest: int | None = None  # newest released timestamp (ns)
@@ -185,18 +188,23 @@ class Engine:
 
     # -- public API -------------------------------------------------------------------------------
 
-    def publish(self, events) -> pd.DataFrame:
-        """Add one event (a dict) or many (a DataFrame or Arrow table), in timestamp order.
+    def publish(self, events, output: str = "pandas") -> pd.DataFrame | list[dict]:
+        """Add one event (a dict) or many (a DataFrame, an Arrow table, or a mapping of columns:
+        column name -> NumPy array / Arrow array / list), in timestamp order.
 
         Rows of one DataFrame may come in any order (they are sorted like a batch), but none may
         be older than an event of an earlier ``publish`` (see ``allowed_lateness``). Events
         without an ``id`` get their position in the whole stream, as batch ``detect`` would.
-        Returns the new composite events in the output layout of :func:`cep_gpu.detect`.
+        Returns the new composite events: ``output="pandas"`` (default) in the output layout of
+        :func:`cep_gpu.detect`; ``output="records"`` as a list of dicts (``rule``, ``ts``, ``ids``
+        as a tuple, then the attributes, nulls as ``None``; the form subscribers get), which
+        skips building a DataFrame: the fast form for one event per publish.
 
         Raises :class:`~cep_gpu.EngineClosedError` after :meth:`flush`: a match that ``flush``
         released (trailing ``NOT``) could no longer be withdrawn by a later event.
         """
         self._check_open("publish")
+        _check_output(output)
         new, n_rows = self._ingest(events)
         if self._lateness is None:
             if self._newest is not None and len(new) and new.ts[0] < self._newest:
@@ -210,21 +218,24 @@ class Engine:
             released = self._admit_late(new)
         self._next_id += n_rows
         self._published += n_rows
-        return self._process(released, final=False)
+        if len(new):
+            self._max_id = max(self._max_id, int(new.ids.max()))
+        return self._process(released, final=False, output=output)
 
-    def flush(self) -> pd.DataFrame:
+    def flush(self, output: str = "pandas") -> pd.DataFrame | list[dict]:
         """End of input: release buffered late events and the matches held back by trailing
         negations; returns the composite events this produces.
 
         ``flush`` ends the input: a later :meth:`publish` raises
         :class:`~cep_gpu.EngineClosedError`; a second ``flush`` returns no rows.
         """
+        _check_output(output)
         if self._closed:
-            return self._output([])
+            return [] if output == "records" else self._empty_output()
         self._closed = True
         released = self._late_buffer
         self._late_buffer = None
-        return self._process(released, final=True)
+        return self._process(released, final=True, output=output)
 
     def subscribe(self, rule_name: str, callback: Callable[[list[dict]], None]) -> None:
         """Call ``callback(list of composite events as dicts)`` whenever ``rule_name`` produces some.
@@ -251,7 +262,7 @@ class Engine:
         return {
             "events": self._published,
             "released": self._released,
-            "buffered": 0 if self._buffer is None else len(self._buffer),
+            "buffered": len(self._buf),
             "waiting_late": 0 if self._late_buffer is None else len(self._late_buffer),
             "expired": self._expired,
             "late": len(self._late_events),
@@ -338,7 +349,13 @@ class Engine:
 
         Changes no state (but the time format), so that a rejected publish leaves no trace.
         """
+        if isinstance(events, Mapping) and _is_columnar(events):
+            events = _arrow_of_columns(events)
         if isinstance(events, dict):
+            fast = table_from_record(events, self._next_id, self._time_unit, self._strings)
+            if fast is not None:
+                self._check_time(fast.time)
+                return self._checked(fast), 1
             events = pd.DataFrame([events])
         if isinstance(events, pa.Table):
             n = events.num_rows
@@ -356,13 +373,18 @@ class Engine:
                 f"got {type(events).__name__}"
             )
         self._check_time(new.time)
-        for other in (self._buffer, self._late_buffer):
-            if other is not None and len(new):
-                dup = np.isin(new.ids, other.ids)
-                if dup.any():
-                    raise EventError(f"duplicate event id {int(new.ids[dup][0])}: already published")
+        return self._checked(new), n
+
+    def _checked(self, new: EventTable) -> EventTable:
+        """``new`` after the duplicate-id check, in the stream's time format."""
+        if len(new) and int(new.ids.min()) <= self._max_id:  # ids that may repeat: look them up
+            for other in (self._buf.table(), self._late_buffer):
+                if other is not None:
+                    dup = np.isin(new.ids, other.ids)
+                    if dup.any():
+                        raise EventError(f"duplicate event id {int(new.ids[dup][0])}: already published")
         new.time = self._time
-        return new, n
+        return new
 
     def _check_time(self, fmt: TimeFormat) -> None:
         if self._time is None:
@@ -409,30 +431,51 @@ class Engine:
 
     # -- processing -------------------------------------------------------------------------------
 
-    def _process(self, released: EventTable | None, final: bool) -> pd.DataFrame:
+    def _process(self, released: EventTable | None, final: bool, output: str = "pandas"):
         new_ids = np.empty(0, np.int64)
+        new_types: set[str] = set()
         if released is not None and len(released):
-            self._buffer = released if self._buffer is None else self._buffer.concat(released)
+            self._buf.append(released)
             newest = int(released.ts.max())
             self._newest = newest if self._newest is None else max(self._newest, newest)
             self._released += len(released)
             new_ids = released.ids
+            new_types = _type_names_of(released)
+        elif released is not None and self._buf.table() is None:
+            self._buf.append(released)  # an empty first publish still fixes the columns
         results = []
-        if self._buffer is not None:
+        if self._buf.table() is not None:
             for i in self._order:
+                st = self._states[i]
+                if not (len(st.pending) or st.term_types & new_types):
+                    continue  # no terminator to match: a non-terminator costs nothing here
                 res = self._run_rule(i, new_ids, final)
+                if not len(res.ts):
+                    continue
                 results.append(res)
-                if len(res.ts) and self.rules[i].name in self._read_types:
-                    new_ids = np.concatenate([new_ids, composite_ids(res.rule.name, res.ids)])
-                    self._buffer = append_composites(self._buffer, [res])
+                if self.rules[i].name in self._read_types:
+                    cids = composite_ids(res.rule.name, res.ids)
+                    new_ids = np.concatenate([new_ids, cids])
+                    new_types = new_types | {res.rule.name}
+                    self._buf.append(_table_of(res, cids, self._buf.table()))
             self._expire()
+        if not results:
+            return [] if output == "records" else self._empty_output()
         out = self._output(results)
-        self._notify(out)
-        return out
+        records = self._notify(out, output == "records")
+        return records if output == "records" else out
+
+    def _empty_output(self) -> pd.DataFrame:
+        """The empty output frame (built once per time format; a copy, so callers may mutate it)."""
+        key = self._time
+        frame = self._empty_out.get(key)
+        if frame is None:
+            frame = self._empty_out[key] = self._output([])
+        return frame.copy()
 
     def _run_rule(self, i: int, new_ids: np.ndarray, final: bool):
         """Match rule ``i`` on its terminators that are new or held back and now ready."""
-        st, buf = self._states[i], self._buffer
+        st, buf = self._states[i], self._buf.table()
         rule = in_time_units(self.rules[i], self._time or buf.time)
         codes = [buf.type_code(t) for t in st.term_types]
         is_term = np.isin(buf.types, [c for c in codes if c >= 0])
@@ -467,7 +510,7 @@ class Engine:
 
     def _expire(self) -> None:
         """Drop rows that no window of any rule (pending terminators included) can still read."""
-        buf = self._buffer
+        buf = self._buf.table()
         if buf is None or self._lookback is None or not len(buf):
             return
         horizon = self._newest
@@ -478,9 +521,9 @@ class Engine:
         n_old = int(np.searchsorted(buf.ts, cutoff, "left"))
         if n_old == 0:
             return
-        self._buffer = buf.take(np.arange(n_old, len(buf)))
+        self._buf.drop_front(n_old)
         self._expired += n_old
-        kept = self._buffer.ids
+        kept = self._buf.table().ids
         for st in self._states.values():
             if len(st.consumed):
                 st.consumed = st.consumed[np.isin(st.consumed, kept)]
@@ -488,19 +531,28 @@ class Engine:
     # -- output -----------------------------------------------------------------------------------
 
     def _output(self, results) -> pd.DataFrame:
-        table = self._buffer if self._buffer is not None else _empty_table(self._strings, self._time)
+        table = self._buf.table()
+        if table is None:
+            table = _empty_table(self._strings, self._time)
         return assemble(results, self._schema, replace(table, time=self._time or table.time))
 
-    def _notify(self, out: pd.DataFrame) -> None:
-        if not self._subscribers or not len(out):
-            return
-        for name, callbacks in self._subscribers.items():
-            part = out[out["rule"] == name]
-            if not len(part):
-                continue
-            records = composite_records(part)
-            for cb in callbacks:
-                self._call(cb, records, name)
+    def _notify(self, out: pd.DataFrame, want_records: bool = False) -> list[dict] | None:
+        """Call the subscribers with their rules' composite events as records; returns all the
+        records when ``want_records`` (built once for both)."""
+        if not len(out) or not (self._subscribers or want_records):
+            return [] if want_records else None
+        records = composite_records(out)
+        if self._subscribers:
+            by_rule: dict[str, list[dict]] = {}
+            for rec in records:
+                by_rule.setdefault(rec["rule"], []).append(rec)
+            for name, callbacks in self._subscribers.items():
+                part = by_rule.get(name)
+                if not part:
+                    continue
+                for cb in callbacks:
+                    self._call(cb, [dict(r) for r in part] if want_records else part, name)
+        return records if want_records else None
 
     def _call(self, callback: Callable, records: list[dict], what: str) -> None:
         """Run a user callback; an exception it raises is reported, never propagated, so that
@@ -547,6 +599,35 @@ def _isnull(v) -> bool:
 
 
 # -- helpers --------------------------------------------------------------------------------------
+
+
+def _check_output(output: str) -> None:
+    if output not in ("pandas", "records"):
+        raise ArgumentError(f"output must be 'pandas' or 'records', got {output!r}")
+
+
+def _type_names_of(table: EventTable) -> set[str]:
+    """The event type names that occur in ``table``."""
+    if len(table) == 1:
+        return {table.type_names[int(table.types[0])]}
+    return {table.type_names[c] for c in np.unique(table.types)}
+
+
+def _is_columnar(events: Mapping) -> bool:
+    """A mapping of columns (arrays or lists), not one event: its ``type`` is not a scalar."""
+    return isinstance(events.get("type"), (np.ndarray, list, tuple, pa.Array, pa.ChunkedArray, pd.Series))
+
+
+def _arrow_of_columns(columns: Mapping) -> pa.Table:
+    """A mapping column name -> NumPy/Arrow array or list as an Arrow table (columnar publish)."""
+    lengths = {k: len(v) for k, v in columns.items()}
+    if len(set(lengths.values())) > 1:
+        raise EventError(f"publish(columns): the columns differ in length: {lengths}")
+    try:
+        return pa.table({str(k): (v if isinstance(v, (pa.Array, pa.ChunkedArray)) else pa.array(v))
+                         for k, v in columns.items()})
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError) as exc:
+        raise EventError(f"publish(columns): cannot read the columns as arrays: {exc}") from None
 
 
 def _runs(ready: np.ndarray, is_term: np.ndarray) -> list[tuple[int, int]]:
