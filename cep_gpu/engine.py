@@ -37,7 +37,7 @@ from .detect import (
     rule_order,
 )
 from .errors import ArgumentError, EngineClosedError, EventError, LateEventError
-from .events import _UNIT_NS, EventTable, StringDictionary, TimeFormat
+from .events import _UNIT_NS, AttributeColumn, EventTable, StringDictionary, TimeFormat
 from .model import (
     SELF,
     AggValue,
@@ -54,7 +54,7 @@ from .model import (
     Timestamp,
     static_conditions,
 )
-from .output import OutputSchema, assemble
+from .output import OutputSchema, _value_kind, assemble
 from .stream_buffer import AppendBuffer, table_from_record
 
 log = logging.getLogger("cep_gpu.engine")
@@ -461,9 +461,10 @@ class Engine:
             self._expire()
         if not results:
             return [] if output == "records" else self._empty_output()
-        out = self._output(results)
-        records = self._notify(out, output == "records")
-        return records if output == "records" else out
+        records = self._records(results) if output == "records" or self._subscribers else None
+        if records is not None:
+            self._notify(records)
+        return records if output == "records" else self._output(results)
 
     def _empty_output(self) -> pd.DataFrame:
         """The empty output frame (built once per time format; a copy, so callers may mutate it)."""
@@ -536,23 +537,39 @@ class Engine:
             table = _empty_table(self._strings, self._time)
         return assemble(results, self._schema, replace(table, time=self._time or table.time))
 
-    def _notify(self, out: pd.DataFrame, want_records: bool = False) -> list[dict] | None:
-        """Call the subscribers with their rules' composite events as records; returns all the
-        records when ``want_records`` (built once for both)."""
-        if not len(out) or not (self._subscribers or want_records):
-            return [] if want_records else None
-        records = composite_records(out)
-        if self._subscribers:
-            by_rule: dict[str, list[dict]] = {}
-            for rec in records:
-                by_rule.setdefault(rec["rule"], []).append(rec)
-            for name, callbacks in self._subscribers.items():
-                part = by_rule.get(name)
-                if not part:
-                    continue
-                for cb in callbacks:
-                    self._call(cb, [dict(r) for r in part] if want_records else part, name)
-        return records if want_records else None
+    def _notify(self, records: list[dict]) -> None:
+        """Call the subscribers with their rules' composite events (copies: a callback that
+        changes its records changes nothing else)."""
+        if not self._subscribers:
+            return
+        by_rule: dict[str, list[dict]] = {}
+        for rec in records:
+            by_rule.setdefault(rec["rule"], []).append(rec)
+        for name, callbacks in self._subscribers.items():
+            for cb in callbacks if name in by_rule else ():
+                self._call(cb, [dict(r) for r in by_rule[name]], name)
+
+    def _records(self, results) -> list[dict]:
+        """Composite events as dicts, without pandas: what :func:`composite_records` makes of
+        the output frame (same order, keys, values and nulls), built straight from the results."""
+        attrs = [(n, _value_kind(results, n, k) if n in self._schema.inferred else k)
+                 for n, k in self._schema.attributes]
+        rows = []
+        for r in results:
+            n = len(r.ts)
+            ts = self._time.from_ns(r.ts)
+            ts = list(ts) if isinstance(ts, pd.Series) else ts.tolist()
+            ids = [tuple(x) for x in r.ids.tolist()]
+            cols = [_python_values(r.attributes.get(name), kind, self._strings, n) for name, kind in attrs]
+            name = r.rule.name
+            for k in range(n):
+                rec = {"rule": name, "ts": ts[k], "ids": ids[k]}
+                for (a, _), vals in zip(attrs, cols):
+                    rec[a] = vals[k]
+                rows.append((int(r.ts[k]), name, ids[k], rec))
+        if len(results) > 1:  # one rule's results are sorted by (ts, ids) already
+            rows.sort(key=lambda row: row[:3])
+        return [row[3] for row in rows]
 
     def _call(self, callback: Callable, records: list[dict], what: str) -> None:
         """Run a user callback; an exception it raises is reported, never propagated, so that
@@ -589,6 +606,22 @@ def composite_records(out: pd.DataFrame) -> list[dict]:
         rec["ids"] = tuple(int(x) for x in ids[k])
         records.append({"rule": rec.pop("rule"), "ts": rec.pop("ts"), "ids": rec.pop("ids"), **rec})
     return records
+
+
+def _python_values(col: AttributeColumn | None, kind: str, strings: StringDictionary, n: int) -> list:
+    """One attribute of ``n`` composite events as Python values of the output ``kind``, None for null."""
+    if col is None:
+        return [None] * n
+    if kind == "string":
+        if col.kind != "string":
+            raise TypeError(f"attribute mixes strings with {col.kind} values")
+        return strings.decode(np.where(col.valid, col.values, -1)).tolist()
+    dtype = {"int": np.int64, "float": np.float64, "bool": np.bool_}[kind]
+    values = col.values.astype(dtype)
+    null = ~col.valid | np.isnan(values) if kind == "float" else ~col.valid
+    out = values.astype(object)
+    out[null] = None
+    return out.tolist()
 
 
 def _isnull(v) -> bool:
@@ -637,19 +670,14 @@ def _runs(ready: np.ndarray, is_term: np.ndarray) -> list[tuple[int, int]]:
     terminator type); already processed terminators must stay outside.
     """
     term_rows = np.flatnonzero(is_term)
-    flags = ready[term_rows]
-    runs = []
-    k = 0
-    while k < len(term_rows):
-        if not flags[k]:
-            k += 1
-            continue
-        j = k
-        while j + 1 < len(term_rows) and flags[j + 1]:
-            j += 1
-        runs.append((int(term_rows[k]), int(term_rows[j]) + 1))
-        k = j + 1
-    return runs
+    k = np.flatnonzero(ready[term_rows])  # positions of the ready ones among the terminators
+    if not len(k):
+        return []
+    # a run ends where the next terminator is not ready (vectorised: no Python loop per row)
+    cut = np.flatnonzero(np.diff(k) != 1)
+    first = k[np.concatenate([[0], cut + 1])]
+    last = k[np.concatenate([cut, [len(k) - 1]])]
+    return [(int(lo), int(hi) + 1) for lo, hi in zip(term_rows[first], term_rows[last])]
 
 
 def _duration_ns(value, time_unit: str) -> int | None:
