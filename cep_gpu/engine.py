@@ -55,7 +55,7 @@ from .model import (
     static_conditions,
 )
 from .output import OutputSchema, _value_kind, assemble
-from .stream_buffer import AppendBuffer, table_from_record
+from .stream_buffer import AppendBuffer, parse_record, table_from_record
 
 log = logging.getLogger("cep_gpu.engine")
 
@@ -205,6 +205,10 @@ class Engine:
         """
         self._check_open("publish")
         _check_output(output)
+        if type(events) is dict and self._lateness is None:
+            fast = self._publish_row(events, output)
+            if fast is not None:
+                return fast
         new, n_rows = self._ingest(events)
         if self._lateness is None:
             if self._newest is not None and len(new) and new.ts[0] < self._newest:
@@ -431,6 +435,26 @@ class Engine:
 
     # -- processing -------------------------------------------------------------------------------
 
+    def _publish_row(self, rec: dict, output: str):
+        """One plain event straight into the buffer (no table, no pandas); ``None`` (nothing
+        changed but maybe the string dictionary) when the general path must handle it: the
+        errors (late, duplicate id, a new time format) and the rare cases come from there."""
+        row = parse_record(rec, self._next_id, self._time_unit, self._strings)
+        if row is None or self._time is None or self._time.kind != "numeric":
+            return None
+        if row.id <= self._max_id or (self._newest is not None and row.ts < self._newest):
+            return None
+        if row.ts_dtype == "float64" and self._time.dtype != "float64":
+            return None  # the time format changes: the general path does that
+        if not self._buf.append_row(row):
+            return None
+        self._next_id += 1
+        self._published += 1
+        self._released += 1
+        self._max_id = row.id
+        self._newest = row.ts if self._newest is None else max(self._newest, row.ts)
+        return self._match(np.array([row.id], np.int64), {row.type}, False, output)
+
     def _process(self, released: EventTable | None, final: bool, output: str = "pandas"):
         new_ids = np.empty(0, np.int64)
         new_types: set[str] = set()
@@ -443,6 +467,10 @@ class Engine:
             new_types = _type_names_of(released)
         elif released is not None and self._buf.table() is None:
             self._buf.append(released)  # an empty first publish still fixes the columns
+        return self._match(new_ids, new_types, final, output)
+
+    def _match(self, new_ids: np.ndarray, new_types: set[str], final: bool, output: str):
+        """Match every rule on its new and ready held terminators, expire, deliver."""
         results = []
         if self._buf.table() is not None:
             for i in self._order:
@@ -511,15 +539,18 @@ class Engine:
 
     def _expire(self) -> None:
         """Drop rows that no window of any rule (pending terminators included) can still read."""
-        buf = self._buf.table()
-        if buf is None or self._lookback is None or not len(buf):
+        ts = self._buf.ts
+        if self._lookback is None or not len(ts):
             return
         horizon = self._newest
         for st in self._states.values():
             if len(st.pending):
+                buf = self._buf.table()
                 horizon = min(horizon, int(buf.ts[np.isin(buf.ids, st.pending)].min()))
         cutoff = horizon - self._lookback
-        n_old = int(np.searchsorted(buf.ts, cutoff, "left"))
+        if ts[0] >= cutoff:
+            return  # nothing to drop (the usual case between two expiries)
+        n_old = int(np.searchsorted(ts, cutoff, "left"))
         if n_old == 0:
             return
         self._buf.drop_front(n_old)

@@ -18,6 +18,7 @@ the plain cases (str type, int/float ts, int/float/str/bool attributes); anythin
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -35,11 +36,21 @@ _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 _DTYPES = {"int": np.int64, "float": np.float64, "string": np.int32, "bool": np.bool_}
 
 
-def table_from_record(
-    rec: dict, next_id: int, time_unit: str, strings: StringDictionary
-) -> EventTable | None:
-    """One event (a dict) as a one-row table, as ``EventTable.from_pandas(DataFrame([rec]))``
-    would build it; ``None`` when the record is not one of the plain cases handled here."""
+@dataclass(frozen=True)
+class Row:
+    """One event read from a dict: timestamp (ns) and its input dtype, id, type, attributes as
+    ``(name, kind, value, valid)``."""
+
+    ts: int
+    ts_dtype: str
+    id: int
+    type: str
+    attrs: tuple
+
+
+def parse_record(rec: dict, next_id: int, time_unit: str, strings: StringDictionary) -> Row | None:
+    """One event (a dict) as a :class:`Row`, as the pandas path would read it; ``None`` when the
+    record is not one of the plain cases handled here (it then goes through pandas)."""
     typ, ts = rec.get("type"), rec.get("ts")
     if type(typ) is not str or "ts" not in rec:
         return None
@@ -47,29 +58,27 @@ def table_from_record(
     if tts is int or tts is np.int64:
         if not _INT64_MIN <= ts <= _INT64_MAX:
             return None
-        time = TimeFormat("numeric", unit=time_unit, dtype="int64")
+        dtype = "int64"
         ns = int(ts) * _UNIT_NS[time_unit]
         if not _INT64_MIN <= ns <= _INT64_MAX:
             return None  # let the general path report it
     elif tts is float or tts is np.float64:
         if not math.isfinite(ts):
             return None
-        time = TimeFormat("numeric", unit=time_unit, dtype="float64")
-        ns = np.round(np.float64(ts) * _UNIT_NS[time_unit])
-        if not -9.2e18 < ns < 9.2e18:
+        dtype = "float64"
+        f = np.round(np.float64(ts) * _UNIT_NS[time_unit])
+        if not -9.2e18 < f < 9.2e18:
             return None
-        ns = int(ns)
+        ns = int(f)
     else:
         return None
     if "id" in rec:
         rid = rec["id"]
         if type(rid) is not int or not 0 <= rid <= _INT64_MAX:
             return None
-        ids = np.array([rid], np.int64)
     else:
-        ids = np.array([next_id], np.int64)
-    columns: dict[str, AttributeColumn] = {}
-    present: set[str] = set()
+        rid = next_id
+    attrs = []
     for name, v in rec.items():
         if name in RESERVED:
             continue
@@ -77,28 +86,34 @@ def table_from_record(
             return None
         tv = type(v)
         if tv is float:
-            ok = not math.isnan(v)
-            columns[name] = AttributeColumn("float", np.array([v], np.float64), np.array([ok]))
+            attrs.append((name, "float", v, not math.isnan(v)))
         elif tv is int:
             if not _INT64_MIN <= v <= _INT64_MAX:
                 return None
-            columns[name] = AttributeColumn("int", np.array([v], np.int64), np.array([True]))
-            ok = True
+            attrs.append((name, "int", v, True))
         elif tv is str:
-            columns[name] = AttributeColumn(
-                "string", np.array([strings.encode_one(v)], np.int32), np.array([True])
-            )
-            ok = True
+            attrs.append((name, "string", strings.encode_one(v), True))
         elif tv is bool:
-            columns[name] = AttributeColumn("bool", np.array([v], np.bool_), np.array([True]))
-            ok = True
+            attrs.append((name, "bool", v, True))
         else:
             return None
-        if ok:
-            present.add(name)
+    return Row(ns, dtype, rid, typ, tuple(attrs))
+
+
+def table_from_record(
+    rec: dict, next_id: int, time_unit: str, strings: StringDictionary
+) -> EventTable | None:
+    """One event (a dict) as a one-row table, as ``EventTable.from_pandas(DataFrame([rec]))``
+    would build it; ``None`` when the record is not one of the plain cases (see :func:`parse_record`)."""
+    row = parse_record(rec, next_id, time_unit, strings)
+    if row is None:
+        return None
     return EventTable(
-        ts=np.array([ns], np.int64), ids=ids, types=np.zeros(1, np.int32), type_names=[typ],
-        columns=columns, strings=strings, time=time, schema={typ: present},
+        ts=np.array([row.ts], np.int64), ids=np.array([row.id], np.int64), types=np.zeros(1, np.int32),
+        type_names=[row.type],
+        columns={n: AttributeColumn(k, np.array([v], _DTYPES[k]), np.array([ok])) for n, k, v, ok in row.attrs},
+        strings=strings, time=TimeFormat("numeric", unit=time_unit, dtype=row.ts_dtype),
+        schema={row.type: {n for n, _, _, ok in row.attrs if ok}},
     )
 
 
@@ -187,6 +202,49 @@ class AppendBuffer:
         self._end = e
         self._view = None
 
+    @property
+    def ts(self) -> np.ndarray:
+        """The live rows' timestamps (a view)."""
+        return np.empty(0, np.int64) if self._store is None else self._store.ts[self._start:self._end]
+
+    def append_row(self, row: Row) -> bool:
+        """Append one event in place when it simply goes last (later than the last row, its
+        attributes already columns of the same kind, room left); ``False`` (nothing changed)
+        otherwise, and the caller takes the general path."""
+        st, e = self._store, self._end
+        if st is None or e >= len(st.ts):
+            return False
+        if e > self._start:
+            last = st.ts[e - 1]
+            if row.ts < last or (row.ts == last and row.id <= st.ids[e - 1]):
+                return False
+        cols = st.columns
+        for name, kind, _, _ in row.attrs:
+            c = cols.get(name)
+            if c is None or c.kind != kind:
+                return False
+        try:
+            code = st.type_names.index(row.type)
+        except ValueError:
+            code = len(st.type_names)
+            st.type_names.append(row.type)
+        st.ts[e] = row.ts
+        st.ids[e] = row.id
+        st.types[e] = code
+        for c in cols.values():  # then overwritten for the attributes the event has
+            c.valid[e] = False
+            c.values[e] = -1 if c.kind == "string" else 0
+        seen = st.schema.setdefault(row.type, set())
+        for name, _, value, ok in row.attrs:
+            c = cols[name]
+            c.values[e] = value
+            c.valid[e] = ok
+            if ok:
+                seen.add(name)
+        self._end = e + 1
+        self._view = None
+        return True
+
     def drop_front(self, n: int) -> None:
         """Forget the ``n`` oldest rows (an offset move; compacts when most of the array is dead)."""
         if n <= 0:
@@ -241,4 +299,4 @@ def _grow(a: np.ndarray, cap: int) -> np.ndarray:
     return out
 
 
-__all__ = ["AppendBuffer", "table_from_record"]
+__all__ = ["AppendBuffer", "Row", "parse_record", "table_from_record"]
