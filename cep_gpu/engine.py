@@ -507,15 +507,15 @@ class Engine:
         st, buf = self._states[i], self._buf.table()
         rule = in_time_units(self.rules[i], self._time or buf.time)
         codes = [buf.type_code(t) for t in st.term_types]
-        is_term = np.isin(buf.types, [c for c in codes if c >= 0])
+        is_term = _member(buf.types, np.array([c for c in codes if c >= 0], np.int32))
         if len(new_ids):
-            st.pending = np.concatenate([st.pending, buf.ids[is_term & np.isin(buf.ids, new_ids)]])
-        pending = is_term & np.isin(buf.ids, st.pending)
+            st.pending = np.concatenate([st.pending, buf.ids[is_term & _member(buf.ids, new_ids)]])
+        pending = is_term & _member(buf.ids, st.pending)
         ready = pending.copy()
         if st.delay and not final:
             # a trailing span (ts, ts + delay] is settled once a later event has been released
             ready &= buf.ts + st.delay < self._newest
-        excluded = np.isin(buf.ids, st.consumed) if len(st.consumed) else None
+        excluded = _member(buf.ids, st.consumed) if len(st.consumed) else None
         parts: list[Matches] = []
         for lo, hi in _runs(ready, is_term):
             t0 = time.perf_counter()
@@ -663,6 +663,19 @@ def _isnull(v) -> bool:
 
 
 # -- helpers --------------------------------------------------------------------------------------
+
+
+def _member(a: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """``np.isin(a, values)``, with comparisons for the usual one or few values (``isin``'s
+    table method allocates the whole id range, which costs more than the match)."""
+    if len(values) == 0:
+        return np.zeros(len(a), np.bool_)
+    if len(values) <= 4:
+        out = a == values[0]
+        for v in values[1:]:
+            out |= a == v
+        return out
+    return np.isin(a, values, kind="sort")
 
 
 def _check_output(output: str) -> None:
