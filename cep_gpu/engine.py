@@ -19,6 +19,8 @@ import datetime
 import logging
 import math
 import numbers
+import os
+import pickle
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -257,6 +259,64 @@ class Engine:
         if not callable(callback):
             raise ArgumentError(f"subscribe: callback must be callable, got {callback!r}")
         self._subscribers.setdefault(rule_name, []).append(callback)
+
+    # -- checkpoints ------------------------------------------------------------------------------
+
+    def checkpoint(self, path: str | os.PathLike | None = None) -> bytes:
+        """The engine's whole state as bytes (also written to ``path`` when given).
+
+        :meth:`restore` gives an engine that goes on exactly where this one stands: the same
+        composite events from the next publish on, none lost and none repeated. Saved: the rules,
+        the buffer (events still inside some window, held terminators, consumed events, events
+        waiting for the lateness watermark), the string dictionary, ids, counters and settings.
+        Not saved: subscribers and ``on_late`` (functions; subscribe again after restoring), the
+        backend object (made anew from its name).
+        """
+        state = {k: v for k, v in self.__dict__.items() if k not in _NOT_CHECKPOINTED}
+        data = _CHECKPOINT_MAGIC + pickle.dumps(
+            {"version": _CHECKPOINT_VERSION, "state": state}, protocol=pickle.HIGHEST_PROTOCOL
+        )
+        if path is not None:
+            with open(path, "wb") as f:
+                f.write(data)
+        return data
+
+    @classmethod
+    def restore(
+        cls,
+        checkpoint: bytes | str | os.PathLike,
+        on_late: Callable[[list[dict]], None] | None = None,
+    ) -> Engine:
+        """An engine in the state a :meth:`checkpoint` saved (the bytes, or a file path).
+
+        The checkpoint is a pickle: restore only checkpoints you wrote yourself.
+        """
+        if isinstance(checkpoint, (str, os.PathLike)):
+            try:
+                with open(checkpoint, "rb") as f:
+                    checkpoint = f.read()
+            except OSError as exc:
+                raise ArgumentError(f"restore: cannot read checkpoint file {str(checkpoint)!r}: {exc}") from None
+        if not isinstance(checkpoint, (bytes, bytearray)) or not bytes(checkpoint).startswith(_CHECKPOINT_MAGIC):
+            raise ArgumentError("restore: not an Engine checkpoint (expected the bytes of Engine.checkpoint())")
+        try:
+            saved = pickle.loads(bytes(checkpoint)[len(_CHECKPOINT_MAGIC):])
+        except Exception as exc:  # noqa: BLE001 - a truncated or corrupt file: say so
+            raise ArgumentError(f"restore: the checkpoint is damaged ({type(exc).__name__}: {exc})") from None
+        if saved.get("version") != _CHECKPOINT_VERSION:
+            raise ArgumentError(
+                f"restore: checkpoint format {saved.get('version')!r}, this cep-gpu reads {_CHECKPOINT_VERSION}"
+            )
+        from .planner import backend_for
+
+        eng = cls.__new__(cls)
+        eng.__dict__.update(saved["state"])
+        eng._backend = backend_for(eng.backend_name, eng.max_batch_latency, private=True)
+        eng._on_late = on_late
+        eng._subscribers = {}
+        eng._empty_out = {}
+        eng._callback_errors = []
+        return eng
 
     def stats(self) -> dict:
         """Counters: events published/released/buffered, composite events per rule, the work
@@ -663,6 +723,12 @@ def _isnull(v) -> bool:
 
 
 # -- helpers --------------------------------------------------------------------------------------
+
+
+_CHECKPOINT_MAGIC = b"cep-gpu engine checkpoint\n"
+_CHECKPOINT_VERSION = 1
+#: what a checkpoint leaves out: callables, the backend object (made anew), caches
+_NOT_CHECKPOINTED = frozenset({"_backend", "_on_late", "_subscribers", "_empty_out", "_callback_errors"})
 
 
 def _member(a: np.ndarray, values: np.ndarray) -> np.ndarray:

@@ -129,6 +129,15 @@ class AppendBuffer:
     def __len__(self) -> int:
         return self._end - self._start
 
+    def __getstate__(self) -> dict:
+        # only the live rows travel (a checkpoint does not carry the spare capacity)
+        return {"table": self.table()}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__()
+        if state["table"] is not None:
+            self.set(state["table"])
+
     @property
     def capacity(self) -> int:
         """Rows the arrays can hold before they grow (for the memory tests)."""
