@@ -591,8 +591,11 @@ class Engine:
         if rule.consuming and len(matches):
             used = buf.ids[matches.rows[:, list(rule.consuming)].ravel()]
             st.consumed = np.union1d(st.consumed, used)
-        if ready.any():
-            st.pending = np.setdiff1d(st.pending, buf.ids[ready])
+        done = buf.ids[ready]
+        if len(done) == len(st.pending):  # the usual case: every held terminator was ready
+            st.pending = np.empty(0, np.int64)
+        elif len(done):
+            st.pending = st.pending[~_member(st.pending, done)]
         res = composite_events(rule, buf, matches)
         st.composites += len(res.ts)
         return res
