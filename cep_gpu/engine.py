@@ -525,14 +525,14 @@ class Engine:
             self._released += len(released)
             new_ids = released.ids
             new_types = _type_names_of(released)
-        elif released is not None and self._buf.table() is None:
+        elif released is not None and not self._buf.filled:
             self._buf.append(released)  # an empty first publish still fixes the columns
         return self._match(new_ids, new_types, final, output)
 
     def _match(self, new_ids: np.ndarray, new_types: set[str], final: bool, output: str):
         """Match every rule on its new and ready held terminators, expire, deliver."""
         results = []
-        if self._buf.table() is not None:
+        if self._buf.filled:
             for i in self._order:
                 st = self._states[i]
                 if not (len(st.pending) or st.term_types & new_types):

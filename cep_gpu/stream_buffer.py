@@ -139,6 +139,11 @@ class AppendBuffer:
             self.set(state["table"])
 
     @property
+    def filled(self) -> bool:
+        """Whether a table was ever set (even an empty one: it fixes the columns)."""
+        return self._store is not None
+
+    @property
     def capacity(self) -> int:
         """Rows the arrays can hold before they grow (for the memory tests)."""
         return 0 if self._store is None else len(self._store.ts)
