@@ -164,6 +164,7 @@ class Engine:
         self._buf = AppendBuffer()  # the sliding window's rows, shared by every rule
         self._max_id = -1  # largest primitive id published: newer ids need no duplicate check
         self._empty_out: dict = {}  # the empty pandas output per time format (copied out)
+        self._timed: dict = {}  # (rule index, time format) -> the rule in that time unit
         self._late_buffer: EventTable | None = None  # published, not yet released (lateness)
         self._next_id = 0
         self._newest: int | None = None  # newest released timestamp (ns)
@@ -315,6 +316,7 @@ class Engine:
         eng._on_late = on_late
         eng._subscribers = {}
         eng._empty_out = {}
+        eng._timed = {}
         eng._callback_errors = []
         return eng
 
@@ -562,10 +564,19 @@ class Engine:
             frame = self._empty_out[key] = self._output([])
         return frame.copy()
 
+    def _timed_rule(self, i: int, time: TimeFormat) -> Rule:
+        """Rule ``i`` in the stream's time unit (``in_time_units`` hashes the whole rule: ~15 us,
+        so the engine keeps its own small cache)."""
+        key = (i, time)
+        rule = self._timed.get(key)
+        if rule is None:
+            rule = self._timed[key] = in_time_units(self.rules[i], time)
+        return rule
+
     def _run_rule(self, i: int, new_ids: np.ndarray, final: bool):
         """Match rule ``i`` on its terminators that are new or held back and now ready."""
         st, buf = self._states[i], self._buf.table()
-        rule = in_time_units(self.rules[i], self._time or buf.time)
+        rule = self._timed_rule(i, self._time or buf.time)
         codes = [buf.type_code(t) for t in st.term_types]
         is_term = _member(buf.types, np.array([c for c in codes if c >= 0], np.int32))
         if len(new_ids):
@@ -731,7 +742,9 @@ def _isnull(v) -> bool:
 _CHECKPOINT_MAGIC = b"cep-gpu engine checkpoint\n"
 _CHECKPOINT_VERSION = 1
 #: what a checkpoint leaves out: callables, the backend object (made anew), caches
-_NOT_CHECKPOINTED = frozenset({"_backend", "_on_late", "_subscribers", "_empty_out", "_callback_errors"})
+_NOT_CHECKPOINTED = frozenset(
+    {"_backend", "_on_late", "_subscribers", "_empty_out", "_timed", "_callback_errors"}
+)
 
 
 def _member(a: np.ndarray, values: np.ndarray) -> np.ndarray:
