@@ -27,9 +27,15 @@ from .events import (
     RESERVED,
     AttributeColumn,
     EventTable,
+    RowTag,
     StringDictionary,
     TimeFormat,
+    _set_tag,
+    _tag_slice,
     _values_as,
+    array_role,
+    row_tag,
+    start_lineage,
 )
 
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
@@ -159,6 +165,9 @@ class AppendBuffer:
                 {k: AttributeColumn(c.kind, c.values[s:e], c.valid[s:e]) for k, c in st.columns.items()},
                 st.strings, st.time, {t: set(v) for t, v in st.schema.items()},
             )
+            # the views continue the store's row lineage, so that a device backend keeps the
+            # rows it already holds and uploads only the new ones (see events.RowTag)
+            _tag_slice(st, self._view, s)
         return self._view
 
     def set(self, table: EventTable) -> None:
@@ -171,6 +180,8 @@ class AppendBuffer:
             table.strings, table.time, {t: set(v) for t, v in table.schema.items()},
         )
         self._start, self._end, self._view = 0, n, None
+        # stored rows are written once and never change: the store is one lineage
+        start_lineage(self._store)
 
     def append(self, new: EventTable) -> None:
         """Add ``new`` (sorted, sharing the string dictionary) as ``EventTable.concat`` would."""
@@ -211,6 +222,9 @@ class AppendBuffer:
                 values[s:e] = _values_as(b, b.kind, n)
                 valid[s:e] = b.valid
                 st.columns[name] = AttributeColumn(b.kind, values, valid)
+                lineage = row_tag(st.ts).lineage
+                _set_tag(values, RowTag(lineage, 0, array_role("values", name)))
+                _set_tag(valid, RowTag(lineage, 0, array_role("valid", name)))
         for t, names in new.schema.items():
             st.schema.setdefault(t, set()).update(names)
         self._end = e
@@ -302,6 +316,7 @@ class AppendBuffer:
                  for name, c in st.columns.items()},
                 st.strings, st.time, st.schema,
             )
+            start_lineage(self._store)
             self._view = None
 
 

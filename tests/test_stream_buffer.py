@@ -113,3 +113,21 @@ def test_capacity_stays_proportional_to_the_live_rows():
             buf.drop_front(len(buf) - 100)
     assert len(buf) == 100 and buf.capacity <= 4 * 1024
     assert buf.table().ts.tolist() == [t * 10**9 for t in range(19_900, 20_000)]
+
+
+def test_views_continue_one_row_lineage_until_the_store_is_rebuilt():
+    from cep_gpu.events import row_tag
+
+    strings = StringDictionary()
+    buf = AppendBuffer()
+    buf.append(table_from_record({"type": "A", "ts": 0, "x": 1}, 0, "s", strings))
+    first = buf.table()
+    buf.append(table_from_record({"type": "A", "ts": 1, "x": 2}, 1, "s", strings))
+    buf.drop_front(1)
+    second = buf.table()
+    a, b = row_tag(first.ts), row_tag(second.ts)
+    assert a is not None and b is not None and a.lineage == b.lineage
+    assert (a.base, b.base) == (0, 1)  # global row 1 is row 0 of the second view
+    assert row_tag(second.columns["x"].values).base == 1
+    buf.set(buf.table())  # compaction: a new lineage
+    assert row_tag(buf.table().ts).lineage != a.lineage
