@@ -31,6 +31,7 @@ from .events import (
     StringDictionary,
     TimeFormat,
     _set_tag,
+    _tag_concat,
     _tag_slice,
     _values_as,
     array_role,
@@ -170,18 +171,23 @@ class AppendBuffer:
             _tag_slice(st, self._view, s)
         return self._view
 
-    def set(self, table: EventTable) -> None:
+    def set(self, table: EventTable, cap: int | None = None) -> None:
         """Replace the contents by ``table`` (copied into fresh arrays with spare capacity)."""
         n = len(table)
-        cap = max(16, 2 * n)
+        cap = max(16, 2 * n, cap or 0)
         self._store = EventTable(
             _grow(table.ts, cap), _grow(table.ids, cap), _grow(table.types, cap), list(table.type_names),
             {k: AttributeColumn(c.kind, _grow(c.values, cap), _grow(c.valid, cap)) for k, c in table.columns.items()},
             table.strings, table.time, {t: set(v) for t, v in table.schema.items()},
         )
         self._start, self._end, self._view = 0, n, None
-        # stored rows are written once and never change: the store is one lineage
-        start_lineage(self._store)
+        # stored rows are written once and never change: the store is one lineage, which
+        # continues the rows of ``table`` (a view of the old store when compacting), so that a
+        # device backend keeps what it holds across compactions
+        if n and row_tag(table.ts) is not None:
+            _tag_concat(table, self._store, n)
+        else:
+            start_lineage(self._store)
 
     def append(self, new: EventTable) -> None:
         """Add ``new`` (sorted, sharing the string dictionary) as ``EventTable.concat`` would."""
@@ -222,9 +228,9 @@ class AppendBuffer:
                 values[s:e] = _values_as(b, b.kind, n)
                 valid[s:e] = b.valid
                 st.columns[name] = AttributeColumn(b.kind, values, valid)
-                lineage = row_tag(st.ts).lineage
-                _set_tag(values, RowTag(lineage, 0, array_role("values", name)))
-                _set_tag(valid, RowTag(lineage, 0, array_role("valid", name)))
+                ts_tag = row_tag(st.ts)  # a new column: same lineage and row numbering as ts
+                _set_tag(values, RowTag(ts_tag.lineage, ts_tag.base, array_role("values", name)))
+                _set_tag(valid, RowTag(ts_tag.lineage, ts_tag.base, array_role("valid", name)))
         for t, names in new.schema.items():
             st.schema.setdefault(t, set()).update(names)
         self._end = e
@@ -304,20 +310,7 @@ class AppendBuffer:
 
     def _reserve(self, n: int) -> None:
         live = self.table()
-        need = len(live) + n
-        self.set(live)
-        if len(self._store.ts) < need:
-            cap = 2 * need
-            st = self._store
-            k = self._end
-            self._store = EventTable(
-                _grow(st.ts[:k], cap), _grow(st.ids[:k], cap), _grow(st.types[:k], cap), st.type_names,
-                {name: AttributeColumn(c.kind, _grow(c.values[:k], cap), _grow(c.valid[:k], cap))
-                 for name, c in st.columns.items()},
-                st.strings, st.time, st.schema,
-            )
-            start_lineage(self._store)
-            self._view = None
+        self.set(live, cap=2 * (len(live) + n))
 
 
 def _grow(a: np.ndarray, cap: int) -> np.ndarray:
