@@ -329,6 +329,7 @@ class Engine:
             "events": self._published,
             "released": self._released,
             "buffered": len(self._buf),
+            "buffer_capacity": self._buf.capacity,
             "waiting_late": 0 if self._late_buffer is None else len(self._late_buffer),
             "expired": self._expired,
             "late": len(self._late_events),

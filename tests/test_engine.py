@@ -633,3 +633,19 @@ def test_restore_rejects_what_is_not_a_checkpoint(tmp_path):
         Engine.restore(Engine(AB, backend="reference").checkpoint()[:-5])
     with pytest.raises(ArgumentError, match="cannot read checkpoint file"):
         Engine.restore(tmp_path / "missing.ckpt")
+
+
+def test_one_event_publishes_keep_the_buffer_and_its_arrays_bounded():
+    rng = np.random.default_rng(1)
+    eng = Engine(AB, backend="cpu")
+    rows, capacity = [], []
+    for k in range(4000):  # 10 events per second, window 5 s: about 51 rows inside it
+        rec = {"type": "A" if rng.random() < 0.7 else "B", "ts": k / 10, "x": int(rng.integers(0, 3)),
+               "y": float(rng.random())}
+        eng.publish(rec, output="records")
+        s = eng.stats()
+        rows.append(s["buffered"])
+        capacity.append(s["buffer_capacity"])
+    assert max(rows) <= 51 + 1 and min(rows[100:]) >= 50
+    assert max(capacity) <= 4 * 1024  # compacted, not grown with the stream
+    assert eng.stats()["expired"] == 4000 - rows[-1]
