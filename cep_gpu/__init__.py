@@ -11,8 +11,10 @@ Public API (DESIGN.md section 4)::
 # (no `from __future__ import annotations` here: it would list `annotations` in dir(cep_gpu))
 from .detect import detect
 from .errors import (
+    ArgumentError,
     BackendUnavailableError,
     CepError,
+    EngineClosedError,
     EventError,
     LateEventError,
     RuleError,
@@ -24,9 +26,11 @@ from .model import Rule
 __version__ = "0.1.0"
 
 __all__ = [
+    "ArgumentError",
     "BackendUnavailableError",
     "CepError",
     "Engine",
+    "EngineClosedError",
     "EventError",
     "LateEventError",
     "Rule",

@@ -13,7 +13,7 @@ from typing import Protocol
 
 import numpy as np
 
-from .errors import BackendUnavailableError
+from .errors import ArgumentError, BackendUnavailableError
 from .events import EventTable
 from .model import Rule
 
@@ -108,7 +108,8 @@ _PROVIDERS = {
 
 
 def get_backend(name: str) -> Backend:
-    """The backend called ``name``; raises ``ValueError`` for an unknown name."""
+    """The backend called ``name``; raises :class:`~cep_gpu.errors.ArgumentError` (a ``ValueError``)
+    for an unknown name."""
     if name not in _INSTANCES:
         if name not in _REGISTRY and name in _PROVIDERS:
             import importlib
@@ -116,7 +117,7 @@ def get_backend(name: str) -> Backend:
             importlib.import_module(_PROVIDERS[name])
         if name not in _REGISTRY:
             known = sorted(set(_REGISTRY) | set(_PROVIDERS))
-            raise ValueError(f"unknown backend {name!r}; choose one of {known}")
+            raise ArgumentError(f"backend: unknown backend {name!r}; choose one of {known}")
         try:
             _INSTANCES[name] = _REGISTRY[name]()
         except BackendUnavailableError:

@@ -17,6 +17,10 @@ from __future__ import annotations
 
 import datetime
 import logging
+import math
+import numbers
+import os
+import pickle
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -27,15 +31,15 @@ import pyarrow as pa
 
 from .backends import Matches
 from .detect import (
-    append_composites,
+    _table_of,
     as_rules,
     composite_events,
     composite_ids,
     in_time_units,
     rule_order,
 )
-from .errors import EventError, LateEventError
-from .events import _UNIT_NS, EventTable, StringDictionary, TimeFormat
+from .errors import ArgumentError, EngineClosedError, EventError, LateEventError
+from .events import _UNIT_NS, AttributeColumn, EventTable, StringDictionary, TimeFormat
 from .model import (
     SELF,
     AggValue,
@@ -52,7 +56,8 @@ from .model import (
     Timestamp,
     static_conditions,
 )
-from .output import OutputSchema, assemble
+from .output import OutputSchema, _value_kind, assemble
+from .stream_buffer import AppendBuffer, parse_record, table_from_record
 
 log = logging.getLogger("cep_gpu.engine")
 
@@ -128,13 +133,20 @@ class Engine:
     ) -> None:
         from .planner import backend_for, check_max_batch_latency
 
-        if time_unit not in _UNIT_NS:
-            raise EventError(f"unknown time_unit {time_unit!r}; use one of {sorted(_UNIT_NS)}")
+        if not isinstance(time_unit, str) or time_unit not in _UNIT_NS:
+            raise ArgumentError(f"time_unit: unknown unit {time_unit!r}; use one of {sorted(_UNIT_NS)}")
+        if not isinstance(backend, str):
+            raise ArgumentError(f"backend must be a backend name (a str), got {backend!r}")
+        if on_late is not None and not callable(on_late):
+            raise ArgumentError(f"on_late must be callable or None, got {on_late!r}")
         self.rules: list[Rule] = as_rules(rules)
         self.backend_name = backend
         # an engine of its own for "auto" (its setting and its statistics), shared for the others
         self._backend = backend_for(backend, max_batch_latency, private=True)
         self.max_batch_latency = check_max_batch_latency(max_batch_latency)
+        self._closed = False  # set by flush(): the input has ended
+        self._callback_errors: list[dict] = []  # the last 100 callbacks that raised
+        self._n_callback_errors = 0
         self._backend_calls = 0
         self._backend_seconds = 0.0
         self._order = rule_order(self.rules)
@@ -149,7 +161,10 @@ class Engine:
 
         self._strings = StringDictionary()
         self._time: TimeFormat | None = None
-        self._buffer: EventTable | None = None
+        self._buf = AppendBuffer()  # the sliding window's rows, shared by every rule
+        self._max_id = -1  # largest primitive id published: newer ids need no duplicate check
+        self._empty_out: dict = {}  # the empty pandas output per time format (copied out)
+        self._timed: dict = {}  # (rule index, time format) -> the rule in that time unit
         self._late_buffer: EventTable | None = None  # published, not yet released (lateness)
         self._next_id = 0
         self._newest: int | None = None  # newest released timestamp (ns)
@@ -176,14 +191,27 @@ class Engine:
 
     # -- public API -------------------------------------------------------------------------------
 
-    def publish(self, events) -> pd.DataFrame:
-        """Add one event (a dict) or many (a DataFrame or Arrow table), in timestamp order.
+    def publish(self, events, output: str = "pandas") -> pd.DataFrame | list[dict]:
+        """Add one event (a dict) or many (a DataFrame, an Arrow table, or a mapping of columns:
+        column name -> NumPy array / Arrow array / list), in timestamp order.
 
         Rows of one DataFrame may come in any order (they are sorted like a batch), but none may
         be older than an event of an earlier ``publish`` (see ``allowed_lateness``). Events
         without an ``id`` get their position in the whole stream, as batch ``detect`` would.
-        Returns the new composite events in the output layout of :func:`cep_gpu.detect`.
+        Returns the new composite events: ``output="pandas"`` (default) in the output layout of
+        :func:`cep_gpu.detect`; ``output="records"`` as a list of dicts (``rule``, ``ts``, ``ids``
+        as a tuple, then the attributes, nulls as ``None``; the form subscribers get), which
+        skips building a DataFrame: the fast form for one event per publish.
+
+        Raises :class:`~cep_gpu.EngineClosedError` after :meth:`flush`: a match that ``flush``
+        released (trailing ``NOT``) could no longer be withdrawn by a later event.
         """
+        self._check_open("publish")
+        _check_output(output)
+        if type(events) is dict and self._lateness is None:
+            fast = self._publish_row(events, output)
+            if fast is not None:
+                return fast
         new, n_rows = self._ingest(events)
         if self._lateness is None:
             if self._newest is not None and len(new) and new.ts[0] < self._newest:
@@ -197,24 +225,100 @@ class Engine:
             released = self._admit_late(new)
         self._next_id += n_rows
         self._published += n_rows
-        return self._process(released, final=False)
+        if len(new):
+            self._max_id = max(self._max_id, int(new.ids.max()))
+        return self._process(released, final=False, output=output)
 
-    def flush(self) -> pd.DataFrame:
+    def flush(self, output: str = "pandas") -> pd.DataFrame | list[dict]:
         """End of input: release buffered late events and the matches held back by trailing
-        negations; returns the composite events this produces."""
+        negations; returns the composite events this produces.
+
+        ``flush`` ends the input: a later :meth:`publish` raises
+        :class:`~cep_gpu.EngineClosedError`; a second ``flush`` returns no rows.
+        """
+        _check_output(output)
+        if self._closed:
+            return [] if output == "records" else self._empty_output()
+        self._closed = True
         released = self._late_buffer
         self._late_buffer = None
-        return self._process(released, final=True)
+        return self._process(released, final=True, output=output)
 
     def subscribe(self, rule_name: str, callback: Callable[[list[dict]], None]) -> None:
         """Call ``callback(list of composite events as dicts)`` whenever ``rule_name`` produces some.
 
         Each dict has ``rule``, ``ts``, ``ids`` (a tuple) and the rule's attributes.
+
+        A callback that raises does not abort :meth:`publish`: the exception is logged (logger
+        ``cep_gpu.engine``), counted in ``stats()["callback_errors"]`` and kept (the last 100) in
+        ``stats()["callback_error_list"]``; the other callbacks still run and ``publish`` still
+        returns every composite event.
         """
         names = {r.name for r in self.rules}
-        if rule_name not in names:
-            raise ValueError(f"no rule named {rule_name!r}; rules: {sorted(names)}")
+        if not isinstance(rule_name, str) or rule_name not in names:
+            raise ArgumentError(f"subscribe: no rule named {rule_name!r}; rules: {sorted(names)}")
+        if not callable(callback):
+            raise ArgumentError(f"subscribe: callback must be callable, got {callback!r}")
         self._subscribers.setdefault(rule_name, []).append(callback)
+
+    # -- checkpoints ------------------------------------------------------------------------------
+
+    def checkpoint(self, path: str | os.PathLike | None = None) -> bytes:
+        """The engine's whole state as bytes (also written to ``path`` when given).
+
+        :meth:`restore` gives an engine that goes on exactly where this one stands: the same
+        composite events from the next publish on, none lost and none repeated. Saved: the rules,
+        the buffer (events still inside some window, held terminators, consumed events, events
+        waiting for the lateness watermark), the string dictionary, ids, counters and settings.
+        Not saved: subscribers and ``on_late`` (functions; subscribe again after restoring), the
+        backend object (made anew from its name).
+        """
+        state = {k: v for k, v in self.__dict__.items() if k not in _NOT_CHECKPOINTED}
+        data = _CHECKPOINT_MAGIC + pickle.dumps(
+            {"version": _CHECKPOINT_VERSION, "state": state}, protocol=pickle.HIGHEST_PROTOCOL
+        )
+        if path is not None:
+            with open(path, "wb") as f:
+                f.write(data)
+        return data
+
+    @classmethod
+    def restore(
+        cls,
+        checkpoint: bytes | str | os.PathLike,
+        on_late: Callable[[list[dict]], None] | None = None,
+    ) -> Engine:
+        """An engine in the state a :meth:`checkpoint` saved (the bytes, or a file path).
+
+        The checkpoint is a pickle: restore only checkpoints you wrote yourself.
+        """
+        if isinstance(checkpoint, (str, os.PathLike)):
+            try:
+                with open(checkpoint, "rb") as f:
+                    checkpoint = f.read()
+            except OSError as exc:
+                raise ArgumentError(f"restore: cannot read checkpoint file {str(checkpoint)!r}: {exc}") from None
+        if not isinstance(checkpoint, (bytes, bytearray)) or not bytes(checkpoint).startswith(_CHECKPOINT_MAGIC):
+            raise ArgumentError("restore: not an Engine checkpoint (expected the bytes of Engine.checkpoint())")
+        try:
+            saved = pickle.loads(bytes(checkpoint)[len(_CHECKPOINT_MAGIC):])
+        except Exception as exc:  # noqa: BLE001 - a truncated or corrupt file: say so
+            raise ArgumentError(f"restore: the checkpoint is damaged ({type(exc).__name__}: {exc})") from None
+        if saved.get("version") != _CHECKPOINT_VERSION:
+            raise ArgumentError(
+                f"restore: checkpoint format {saved.get('version')!r}, this cep-gpu reads {_CHECKPOINT_VERSION}"
+            )
+        from .planner import backend_for
+
+        eng = cls.__new__(cls)
+        eng.__dict__.update(saved["state"])
+        eng._backend = backend_for(eng.backend_name, eng.max_batch_latency, private=True)
+        eng._on_late = on_late
+        eng._subscribers = {}
+        eng._empty_out = {}
+        eng._timed = {}
+        eng._callback_errors = []
+        return eng
 
     def stats(self) -> dict:
         """Counters: events published/released/buffered, composite events per rule, the work
@@ -224,7 +328,8 @@ class Engine:
         return {
             "events": self._published,
             "released": self._released,
-            "buffered": 0 if self._buffer is None else len(self._buffer),
+            "buffered": len(self._buf),
+            "buffer_capacity": self._buf.capacity,
             "waiting_late": 0 if self._late_buffer is None else len(self._late_buffer),
             "expired": self._expired,
             "late": len(self._late_events),
@@ -238,6 +343,9 @@ class Engine:
             "backend_calls": self._backend_calls,
             "backend_seconds": self._backend_seconds,
             "backend_stats": own() if callable(own) else None,
+            "callback_errors": self._n_callback_errors,
+            "callback_error_list": list(self._callback_errors),
+            "closed": self._closed,
         }
 
     def explain(self, events=None) -> str:
@@ -287,7 +395,7 @@ class Engine:
             bad = {k: v for k, v in events.items()
                    if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0}
             if bad:
-                raise ValueError(
+                raise ArgumentError(
                     "explain(events): a mapping must give events per second for each event type "
                     f"(numbers >= 0), got {bad}; pass sample events as a DataFrame"
                 )
@@ -308,7 +416,13 @@ class Engine:
 
         Changes no state (but the time format), so that a rejected publish leaves no trace.
         """
+        if isinstance(events, Mapping) and _is_columnar(events):
+            events = _arrow_of_columns(events)
         if isinstance(events, dict):
+            fast = table_from_record(events, self._next_id, self._time_unit, self._strings)
+            if fast is not None:
+                self._check_time(fast.time)
+                return self._checked(fast), 1
             events = pd.DataFrame([events])
         if isinstance(events, pa.Table):
             n = events.num_rows
@@ -326,13 +440,18 @@ class Engine:
                 f"got {type(events).__name__}"
             )
         self._check_time(new.time)
-        for other in (self._buffer, self._late_buffer):
-            if other is not None and len(new):
-                dup = np.isin(new.ids, other.ids)
-                if dup.any():
-                    raise EventError(f"duplicate event id {int(new.ids[dup][0])}: already published")
+        return self._checked(new), n
+
+    def _checked(self, new: EventTable) -> EventTable:
+        """``new`` after the duplicate-id check, in the stream's time format."""
+        if len(new) and int(new.ids.min()) <= self._max_id:  # ids that may repeat: look them up
+            for other in (self._buf.table(), self._late_buffer):
+                if other is not None:
+                    dup = np.isin(new.ids, other.ids)
+                    if dup.any():
+                        raise EventError(f"duplicate event id {int(new.ids[dup][0])}: already published")
         new.time = self._time
-        return new, n
+        return new
 
     def _check_time(self, fmt: TimeFormat) -> None:
         if self._time is None:
@@ -375,45 +494,100 @@ class Engine:
                 "it is reported, not processed", rec, self._fmt_ts(self._newest)
             )
         if self._on_late is not None:
-            self._on_late(records)
+            self._call(self._on_late, records, "late events")
 
     # -- processing -------------------------------------------------------------------------------
 
-    def _process(self, released: EventTable | None, final: bool) -> pd.DataFrame:
+    def _publish_row(self, rec: dict, output: str):
+        """One plain event straight into the buffer (no table, no pandas); ``None`` (nothing
+        changed but maybe the string dictionary) when the general path must handle it: the
+        errors (late, duplicate id, a new time format) and the rare cases come from there."""
+        row = parse_record(rec, self._next_id, self._time_unit, self._strings)
+        if row is None or self._time is None or self._time.kind != "numeric":
+            return None
+        if row.id <= self._max_id or (self._newest is not None and row.ts < self._newest):
+            return None
+        if row.ts_dtype == "float64" and self._time.dtype != "float64":
+            return None  # the time format changes: the general path does that
+        if not self._buf.append_row(row):
+            return None
+        self._next_id += 1
+        self._published += 1
+        self._released += 1
+        self._max_id = row.id
+        self._newest = row.ts if self._newest is None else max(self._newest, row.ts)
+        return self._match(np.array([row.id], np.int64), {row.type}, False, output)
+
+    def _process(self, released: EventTable | None, final: bool, output: str = "pandas"):
         new_ids = np.empty(0, np.int64)
+        new_types: set[str] = set()
         if released is not None and len(released):
-            self._buffer = released if self._buffer is None else self._buffer.concat(released)
+            self._buf.append(released)
             newest = int(released.ts.max())
             self._newest = newest if self._newest is None else max(self._newest, newest)
             self._released += len(released)
             new_ids = released.ids
+            new_types = _type_names_of(released)
+        elif released is not None and not self._buf.filled:
+            self._buf.append(released)  # an empty first publish still fixes the columns
+        return self._match(new_ids, new_types, final, output)
+
+    def _match(self, new_ids: np.ndarray, new_types: set[str], final: bool, output: str):
+        """Match every rule on its new and ready held terminators, expire, deliver."""
         results = []
-        if self._buffer is not None:
+        if self._buf.filled:
             for i in self._order:
+                st = self._states[i]
+                if not (len(st.pending) or st.term_types & new_types):
+                    continue  # no terminator to match: a non-terminator costs nothing here
                 res = self._run_rule(i, new_ids, final)
+                if not len(res.ts):
+                    continue
                 results.append(res)
-                if len(res.ts) and self.rules[i].name in self._read_types:
-                    new_ids = np.concatenate([new_ids, composite_ids(res.rule.name, res.ids)])
-                    self._buffer = append_composites(self._buffer, [res])
+                if self.rules[i].name in self._read_types:
+                    cids = composite_ids(res.rule.name, res.ids)
+                    new_ids = np.concatenate([new_ids, cids])
+                    new_types = new_types | {res.rule.name}
+                    self._buf.append(_table_of(res, cids, self._buf.table()))
             self._expire()
-        out = self._output(results)
-        self._notify(out)
-        return out
+        if not results:
+            return [] if output == "records" else self._empty_output()
+        records = self._records(results) if output == "records" or self._subscribers else None
+        if records is not None:
+            self._notify(records)
+        return records if output == "records" else self._output(results)
+
+    def _empty_output(self) -> pd.DataFrame:
+        """The empty output frame (built once per time format; a copy, so callers may mutate it)."""
+        key = self._time
+        frame = self._empty_out.get(key)
+        if frame is None:
+            frame = self._empty_out[key] = self._output([])
+        return frame.copy()
+
+    def _timed_rule(self, i: int, time: TimeFormat) -> Rule:
+        """Rule ``i`` in the stream's time unit (``in_time_units`` hashes the whole rule: ~15 us,
+        so the engine keeps its own small cache)."""
+        key = (i, time)
+        rule = self._timed.get(key)
+        if rule is None:
+            rule = self._timed[key] = in_time_units(self.rules[i], time)
+        return rule
 
     def _run_rule(self, i: int, new_ids: np.ndarray, final: bool):
         """Match rule ``i`` on its terminators that are new or held back and now ready."""
-        st, buf = self._states[i], self._buffer
-        rule = in_time_units(self.rules[i], self._time or buf.time)
+        st, buf = self._states[i], self._buf.table()
+        rule = self._timed_rule(i, self._time or buf.time)
         codes = [buf.type_code(t) for t in st.term_types]
-        is_term = np.isin(buf.types, [c for c in codes if c >= 0])
+        is_term = _member(buf.types, np.array([c for c in codes if c >= 0], np.int32))
         if len(new_ids):
-            st.pending = np.concatenate([st.pending, buf.ids[is_term & np.isin(buf.ids, new_ids)]])
-        pending = is_term & np.isin(buf.ids, st.pending)
+            st.pending = np.concatenate([st.pending, buf.ids[is_term & _member(buf.ids, new_ids)]])
+        pending = is_term & _member(buf.ids, st.pending)
         ready = pending.copy()
         if st.delay and not final:
             # a trailing span (ts, ts + delay] is settled once a later event has been released
             ready &= buf.ts + st.delay < self._newest
-        excluded = np.isin(buf.ids, st.consumed) if len(st.consumed) else None
+        excluded = _member(buf.ids, st.consumed) if len(st.consumed) else None
         parts: list[Matches] = []
         for lo, hi in _runs(ready, is_term):
             t0 = time.perf_counter()
@@ -429,28 +603,34 @@ class Engine:
         if rule.consuming and len(matches):
             used = buf.ids[matches.rows[:, list(rule.consuming)].ravel()]
             st.consumed = np.union1d(st.consumed, used)
-        if ready.any():
-            st.pending = np.setdiff1d(st.pending, buf.ids[ready])
+        done = buf.ids[ready]
+        if len(done) == len(st.pending):  # the usual case: every held terminator was ready
+            st.pending = np.empty(0, np.int64)
+        elif len(done):
+            st.pending = st.pending[~_member(st.pending, done)]
         res = composite_events(rule, buf, matches)
         st.composites += len(res.ts)
         return res
 
     def _expire(self) -> None:
         """Drop rows that no window of any rule (pending terminators included) can still read."""
-        buf = self._buffer
-        if buf is None or self._lookback is None or not len(buf):
+        ts = self._buf.ts
+        if self._lookback is None or not len(ts):
             return
         horizon = self._newest
         for st in self._states.values():
             if len(st.pending):
+                buf = self._buf.table()
                 horizon = min(horizon, int(buf.ts[np.isin(buf.ids, st.pending)].min()))
         cutoff = horizon - self._lookback
-        n_old = int(np.searchsorted(buf.ts, cutoff, "left"))
+        if ts[0] >= cutoff:
+            return  # nothing to drop (the usual case between two expiries)
+        n_old = int(np.searchsorted(ts, cutoff, "left"))
         if n_old == 0:
             return
-        self._buffer = buf.take(np.arange(n_old, len(buf)))
+        self._buf.drop_front(n_old)
         self._expired += n_old
-        kept = self._buffer.ids
+        kept = self._buf.table().ids
         for st in self._states.values():
             if len(st.consumed):
                 st.consumed = st.consumed[np.isin(st.consumed, kept)]
@@ -458,19 +638,63 @@ class Engine:
     # -- output -----------------------------------------------------------------------------------
 
     def _output(self, results) -> pd.DataFrame:
-        table = self._buffer if self._buffer is not None else _empty_table(self._strings, self._time)
+        table = self._buf.table()
+        if table is None:
+            table = _empty_table(self._strings, self._time)
         return assemble(results, self._schema, replace(table, time=self._time or table.time))
 
-    def _notify(self, out: pd.DataFrame) -> None:
-        if not self._subscribers or not len(out):
+    def _notify(self, records: list[dict]) -> None:
+        """Call the subscribers with their rules' composite events (copies: a callback that
+        changes its records changes nothing else)."""
+        if not self._subscribers:
             return
+        by_rule: dict[str, list[dict]] = {}
+        for rec in records:
+            by_rule.setdefault(rec["rule"], []).append(rec)
         for name, callbacks in self._subscribers.items():
-            part = out[out["rule"] == name]
-            if not len(part):
-                continue
-            records = composite_records(part)
-            for cb in callbacks:
-                cb(records)
+            for cb in callbacks if name in by_rule else ():
+                self._call(cb, [dict(r) for r in by_rule[name]], name)
+
+    def _records(self, results) -> list[dict]:
+        """Composite events as dicts, without pandas: what :func:`composite_records` makes of
+        the output frame (same order, keys, values and nulls), built straight from the results."""
+        attrs = [(n, _value_kind(results, n, k) if n in self._schema.inferred else k)
+                 for n, k in self._schema.attributes]
+        rows = []
+        for r in results:
+            n = len(r.ts)
+            ts = self._time.from_ns(r.ts)
+            ts = list(ts) if isinstance(ts, pd.Series) else ts.tolist()
+            ids = [tuple(x) for x in r.ids.tolist()]
+            cols = [_python_values(r.attributes.get(name), kind, self._strings, n) for name, kind in attrs]
+            name = r.rule.name
+            for k in range(n):
+                rec = {"rule": name, "ts": ts[k], "ids": ids[k]}
+                for (a, _), vals in zip(attrs, cols):
+                    rec[a] = vals[k]
+                rows.append((int(r.ts[k]), name, ids[k], rec))
+        if len(results) > 1:  # one rule's results are sorted by (ts, ids) already
+            rows.sort(key=lambda row: row[:3])
+        return [row[3] for row in rows]
+
+    def _call(self, callback: Callable, records: list[dict], what: str) -> None:
+        """Run a user callback; an exception it raises is reported, never propagated, so that
+        the engine's state (already advanced) and the other callbacks are not affected."""
+        try:
+            callback(records)
+        except Exception as exc:  # noqa: BLE001 - user code: isolate whatever it raises
+            self._n_callback_errors += 1
+            self._callback_errors.append({"callback": callback, "for": what, "error": exc})
+            del self._callback_errors[:-100]
+            log.exception("callback %r for %s raised; publish goes on", callback, what)
+
+    def _check_open(self, what: str) -> None:
+        if self._closed:
+            raise EngineClosedError(
+                f"{what}() after flush(): flush() ends the input (it released the matches held "
+                "back by trailing negations); create a new Engine, or restore() a checkpoint "
+                "taken before flush"
+            )
 
     def _fmt_ts(self, ns: int | None):
         if ns is None or self._time is None:
@@ -490,6 +714,22 @@ def composite_records(out: pd.DataFrame) -> list[dict]:
     return records
 
 
+def _python_values(col: AttributeColumn | None, kind: str, strings: StringDictionary, n: int) -> list:
+    """One attribute of ``n`` composite events as Python values of the output ``kind``, None for null."""
+    if col is None:
+        return [None] * n
+    if kind == "string":
+        if col.kind != "string":
+            raise TypeError(f"attribute mixes strings with {col.kind} values")
+        return strings.decode(np.where(col.valid, col.values, -1)).tolist()
+    dtype = {"int": np.int64, "float": np.float64, "bool": np.bool_}[kind]
+    values = col.values.astype(dtype)
+    null = ~col.valid | np.isnan(values) if kind == "float" else ~col.valid
+    out = values.astype(object)
+    out[null] = None
+    return out.tolist()
+
+
 def _isnull(v) -> bool:
     try:
         return bool(pd.isna(v))
@@ -500,6 +740,56 @@ def _isnull(v) -> bool:
 # -- helpers --------------------------------------------------------------------------------------
 
 
+_CHECKPOINT_MAGIC = b"cep-gpu engine checkpoint\n"
+_CHECKPOINT_VERSION = 1
+#: what a checkpoint leaves out: callables, the backend object (made anew), caches
+_NOT_CHECKPOINTED = frozenset(
+    {"_backend", "_on_late", "_subscribers", "_empty_out", "_timed", "_callback_errors"}
+)
+
+
+def _member(a: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """``np.isin(a, values)``, with comparisons for the usual one or few values (``isin``'s
+    table method allocates the whole id range, which costs more than the match)."""
+    if len(values) == 0:
+        return np.zeros(len(a), np.bool_)
+    if len(values) <= 4:
+        out = a == values[0]
+        for v in values[1:]:
+            out |= a == v
+        return out
+    return np.isin(a, values, kind="sort")
+
+
+def _check_output(output: str) -> None:
+    if output not in ("pandas", "records"):
+        raise ArgumentError(f"output must be 'pandas' or 'records', got {output!r}")
+
+
+def _type_names_of(table: EventTable) -> set[str]:
+    """The event type names that occur in ``table``."""
+    if len(table) == 1:
+        return {table.type_names[int(table.types[0])]}
+    return {table.type_names[c] for c in np.unique(table.types)}
+
+
+def _is_columnar(events: Mapping) -> bool:
+    """A mapping of columns (arrays or lists), not one event: its ``type`` is not a scalar."""
+    return isinstance(events.get("type"), (np.ndarray, list, tuple, pa.Array, pa.ChunkedArray, pd.Series))
+
+
+def _arrow_of_columns(columns: Mapping) -> pa.Table:
+    """A mapping column name -> NumPy/Arrow array or list as an Arrow table (columnar publish)."""
+    lengths = {k: len(v) for k, v in columns.items()}
+    if len(set(lengths.values())) > 1:
+        raise EventError(f"publish(columns): the columns differ in length: {lengths}")
+    try:
+        return pa.table({str(k): (v if isinstance(v, (pa.Array, pa.ChunkedArray)) else pa.array(v))
+                         for k, v in columns.items()})
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError) as exc:
+        raise EventError(f"publish(columns): cannot read the columns as arrays: {exc}") from None
+
+
 def _runs(ready: np.ndarray, is_term: np.ndarray) -> list[tuple[int, int]]:
     """Contiguous ``[lo, hi)`` row ranges covering the ready terminators and no other terminator.
 
@@ -507,34 +797,30 @@ def _runs(ready: np.ndarray, is_term: np.ndarray) -> list[tuple[int, int]]:
     terminator type); already processed terminators must stay outside.
     """
     term_rows = np.flatnonzero(is_term)
-    flags = ready[term_rows]
-    runs = []
-    k = 0
-    while k < len(term_rows):
-        if not flags[k]:
-            k += 1
-            continue
-        j = k
-        while j + 1 < len(term_rows) and flags[j + 1]:
-            j += 1
-        runs.append((int(term_rows[k]), int(term_rows[j]) + 1))
-        k = j + 1
-    return runs
+    k = np.flatnonzero(ready[term_rows])  # positions of the ready ones among the terminators
+    if not len(k):
+        return []
+    # a run ends where the next terminator is not ready (vectorised: no Python loop per row)
+    cut = np.flatnonzero(np.diff(k) != 1)
+    first = k[np.concatenate([[0], cut + 1])]
+    last = k[np.concatenate([cut, [len(k) - 1]])]
+    return [(int(lo), int(hi) + 1) for lo, hi in zip(term_rows[first], term_rows[last])]
 
 
 def _duration_ns(value, time_unit: str) -> int | None:
     if value is None:
         return None
-    if isinstance(value, (datetime.timedelta, np.timedelta64)):
+    if isinstance(value, (datetime.timedelta, np.timedelta64)) and not pd.isna(value):
         ns = int(pd.Timedelta(value).value)
-    elif isinstance(value, (int, float)) and not isinstance(value, bool):
-        ns = int(round(value * _UNIT_NS[time_unit]))
+    elif (isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
+          and math.isfinite(value)):
+        ns = int(round(float(value) * _UNIT_NS[time_unit]))
     else:
-        raise ValueError(
+        raise ArgumentError(
             f"allowed_lateness must be a number (in time_unit) or a pandas Timedelta, got {value!r}"
         )
     if ns < 0:
-        raise ValueError(f"allowed_lateness must not be negative, got {value!r}")
+        raise ArgumentError(f"allowed_lateness must not be negative, got {value!r}")
     return ns
 
 

@@ -58,6 +58,15 @@ class LateEventError(EventError):
     """An event older than the newest one already published, with no ``allowed_lateness``."""
 
 
+class ArgumentError(CepError, ValueError):
+    """A bad argument to a public function or class (``Engine``, ``subscribe``, ...); the message
+    names the argument and what it accepts."""
+
+
+class EngineClosedError(CepError, RuntimeError):
+    """An :class:`~cep_gpu.Engine` used after :meth:`~cep_gpu.Engine.flush` ended its input."""
+
+
 class BackendUnavailableError(CepError, RuntimeError):
     """The requested backend cannot run here (for example ``gpu`` without a usable device)."""
 

@@ -51,7 +51,7 @@ import numpy as np
 
 from .backends import Backend, Matches, count_matches, get_backend, register
 from .columns import filter_rows, type_rows
-from .errors import BackendUnavailableError, CepError
+from .errors import ArgumentError, BackendUnavailableError, CepError
 from .events import EventTable
 from .model import AggValue, Attr, Compare, Plan, Rule, static_conditions, step_checks, walk
 
@@ -339,7 +339,8 @@ def check_max_batch_latency(value) -> float | None:
     """``max_batch_latency`` as seconds: ``None`` (or infinity) for unbounded, else a number >= 0.
 
     Accepts a number of seconds or a ``datetime.timedelta`` / ``pandas.Timedelta`` /
-    ``numpy.timedelta64``; anything else (negative, NaN, text, bool) raises ``ValueError``.
+    ``numpy.timedelta64``; anything else (negative, NaN, text, bool) raises :class:`~cep_gpu.errors.ArgumentError`
+    (a ``ValueError``).
     """
     if value is None:
         return None
@@ -351,7 +352,7 @@ def check_max_batch_latency(value) -> float | None:
     elif isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)):
         secs = float(value)
     if math.isnan(secs) or secs < 0:
-        raise ValueError(f"max_batch_latency must be None (unbounded) or a number of seconds >= 0, got {value!r}")
+        raise ArgumentError(f"max_batch_latency must be None (unbounded) or a number of seconds >= 0, got {value!r}")
     return None if math.isinf(secs) else secs
 
 

@@ -10,7 +10,7 @@ import pytest
 from conftest import id_tuples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from strategies import rules_and_streams
+from strategies import event_streams, rules_and_streams
 
 import cep_gpu
 from cep_gpu import Engine, EventError, LateEventError
@@ -409,3 +409,243 @@ def test_museum_stream_equals_batch_on_every_backend(backend):
     assert len(batch) > 20
     assert _rows(parts) == _rows(batch)
     assert eng.stats()["buffered"] < len(events)
+
+
+# -- argument errors, publish after flush, callbacks that raise --------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "named"),
+    [
+        ({"backend": "quantum"}, "backend"),
+        ({"backend": 3}, "backend"),
+        ({"allowed_lateness": "1 min"}, "allowed_lateness"),
+        ({"allowed_lateness": float("nan")}, "allowed_lateness"),
+        ({"allowed_lateness": float("inf")}, "allowed_lateness"),
+        ({"allowed_lateness": -1}, "allowed_lateness"),
+        ({"allowed_lateness": True}, "allowed_lateness"),
+        ({"max_batch_latency": -1}, "max_batch_latency"),
+        ({"max_batch_latency": "soon"}, "max_batch_latency"),
+        ({"time_unit": "fortnight"}, "time_unit"),
+        ({"on_late": 5}, "on_late"),
+    ],
+)
+def test_engine_argument_errors_are_cep_errors_naming_the_argument(kwargs, named):
+    from cep_gpu import ArgumentError, CepError
+
+    args = {"backend": "reference"} | kwargs
+    with pytest.raises(ArgumentError, match=named) as info:
+        Engine(AB, **args)
+    assert isinstance(info.value, CepError) and isinstance(info.value, ValueError)
+
+
+def test_subscribe_argument_errors():
+    from cep_gpu import ArgumentError
+
+    eng = Engine(AB, backend="reference")
+    with pytest.raises(ArgumentError, match="subscribe: no rule named 'Nope'"):
+        eng.subscribe("Nope", print)
+    with pytest.raises(ArgumentError, match="callback must be callable"):
+        eng.subscribe("AB", "print")
+
+
+def test_publish_after_flush_is_an_error():
+    from cep_gpu import EngineClosedError
+
+    eng = Engine(TRAIL, backend="reference")
+    eng.publish({"type": "A", "ts": 0.0, "y": 1.0})
+    eng.publish({"type": "B", "ts": 1.0})
+    released = eng.flush()
+    assert len(released) == 1  # the held trailing-NOT match, released by the end of input
+    with pytest.raises(EngineClosedError, match=r"publish\(\) after flush\(\)"):
+        eng.publish({"type": "C", "ts": 2.0})  # would have cancelled the released match
+    assert len(eng.flush()) == 0  # flushing again is harmless
+    assert eng.stats()["closed"] and eng.stats()["events"] == 2
+
+
+def test_a_callback_that_raises_does_not_abort_publish(caplog):
+    got = []
+
+    def broken(records):
+        raise RuntimeError("subscriber bug")
+
+    eng = Engine(AB, backend="reference")
+    eng.subscribe("AB", broken)
+    eng.subscribe("AB", got.append)
+    eng.publish({"type": "A", "ts": 0.0, "x": 1, "y": 1.5})
+    with caplog.at_level(logging.ERROR, logger="cep_gpu.engine"):
+        out = eng.publish({"type": "B", "ts": 1.0, "x": 1})
+    assert len(out) == 1 and got == [[{"rule": "AB", "ts": 1.0, "ids": (1, 0), "v": 1.5}]]
+    assert "subscriber bug" in caplog.text
+    s = eng.stats()
+    assert s["callback_errors"] == 1
+    assert isinstance(s["callback_error_list"][0]["error"], RuntimeError)
+    # the engine goes on: the next match is found and delivered too
+    assert len(eng.publish({"type": "B", "ts": 2.0, "x": 1})) == 1 and len(got) == 2
+    assert eng.stats()["callback_errors"] == 2
+
+
+def test_an_on_late_callback_that_raises_is_isolated():
+    def broken(records):
+        raise ValueError("boom")
+
+    eng = Engine(AB, backend="reference", allowed_lateness=0, on_late=broken)
+    eng.publish({"type": "A", "ts": 5.0, "x": 1})
+    eng.publish({"type": "A", "ts": 1.0, "x": 1})  # too late: reported, callback raises
+    s = eng.stats()
+    assert s["late"] == 1 and s["callback_errors"] == 1
+
+
+# -- every input and output form, any chunking: the same as batch ------------------------------------
+
+
+def _publish_as(eng: Engine, chunk: pd.DataFrame, form: str, output: str) -> list:
+    """Publish ``chunk`` in one input ``form``; the outputs as a list of frames or record lists."""
+    import pyarrow as pa
+
+    if form == "records":  # one event per publish, as dicts
+        return [eng.publish(rec, output=output) for rec in _records(chunk)]
+    if form == "arrow":
+        return [eng.publish(pa.Table.from_pandas(chunk, preserve_index=False), output=output)]
+    if form == "columns":  # a mapping of NumPy arrays (columnar micro-batch)
+        return [eng.publish({c: chunk[c].to_numpy() for c in chunk.columns}, output=output)]
+    return [eng.publish(chunk, output=output)]
+
+
+def _record_rows(parts: list) -> list[tuple]:
+    """Frames or record lists as the comparable rows of :func:`_rows`."""
+    from cep_gpu.engine import composite_records
+
+    recs = []
+    for part in parts:
+        recs += composite_records(part) if isinstance(part, pd.DataFrame) else part
+    rows = []
+    for r in recs:
+        attrs = tuple(None if v is None or (isinstance(v, float) and np.isnan(v)) else v
+                      for k, v in r.items() if k not in ("rule", "ts", "ids"))
+        rows.append((r["rule"], r["ts"], tuple(r["ids"]), attrs))
+    return sorted(rows, key=repr)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(rules_and_streams(min_events=1, max_events=20), st.data())
+def test_streaming_equals_batch_in_every_form(case, data):
+    text, events = case
+    rules = cep_gpu.parse_rules(text)
+    batch = cep_gpu.detect(events, rules, backend="reference")
+    lateness = data.draw(st.sampled_from([None, None, 0, 2]))
+    eng = Engine(rules, backend="reference", allowed_lateness=lateness)
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(events)), max_size=5)))
+    parts, prev = [], 0
+    for c in cuts + [len(events)]:
+        if c > prev:
+            form = data.draw(st.sampled_from(["records", "frame", "arrow", "columns"]))
+            output = data.draw(st.sampled_from(["pandas", "records"]))
+            parts += _publish_as(eng, events.iloc[prev:c], form, output)
+        prev = c
+    parts.append(eng.flush(output=data.draw(st.sampled_from(["pandas", "records"]))))
+    assert _record_rows(parts) == _record_rows([batch])
+    assert eng.stats()["late"] == 0
+
+
+_SHARP_RULES = [
+    TRAIL,  # trailing NOT: held matches
+    TRAIL + ";\ndefine T from B() as b and each S() as s within 10 s from b",  # a rule reading a held rule
+    "define S pattern SEQ(A a, NOT(C z), B b) within 3 s where z.x = a.x return v := b.y",
+    AB + "\nconsuming a",
+    "define G(n: int) from B(x = $k) as b and n = Count(A(x = $k) within 4 s from b) >= 2 where n = n",
+    "define L pattern SEQ(A a, B b, A c) where a.x = c.x within 4 s select last",
+]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.sampled_from(_SHARP_RULES), st.data())
+def test_streaming_equals_batch_on_held_consuming_and_aggregate_rules(text, data):
+    from strategies import event_streams
+
+    events = data.draw(event_streams(min_events=2, max_events=24))
+    batch = cep_gpu.detect(events, text, backend="reference")
+    eng = Engine(text, backend="reference", allowed_lateness=data.draw(st.sampled_from([None, 1])))
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(events)), max_size=4)))
+    parts, prev = [], 0
+    for c in cuts + [len(events)]:
+        if c > prev:
+            form = data.draw(st.sampled_from(["records", "frame", "columns"]))
+            parts += _publish_as(eng, events.iloc[prev:c], form, data.draw(st.sampled_from(["pandas", "records"])))
+        prev = c
+    parts.append(eng.flush())
+    assert _record_rows(parts) == _record_rows([batch])
+
+
+# -- checkpoint and restore --------------------------------------------------------------------------
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.one_of(rules_and_streams(min_events=1, max_events=14),
+                 st.tuples(st.sampled_from(_SHARP_RULES), event_streams(min_events=1, max_events=14))),
+       st.data())
+def test_restore_at_every_position_equals_batch(case, data):
+    text, events = case
+    rules = cep_gpu.parse_rules(text)
+    batch = cep_gpu.detect(events, rules, backend="reference")
+    lateness = data.draw(st.sampled_from([None, 1]))
+    recs = _records(events)
+    for k in range(len(recs) + 1):
+        eng = Engine(rules, backend="reference", allowed_lateness=lateness)
+        parts = [eng.publish(r, output="records") for r in recs[:k]]
+        saved = eng.checkpoint()
+        del eng  # the service restarts: only the bytes survive
+        again = Engine.restore(saved)
+        parts += [again.publish(r, output="records") for r in recs[k:]]
+        parts.append(again.flush(output="records"))
+        assert _record_rows(parts) == _record_rows([batch]), f"restored after {k} events"
+
+
+def test_checkpoint_to_a_file_and_what_it_keeps(tmp_path):
+    got = []
+    eng = Engine(TRAIL, backend="reference", allowed_lateness=0.5)
+    eng.subscribe("S", got.append)
+    eng.publish({"type": "A", "ts": 0.0, "y": 2.0})
+    eng.publish({"type": "B", "ts": 1.0})
+    eng.publish({"type": "D", "ts": 1.6})  # B released by the watermark, held by the trailing NOT
+    path = tmp_path / "engine.ckpt"
+    data = eng.checkpoint(path)
+    assert path.read_bytes() == data
+    again = Engine.restore(path)
+    assert again.stats()["held"] == {"S": 1} and again.stats()["events"] == 3
+    assert again.stats()["waiting_late"] == eng.stats()["waiting_late"]
+    again.subscribe("S", got.append)  # subscribers are not saved
+    assert again.stats()["waiting_late"] == 1  # D at 1.6
+    out = [again.publish({"type": "D", "ts": t}, output="records") for t in (9.0, 10.0)]
+    assert out == [[], [{"rule": "S", "ts": 1.0, "ids": (0, 1), "v": 2.0}]]
+    assert len(got) == 1
+    # the original goes on independently: restoring copied the state
+    assert len(eng.publish({"type": "C", "ts": 2.0})) == 0
+    assert len(eng.flush()) == 0
+
+
+def test_restore_rejects_what_is_not_a_checkpoint(tmp_path):
+    from cep_gpu import ArgumentError
+
+    with pytest.raises(ArgumentError, match="not an Engine checkpoint"):
+        Engine.restore(b"hello")
+    with pytest.raises(ArgumentError, match="damaged"):
+        Engine.restore(Engine(AB, backend="reference").checkpoint()[:-5])
+    with pytest.raises(ArgumentError, match="cannot read checkpoint file"):
+        Engine.restore(tmp_path / "missing.ckpt")
+
+
+def test_one_event_publishes_keep_the_buffer_and_its_arrays_bounded():
+    rng = np.random.default_rng(1)
+    eng = Engine(AB, backend="cpu")
+    rows, capacity = [], []
+    for k in range(4000):  # 10 events per second, window 5 s: about 51 rows inside it
+        rec = {"type": "A" if rng.random() < 0.7 else "B", "ts": k / 10, "x": int(rng.integers(0, 3)),
+               "y": float(rng.random())}
+        eng.publish(rec, output="records")
+        s = eng.stats()
+        rows.append(s["buffered"])
+        capacity.append(s["buffer_capacity"])
+    assert max(rows) <= 51 + 1 and min(rows[100:]) >= 50
+    assert max(capacity) <= 4 * 1024  # compacted, not grown with the stream
+    assert eng.stats()["expired"] == 4000 - rows[-1]

@@ -1,0 +1,324 @@
+"""The streaming engine's event buffer and its one-event ingestion, without pandas.
+
+:class:`AppendBuffer` holds the rows of the sliding window as column arrays with spare capacity:
+appending rows that come after the last one is a copy into the free tail (amortised O(1) per
+row: the capacity doubles), and expiry moves a start offset (O(1)); the live rows are compacted
+to a fresh array only when the dead prefix outgrows them. :meth:`AppendBuffer.table` hands out an
+:class:`~cep_gpu.events.EventTable` whose arrays are views of the live rows, which every rule
+reads (the columns are shared, not copied per rule). Rows that must go in the middle (a composite
+event released late by a trailing ``NOT``) and attribute kinds that change (an int attribute that
+later holds floats) take the general :meth:`EventTable.concat`, so the buffer always equals
+what ``concat`` of everything would give.
+
+:func:`table_from_record` turns one event given as a dict into a one-row table directly, for
+the plain cases (str type, int/float ts, int/float/str/bool attributes); anything else returns
+``None`` and goes through pandas, so both paths give identical tables (tested).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .events import (
+    _UNIT_NS,
+    RESERVED,
+    AttributeColumn,
+    EventTable,
+    RowTag,
+    StringDictionary,
+    TimeFormat,
+    _set_tag,
+    _tag_concat,
+    _tag_slice,
+    _values_as,
+    array_role,
+    row_tag,
+    start_lineage,
+)
+
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+_DTYPES = {"int": np.int64, "float": np.float64, "string": np.int32, "bool": np.bool_}
+
+
+@dataclass(frozen=True)
+class Row:
+    """One event read from a dict: timestamp (ns) and its input dtype, id, type, attributes as
+    ``(name, kind, value, valid)``."""
+
+    ts: int
+    ts_dtype: str
+    id: int
+    type: str
+    attrs: tuple
+
+
+def parse_record(rec: dict, next_id: int, time_unit: str, strings: StringDictionary) -> Row | None:
+    """One event (a dict) as a :class:`Row`, as the pandas path would read it; ``None`` when the
+    record is not one of the plain cases handled here (it then goes through pandas)."""
+    typ, ts = rec.get("type"), rec.get("ts")
+    if type(typ) is not str or "ts" not in rec:
+        return None
+    tts = type(ts)
+    if tts is int or tts is np.int64:
+        if not _INT64_MIN <= ts <= _INT64_MAX:
+            return None
+        dtype = "int64"
+        ns = int(ts) * _UNIT_NS[time_unit]
+        if not _INT64_MIN <= ns <= _INT64_MAX:
+            return None  # let the general path report it
+    elif tts is float or tts is np.float64:
+        if not math.isfinite(ts):
+            return None
+        dtype = "float64"
+        f = np.round(np.float64(ts) * _UNIT_NS[time_unit])
+        if not -9.2e18 < f < 9.2e18:
+            return None
+        ns = int(f)
+    else:
+        return None
+    if "id" in rec:
+        rid = rec["id"]
+        if type(rid) is not int or not 0 <= rid <= _INT64_MAX:
+            return None
+    else:
+        rid = next_id
+    attrs = []
+    for name, v in rec.items():
+        if name in RESERVED:
+            continue
+        if type(name) is not str:
+            return None
+        tv = type(v)
+        if tv is float:
+            attrs.append((name, "float", v, not math.isnan(v)))
+        elif tv is int:
+            if not _INT64_MIN <= v <= _INT64_MAX:
+                return None
+            attrs.append((name, "int", v, True))
+        elif tv is str:
+            attrs.append((name, "string", strings.encode_one(v), True))
+        elif tv is bool:
+            attrs.append((name, "bool", v, True))
+        else:
+            return None
+    return Row(ns, dtype, rid, typ, tuple(attrs))
+
+
+def table_from_record(
+    rec: dict, next_id: int, time_unit: str, strings: StringDictionary
+) -> EventTable | None:
+    """One event (a dict) as a one-row table, as ``EventTable.from_pandas(DataFrame([rec]))``
+    would build it; ``None`` when the record is not one of the plain cases (see :func:`parse_record`)."""
+    row = parse_record(rec, next_id, time_unit, strings)
+    if row is None:
+        return None
+    return EventTable(
+        ts=np.array([row.ts], np.int64), ids=np.array([row.id], np.int64), types=np.zeros(1, np.int32),
+        type_names=[row.type],
+        columns={n: AttributeColumn(k, np.array([v], _DTYPES[k]), np.array([ok])) for n, k, v, ok in row.attrs},
+        strings=strings, time=TimeFormat("numeric", unit=time_unit, dtype=row.ts_dtype),
+        schema={row.type: {n for n, _, _, ok in row.attrs if ok}},
+    )
+
+
+class AppendBuffer:
+    """The engine's sliding buffer of rows in (ts, id) order (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self._store: EventTable | None = None  # arrays of length capacity; rows [start, end) live
+        self._start = 0
+        self._end = 0
+        self._view: EventTable | None = None
+
+    def __len__(self) -> int:
+        return self._end - self._start
+
+    def __getstate__(self) -> dict:
+        # only the live rows travel (a checkpoint does not carry the spare capacity)
+        return {"table": self.table()}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__()
+        if state["table"] is not None:
+            self.set(state["table"])
+
+    @property
+    def filled(self) -> bool:
+        """Whether a table was ever set (even an empty one: it fixes the columns)."""
+        return self._store is not None
+
+    @property
+    def capacity(self) -> int:
+        """Rows the arrays can hold before they grow (for the memory tests)."""
+        return 0 if self._store is None else len(self._store.ts)
+
+    def table(self) -> EventTable | None:
+        """The live rows as a table of views (valid until the next change), ``None`` if never filled."""
+        if self._store is None:
+            return None
+        if self._view is None:
+            s, e, st = self._start, self._end, self._store
+            self._view = EventTable(
+                st.ts[s:e], st.ids[s:e], st.types[s:e], list(st.type_names),
+                {k: AttributeColumn(c.kind, c.values[s:e], c.valid[s:e]) for k, c in st.columns.items()},
+                st.strings, st.time, {t: set(v) for t, v in st.schema.items()},
+            )
+            # the views continue the store's row lineage, so that a device backend keeps the
+            # rows it already holds and uploads only the new ones (see events.RowTag)
+            _tag_slice(st, self._view, s)
+        return self._view
+
+    def set(self, table: EventTable, cap: int | None = None) -> None:
+        """Replace the contents by ``table`` (copied into fresh arrays with spare capacity)."""
+        n = len(table)
+        cap = max(16, 2 * n, cap or 0)
+        self._store = EventTable(
+            _grow(table.ts, cap), _grow(table.ids, cap), _grow(table.types, cap), list(table.type_names),
+            {k: AttributeColumn(c.kind, _grow(c.values, cap), _grow(c.valid, cap)) for k, c in table.columns.items()},
+            table.strings, table.time, {t: set(v) for t, v in table.schema.items()},
+        )
+        self._start, self._end, self._view = 0, n, None
+        # stored rows are written once and never change: the store is one lineage, which
+        # continues the rows of ``table`` (a view of the old store when compacting), so that a
+        # device backend keeps what it holds across compactions
+        if n and row_tag(table.ts) is not None:
+            _tag_concat(table, self._store, n)
+        else:
+            start_lineage(self._store)
+
+    def append(self, new: EventTable) -> None:
+        """Add ``new`` (sorted, sharing the string dictionary) as ``EventTable.concat`` would."""
+        if not len(new):
+            if self._store is None:
+                self.set(new)
+            else:
+                self.set(self.table().concat(new))  # an empty table may still bring columns
+            return
+        if self._store is None:
+            self.set(new)
+            return
+        st, n = self._store, len(new)
+        if not self._fits(new):
+            self.set(self.table().concat(new))
+            return
+        if self._end + n > len(st.ts):
+            self._reserve(n)
+            st = self._store
+        s, e = self._end, self._end + n
+        remap = np.empty(len(new.type_names), np.int32)
+        for i, t in enumerate(new.type_names):
+            if t not in st.type_names:
+                st.type_names.append(t)
+            remap[i] = st.type_names.index(t)
+        st.ts[s:e] = new.ts
+        st.ids[s:e] = new.ids
+        st.types[s:e] = remap[new.types]
+        cap = len(st.ts)
+        for name, c in st.columns.items():
+            b = new.columns.get(name)
+            c.values[s:e] = _values_as(b, c.kind, n)
+            c.valid[s:e] = b.valid if b is not None else False
+        for name, b in new.columns.items():
+            if name not in st.columns:
+                values = np.full(cap, -1 if b.kind == "string" else 0, _DTYPES[b.kind])
+                valid = np.zeros(cap, np.bool_)
+                values[s:e] = _values_as(b, b.kind, n)
+                valid[s:e] = b.valid
+                st.columns[name] = AttributeColumn(b.kind, values, valid)
+                ts_tag = row_tag(st.ts)  # a new column: same lineage and row numbering as ts
+                _set_tag(values, RowTag(ts_tag.lineage, ts_tag.base, array_role("values", name)))
+                _set_tag(valid, RowTag(ts_tag.lineage, ts_tag.base, array_role("valid", name)))
+        for t, names in new.schema.items():
+            st.schema.setdefault(t, set()).update(names)
+        self._end = e
+        self._view = None
+
+    @property
+    def ts(self) -> np.ndarray:
+        """The live rows' timestamps (a view)."""
+        return np.empty(0, np.int64) if self._store is None else self._store.ts[self._start:self._end]
+
+    def append_row(self, row: Row) -> bool:
+        """Append one event in place when it simply goes last (later than the last row, its
+        attributes already columns of the same kind, room left); ``False`` (nothing changed)
+        otherwise, and the caller takes the general path."""
+        st, e = self._store, self._end
+        if st is None or e >= len(st.ts):
+            return False
+        if e > self._start:
+            last = st.ts[e - 1]
+            if row.ts < last or (row.ts == last and row.id <= st.ids[e - 1]):
+                return False
+        cols = st.columns
+        for name, kind, _, _ in row.attrs:
+            c = cols.get(name)
+            if c is None or c.kind != kind:
+                return False
+        try:
+            code = st.type_names.index(row.type)
+        except ValueError:
+            code = len(st.type_names)
+            st.type_names.append(row.type)
+        st.ts[e] = row.ts
+        st.ids[e] = row.id
+        st.types[e] = code
+        for c in cols.values():  # then overwritten for the attributes the event has
+            c.valid[e] = False
+            c.values[e] = -1 if c.kind == "string" else 0
+        seen = st.schema.setdefault(row.type, set())
+        for name, _, value, ok in row.attrs:
+            c = cols[name]
+            c.values[e] = value
+            c.valid[e] = ok
+            if ok:
+                seen.add(name)
+        self._end = e + 1
+        self._view = None
+        return True
+
+    def drop_front(self, n: int) -> None:
+        """Forget the ``n`` oldest rows (an offset move; compacts when most of the array is dead)."""
+        if n <= 0:
+            return
+        self._start += n
+        self._view = None
+        live = self._end - self._start
+        if self._start > max(1024, 2 * live):
+            self.set(self.table())
+
+    def _fits(self, new: EventTable) -> bool:
+        """Whether ``new`` can simply go after the live rows: later in (ts, id) order, same
+        string dictionary and time format, and attribute kinds that ``concat`` would keep."""
+        st = self._store
+        if new.strings is not st.strings or new._order() is not None:
+            return False
+        if self._end > self._start:
+            last_ts, last_id = st.ts[self._end - 1], st.ids[self._end - 1]
+            if new.ts[0] < last_ts or (new.ts[0] == last_ts and new.ids[0] <= last_id):
+                return False
+        view = self.table()
+        for name, b in new.columns.items():
+            a = view.columns.get(name)
+            if a is not None and a.kind != b.kind:
+                return False
+            if a is not None and a.values.dtype != b.values.dtype and b.valid.any():
+                return False
+        return True
+
+    def _reserve(self, n: int) -> None:
+        live = self.table()
+        self.set(live, cap=2 * (len(live) + n))
+
+
+def _grow(a: np.ndarray, cap: int) -> np.ndarray:
+    out = np.empty(max(cap, len(a)), a.dtype)
+    out[: len(a)] = a
+    if a.dtype == np.bool_:
+        out[len(a):] = False
+    return out
+
+
+__all__ = ["AppendBuffer", "Row", "parse_record", "table_from_record"]
