@@ -45,7 +45,7 @@ from .gpu import (
     GpuBackend,
     GpuCombiner,
     cuda_dir,
-    full_source,
+    nvrtc_source,
     register_gpu_backend,
 )
 
@@ -226,7 +226,8 @@ class HostRuntime:
 
     def compile(self, rule: CudaRule) -> HostModule:
         if rule.key not in self._modules:
-            path = build(full_source(rule.source), self._flags, self.include)
+            # the very text NVRTC compiles on a device (every cuda/ header written out)
+            path = build(nvrtc_source(rule.source, self.include), self._flags, self.include)
             self._modules[rule.key] = HostModule(path, self.block, self.max_blocks, self.seed)
         return self._modules[rule.key]
 
