@@ -716,6 +716,14 @@ class _CupyModule:
             self._funcs[name]((grid,), (self._block,), conv)
 
 
+def _version(fn: Callable[[], object]) -> str:
+    """``str(fn())``, or "unknown" where this CuPy build cannot say (the key is then coarser)."""
+    try:
+        return str(fn())
+    except Exception:
+        return "unknown"
+
+
 def launch_grid(n_threads: int, block: int, max_blocks: int) -> int:
     """Blocks of a launch over ``n_threads`` work items: enough for one item a thread, at most
     ``max_blocks`` (the kernels' grid-stride loops, with int64 indices, take the rest), at least 1."""
@@ -750,12 +758,19 @@ class CupyRuntime:
         self._pool = cupy.get_default_memory_pool()
 
     def versions(self) -> tuple[str, ...]:
-        """CuPy, NVRTC and CUDA driver versions (part of the compile key)."""
-        cuda = self.cupy.cuda
+        """CuPy, NVRTC, CUDA runtime and driver versions (part of the compile key)."""
+        rt = self.cupy.cuda.runtime
+
+        def nvrtc() -> object:
+            from cupy_backends.cuda.libs import nvrtc  # type: ignore[import-not-found]
+
+            return nvrtc.getVersion()
+
         return (
             f"cupy {self.cupy.__version__}",
-            f"nvrtc {cuda.nvrtc.getVersion()}",
-            f"driver {cuda.runtime.driverGetVersion()}",
+            f"nvrtc {_version(nvrtc)}",
+            f"runtime {_version(rt.runtimeGetVersion)}",
+            f"driver {_version(rt.driverGetVersion)}",
         )
 
     def compile(self, rule: CudaRule) -> Module:
