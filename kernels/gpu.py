@@ -754,7 +754,7 @@ class CupyRuntime:
         with self.device:
             self.stream = cupy.cuda.Stream(non_blocking=True)
         self._modules: dict[str, _CupyModule] = {}
-        self._inflight: list[np.ndarray] = []
+        self._inflight: list[Any] = []  # what queued copies read or write, until the next sync
         self._pool = cupy.get_default_memory_pool()
 
     def versions(self) -> tuple[str, ...]:
@@ -795,7 +795,8 @@ class CupyRuntime:
         host = np.ascontiguousarray(host)
         pinned = self._pinned(host)
         out = self._guard(lambda: self.cupy.empty(host.shape, host.dtype), host.nbytes)
-        out.set(pinned, stream=self.stream)  # asynchronous from pinned memory
+        with self.device:
+            out.set(pinned, stream=self.stream)  # asynchronous from pinned memory
         self._inflight.append(pinned)  # keep the staging copy alive until the stream syncs
         return out
 
@@ -826,7 +827,7 @@ class CupyRuntime:
         pinned = self._pinned(np.ascontiguousarray(host))
         with self.device:
             buf[int(offset): int(offset) + len(pinned)].set(pinned, stream=self.stream)  # asynchronous
-        self._inflight.append(pinned)
+        self._inflight += (pinned, buf)
 
     def copy_within(self, dst: Any, dst_offset: int, src: Any, src_offset: int, n: int) -> None:
         if n <= 0:
@@ -837,6 +838,11 @@ class CupyRuntime:
                 int(dst.data.ptr) + int(dst_offset) * size, int(src.data.ptr) + int(src_offset) * size,
                 int(n) * size, self.cupy.cuda.runtime.memcpyDeviceToDevice, self.stream.ptr,
             )
+        # the caller may drop ``src`` at once (a column moved into a new buffer): keep both ends
+        # alive until the stream has run the copy. CuPy's own pool would only hand the memory to
+        # later work on this stream, but an adopted cuDF column lives in RMM, which frees it for
+        # work on other streams at once.
+        self._inflight += (src, dst)
 
     def view(self, buf: Any, start: int, stop: int) -> Any:
         return buf[int(start): int(stop)]
