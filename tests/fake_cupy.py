@@ -54,6 +54,8 @@ class _State:
         self.launches = 0
         self.device_copies = 0
         self.used = 0
+        self.limit: int | None = None  # bytes of device memory (None: unlimited)
+        self.peak = 0
         self.include = Path(tempfile.mkdtemp(prefix="fake-cupy-include-"))  # stays empty
 
     @property
@@ -283,7 +285,10 @@ def make(devices: int = 2) -> types.ModuleType:
     cuda.memory = types.SimpleNamespace(OutOfMemoryError=OutOfMemoryError)
 
     def _alloc(a: np.ndarray) -> FakeArray:
+        if state.limit is not None and state.used + a.nbytes > state.limit:
+            raise OutOfMemoryError(f"out of memory allocating {a.nbytes} bytes")
         state.used += a.nbytes
+        state.peak = max(state.peak, state.used)
         arr = FakeArray(a, state.device)
         weakref.finalize(arr, _release, a, state)
         return arr

@@ -165,3 +165,23 @@ def test_fake_catches_a_moved_column_source_released_before_the_copy_ran(cupy, m
     monkeypatch.setattr(CupyRuntime, "copy_within", copy_within)
     with pytest.raises(AssertionError, match="differs from its host array"):
         test_long_stream_compacts_columns_on_the_device(cupy)
+
+
+def test_device_out_of_memory_splits_the_batch(cupy):
+    """CuPy's OutOfMemoryError becomes a batch split in the combiner, through the real runtime."""
+    table = EventTable.from_pandas(seq3_events(300, seed=1), time_unit="ms")
+    rule = cep_gpu.parse_rule(SEQ3.format(p="each", w=30))
+    ref = _sorted(ReferenceBackend().match(rule, table).rows)
+    import gc
+
+    base = cupy.state.peak = cupy.state.used
+    whole = CDPBackend(GpuCombiner(CupyRuntime(0), "gpu", initial_capacity=1), "gpu")
+    whole.match(rule, table)
+    need = cupy.state.peak - base
+    whole.combiner.release()
+    del whole
+    gc.collect()
+    cupy.state.limit = cupy.state.used + need * 2 // 3
+    tight = CDPBackend(GpuCombiner(CupyRuntime(0), "gpu", initial_capacity=1), "gpu")
+    assert np.array_equal(_sorted(tight.match(rule, table).rows), ref)
+    assert tight.combiner.stats.splits >= 1
