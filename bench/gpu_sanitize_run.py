@@ -68,12 +68,13 @@ def main() -> int:
     register("gpu-tiny", lambda: GpuBackend(GpuCombiner(CupyRuntime(), "gpu", initial_capacity=1), "gpu"))
     ev = events(args.events)
     failures = 0
-    cases = [(SEQ3.format(p=p, w=40), "gpu-tiny") for p in ("each", "last", "first")] + [(RICH, "gpu")]
-    for text, backend in cases:
+    cases = [(f"seq3 {p}", SEQ3.format(p=p, w=40), "gpu-tiny") for p in ("each", "last", "first")]
+    cases.append(("negation and aggregates", RICH, "gpu"))
+    for label, text, backend in cases:
         got, want = cepdetect(ev, text, backend), cepdetect(ev, text, "cpu")
         ok = got == want
         failures += not ok
-        print(f"{'ok' if ok else 'MISMATCH'}: {backend} {text.split()[1]} {len(got)} composite events", flush=True)
+        print(f"{'ok' if ok else 'MISMATCH'}: {label} on {backend}: {len(got)} composite events", flush=True)
     # streaming: device columns appended to, compacted and shrunk as the buffer moves
     eng = cep_gpu.Engine(SEQ3.format(p="each", w=40), backend="gpu", time_unit="ms")
     parts = [eng.publish(ev.iloc[i:i + 37]) for i in range(0, len(ev), 37)] + [eng.flush()]

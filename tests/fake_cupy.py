@@ -211,7 +211,9 @@ class _Kernel:
                 conv.append(a.data.ptr)
             else:
                 conv.append(int(a))
-        fn, g, b = self._fn, int(grid[0]), int(block[0])
+        # at most 8 blocks: the kernels' grid-stride loops make any grid size give the same
+        # result, and each block is a std::thread in the concurrent host build
+        fn, g, b = self._fn, min(int(grid[0]), 8), int(block[0])
         state.launches += 1
         dev.current_stream.enqueue(lambda: fn(g, b, 0, *conv))
 
@@ -269,6 +271,8 @@ def make(devices: int = 2) -> types.ModuleType:
         s.enqueue(lambda: ctypes.memmove(dst, src, nbytes))
 
     cuda.Device = device
+    cuda.set_allocator = lambda allocator=None: None
+    cuda.set_pinned_memory_allocator = lambda allocator=None: None
     cuda.Stream = lambda non_blocking=False: _Stream(state, non_blocking=non_blocking)
     cuda.runtime = types.SimpleNamespace(
         getDeviceCount=lambda: len(state.devices),
@@ -277,6 +281,8 @@ def make(devices: int = 2) -> types.ModuleType:
         runtimeGetVersion=lambda: 12040,
         memcpyAsync=memcpy_async,
         memcpyDeviceToDevice=3,
+        getDeviceProperties=lambda i: {"name": b"fake-cupy device", "major": 9, "minor": 0,
+                                       "totalGlobalMem": 1 << 30},
     )
 
     class OutOfMemoryError(MemoryError):
@@ -339,6 +345,15 @@ def empty_pinned(shape, dtype=np.float64) -> np.ndarray:
     _PINNED.add(base.ctypes.data)
     weakref.finalize(out, _release, base, None)
     return out
+
+
+def install_into(modules: dict, devices: int = 2) -> types.ModuleType:
+    """Put a fresh fake ``cupy`` and ``cupyx`` into ``modules`` (``sys.modules`` of a script)."""
+    cupy = make(devices)
+    cupyx = types.ModuleType("cupyx")
+    cupyx.empty_pinned = empty_pinned
+    modules["cupy"], modules["cupyx"] = cupy, cupyx
+    return cupy
 
 
 def install(monkeypatch, devices: int = 2) -> types.ModuleType:

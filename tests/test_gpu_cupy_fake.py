@@ -13,6 +13,9 @@ runtime's stream and a launch on the wrong device.
 from __future__ import annotations
 
 import itertools
+import subprocess
+import sys
+from pathlib import Path
 
 import fake_cupy
 import numpy as np
@@ -36,6 +39,7 @@ from cep_gpu.events import EventTable
 from cep_gpu.reference import ReferenceBackend
 
 _NAMES = itertools.count()
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture
@@ -185,3 +189,40 @@ def test_device_out_of_memory_splits_the_batch(cupy):
     tight = CDPBackend(GpuCombiner(CupyRuntime(0), "gpu", initial_capacity=1), "gpu")
     assert np.array_equal(_sorted(tight.match(rule, table).rows), ref)
     assert tight.combiner.stats.splits >= 1
+
+
+# -- the GPU-only scripts and tests, run once against the fake --------------------------------------
+
+_RUN_FAKE = """
+import runpy, sys
+sys.path.insert(0, {tests!r})
+import fake_cupy
+fake_cupy.install_into(sys.modules)
+what, *args = sys.argv[1:]
+if what == "pytest":
+    import pytest
+    sys.exit(pytest.main(args))
+sys.argv = [what, *args]
+runpy.run_path(what, run_name="__main__")
+"""
+
+
+def _run_fake(*args: str) -> subprocess.CompletedProcess:
+    code = _RUN_FAKE.format(tests=str(ROOT / "tests"))
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                          timeout=600, cwd=ROOT)
+
+
+def test_gpu_only_tests_and_scripts_run_against_the_fake():
+    """The device tests, the sanitizer's run and the seq3 GPU sweep have never run on a device:
+    here they run against the fake CuPy, so that the first GPU run fails only on what a GPU
+    changes, not on a broken test or script. (The figures of such a run mean nothing.)"""
+    proc = _run_fake("pytest", "-p", "no:cacheprovider", "tests/test_gpu_device.py", "-k", "not equal_reference and not grid_stride")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "skipped" not in proc.stdout and "passed" in proc.stdout
+    proc = _run_fake("bench/gpu_sanitize_run.py", "--events", "800")
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    assert proc.stdout.count("ok: ") == 5
+    proc = _run_fake("bench/seq3_gpu.py", "--events", "4000", "--windows", "100", "--policies", "last", "--sample", "5")
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    assert "fake-cupy device" in proc.stdout and proc.stdout.strip().splitlines()[-1].startswith("last")
