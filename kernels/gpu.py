@@ -753,7 +753,9 @@ class CupyRuntime:
         self.arch = str(self.device.compute_capability)  # e.g. "90"; part of the module cache key
         with self.device:
             self.stream = cupy.cuda.Stream(non_blocking=True)
-        self._modules: dict[str, _CupyModule] = {}
+        self._modules: dict[str, _CupyModule] = {}  # compile_key -> module
+        self._by_rule: dict[str, _CupyModule] = {}  # CudaRule.key -> module
+        self._versions = self.versions()
         self._inflight: list[Any] = []  # what queued copies read or write, until the next sync
         self._pool = cupy.get_default_memory_pool()
 
@@ -774,14 +776,20 @@ class CupyRuntime:
         )
 
     def compile(self, rule: CudaRule) -> Module:
-        source = nvrtc_source(rule.source)
-        key = compile_key(source, self.arch, NVRTC_OPTIONS, self.versions())
-        if key not in self._modules:
-            with self.device:
-                raw = self.cupy.RawModule(code=source, options=NVRTC_OPTIONS, backend="nvrtc")
-                self._modules[key] = _CupyModule(
-                    self.cupy, raw, DEVICE_BLOCK, DEVICE_MAX_BLOCKS, self.device, self.stream)
-        return self._modules[key]
+        # called at every match (per terminator in streaming): the rule's module is found by
+        # the rule header's hash first; the full text and key are built once per rule
+        mod = self._by_rule.get(rule.key)
+        if mod is None:
+            source = nvrtc_source(rule.source)
+            key = compile_key(source, self.arch, NVRTC_OPTIONS, self._versions)
+            mod = self._modules.get(key)
+            if mod is None:
+                with self.device:
+                    raw = self.cupy.RawModule(code=source, options=NVRTC_OPTIONS, backend="nvrtc")
+                    mod = self._modules[key] = _CupyModule(
+                        self.cupy, raw, DEVICE_BLOCK, DEVICE_MAX_BLOCKS, self.device, self.stream)
+            self._by_rule[rule.key] = mod
+        return mod
 
     def _guard(self, fn, nbytes: int):
         try:
