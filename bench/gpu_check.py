@@ -236,6 +236,11 @@ class Check:
             return Result(step, "ok", "", secs, cmd, log.name)
         why = f"cut off after {min(limit, left):.0f} s" if rc == 124 else f"exit status {rc}"
         tail = [line for line in text.strip().splitlines() if line.strip()][-1:] or [""]
+        report = self.out / f"{step}.txt"
+        if step in ("memcheck", "racecheck", "initcheck") and report.exists():
+            # the sanitizer's own verdict (its report went to <step>.txt, not to the output)
+            summary = [line for line in report.read_text(errors="replace").splitlines() if "ERROR SUMMARY" in line]
+            tail = summary[-1:] or tail
         return Result(step, "FAILED", f"{why}: {tail[0][:200]}", secs, cmd, log.name)
 
     def main(self) -> int:
