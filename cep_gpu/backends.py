@@ -102,6 +102,8 @@ _PROVIDERS = {
     "gpu": "cep_gpu.cdp",
     # the GPU kernels compiled for the host and run serially (tests, no GPU needed)
     "gpu-host": "cep_gpu.kernels.host",
+    # the same, with the threads of each launch running concurrently (docs/gpu.md)
+    "gpu-host-threads": "cep_gpu.kernels.host",
     "auto": "cep_gpu.planner",
     "aip": "cep_gpu.aip",
 }

@@ -37,6 +37,7 @@ device through cuDF, see :mod:`cep_gpu.ingest_cudf`) is taken from that copy ins
 from __future__ import annotations
 
 import hashlib
+import re
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -85,14 +86,62 @@ def full_source(rule_source: str) -> str:
     return f'#include "cdp.cuh"\n{rule_source}\n#include "cdp.cu"\n'
 
 
-def sources_digest() -> str:
-    """A hash of every file in cuda/, part of every compile-cache key."""
+def sources_digest(folder: Path | None = None) -> str:
+    """A hash of every file in cuda/ (or ``folder``), part of every compile-cache key."""
     h = hashlib.sha256()
-    for p in sorted(cuda_dir().iterdir()):
+    for p in sorted((cuda_dir() if folder is None else Path(folder)).iterdir()):
         if p.suffix in (".cu", ".cuh", ".h"):
             h.update(p.name.encode())
             h.update(p.read_bytes())
     return h.hexdigest()[:24]
+
+
+_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"[ \t]*$', re.MULTILINE)
+
+#: NVRTC options of the device build (CuPy adds the device's ``-arch``). No fast-math: the kernels'
+#: null semantics rely on IEEE NaN comparisons and exact division.
+NVRTC_OPTIONS: tuple[str, ...] = ("-std=c++17",)
+
+
+def nvrtc_source(rule_source: str, folder: Path | None = None) -> str:
+    """The translation unit of one rule with every ``#include "..."`` of ``cuda/`` written out, so
+    that the text NVRTC compiles is everything it depends on: CuPy's on-disk kernel cache keys on
+    that text and the options, and never reads the headers an ``-I`` path would bring in (an
+    edited or upgraded ``cuda/`` would otherwise load a stale binary). Each file is written out
+    once, where it is first included (they all have include guards); ``#line`` keeps compiler
+    messages pointing at the right file and line. ``folder`` replaces ``cuda/`` (tests)."""
+    folder = cuda_dir() if folder is None else Path(folder)
+    done: set[str] = set()
+
+    def expand(text: str, name: str) -> str:
+        out, pos = [], 0
+        for m in _INCLUDE.finditer(text):
+            out.append(text[pos:m.start()])
+            pos = m.end()
+            inc = m.group(1)
+            path = folder / inc
+            if not path.is_file():
+                raise FileNotFoundError(f"{name}: #include \"{inc}\" is not a file of {folder}")
+            if inc in done:
+                continue
+            done.add(inc)
+            line = text.count("\n", 0, m.end()) + 2  # the line after the directive
+            out.append(f'#line 1 "{inc}"\n{expand(path.read_text(), inc)}\n#line {line} "{name}"')
+        out.append(text[pos:])
+        return "".join(out)
+
+    digest = sources_digest(folder)
+    return f"// cep-gpu kernels, cuda/ sources {digest}\n" + expand(full_source(rule_source), "rule.cu")
+
+
+def compile_key(source: str, arch: str, options: tuple[str, ...], versions: tuple[str, ...]) -> str:
+    """The key of one compiled module: the whole source text (:func:`nvrtc_source`), the device's
+    compute capability, the NVRTC options, and the versions of CuPy, NVRTC and the CUDA driver."""
+    h = hashlib.sha256()
+    for part in (source, arch, *options, "|", *versions):
+        h.update(part.encode())
+        h.update(b"\0")
+    return h.hexdigest()[:32]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -648,19 +697,44 @@ def _import_cupy():
 
 
 class _CupyModule:
-    def __init__(self, cupy, raw, block: int, max_blocks: int, stream) -> None:
+    def __init__(self, cupy, raw, block: int, max_blocks: int, device, stream) -> None:
         self._cupy = cupy
-        self._funcs = {name: raw.get_function(name) for name in KERNELS}
+        with device:  # the module loads into this device's context
+            self._funcs = {name: raw.get_function(name) for name in KERNELS}
         self._block = block
         self._max_blocks = max_blocks
+        self._device = device
         self._stream = stream
 
     def launch(self, name: str, n_threads: int, *args: Any) -> None:
         kinds = KERNELS[name]
         conv = tuple(np.int64(a) if k == "i" else a for k, a in zip(kinds, args, strict=True))
-        grid = min((n_threads + self._block - 1) // self._block, self._max_blocks)
-        with self._stream:  # the copies' stream: kernels see the data they were given
-            self._funcs[name]((max(grid, 1),), (self._block,), conv)
+        grid = launch_grid(n_threads, self._block, self._max_blocks)
+        # the module's device (a Spark task may have made another one current since) and the
+        # copies' stream: kernels see the data they were given, in order
+        with self._device, self._stream:
+            self._funcs[name]((grid,), (self._block,), conv)
+
+
+def _version(fn: Callable[[], object]) -> str:
+    """``str(fn())``, or "unknown" where this CuPy build cannot say (the key is then coarser)."""
+    try:
+        return str(fn())
+    except Exception:
+        return "unknown"
+
+
+def launch_grid(n_threads: int, block: int, max_blocks: int) -> int:
+    """Blocks of a launch over ``n_threads`` work items: enough for one item a thread, at most
+    ``max_blocks`` (the kernels' grid-stride loops, with int64 indices, take the rest), at least 1."""
+    return max(min(-(-int(n_threads) // int(block)), int(max_blocks)), 1)
+
+
+#: Threads per block and the most blocks of a device launch (gridDim.x may reach 2^31 - 1; more
+#: blocks than a few waves of the largest GPU would only add scheduling, as the loops are
+#: grid-stride).
+DEVICE_BLOCK = 256
+DEVICE_MAX_BLOCKS = 65535
 
 
 class CupyRuntime:
@@ -672,25 +746,50 @@ class CupyRuntime:
         cupy = _import_cupy()
         self.cupy = cupy
         # default: the current device, which a Spark task has set to its assigned GPU
-        # (cep_gpu.spark_udfs.rapids.use_task_gpu) before the backend is first created
+        # (cep_gpu.spark_udfs.rapids.use_task_gpu); backend="gpu" keeps one runtime per device
+        # (GpuDevicesBackend), so a reused worker that gets another GPU gets another runtime.
+        # Every operation enters this device itself: the current device may change between calls.
         self.device = cupy.cuda.Device() if device is None else cupy.cuda.Device(device)
-        self.device.use()
         self.arch = str(self.device.compute_capability)  # e.g. "90"; part of the module cache key
-        self.stream = cupy.cuda.Stream(non_blocking=True)
-        self._modules: dict[str, _CupyModule] = {}
-        self._inflight: list[np.ndarray] = []
+        with self.device:
+            self.stream = cupy.cuda.Stream(non_blocking=True)
+        self._modules: dict[str, _CupyModule] = {}  # compile_key -> module
+        self._by_rule: dict[str, _CupyModule] = {}  # CudaRule.key -> module
+        self._versions = self.versions()
+        self._inflight: list[Any] = []  # what queued copies read or write, until the next sync
         self._pool = cupy.get_default_memory_pool()
 
+    def versions(self) -> tuple[str, ...]:
+        """CuPy, NVRTC, CUDA runtime and driver versions (part of the compile key)."""
+        rt = self.cupy.cuda.runtime
+
+        def nvrtc() -> object:
+            from cupy_backends.cuda.libs import nvrtc  # type: ignore[import-not-found]
+
+            return nvrtc.getVersion()
+
+        return (
+            f"cupy {self.cupy.__version__}",
+            f"nvrtc {_version(nvrtc)}",
+            f"runtime {_version(rt.runtimeGetVersion)}",
+            f"driver {_version(rt.driverGetVersion)}",
+        )
+
     def compile(self, rule: CudaRule) -> Module:
-        key = f"{rule.key}:{sources_digest()}:{self.arch}"
-        if key not in self._modules:
-            raw = self.cupy.RawModule(
-                code=full_source(rule.source),
-                options=("-std=c++17", f"-I{cuda_dir()}"),  # CuPy adds the device's architecture
-                backend="nvrtc",
-            )
-            self._modules[key] = _CupyModule(self.cupy, raw, 256, 65535, self.stream)
-        return self._modules[key]
+        # called at every match (per terminator in streaming): the rule's module is found by
+        # the rule header's hash first; the full text and key are built once per rule
+        mod = self._by_rule.get(rule.key)
+        if mod is None:
+            source = nvrtc_source(rule.source)
+            key = compile_key(source, self.arch, NVRTC_OPTIONS, self._versions)
+            mod = self._modules.get(key)
+            if mod is None:
+                with self.device:
+                    raw = self.cupy.RawModule(code=source, options=NVRTC_OPTIONS, backend="nvrtc")
+                    mod = self._modules[key] = _CupyModule(
+                        self.cupy, raw, DEVICE_BLOCK, DEVICE_MAX_BLOCKS, self.device, self.stream)
+            self._by_rule[rule.key] = mod
+        return mod
 
     def _guard(self, fn, nbytes: int):
         try:
@@ -704,7 +803,8 @@ class CupyRuntime:
         host = np.ascontiguousarray(host)
         pinned = self._pinned(host)
         out = self._guard(lambda: self.cupy.empty(host.shape, host.dtype), host.nbytes)
-        out.set(pinned, stream=self.stream)  # asynchronous from pinned memory
+        with self.device:
+            out.set(pinned, stream=self.stream)  # asynchronous from pinned memory
         self._inflight.append(pinned)  # keep the staging copy alive until the stream syncs
         return out
 
@@ -723,24 +823,34 @@ class CupyRuntime:
 
     def to_host(self, buf: Any, n: int | None = None) -> np.ndarray:
         view = buf if n is None else buf[: int(n)]
-        out = view.get(stream=self.stream)
-        self.stream.synchronize()
+        with self.device:
+            # on the stream of the kernels that wrote it, then wait: the host never reads a
+            # count or a result before the launch that produced it has finished
+            out = view.get(stream=self.stream)
+            self.stream.synchronize()
         self._inflight.clear()
         return out
 
     def copy_in(self, buf: Any, offset: int, host: np.ndarray) -> None:
         pinned = self._pinned(np.ascontiguousarray(host))
-        buf[int(offset): int(offset) + len(pinned)].set(pinned, stream=self.stream)  # asynchronous
-        self._inflight.append(pinned)
+        with self.device:
+            buf[int(offset): int(offset) + len(pinned)].set(pinned, stream=self.stream)  # asynchronous
+        self._inflight += (pinned, buf)
 
     def copy_within(self, dst: Any, dst_offset: int, src: Any, src_offset: int, n: int) -> None:
         if n <= 0:
             return
         size = dst.dtype.itemsize
-        self.cupy.cuda.runtime.memcpyAsync(
-            int(dst.data.ptr) + int(dst_offset) * size, int(src.data.ptr) + int(src_offset) * size,
-            int(n) * size, self.cupy.cuda.runtime.memcpyDeviceToDevice, self.stream.ptr,
-        )
+        with self.device:
+            self.cupy.cuda.runtime.memcpyAsync(
+                int(dst.data.ptr) + int(dst_offset) * size, int(src.data.ptr) + int(src_offset) * size,
+                int(n) * size, self.cupy.cuda.runtime.memcpyDeviceToDevice, self.stream.ptr,
+            )
+        # the caller may drop ``src`` at once (a column moved into a new buffer): keep both ends
+        # alive until the stream has run the copy. CuPy's own pool would only hand the memory to
+        # later work on this stream, but an adopted cuDF column lives in RMM, which frees it for
+        # work on other streams at once.
+        self._inflight += (src, dst)
 
     def view(self, buf: Any, start: int, stop: int) -> Any:
         return buf[int(start): int(stop)]
@@ -770,9 +880,15 @@ def gpu_available() -> tuple[bool, str]:
     return True, "a CUDA device is available"
 
 
-def gpu_combiner() -> GpuCombiner:
-    """The combiner of ``backend="gpu"``; BackendUnavailableError when no GPU is usable."""
-    return GpuCombiner(CupyRuntime(), "gpu")
+def gpu_combiner(device: int | None = None) -> GpuCombiner:
+    """A combiner over CuPy on ``device`` (default: the current one); BackendUnavailableError
+    when no GPU is usable."""
+    return GpuCombiner(CupyRuntime(device), "gpu")
+
+
+def current_device() -> int:
+    """The ordinal of CuPy's current CUDA device (what ``use_task_gpu`` selected in a Spark task)."""
+    return int(_import_cupy().cuda.runtime.getDevice())
 
 
 class GpuBackend(CDPBackend):
@@ -792,9 +908,52 @@ class GpuBackend(CDPBackend):
         self.combiner.release()
 
 
+class GpuDevicesBackend(GpuBackend):
+    """``backend="gpu"``: one :class:`GpuCombiner` per CUDA device, and each call runs on the
+    current device's.
+
+    A backend object lives as long as its process, and Spark reuses Python workers across tasks,
+    which may be given different GPUs (``spark_udfs.rapids.use_task_gpu`` makes the task's GPU
+    current). A combiner bound to the first task's device would keep launching there; this one
+    asks ``current()`` at every call and keeps each device's combiner (its compiled modules, device
+    columns and buffers) for when that device comes back. ``factory(ordinal)`` builds a combiner.
+    """
+
+    def __init__(self, factory: Callable[[int], GpuCombiner], current: Callable[[], int], name: str = "gpu") -> None:
+        self._factory = factory
+        self._current = current
+        self._by_device: dict[int, GpuCombiner] = {}
+        super().__init__(self._for(current()), name)
+
+    def _for(self, device: int) -> GpuCombiner:
+        comb = self._by_device.get(device)
+        if comb is None:
+            comb = self._by_device[device] = self._factory(device)
+        return comb
+
+    @property
+    def combiner(self) -> GpuCombiner:  # type: ignore[override]
+        """The current device's combiner (made on first use)."""
+        return self._for(self._current())
+
+    @combiner.setter
+    def combiner(self, value: GpuCombiner) -> None:
+        self._by_device[self._current()] = value
+
+    @property
+    def devices(self) -> list[int]:
+        """The devices this backend has run on."""
+        return sorted(self._by_device)
+
+    def release(self) -> None:
+        """Free the device memory held on every device."""
+        for comb in self._by_device.values():
+            comb.release()
+
+
 def register_gpu_backend(name: str, factory) -> None:
     """Register ``backend=name`` as a :class:`GpuBackend` over the combiner ``factory`` builds."""
     register(name, lambda: GpuBackend(factory(), name))
 
 
-register_gpu_backend("gpu", gpu_combiner)
+register("gpu", lambda: GpuDevicesBackend(gpu_combiner, current_device, "gpu"))

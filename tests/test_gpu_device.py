@@ -3,9 +3,12 @@
 Skipped, with the reason printed (CuPy missing, no driver, or no device), where no GPU is usable;
 on a GPU machine they run the NVRTC-compiled kernels through CuPy: random rules and streams equal
 the reference matcher, the overflow relaunch path, and the deterministic (CPU) output order.
+With ``CEP_REQUIRE_GPU=1`` (set by bench/gpu_check.sh) a missing GPU is an error, not a skip.
 """
 
 from __future__ import annotations
+
+import os
 
 import numpy as np
 import pytest
@@ -20,6 +23,8 @@ from cep_gpu.events import EventTable
 from cep_gpu.reference import ReferenceBackend
 
 OK, WHY = gpu_available()
+if not OK and os.environ.get("CEP_REQUIRE_GPU") == "1":
+    raise RuntimeError(f"CEP_REQUIRE_GPU=1 but no GPU is usable: {WHY}")
 if not OK:
     print(f"\ntests/test_gpu_device.py skipped: {WHY}")
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not OK, reason=f"no usable GPU: {WHY}")]
@@ -75,3 +80,34 @@ def test_device_streaming_updates_columns_incrementally(rules):
     assert st["column_appends"] > 0 and st["column_rows_reused"] > 0
     if rules == "seq3":
         assert st["column_bytes_uploaded"] <= 17 * len(events) * 1.2
+
+
+def test_device_grid_stride_loops_past_one_full_grid():
+    """More (sequence, candidate) pairs in one launch than 256 x 65535 threads: every thread runs
+    several rounds of the grid-stride loop; results equal the CPU backend's, in its order."""
+    from cep_gpu.kernels.gpu import DEVICE_BLOCK, DEVICE_MAX_BLOCKS, CupyRuntime
+    from test_gpu_host import seq3_events
+
+    table = EventTable.from_pandas(seq3_events(36000, seed=13), time_unit="ms")
+    rule = cep_gpu.parse_rule(SEQ3.format(p="last", w=6000))
+    backend = CDPBackend(GpuCombiner(CupyRuntime(), "gpu"), "gpu", use_index=False)
+    cpu = CDPBackend(get_backend("cpu").combiner, "cpu", use_index=False)
+    got = backend.match(rule, table)
+    # terminators x B-candidates of the first step, without the parameter index
+    assert (len(table) // 3) * (6000 // 3) > 1.2 * DEVICE_BLOCK * DEVICE_MAX_BLOCKS
+    assert np.array_equal(got.rows, cpu.match(rule, table).rows)
+
+
+def test_device_backend_runs_on_the_current_device():
+    """backend="gpu" keeps one combiner per device and uses the current one's."""
+    import cupy  # type: ignore[import-not-found]
+    from test_gpu_host import seq3_events
+
+    backend = get_backend("gpu")
+    table = EventTable.from_pandas(seq3_events(500), time_unit="ms")
+    rule = cep_gpu.parse_rule(SEQ3.format(p="each", w=30))
+    for dev in range(min(cupy.cuda.runtime.getDeviceCount(), 2)):
+        with cupy.cuda.Device(dev):
+            got = backend.match(rule, table)
+            assert backend.combiner.runtime.device.id == dev
+            assert np.array_equal(got.rows, get_backend("cpu").match(rule, table).rows)
