@@ -12,10 +12,10 @@ since Numba checks only the generated file's own time stamp. A different rule, o
 a different file; stale files are never read (delete the directory to reclaim space).
 
 The generic combination kernels take the rule's ``valid`` function as an argument, which Numba
-cannot cache across processes (the argument's type is the function object of one process). So
-each generated file also holds small wrappers, one per (kernel, serial/parallel, ``valid``), that
-call the generic kernel with the rule's own function; their compiled code (the generic kernel
-specialised for that rule included) is what is cached. :func:`cep_gpu.kernels.cpu.specialise`
+cannot cache across processes (the argument's type is the function object of one process, and a
+cached function may not even call such a kernel: "dynamic globals"). So each generated file also
+holds the kernels' loops written out once per (kernel, serial/parallel, ``valid``), with the rule's
+own function in place of the argument; their compiled code is what is cached. :func:`cep_gpu.kernels.cpu.specialise`
 routes the generic calls to them.
 
 Directory: ``$CEP_GPU_CACHE_DIR`` if set (``off``, ``0`` or ``none``: no disk cache), else
@@ -26,9 +26,12 @@ be written, kernels are compiled in memory as before (same results, slower start
 from __future__ import annotations
 
 import hashlib
+import inspect
 import os
+import re
 import sys
 import tempfile
+import textwrap
 import types
 from pathlib import Path
 
@@ -67,27 +70,31 @@ def versions_key() -> str:
     return _VERSIONS
 
 
+def _inlined_kernel(name: str, fn: str, par: int, args: str) -> str:
+    """Generic kernel ``name`` written out with ``fn`` in place of its function argument.
+
+    Numba refuses to cache a function that calls a generic kernel with a function argument
+    ("dynamic globals"), so the cached wrapper is the kernel's own loop, taken from its source in
+    :mod:`cep_gpu.kernels.cpu` (one text for both: the versions key hashes that file)."""
+    from ..kernels import cpu
+
+    py = cpu._pair_mask if name == "_pair_mask" else cpu._SERIAL[name].py_func
+    head, _, body = textwrap.dedent(inspect.getsource(py)).partition("\n")
+    param = head[len(f"def {name}("):].split(",")[0].strip()  # valid / aggs_all
+    body = re.sub(rf"\b{param}\(", f"{fn}(", body)
+    body = re.sub(r"\bprange\(", "numba.prange(" if par else "range(", body)
+    flags = "cache=True, parallel=True" if par else "cache=True"
+    return f"@numba.njit({flags})\ndef {fn}{name}_{par}({args}):\n{body}"
+
+
 def wrapper_source(funcs: list[str], kernels: dict[str, tuple[str, bool]]) -> str:
-    """Cached wrappers ``<func><kernel>_<0|1>(args)`` calling ``_impl<kernel>_<0|1>(func, args)``."""
-    out = []
-    for fn in funcs:
-        for name, (args, has_parallel) in kernels.items():
-            for par in (0, 1) if has_parallel else (0,):
-                if name == "_aggregates":
-                    # the loop itself (as cpu._aggregates): Numba refuses to cache the call of
-                    # the generic kernel here ("dynamic globals")
-                    flags = "cache=True, parallel=True" if par else "cache=True"
-                    loop = "numba.prange" if par else "range"
-                    out.append(
-                        f"@numba.njit({flags})\ndef {fn}{name}_{par}({args}):\n"
-                        f"    for i in {loop}(seqs.shape[0]):\n        {fn}(seqs, i, env, out)\n"
-                    )
-                    continue
-                out.append(
-                    f"@numba.njit(cache=True)\ndef {fn}{name}_{par}({args}):\n"
-                    f"    _impl{name}_{par}({fn}, {args})\n"
-                )
-    return "\n\n".join(out)
+    """Cached kernels ``<func><kernel>_<0|1>(args)``: each generic kernel specialised to ``func``."""
+    return "\n\n".join(
+        _inlined_kernel(name, fn, par, args)
+        for fn in funcs
+        for name, (args, has_parallel) in kernels.items()
+        for par in ((0, 1) if has_parallel else (0,))
+    )
 
 
 def kernel_file(source: str) -> tuple[Path, str] | None:
@@ -112,24 +119,12 @@ def kernel_file(source: str) -> tuple[Path, str] | None:
     return path, f"cep_gpu_kernels_{key}"
 
 
-def _impls() -> dict[str, object]:
-    from ..kernels import cpu
-
-    ns: dict[str, object] = {}
-    for name, (_, has_parallel) in {**STEP_KERNELS, **AGG_KERNELS}.items():
-        ns[f"_impl{name}_0"] = cpu._pair_mask_nb if name == "_pair_mask" else cpu._SERIAL[name]
-        if has_parallel:
-            ns[f"_impl{name}_1"] = cpu._PARALLEL[name]
-    return ns
-
-
 def load_kernels(source: str, label: str, namespace: dict[str, object]) -> dict[str, object]:
     """Run ``source`` (checked generated code with ``cache=True``) in ``namespace`` from a file of
     the cache directory, so that Numba caches what it compiles; returns the namespace. Falls back
     to running it in memory with caching off when there is no usable cache directory."""
     found = kernel_file(source)
     if found is None:
-        namespace.update(_impls())
         exec(compile(source.replace("cache=True", "cache=False"), label, "exec"), namespace)  # noqa: S102
         return namespace
     path, modname = found
@@ -141,7 +136,6 @@ def load_kernels(source: str, label: str, namespace: dict[str, object]) -> dict[
     # Numba rebuilds a cached function's environment by importing its module by name
     sys.modules[modname] = module
     module.__dict__.update(namespace)
-    module.__dict__.update(_impls())
     exec(compile(source, str(path), "exec"), module.__dict__)  # noqa: S102
     return module.__dict__
 
