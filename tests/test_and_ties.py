@@ -40,6 +40,10 @@ SIMULTANEOUS = pd.DataFrame(
          [(1, (0, 1, 2)), (6, (3, 4, 6)), (6, (3, 5, 6))]),
         ("define P pattern AND(A a, B b) where a.x = b.x within 2 s",
          [(1, (0, 1)), (5, (3, 4)), (6, (3, 5))]),
+        # one event never fills two positions of one type; both orders of two A events match
+        ("define P pattern AND(A a, B b, A c) within 5 s",
+         [(5, (0, 1, 3)), (5, (0, 4, 3)), (5, (3, 1, 0)), (5, (3, 4, 0)), (6, (0, 5, 3)),
+          (6, (3, 5, 0))]),
         # SEQ keeps strict order: equal timestamps never precede one another
         ("define P pattern SEQ(A a, B b) within 2 s", [(6, (3, 5))]),
         ("define P pattern SEQ(B b, A a) within 2 s", []),
@@ -63,12 +67,14 @@ def test_and_plans_order_by_row_and_seq_plans_do_not():
 
 
 def brute_force_and(events: pd.DataFrame, types: list[str], window_s: int) -> list[tuple]:
-    """AND over distinct types by definition: every choice of one event per position whose last
-    event in (ts, id) order (here: row order) is at most ``window_s`` after each of the others."""
+    """AND by definition: every choice of one distinct event per position whose last event in
+    (ts, id) order (here: row order) is at most ``window_s`` after each of the others."""
     out = []
     ts = events["ts"].tolist()
     rows = [[r for r in range(len(events)) if events["type"][r] == t] for t in types]
     for combo in itertools.product(*rows):
+        if len(set(combo)) < len(combo):
+            continue  # one event never fills two positions
         last = max(combo)
         if all(ts[last] - ts[r] <= window_s for r in combo):
             out.append((ts[last], combo))
@@ -78,12 +84,12 @@ def brute_force_and(events: pd.DataFrame, types: list[str], window_s: int) -> li
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     events=event_streams(max_events=14, max_ts=4),
-    n=st.integers(2, 3),
+    types=st.lists(st.sampled_from(["A", "B", "C"]), min_size=2, max_size=3),
     window=st.sampled_from([1, 2]),
 )
-def test_and_equals_its_definition_with_many_ties(events, n, window):
-    types = ["A", "B", "C"][:n]
-    rule = f"define P pattern AND({', '.join(f'{t} {t.lower()}' for t in types)}) within {window} s"
+def test_and_equals_its_definition_with_many_ties(events, types, window):
+    # repeated types included: AND(A a, B b, A c) binds two different A events
+    rule = f"define P pattern AND({', '.join(f'{t} e{i}' for i, t in enumerate(types))}) within {window} s"
     expected = brute_force_and(events, types, window)
     assert matches(cep_gpu.detect(events, rule, backend="reference")) == expected
     assert matches(cep_gpu.detect(events, rule, backend="cpu")) == expected

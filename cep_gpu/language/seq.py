@@ -9,6 +9,7 @@ negations whose span is fixed by their positive neighbours; the ``where`` conjun
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 from lark import Token, Tree
@@ -188,7 +189,9 @@ def compile_seq(src: Source, tree: Tree) -> Rule:
         )
 
     if is_and:
-        plans = tuple(_and_plan(positives, t, window, policy) for t in range(n_pos))
+        plans = tuple(
+            plan for t in range(n_pos) for plan in _and_plans(positives, t, window, policy)
+        )
     else:
         preds = tuple(
             Predicate(p.event_type, p.alias)
@@ -217,15 +220,33 @@ def compile_seq(src: Source, tree: Tree) -> Rule:
     )
 
 
-def _and_plan(positives: list[_Item], t: int, window: int | None, policy: str) -> Plan:
-    """The plan of ``AND(...)`` in which position ``t`` is the last event."""
-    preds = tuple(
-        Predicate(p.event_type, p.alias)
-        if p.index == t
-        # ties=True: the terminator is the last event in (ts, id) order, so events that share a
-        # timestamp combine, and exactly once (in the plan of the one with the largest id)
-        else Predicate(p.event_type, p.alias, policy, window, t, t, ties=True)
-        for p in positives
-    )
-    others = tuple(i for i in range(len(positives) - 1, -1, -1) if i != t)
-    return Plan(preds, (t,) + others)
+def _and_plans(positives: list[_Item], t: int, window: int | None, policy: str) -> list[Plan]:
+    """The plans of ``AND(...)`` in which position ``t`` is the last event.
+
+    Every other position lies before ``t`` in ``(ts, id)`` order (``ties=True``: events that share
+    a timestamp combine, exactly once, in the plan of the one with the largest id). Positions of
+    one event type must bind distinct events, so each such group is chained in one plan per
+    order of its members (the later member is the earlier one's ``before``); every assignment of
+    distinct events then lies in exactly one plan, and no event fills two positions.
+    """
+    others = [p for p in positives if p.index != t]
+    groups: dict[str, list[_Item]] = {}
+    for p in others:
+        groups.setdefault(p.event_type, []).append(p)
+    chained = [g for g in groups.values() if len(g) > 1]
+    single = sorted((g[0].index for g in groups.values() if len(g) == 1), reverse=True)
+    plans = []
+    for chains in itertools.product(*(itertools.permutations(g) for g in chained)):
+        before = {p.index: t for p in others}
+        for chain in chains:  # chain[0] latest: each member lies before the previous one
+            for prev, p in zip(chain, chain[1:]):
+                before[p.index] = prev.index
+        preds = tuple(
+            Predicate(p.event_type, p.alias)
+            if p.index == t
+            else Predicate(p.event_type, p.alias, policy, window, t, before[p.index], ties=True)
+            for p in positives
+        )
+        order = (t, *single, *(p.index for chain in chains for p in chain))
+        plans.append(Plan(preds, order))
+    return plans
