@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from .errors import DecompositionError
 from .execute import ExecutionReport, execute, execute_stream
-from .optimize import STRATEGIES, Operator, Plan, Units, optimize
+from .optimize import STRATEGIES, Operator, Plan, Units, optimize, plan_from_split
 from .stats import Stats
 
 __all__ = [
@@ -30,4 +30,5 @@ __all__ = [
     "execute",
     "execute_stream",
     "optimize",
+    "plan_from_split",
 ]

@@ -8,7 +8,8 @@ the time of its latest position, carrying per position ``p`` its event id ``i{p}
 
 * ``l.i{p} = r.i{p}`` for every shared position (the parameter index makes it a hash join);
 * ``SEQ``: ``l.t{p} < r.t{q}`` (or ``>``) for every order constraint between the two sides;
-  ``AND``: ``l.i{p} != r.i{q}`` for positions of one event type on different sides;
+  ``AND``, at the root only: the latest event is bound by one position alone (``detect``'s
+  reading of ``AND``: the other positions may share an event, see docs/decopa.md);
 * ``l.hi - r.lo <= W`` and ``r.hi - l.lo <= W``: the whole match within the window;
 * the original rule's conditions over ``S`` that neither input covers.
 
@@ -28,7 +29,7 @@ import pandas as pd
 import pyarrow as pa
 
 from ..events import AttributeColumn, EventTable, TimeFormat
-from ..model import Arith, Attr, Compare, Const, Timestamp, map_expr, walk
+from ..model import Arith, Attr, BoolOp, Compare, Const, Timestamp, map_expr, walk
 from .errors import DecompositionError
 from .optimize import Operator, Plan
 from .query import Pattern, pattern_rule, renumber
@@ -157,11 +158,8 @@ class _Context:
         conds = [Compare("=", Attr(0, f"i{p}"), Attr(1, f"i{p}")) for p in sorted(s1 & s2)]
         for p, q in pat.order_pairs(s1, s2):
             conds.append(Compare("<", Attr(side(p), f"t{p}"), Attr(side(q), f"t{q}")))
-        if pat.kind == "AND":
-            for p in sorted(s1 - s2):
-                for q in sorted(s2 - s1):
-                    if pat.types[p] == pat.types[q]:
-                        conds.append(Compare("!=", Attr(0, f"i{p}"), Attr(1, f"i{q}")))
+        if pat.kind == "AND" and len(s) == pat.k:
+            conds.extend(self._and_unique_last(side))
         w = Const(int(pat.window))
         conds.append(Compare("<=", Arith("-", Attr(0, "hi"), Attr(1, "lo")), w))
         conds.append(Compare("<=", Arith("-", Attr(1, "hi"), Attr(0, "lo")), w))
@@ -169,6 +167,28 @@ class _Context:
             if ins <= s and not ins <= s1 and not ins <= s2:
                 conds.append(self._map(pat.rule.conditions[i], side))
         return pattern_rule(f"decopa_{op.name}", "AND", ["L", "R"], ["l", "r"], pat.window, conds)
+
+    def _and_unique_last(self, side) -> list:
+        """``AND`` as ``detect`` reads it: the latest event in ``(ts, id)`` order (the terminator)
+        is bound by exactly one position; the other positions only need to be earlier, so two of
+        them may bind the same event. Checked at the root: for positions ``p``, ``q`` of one type,
+        ``i_p != i_q`` or some other position ``r`` binds a later event than ``p``."""
+        pat = self.pattern
+        out = []
+        for p in range(pat.k):
+            for q in range(p + 1, pat.k):
+                if pat.types[p] != pat.types[q]:
+                    continue
+                ip, iq, tp = Attr(side(p), f"i{p}"), Attr(side(q), f"i{q}"), Attr(side(p), f"t{p}")
+                later = [Compare("!=", ip, iq)]
+                for r in range(pat.k):
+                    if r in (p, q):
+                        continue
+                    ir, tr = Attr(side(r), f"i{r}"), Attr(side(r), f"t{r}")
+                    later.append(Compare(">", tr, tp))
+                    later.append(BoolOp("and", (Compare("=", tr, tp), Compare(">", ir, ip))))
+                out.append(BoolOp("or", tuple(later)))
+        return out
 
     # -- tables ---------------------------------------------------------------------------------
 

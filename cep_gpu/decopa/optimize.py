@@ -485,3 +485,41 @@ def optimize(rule, stats: Stats, units: Units, strategy: str = "decopa", estimat
         if plan.c_star > best.c_star * (1 + 1e-12) or best.strategy == "hybrid" and plan.c_star >= best.c_star:
             best = plan
     return best
+
+
+def plan_from_split(rule, stats: Stats, units: Units, split, units_per_operator=None,
+                    estimate: str = "paper") -> Plan:
+    """A plan for a split of your own: ``split`` maps a sub-query (an iterable of aliases or
+    positions) to its two inputs; ``units_per_operator`` (same keys) fixes each operator's number
+    of units, else they are assigned greedily. Checked with :meth:`Plan.validate`."""
+    if isinstance(rule, str):
+        from .. import parse_rule
+
+        rule = parse_rule(rule)
+    pattern = analyse(rule)
+    rates, sel = stats.resolve(pattern)
+    model = RateModel(pattern.kind, tuple(rates), tuple(tuple(r) for r in sel), estimate)
+
+    def key(s) -> frozenset:
+        return frozenset(pattern.alias_index(x) if isinstance(x, str) else int(x) for x in s)
+
+    sp = {key(s): (key(a), key(b)) for s, (a, b) in dict(split).items()}
+    if frozenset(range(pattern.k)) not in sp:
+        raise DecompositionError("split: no entry for the whole query")
+    for s, (a, b) in sp.items():
+        if a | b != s or not a < s or not b < s:
+            raise DecompositionError(f"split: inputs {sorted(a)}, {sorted(b)} do not split {sorted(s)} (Definition 2)")
+        for inp in (a, b):
+            if len(inp) > 1 and inp not in sp:
+                raise DecompositionError(f"split: sub-query {sorted(inp)} has no split of its own")
+    assignment = None
+    if units_per_operator is not None:
+        assignment = {key(s): int(n) for s, n in dict(units_per_operator).items()}
+        missing = [sorted(s) for s in _ordered(sp) if s not in assignment]
+        if missing or any(n < 1 for n in assignment.values()):
+            raise DecompositionError(f"units_per_operator: every operator needs >= 1 unit (missing {missing})")
+        if sum(assignment[s] for s in _ordered(sp)) > units.n:
+            raise DecompositionError(f"units_per_operator: uses more than the {units.n} units")
+    plan = instantiate(pattern, model, sp, units, "decopa", stats, assignment)
+    plan.validate()
+    return plan
