@@ -92,41 +92,26 @@ class ExecutionReport:
              "units": [u.__dict__ for u in o.units]} for o in self.operators]}
 
 
-class _Context:
-    """The ingested input and everything derived from the plan, shared by batch and streaming."""
+class PlanRules:
+    """The cep-gpu rules that execute a plan: one per leaf (the position's own filters), one per
+    operator (module docstring) and the final one (``return``). ``ts_scale``: ns per unit of a
+    numeric input ``ts`` (``X.ts`` is read in that unit), None for datetimes or ns."""
 
-    def __init__(self, events, plan: Plan, time_unit: str, rule=None) -> None:
-        if not isinstance(plan, Plan):
-            raise DecompositionError(f"expected a cep_gpu.decopa.Plan, got {type(plan).__name__}")
-        if rule is not None:
-            if isinstance(rule, str):
-                from .. import parse_rule
-
-                rule = parse_rule(rule)
-            if rule != plan.rule:
-                raise DecompositionError(
-                    f"this plan was made for rule {plan.rule.name!r} ({plan.rule.text!r}), "
-                    f"not for {rule.name!r} ({rule.text!r})")
-        plan.validate()
+    def __init__(self, plan: Plan, ts_scale: float | None) -> None:
         self.plan = plan
         self.pattern: Pattern = plan.pattern
-        self.pattern.require_executable()
-        from ..detect import check_schema
-
-        self.base = events if isinstance(events, EventTable) else EventTable.from_pandas(events, time_unit=time_unit)
-        check_schema([plan.rule], self.base)
-        scale = self.base.time.scale_ns()
-        self.ts_scale = float(scale) if self.base.time.kind == "numeric" and scale != 1 else None
+        self.ts_scale = ts_scale
         self.attrs: dict[int, list[str]] = {p: [] for p in range(self.pattern.k)}
         for expr in list(plan.rule.conditions) + [a.expr for a in plan.rule.attributes]:
             for node in walk(expr):
                 if isinstance(node, Attr) and node.name not in self.attrs[node.pred]:
                     self.attrs[node.pred].append(node.name)
-        self.id_order = np.argsort(self.base.ids, kind="stable")
         self.op_rules = {op.name: self._op_rule(op) for op in plan.operators}
         self.leaf_rules = {p: self._leaf_rule(p) for p in range(self.pattern.k)}
+        attrs = tuple(replace(a, expr=self._map(a.expr, lambda p: 0)) for a in plan.rule.attributes)
+        self.final_rule = pattern_rule(plan.rule.name, "SEQ", ["L"], ["m"], 0, [], attrs)
 
-    # -- rules ----------------------------------------------------------------------------------
+    # ---------------------------------------------------------------------------------
 
     def _map(self, expr, side_of):
         """An original expression over the op table's columns (``side_of(p)``: 0 = l, 1 = r)."""
@@ -189,6 +174,36 @@ class _Context:
                     later.append(BoolOp("and", (Compare("=", tr, tp), Compare(">", ir, ip))))
                 out.append(BoolOp("or", tuple(later)))
         return out
+
+class _Context:
+    """The ingested input and everything derived from the plan, shared by batch and streaming."""
+
+    def __init__(self, events, plan: Plan, time_unit: str, rule=None) -> None:
+        if not isinstance(plan, Plan):
+            raise DecompositionError(f"expected a cep_gpu.decopa.Plan, got {type(plan).__name__}")
+        if rule is not None:
+            if isinstance(rule, str):
+                from .. import parse_rule
+
+                rule = parse_rule(rule)
+            if rule != plan.rule:
+                raise DecompositionError(
+                    f"this plan was made for rule {plan.rule.name!r} ({plan.rule.text!r}), "
+                    f"not for {rule.name!r} ({rule.text!r})")
+        plan.validate()
+        self.plan = plan
+        self.pattern: Pattern = plan.pattern
+        self.pattern.require_executable()
+        from ..detect import check_schema
+
+        self.base = events if isinstance(events, EventTable) else EventTable.from_pandas(events, time_unit=time_unit)
+        check_schema([plan.rule], self.base)
+        scale = self.base.time.scale_ns()
+        self.rules = PlanRules(plan, float(scale) if self.base.time.kind == "numeric" and scale != 1 else None)
+        self.attrs = self.rules.attrs
+        self.op_rules = self.rules.op_rules
+        self.leaf_rules = self.rules.leaf_rules
+        self.id_order = np.argsort(self.base.ids, kind="stable")
 
     # -- tables ---------------------------------------------------------------------------------
 
@@ -299,9 +314,7 @@ class _Context:
         order = np.lexsort(tuple(ids[:, j] for j in reversed(range(k))) + (ts,)) if len(root) else np.empty(0, np.int64)
         final = root.take(order)
         table, _ = self.side_table(final, _empty(final.positions))
-        attrs = tuple(replace(a, expr=self._map(a.expr, lambda p: 0)) for a in self.plan.rule.attributes)
-        rule = pattern_rule(self.plan.rule.name, "SEQ", ["L"], ["m"], 0, [], attrs)
-        out = detect(table, rule, backend=backend)
+        out = detect(table, self.rules.final_rule, backend=backend)
         rank = np.array([int(x[0]) for x in out["ids"]], dtype=np.int64) if len(out) else np.empty(0, np.int64)
         chosen = ids[order][rank]
         flat = pa.array(chosen.reshape(-1), type=pa.int64())
