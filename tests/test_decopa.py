@@ -268,3 +268,35 @@ def test_validate_names_the_broken_property():
     events = pd.DataFrame({"type": ["A"], "ts": [0], "x": [1], "y": [1]})
     with pytest.raises(decopa.DecompositionError):
         decopa.execute(events, replace(plan, operators=(o1, o3)))
+
+
+# -- command line and benchmark -----------------------------------------------------------------------
+
+
+def test_cli_decompose_prints_the_plan(tmp_path, capsys):
+    from cep_gpu.cli import main
+
+    rules = tmp_path / "q.rules"
+    rules.write_text(FIG2 + "\n")
+    out_json = tmp_path / "plan.json"
+    rc = main(["decompose", str(rules), "--rates", "a=1000,b=1000,c=30",
+               "--selectivity", "a:b=0.01,a:c=0.01,b:c=0.01", "--units", "4", "--iota", "6000",
+               "--kappa", "60000", "--compare", "--json", str(out_json)])
+    text = capsys.readouterr().out
+    assert rc == 0
+    assert "c* = 0.6667" in text and "hybrid       c* = 0.09" in text
+    import json
+
+    assert json.loads(out_json.read_text())["c_star"] == pytest.approx(2 / 3)
+    assert main(["decompose", str(rules), "--rates", "a=1", "--units", "4", "--iota", "1", "--kappa", "1"]) == 2
+    assert "missing the rate of" in capsys.readouterr().err
+
+
+def test_bench_smoke():
+    from cep_gpu.decopa import bench
+
+    result = bench.run(draws=1, units=(5, 10), windows=2.0, backend="reference")
+    s = result["summary"]
+    assert s["decopa_ge_hybrid_every_draw"] and s["executed_exact"] and s["executed_ingestion_exact"]
+    assert {r["query"] for r in result["table3"]} == {q.name for q in bench.QUERIES}
+    assert all(r["median_decopa_over_hybrid"] >= 1 for r in result["table3"])

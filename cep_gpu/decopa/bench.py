@@ -181,15 +181,16 @@ def _same(a: pd.DataFrame, b: pd.DataFrame) -> bool:
 
 
 def run(quick: bool = False, draws: int | None = None, seed: int = 0, backend: str = "cpu",
-        progress=None) -> dict:
+        progress=None, units=(5, 10, 15, 20), windows: float | None = None) -> dict:
     """The whole benchmark as a JSON-ready dict with a ``summary``."""
     draws = draws or (4 if quick else 20)
-    rows = model_gains(draws=draws, seed=seed, progress=progress)
+    rows = model_gains(units=units, draws=draws, seed=seed, progress=progress)
     t3 = table3(rows)
     df = pd.DataFrame(rows)
     big = df[df.units >= 10]
     med_by = big.groupby(["query", "units"]).decopa_over_hybrid.median()
-    executed = executed_vs_model(windows=10.0 if quick else 40.0, seed=seed, backend=backend)
+    windows = windows or (10.0 if quick else 40.0)
+    executed = executed_vs_model(windows=windows, seed=seed, backend=backend)
     summary = {
         "decopa_ge_hybrid_every_draw": bool((df.decopa_over_hybrid >= 1 - 1e-12).all()),
         "median_decopa_over_hybrid_10plus_units": {f"{q} @{n}": float(v) for (q, n), v in med_by.items()},
