@@ -295,7 +295,7 @@ def test_cli_decompose_prints_the_plan(tmp_path, capsys):
 def test_bench_smoke():
     from cep_gpu.decopa import bench
 
-    result = bench.run(draws=1, units=(5, 10), windows=2.0, backend="reference")
+    result = bench.run(draws=1, units=(5, 10), windows=1.5, backend="aip")
     s = result["summary"]
     assert s["decopa_ge_hybrid_every_draw"] and s["executed_exact"] and s["executed_ingestion_exact"]
     assert {r["query"] for r in result["table3"]} == {q.name for q in bench.QUERIES}

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..errors import ArgumentError
 from ..model import Rule
-from .query import Pattern, analyse
+from .query import Pattern, analyse, renumber
 
 
 @dataclass(frozen=True)
@@ -101,14 +101,10 @@ class Stats:
         windows = max(span / pattern.window, 1.0) if pattern.window > 0 else 1.0
 
         def count(positions: frozenset[int], cond_ids) -> int:
+            # the sub-pattern over ``positions`` with exactly the conditions ``cond_ids``
             pos = sorted(positions)
-            sub = pattern.sub_rule(positions)
-            from .query import renumber
-
             conds = tuple(renumber(pattern.rule.conditions[i], {p: j for j, p in enumerate(pos)}) for i in cond_ids)
-            from dataclasses import replace
-
-            sub = replace(sub, conditions=conds, name="decopa_sample")
+            sub = replace(pattern.sub_rule(positions), conditions=conds, name="decopa_sample")
             return int(detect(table, sub, backend=backend, output="count").get("decopa_sample", 0))
 
         rates = {}
