@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from itertools import combinations
 
 ESTIMATES = ("paper", "order")
@@ -37,7 +38,13 @@ class RateModel:
 
     def rate(self, s: frozenset[int]) -> float:
         """Output rate of the sub-query over positions ``s`` (matches per window)."""
-        return sub_rate(self.kind, [self.rates[p] for p in sorted(s)], self.selectivity(s), self.estimate)
+        return _cached_rate(self, s)
+
+
+@lru_cache(maxsize=1 << 16)
+def _cached_rate(model: RateModel, s: frozenset[int]) -> float:
+    # the optimizer asks for the same sub-queries' rates many thousand times
+    return sub_rate(model.kind, [model.rates[p] for p in sorted(s)], model.selectivity(s), model.estimate)
 
 
 def sub_rate(kind: str, rates: Sequence[float], sigma: float, estimate: str = "paper") -> float:

@@ -23,8 +23,9 @@ from .stats import Stats
 STRATEGIES = ("decopa", "hybrid", "centralized")
 Split = dict  # frozenset[int] -> tuple[frozenset[int], frozenset[int]]
 
-#: ld splits sampled per sub-query beyond 5 positions (all permutations up to 5), Alg. 1 line 3.
-LD_SAMPLES = 60
+#: ld splits sampled per sub-query beyond ALL_ORDERS_UP_TO positions (all orders up to it), Alg. 1 line 3.
+LD_SAMPLES = 24
+ALL_ORDERS_UP_TO = 4
 #: Predecessor pairs tried per sub-query (the cheapest by their costs first), Alg. 1 line 12.
 MAX_PAIRS = 3000
 
@@ -376,7 +377,7 @@ def split_cost(model: RateModel, split: Split, units: Units, total: int) -> floa
 
 def _ld_candidates(positions: frozenset, model: RateModel, rng: random.Random):
     pos = sorted(positions)
-    if len(pos) <= 5:
+    if len(pos) <= ALL_ORDERS_UP_TO:
         yield from itertools.permutations(pos)
         return
     yield tuple(pos)
