@@ -172,6 +172,9 @@ def test_report_counts_what_units_ingest():
                                   {"abc": 3, "ac": 1, "bc": 1})
     out, rep = decopa.execute(events, plan, backend="reference", report=True)
     same(out, cep_gpu.detect(events, rule, backend="reference"))
+    import pyarrow as pa
+
+    same(decopa.execute(pa.Table.from_pandas(events), plan, backend="reference"), out)
     assert rep.leaves == {a: int((events.type == a.upper()).sum()) for a in "abc"}
     root = rep.operators[-1]
     op = plan.root
@@ -179,3 +182,24 @@ def test_report_counts_what_units_ingest():
     # the partitioned input is spread over the units, the other one goes to each of them
     assert sum(u.ingested for u in root.units) == part + op.n_units * other
     assert sum(u.matches for u in root.units) == root.outputs == len(out)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
+@given(text=decomposable_rules(3, 4), events=event_streams(max_events=20, types=STREAMS, min_events=6),
+       data=st.data())
+def test_every_operator_finds_its_sub_query(text, events, data):
+    """Each operator's output is exactly ``detect`` of its sub-query (``op.rule``, Definition 1),
+    for SEQ and for AND over distinct types (where AND's engine reading and the sub-query agree)."""
+    rule = cep_gpu.parse_rule(text)
+    kind = "AND" if len(rule.plans) > 1 else "SEQ"
+    types = [p.event_type for p in rule.predicates]
+    if kind == "AND" and len(set(types)) < len(types):
+        rule = cep_gpu.parse_rule(text.replace("AND(", "SEQ(", 1))
+    splits = all_splits(rule.n_predicates)
+    split = splits[data.draw(st.integers(0, len(splits) - 1))]
+    plan = decopa.plan_from_split(rule, rates_for(rule), decopa.Units(30, 10, 10), split,
+                                  {s: data.draw(st.integers(1, 3)) for s in split})
+    _, report = decopa.execute(events, plan, backend="reference", report=True)
+    for op, rep in zip(plan.operators, report.operators):
+        counted = cep_gpu.detect(events, op.rule, backend="reference", output="count")
+        assert rep.outputs == counted.get(op.rule.name, 0), op.rule.text

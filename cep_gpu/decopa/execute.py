@@ -196,7 +196,7 @@ class _Context:
         self.pattern.require_executable()
         from ..detect import check_schema
 
-        self.base = events if isinstance(events, EventTable) else EventTable.from_pandas(events, time_unit=time_unit)
+        self.base = ingest(events, time_unit)
         check_schema([plan.rule], self.base)
         scale = self.base.time.scale_ns()
         self.rules = PlanRules(plan, float(scale) if self.base.time.kind == "numeric" and scale != 1 else None)
@@ -441,6 +441,15 @@ def execute_stream(events, plan: Plan, time_unit: str = "s", backend: str = "aut
             new[frozenset(op.positions)] = Matches(op.positions, rows)
         root_parts.append(new[frozenset(plan.root.positions)])
     return ctx.finalize(Matches.concat(root_parts, plan.root.positions), backend)
+
+
+def ingest(events, time_unit: str) -> EventTable:
+    """``events`` (pandas, Arrow or an ingested table) as one time-sorted table, as ``detect`` reads it."""
+    if isinstance(events, EventTable):
+        return events
+    if isinstance(events, (pa.Table, pa.RecordBatch)):
+        return EventTable.from_arrow(events, time_unit=time_unit)
+    return EventTable.from_pandas(events, time_unit=time_unit)
 
 
 def _empty(positions) -> Matches:

@@ -93,10 +93,10 @@ class Stats:
         independence assumption, paper §5.3.1).
         """
         from .. import detect
-        from ..events import EventTable
+        from .execute import ingest
 
         pattern = analyse(rule)
-        table = events if isinstance(events, EventTable) else EventTable.from_pandas(events, time_unit=time_unit)
+        table = ingest(events, time_unit)
         span = int(table.ts.max() - table.ts.min()) if len(table) else 0
         windows = max(span / pattern.window, 1.0) if pattern.window > 0 else 1.0
 
