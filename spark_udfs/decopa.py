@@ -72,8 +72,10 @@ def execute_plan_spark(df: DataFrame, plan: Plan, time_unit: str = "s", backend:
         fields += [T.StructField(f"a{p}_{a}", types[a]) for a in rules.attrs[p] if a in types]
         fn = functools.partial(_leaf_task, rule=rules.leaf_rules[p], p=p, attrs=[a for a in rules.attrs[p] if a in types],
                                kind=spec.kind, unit=spec.engine_unit, backend=backend)
+        # cached: an input feeds its operators, the slice bounds and the lineage of every later
+        # stage, which Spark would otherwise recompute for each of them
         results[frozenset((p,))] = _with_bounds(
-            events.where(F.col("type") == F.lit(pattern.types[p])).mapInArrow(fn, T.StructType(fields)), [p])
+            events.where(F.col("type") == F.lit(pattern.types[p])).mapInArrow(fn, T.StructType(fields)), [p]).cache()
 
     for op in plan.operators:
         a, b = frozenset(op.inputs[0]), frozenset(op.inputs[1])
@@ -96,7 +98,7 @@ def execute_plan_spark(df: DataFrame, plan: Plan, time_unit: str = "s", backend:
                                positions=list(op.positions), bounds=bounds, backend=backend,
                                names=[f.name for f in out_fields])
         struct = T.StructType([f for f in out_fields if _keep(f.name, op.positions)])
-        results[frozenset(op.positions)] = copies.groupBy(UNIT, "__slice").applyInArrow(fn, struct)
+        results[frozenset(op.positions)] = copies.groupBy(UNIT, "__slice").applyInArrow(fn, struct).cache()
 
     root = results[frozenset(plan.root.positions)]
     out_struct = output_struct([plan.rule], spec.engine_type, df.schema)

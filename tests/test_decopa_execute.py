@@ -76,7 +76,7 @@ def same(a: pd.DataFrame, b: pd.DataFrame) -> None:
 
 
 def test_three_positions_have_six_split_dags():
-    assert len(all_splits(3)) == 6  # 3 left-deep orders x ... + 3 overlapping pairs
+    assert len(all_splits(3)) == 6  # (pair, single) three ways + three overlapping pairs
     assert len(all_splits(2)) == 1
 
 
