@@ -130,10 +130,11 @@ def test_greedy_unit_assignment_equals_brute_force(case, data):
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
-@given(case=planning_cases(5))
-def test_decopa_at_least_hybrid_at_least_centralized(case):
+@given(case=planning_cases(5), estimate=st.sampled_from(["paper", "order"]))
+def test_decopa_at_least_hybrid_at_least_centralized(case, estimate):
     rule, stats, units = case
-    plans = {s: decopa.optimize(rule, stats, units, strategy=s) for s in decopa.STRATEGIES}
+    plans = {s: decopa.optimize(rule, stats, units, strategy=s, estimate=estimate) for s in decopa.STRATEGIES}
+    assert all(p.estimate == estimate for p in plans.values())
     for p in plans.values():
         p.validate()
     assert plans["decopa"].c_star >= plans["hybrid"].c_star * (1 - 1e-12)
