@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from .rapids import rapids_conf, task_gpu, use_task_gpu
 
-__all__ = ["detect_spark", "detect_stream", "plan_job", "rapids_conf", "task_gpu", "use_task_gpu"]
+__all__ = ["detect_spark", "detect_stream", "execute_plan_spark", "plan_job", "rapids_conf", "task_gpu", "use_task_gpu"]
 
 # imported on first use: they pull in pyspark, which `cep-gpu --help` and `cep-gpu run` (whose
 # parser lists the spark subcommand) should not pay for
-_LAZY = {"detect_spark": "batch", "plan_job": "batch", "detect_stream": "stream"}
+_LAZY = {"detect_spark": "batch", "plan_job": "batch", "detect_stream": "stream",
+         "execute_plan_spark": "decopa"}
 
 
 def __getattr__(name: str):

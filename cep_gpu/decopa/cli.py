@@ -1,0 +1,177 @@
+"""``cep-gpu decompose`` and ``cep-gpu decopa bench`` (wired in by :mod:`cep_gpu.cli`).
+
+    cep-gpu decompose RULES --rates a=1000,b=1000,c=30 --selectivity a:b=0.01 --units 4 \\
+        --iota 6000 --kappa 60000 [--strategy decopa|hybrid|centralized] [--json plan.json]
+    cep-gpu decompose RULES --sample EVENTS --units 8 --iota 2500 --kappa 80000
+    cep-gpu decopa bench [--quick] [--draws 20] [--out decopa.json] [--plot decopa.png]
+
+RULES is a rule file (or rule text starting with ``define``) holding one SEQ/AND rule (or pick
+one with ``--rule NAME``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+EPILOG = """examples:
+  cep-gpu decompose q.rules --rates a=1000,b=1000,c=30 --selectivity a:b=0.01,a:c=0.01,b:c=0.01 \\
+      --units 4 --iota 6000 --kappa 60000
+  cep-gpu decompose q.rules --sample events.parquet --units 10 --iota 2500 --kappa 80000 --json plan.json
+  cep-gpu decopa bench --quick --out decopa.json --plot decopa.png
+"""
+
+
+def _pairs(text: str) -> dict[str, float]:
+    out = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, sep, value = part.partition("=")
+        if not sep:
+            raise argparse.ArgumentTypeError(f"expected NAME=NUMBER, got {part!r}")
+        try:
+            out[key.strip()] = float(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{part!r}: {value!r} is not a number") from None
+    return out
+
+
+def add_decompose_parser(subparsers) -> argparse.ArgumentParser:
+    """Add ``cep-gpu decompose`` to an argparse sub-parser set."""
+    p = subparsers.add_parser(
+        "decompose", help="plan a SEQ/AND rule as a DecoPa decomposition over processing units",
+        description="Build a DecoPa plan (query decomposition for parallel CEP, docs/decopa.md) and "
+        "print it as a table: operators, inputs, units, ingestion and comparisons per unit, c*.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("rules", help="rule file (or rule text starting with 'define')")
+    p.add_argument("--rule", help="the rule to plan, by name (default: the only one)")
+    p.add_argument("--rates", type=_pairs, default=None, help="alias=events per window, comma-separated")
+    p.add_argument("--selectivity", type=_pairs, default={},
+                   help="alias:alias=s, comma-separated (0 < s <= 1; pairs left out: 1)")
+    p.add_argument("--sample", help="measure rates and selectivities on these events (CSV/Parquet) instead")
+    p.add_argument("--time-unit", default="s", help="unit of numeric ts in --sample (default s)")
+    p.add_argument("--units", type=int, required=True, help="number of processing units")
+    p.add_argument("--iota", type=float, required=True, help="events a unit ingests per window")
+    p.add_argument("--kappa", type=float, required=True, help="comparisons a unit makes per window")
+    p.add_argument("--strategy", default="decopa", choices=["decopa", "hybrid", "centralized"])
+    p.add_argument("--estimate", default="paper", choices=["paper", "order"],
+                   help="rate estimate: the paper's (default) or order-aware for SEQ")
+    p.add_argument("--compare", action="store_true", help="also print c* of the other strategies")
+    p.add_argument("--json", help="write the plan as JSON here")
+    p.set_defaults(func=cmd_decompose)
+    return p
+
+
+def add_decopa_parser(subparsers) -> argparse.ArgumentParser:
+    """Add ``cep-gpu decopa bench``."""
+    p = subparsers.add_parser("decopa", help="DecoPa benchmark (cep-gpu decopa bench --help)",
+                              description="DecoPa query decomposition: the benchmark.")
+    sub = p.add_subparsers(dest="decopa_command")
+    b = sub.add_parser("bench", help="Table-3-style model gains, executed plans against the model, wall time")
+    _bench_args(b)
+    b.set_defaults(func=cmd_bench)
+    p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
+    return p
+
+
+def _bench_args(b) -> None:
+    b.add_argument("--quick", action="store_true", help="4 draws and a short executed run (about 30 s)")
+    b.add_argument("--draws", type=int, help="rate draws per query (default 20)")
+    b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--backend", default="cpu", help="backend of the executed runs (default cpu)")
+    b.add_argument("--out", help="write the results as JSON here")
+    b.add_argument("--plot", help="draw the figure (PNG) here")
+
+
+def _load_rule(args):
+    from .. import parse_rules
+    from .errors import DecompositionError
+
+    path = Path(args.rules)
+    if path.exists():
+        text = path.read_text()
+    elif args.rules.lstrip().startswith("define"):
+        text = args.rules
+    else:
+        raise DecompositionError(f"{args.rules}: no such rule file")
+    rules = parse_rules(text)
+    if args.rule:
+        chosen = [r for r in rules if r.name == args.rule]
+        if not chosen:
+            raise DecompositionError(f"no rule named {args.rule!r} (rules: {[r.name for r in rules]})")
+        return chosen[0]
+    if len(rules) != 1:
+        raise DecompositionError(f"{len(rules)} rules given: pick one with --rule ({[r.name for r in rules]})")
+    return rules[0]
+
+
+def cmd_decompose(args) -> int:
+    from ..errors import ArgumentError, CepError
+    from . import Stats, Units, optimize
+
+    try:
+        rule = _load_rule(args)
+        if args.sample:
+            from ..io import read_events
+
+            events = read_events(args.sample)
+            stats = Stats.from_sample(events, rule, time_unit=args.time_unit)
+        else:
+            if args.rates is None:
+                raise ArgumentError("give --rates alias=rate,... or --sample EVENTS")
+            sel = {}
+            for key, s in args.selectivity.items():
+                a, sep, b = key.partition(":")
+                if not sep:
+                    raise ArgumentError(f"--selectivity: expected alias:alias=s, got {key!r}")
+                sel[(a.strip(), b.strip())] = s
+            stats = Stats(rates=args.rates, selectivity=sel)
+        units = Units(args.units, args.iota, args.kappa)
+        plan = optimize(rule, stats, units, strategy=args.strategy, estimate=args.estimate)
+        print(plan.explain())
+        if args.compare:
+            for s in ("decopa", "hybrid", "centralized"):
+                other = plan if s == args.strategy else optimize(rule, stats, units, strategy=s,
+                                                                 estimate=args.estimate)
+                print(f"  {s:<12} c* = {other.c_star:.6g}")
+        if args.json:
+            Path(args.json).write_text(json.dumps(plan.to_json(), indent=2) + "\n")
+            print(f"plan -> {args.json}", file=sys.stderr)
+    except (CepError, OSError) as exc:
+        print(f"cep-gpu decompose: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def cmd_bench(args) -> int:
+    from . import bench
+
+    steps = [0]
+
+    def progress() -> None:
+        steps[0] += 1
+        print(f"  draw {steps[0]}", file=sys.stderr, end="\r")
+
+    result = bench.run(quick=args.quick, draws=args.draws, seed=args.seed, backend=args.backend,
+                       progress=progress)
+    print(file=sys.stderr)
+    print(bench.summary_table(result))
+    print(json.dumps(result["summary"], indent=2))
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+        print(f"results -> {args.out}", file=sys.stderr)
+    if args.plot:
+        Path(args.plot).parent.mkdir(parents=True, exist_ok=True)
+        bench.plot(result, args.plot)
+        print(f"plot -> {args.plot}", file=sys.stderr)
+    return 0
+
+
+def decopa_bench_from_bench_args(args) -> int:
+    """``cep-gpu bench decopa [--out F] [--plot F] [--seed N]``: the default DecoPa benchmark."""
+    ns = argparse.Namespace(quick=False, draws=None, seed=getattr(args, "seed", 0), backend="cpu",
+                            out=args.out, plot=args.plot)
+    return cmd_bench(ns)
