@@ -29,7 +29,7 @@ import pandas as pd
 import pyarrow as pa
 
 from ..events import AttributeColumn, EventTable, TimeFormat
-from ..model import Arith, Attr, BoolOp, Compare, Const, Timestamp, map_expr, walk
+from ..model import Arith, Attr, Compare, Const, Timestamp, map_expr, walk
 from .errors import DecompositionError
 from .optimize import Operator, Plan
 from .query import Pattern, pattern_rule, renumber
@@ -154,26 +154,17 @@ class PlanRules:
         return pattern_rule(f"decopa_{op.name}", "AND", ["L", "R"], ["l", "r"], pat.window, conds)
 
     def _and_unique_last(self, side) -> list:
-        """``AND`` as ``detect`` reads it: the latest event in ``(ts, id)`` order (the terminator)
-        is bound by exactly one position; the other positions only need to be earlier, so two of
-        them may bind the same event. Checked at the root: for positions ``p``, ``q`` of one type,
-        ``i_p != i_q`` or some other position ``r`` binds a later event than ``p``."""
+        """``AND`` binds one distinct event per position (as ``detect`` does, and the paper's
+        §3.1 (iv)): for positions ``p``, ``q`` of one type, ``i_p != i_q``. Checked at the root,
+        where every position is bound; the order constraints already keep other types apart."""
         pat = self.pattern
-        out = []
-        for p in range(pat.k):
-            for q in range(p + 1, pat.k):
-                if pat.types[p] != pat.types[q]:
-                    continue
-                ip, iq, tp = Attr(side(p), f"i{p}"), Attr(side(q), f"i{q}"), Attr(side(p), f"t{p}")
-                later = [Compare("!=", ip, iq)]
-                for r in range(pat.k):
-                    if r in (p, q):
-                        continue
-                    ir, tr = Attr(side(r), f"i{r}"), Attr(side(r), f"t{r}")
-                    later.append(Compare(">", tr, tp))
-                    later.append(BoolOp("and", (Compare("=", tr, tp), Compare(">", ir, ip))))
-                out.append(BoolOp("or", tuple(later)))
-        return out
+        return [
+            Compare("!=", Attr(side(p), f"i{p}"), Attr(side(q), f"i{q}"))
+            for p in range(pat.k)
+            for q in range(p + 1, pat.k)
+            if pat.types[p] == pat.types[q]
+        ]
+
 
 class _Context:
     """The ingested input and everything derived from the plan, shared by batch and streaming."""
