@@ -158,6 +158,20 @@ def expected_count(composites, events, variant: str = "last") -> int:
     return len(expected_matches(composites, events, variant))
 
 
+def check_events(events) -> None:
+    """:class:`ArgumentError` unless ``events`` can go to Flink: columns type, ts (integer ms), k,
+    and distinct timestamps (Flink orders equal event times arbitrarily, while cep-gpu never
+    lets one precede another, so the match sets could differ)."""
+    missing = [c for c in ("type", "ts", "k") if c not in events.columns]
+    if missing:
+        raise ArgumentError(f"seq3 events for Flink need columns type, ts, k; missing {', '.join(missing)}")
+    if events["ts"].dtype.kind not in "iu":
+        raise ArgumentError(f"seq3 events for Flink need integer ts (ms), got dtype {events['ts'].dtype}")
+    if not events["ts"].is_unique:
+        raise ArgumentError("the Flink comparison needs distinct timestamps (Flink orders equal event "
+                            "times arbitrarily; cep-gpu never sequences them)")
+
+
 # ----------------------------------------------------------------------------------------------
 # finding Flink
 
@@ -185,9 +199,9 @@ def flink_unavailable() -> str | None:
         return "Java is not installed (Flink needs Java 11 or 17 on PATH or in JAVA_HOME)"
     py = find_flink_python()
     if py is None:
-        return (f"apache-flink is not installed: run `make peers` (a separate {FLINK_VENV}, since "
-                f"apache-flink pins py4j/pyarrow versions that clash with pyspark), or set "
-                f"{FLINK_PYTHON_ENV} to a Python that has it")
+        return (f"apache-flink is not installed: run `make peers` (a separate {FLINK_VENV}: in "
+                f"cep-gpu's own environment it would downgrade pyarrow, numpy, pandas and py4j), or "
+                f"set {FLINK_PYTHON_ENV} to a Python that has it")
     try:
         subprocess.run([py, "-c", "import pyflink"], check=True, capture_output=True, timeout=120)
     except (OSError, subprocess.SubprocessError) as exc:
@@ -268,12 +282,7 @@ class FlinkPeer:
         key = (id(events), len(events))
         path = Path(self._dir.name) / "events.csv"
         if self._csv_key != key:
-            missing = [c for c in ("type", "ts", "k") if c not in events.columns]
-            if missing:
-                raise ArgumentError(f"seq3 events for Flink need columns type, ts, k; missing {missing}")
-            if not events["ts"].is_unique:
-                raise ArgumentError("the Flink comparison needs distinct timestamps (Flink orders "
-                                    "equal event times arbitrarily; cep-gpu never sequences them)")
+            check_events(events)
             frame = events[["type", "ts", "k"]].copy()
             frame["v"] = events["v"] if "v" in events.columns else 0.0
             # a fresh file name per input: the worker keys its tables on the path

@@ -2,9 +2,9 @@
 
 It is started by :class:`cep_gpu.benchmarks.peers.flink.FlinkPeer` as a plain script
 (``python flink_worker.py``) under an interpreter that has ``apache-flink`` installed, which is
-usually *not* cep-gpu's own environment: apache-flink pins py4j, numpy, pandas and pyarrow to
-versions that clash with pyspark 4 (see docs/performance.md, "Against other engines"). So this file
-imports only the standard library and pyflink, never cep_gpu.
+usually *not* cep-gpu's own environment: apache-flink 2.3 (with apache-beam) would downgrade
+pyarrow, numpy, pandas and py4j there (see docs/performance.md, "Against other engines"). So this
+file imports only the standard library and pyflink, never cep_gpu.
 
 Protocol: one JSON object per line on stdin; one answer per request on stdout, on a line that
 starts with :data:`TAG` (anything else on stdout is the JVM's or Flink's own output). Requests:
