@@ -1,0 +1,190 @@
+"""The Flink peer of the benchmarks (issue 20): the seq3 translation, its claimed equivalence with
+cep-gpu's ``last`` and, where Java and apache-flink are here, Flink's own matches on tiny streams.
+
+The equivalence is checked twice: against a brute-force model of Flink's MATCH_RECOGNIZE written
+here from the SQL standard's rules (no Flink needed, hypothesis streams), and against Flink itself
+(skipped with the reason when Java or the ``peers`` extra is absent: ``make peers``)."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import cep_gpu
+from cep_gpu.benchmarks.peers import PEERS
+from cep_gpu.benchmarks.peers import flink as fl
+from cep_gpu.benchmarks.peers.bench import PeerSession, check_peers
+from cep_gpu.benchmarks.workloads import seq3, seq3_events, seq3_rule
+from cep_gpu.errors import ArgumentError
+
+# hand-worked (one k): ts 0 A, 1 A, 2 B, 3 B, 4 C, 5 C, 6 A, 7 B, 8 C
+HAND = pd.DataFrame({"type": list("AABBCCABC"), "ts": range(9), "k": [7] * 9, "v": [0.0] * 9})
+HAND_LAST = {(1, 3, 4), (1, 3, 5), (6, 7, 8)}  # per C: the last B before it, the last A before that
+HAND_NEXT = {(1, 3, 4), (6, 7, 8)}  # per A: A0 has A1 before any B; A1's earliest C is 4
+HAND_LAST_W1 = {(6, 7, 8)}  # window 1 ms, edges inclusive: C4 -> B3 but no A in [2, 3)
+
+
+def _last(events, window):
+    return cep_gpu.detect(events, seq3_rule(window, "last"), time_unit="ms")
+
+
+# ----------------------------------------------------------------------------------------------
+# translation (no Flink needed)
+
+
+def test_translation_names_partition_pattern_windows_and_skip():
+    sql = fl.match_recognize(250, "last")
+    assert "PARTITION BY k ORDER BY rt" in sql and "FROM evr" in sql
+    assert "PATTERN (C NB* B NA* A)" in sql and "AFTER MATCH SKIP TO NEXT ROW" in sql
+    assert "C.ts - B.ts <= 250" in sql and "B.ts - A.ts <= 250" in sql
+    fwd = fl.match_recognize(40, "skip-to-next")
+    assert "FROM ev " in fwd and "PATTERN (A NA*? B NB*? C)" in fwd  # reluctant: see the module doc
+    assert "B.ts - A.ts <= 40" in fwd and "C.ts - B.ts <= 40" in fwd
+    views, q = fl.count_query(40, "skip-to-next", "streaming")
+    assert "TUMBLE" in q and views[-1].startswith("CREATE TEMPORARY VIEW seq3_matches AS")
+    assert fl.count_query(40, "last", "batch")[1] == "SELECT COUNT(*) FROM seq3_matches"
+
+
+def test_translation_rejects_bad_input():
+    with pytest.raises(ArgumentError, match="unknown Flink variant 'each'"):
+        fl.match_recognize(10, "each")
+    with pytest.raises(ArgumentError, match="bounded input"):
+        fl.count_query(10, "last", "streaming")
+    with pytest.raises(ArgumentError, match=">= 0"):
+        fl.match_recognize(-1)
+    with pytest.raises(ArgumentError, match="distinct timestamps"):
+        fl.check_events(pd.DataFrame({"type": ["A", "B"], "ts": [1, 1], "k": [0, 0]}))
+    with pytest.raises(ArgumentError, match="missing k"):
+        fl.check_events(pd.DataFrame({"type": ["A"], "ts": [1]}))
+    with pytest.raises(ArgumentError, match="unknown peer"):
+        check_peers(["flink", "esper"])
+
+
+def test_hand_worked_expectations_from_cep_gpu():
+    assert fl.expected_matches(_last(HAND, 10), HAND, "last") == HAND_LAST
+    assert fl.expected_matches(_last(HAND, 10), HAND, "skip-to-next") == HAND_NEXT
+    assert fl.expected_matches(_last(HAND, 1), HAND, "last") == HAND_LAST_W1
+    assert fl.expected_count(_last(HAND, 10), HAND, "skip-to-next") == 2
+
+
+def _flink_model(events, window, variant):
+    """MATCH_RECOGNIZE semantics by brute force: per partition, from each start row, the first
+    match to complete (AFTER MATCH SKIP TO NEXT ROW); variables as in :mod:`fl`."""
+    out = set()
+    for _, part in events.sort_values("ts").groupby("k"):
+        rows = list(zip(part["type"], part["ts"]))
+        if variant == "last":
+            rows = rows[::-1]  # reversed event time; C NB* B NA* A
+            first, mid, last = "C", "B", "A"
+        else:  # A NA*? B NB*? C
+            first, mid, last = "A", "B", "C"
+        for i, (t0, s0) in enumerate(rows):
+            if t0 != first:
+                continue
+            found = None
+            # every way to bind mid at j and last at m; the earliest m completes first
+            for m in range(i + 2, len(rows)):
+                for j in range(i + 1, m):
+                    if rows[j][0] != mid or rows[m][0] != last:
+                        continue
+                    gap1 = rows[i + 1:j]
+                    gap2 = rows[j + 1:m]
+                    skip1 = last if variant == "last" else first  # NB in C NB* B / NA in A NA*? B
+                    if variant == "last":
+                        ok = all(t != mid for t, _ in gap1) and all(t != last for t, _ in gap2)
+                    else:
+                        ok = all(t != skip1 for t, _ in gap1) and all(t != mid for t, _ in gap2)
+                    ok = ok and abs(rows[j][1] - s0) <= window and abs(rows[m][1] - rows[j][1]) <= window
+                    if ok:
+                        found = (s0, rows[j][1], rows[m][1])
+                        break
+                if found:
+                    break
+            if found:
+                a, b, c = found if variant != "last" else found[::-1]
+                out.add((int(a), int(b), int(c)))
+    return out
+
+
+def test_flink_model_reproduces_the_hand_worked_case():
+    assert _flink_model(HAND, 10, "last") == HAND_LAST
+    assert _flink_model(HAND, 10, "skip-to-next") == HAND_NEXT
+    assert _flink_model(HAND, 1, "last") == HAND_LAST_W1
+
+
+@settings(max_examples=40, deadline=None)
+@given(types=st.lists(st.sampled_from("ABC"), min_size=1, max_size=40),
+       ks=st.lists(st.integers(0, 2), min_size=40, max_size=40),
+       gaps=st.lists(st.integers(1, 4), min_size=40, max_size=40),
+       window=st.integers(1, 12))
+def test_translation_equivalence_on_generated_streams(types, ks, gaps, window):
+    """The claim of the module doc: Flink's matches are cep-gpu's last ones (or one per A)."""
+    n = len(types)
+    ts, t = [], 0
+    for g in gaps[:n]:
+        t += g
+        ts.append(t)
+    ev = pd.DataFrame({"type": types, "ts": ts, "k": ks[:n], "v": [0.0] * n})
+    out = _last(ev, window)
+    for variant in fl.VARIANTS:
+        assert fl.expected_matches(out, ev, variant) == _flink_model(ev, window, variant), variant
+
+
+def test_each_and_missing_flink_are_reported_not_measured(monkeypatch):
+    monkeypatch.setattr(fl, "flink_unavailable", lambda: "no Java here (test)")
+    with PeerSession(["flink", "flink-stream"]) as session:
+        assert session.info["flink"]["status"] == "not measured: no Java here (test)"
+        work = seq3(100, "each", 500)
+        rows = session.rows("seq3", work, "each", 100, "window_ms", 1, 0)
+        assert [r["backend"] for r in rows] == ["flink", "flink-stream"]
+        assert all(r["status"] == "not measured" and "skip-till-any-match" in r["reason"] for r in rows)
+        rows = session.rows("seq3", seq3(100, "last", 500), "last", 100, "window_ms", 1, 0)
+        assert all(r["reason"] == "no Java here (test)" for r in rows)
+        rows = session.rows("museum", work, "rules", 100, "n_events", 1, 0)
+        assert all("seq3 only" in r["reason"] for r in rows)
+
+
+def test_cli_rejects_an_unknown_peer(capsys):
+    from cep_gpu.cli import main
+
+    assert main(["bench", "seq3", "--peers", "esper", "--sizes", "10", "--events", "50"]) == 2
+    assert "unknown peer(s) 'esper'" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------------------------
+# Flink itself
+
+WHY = fl.flink_unavailable()
+needs_flink = pytest.mark.skipif(WHY is not None, reason=f"Flink peer unavailable: {WHY}")
+
+
+@pytest.fixture(scope="module")
+def flink():
+    with fl.FlinkPeer() as peer:
+        yield peer
+
+
+@needs_flink
+def test_flink_start_up_is_reported(flink):
+    info = flink.info
+    assert info["flink_version"].startswith("2.") and info["java_version"]
+    assert info["jvm_start_s"] > 0 and info["parallelism"] == 1
+
+
+@needs_flink
+def test_flink_finds_the_hand_worked_matches(flink):
+    assert flink.matches(HAND, 10, "last", "batch") == HAND_LAST
+    assert flink.matches(HAND, 10, "skip-to-next", "streaming") == HAND_NEXT
+
+
+@needs_flink
+def test_flink_counts_equal_cep_gpu_on_a_tiny_seq3_stream(flink):
+    """Every window edge of this stream is 1 ms apart, so ``<=`` against ``<`` would show."""
+    ev = seq3_events(900, seed=3)
+    out = _last(ev, 60)
+    variant, mode = PEERS["flink"]
+    got = flink.count(ev, 60, variant, mode, warmup=0, repeat=1)
+    assert got["count"] == len(out) > 0 and len(got["times_s"]) == 1
+    assert flink.matches(ev, 60, "skip-to-next", "batch") == fl.expected_matches(out, ev, "skip-to-next")
