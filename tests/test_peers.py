@@ -188,3 +188,22 @@ def test_flink_counts_equal_cep_gpu_on_a_tiny_seq3_stream(flink):
     got = flink.count(ev, 60, variant, mode, warmup=0, repeat=1)
     assert got["count"] == len(out) > 0 and len(got["times_s"]) == 1
     assert flink.matches(ev, 60, "skip-to-next", "batch") == fl.expected_matches(out, ev, "skip-to-next")
+
+
+def test_peers_table_shows_counts_ratio_and_overhead():
+    from cep_gpu.benchmarks.peers.bench import peers_table
+
+    def one(v):
+        return {"min": v, "median": v, "max": v}
+
+    cpu = {"policy": "last", "size": 100, "backend": "cpu", "status": "ok", "n_events": 1000,
+           "seconds": one(0.01), "us_per_terminator": one(30.0)}
+    fli = {"policy": "last", "size": 100, "backend": "flink", "status": "ok", "n_events": 1000,
+           "seconds": one(2.0), "us_per_terminator": one(6000.0), "composites": 12,
+           "expected_composites": 13, "agree": False, "job_overhead_s": one(1.5)}
+    each = {"policy": "each", "size": 100, "backend": "flink", "status": "not measured"}
+    table = peers_table({"results": [cpu, fli, each]})
+    last_row = next(line for line in table.splitlines() if line.startswith("| last"))
+    assert "| 30 | 6e+03 |" in last_row and "12 (13) DIFFERS" in last_row
+    assert "| 200x |" in last_row and "2.00 (1.50)" in last_row
+    assert "n/m" in next(line for line in table.splitlines() if line.startswith("| each"))

@@ -140,3 +140,67 @@ def _cep_gpu_last(work):
     if work.params.get("policy") != "last":
         raise ArgumentError("the Flink peers compare against seq3 last only")
     return cep_gpu.detect(work.events, work.rules, backend="cpu", time_unit=work.time_unit)
+
+
+def peers_table(run: dict, baseline: str = "cpu") -> str:
+    """Markdown: per (policy, size), the median us per terminator of ``baseline``, each peer and
+    each streaming row, the peers' counts against what cep-gpu implies, peer / baseline (median
+    times), and the first peer's median job time beside a bare ``SELECT COUNT(*)`` job's."""
+    rows = run["results"]
+    names = [b for b in dict.fromkeys(r["backend"] for r in rows) if b != baseline]
+    by = {(r["policy"], r["size"], r["backend"]): r for r in rows}
+    head = ["policy", "window ms", "events", f"{baseline} us/term."]
+    head += [f"{n} us/term." for n in names]
+    head += [f"{n} matches (expected)" for n in names if n in PEERS]
+    head += [f"{n} / {baseline}" for n in names if n in PEERS]
+    head += ["Flink job s (bare scan s)"] if any(n in PEERS for n in names) else []
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+
+    def us(r):
+        return f"{r['us_per_terminator']['median']:.3g}" if r and r.get("status") == "ok" else "n/m"
+
+    for pol, size in dict.fromkeys((r["policy"], r["size"]) for r in rows):
+        base = by.get((pol, size, baseline))
+        cells = [pol, str(size), f"{base['n_events']:,}" if base and "n_events" in base else "", us(base)]
+        cells += [us(by.get((pol, size, n))) for n in names]
+        for n in names:
+            if n in PEERS:
+                r = by.get((pol, size, n)) or {}
+                cells.append(f"{r['composites']:,} ({r['expected_composites']:,})"
+                             + ("" if r["agree"] else " DIFFERS") if r.get("status") == "ok" else "n/m")
+        for n in names:
+            if n in PEERS:
+                r = by.get((pol, size, n)) or {}
+                ok = r.get("status") == "ok" and base and base.get("status") == "ok"
+                cells.append(f"{r['seconds']['median'] / base['seconds']['median']:.0f}x" if ok else "n/m")
+        peer = next((by[(pol, size, n)] for n in names if n in PEERS
+                     and by.get((pol, size, n), {}).get("status") == "ok"), None)
+        if any(n in PEERS for n in names):
+            cells.append(f"{peer['seconds']['median']:.2f} ({peer['job_overhead_s']['median']:.2f})"
+                         if peer else "n/m")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m cep_gpu.benchmarks.peers.bench RESULTS.json``: the peers table and set-up."""
+    import argparse
+    import json
+
+    ap = argparse.ArgumentParser(description=main.__doc__)
+    ap.add_argument("results")
+    ap.add_argument("--baseline", default="cpu")
+    args = ap.parse_args(argv)
+    with open(args.results) as f:
+        run = json.load(f)
+    print(peers_table(run, args.baseline))
+    for name, info in run.get("peers", {}).items():
+        keys = ("flink_version", "java_version", "parallelism", "jvm_start_s", "batch_first_job_s",
+                "streaming_first_job_s")
+        print(f"\n{name}: " + ", ".join(f"{k}={info[k]:.3g}" if isinstance(info.get(k), float)
+                                       else f"{k}={info.get(k)}" for k in keys if k in info))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
