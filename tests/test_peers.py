@@ -162,7 +162,7 @@ needs_flink = pytest.mark.skipif(WHY is not None, reason=f"Flink peer unavailabl
 
 @pytest.fixture(scope="module")
 def flink():
-    with fl.FlinkPeer() as peer:
+    with fl.FlinkPeer(warm=False) as peer:
         yield peer
 
 

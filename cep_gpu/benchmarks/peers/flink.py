@@ -213,16 +213,17 @@ class FlinkPeer:
     """A running Flink worker: ``start()`` (JVM start-up, timed), ``count(...)``, ``close()``.
 
     Use as a context manager. ``parallelism``: Flink's default parallelism (1: one task slot per
-    operator, like cep-gpu's single-threaded CPU backend).
+    operator, like cep-gpu's single-threaded CPU backend). ``warm``: run a first trivial job in
+    each mode at start (its cost is start-up, not any query's); tests skip it.
     """
 
-    def __init__(self, python: str | None = None, parallelism: int = 1, timeout_s: float = 1800):
+    def __init__(self, python: str | None = None, parallelism: int = 1, warm: bool = True):
         why = None if python else flink_unavailable()
         if why:
             raise BackendUnavailableError(f"Flink peer unavailable: {why}")
         self.python = python or find_flink_python()
         self.parallelism = int(parallelism)
-        self.timeout_s = timeout_s
+        self.warm = warm
         self.info: dict = {}
         self._proc: subprocess.Popen | None = None
         self._log = tempfile.TemporaryFile(mode="w+")
@@ -241,7 +242,7 @@ class FlinkPeer:
         t0 = time.perf_counter()
         self._proc = subprocess.Popen([self.python, str(WORKER)], stdin=subprocess.PIPE,
                                       stdout=subprocess.PIPE, stderr=self._log, text=True, bufsize=1)
-        self.info = self._ask({"op": "start", "parallelism": self.parallelism})
+        self.info = self._ask({"op": "start", "parallelism": self.parallelism, "warm": self.warm})
         self.info["process_start_s"] = time.perf_counter() - t0
         self.info["parallelism"] = self.parallelism
         self.info["python"] = self.python
