@@ -207,3 +207,27 @@ def test_peers_table_shows_counts_ratio_and_overhead():
     assert "| 30 | 6e+03 |" in last_row and "12 (13) DIFFERS" in last_row
     assert "| 200x |" in last_row and "2.00 (1.50)" in last_row
     assert "n/m" in next(line for line in table.splitlines() if line.startswith("| each"))
+
+
+def test_no_jvm_when_no_policy_can_be_compared(monkeypatch):
+    def boom():
+        raise AssertionError("Flink must not be looked for when only each runs")
+
+    monkeypatch.setattr(fl, "flink_unavailable", boom)
+    with PeerSession(["flink"], policies=["each"]) as session:
+        assert "skip-till-any-match" in session.info["flink"]["status"]
+
+
+def test_stream_rows_reuse_the_streaming_benchmark():
+    """The --stream rows: one-event and micro-batch publishes; bench/stream_latency.py checks the
+    micro-batch count against one batch detect and raises when they differ (an error row)."""
+    from cep_gpu.benchmarks.stream_rows import stream_rows
+
+    one, micro = stream_rows("last", 30, "window_ms", stream_events=300, micro_batch=70,
+                             micro_events=900)
+    assert one["backend"] == "stream-1" and one["status"] == "ok", one
+    assert one["n_events"] == 300 and one["warm_events"] == 60
+    assert one["latency_us"]["terminator"]["median"] > 0
+    assert micro["backend"] == "stream-70" and micro["status"] == "ok", micro
+    ev = seq3_events(900, seed=1)
+    assert micro["composites"] == len(_last(ev, 30)) > 0

@@ -252,7 +252,7 @@ def run_bench(
     results = []
     from .peers.bench import PeerSession
 
-    with PeerSession(peers, on_detail=on_detail, workload=workload) as peer_session:
+    with PeerSession(peers, on_detail=on_detail, workload=workload, policies=policies) as peer_session:
         _sweep(workload, backends, sizes, policies, n_events, repeat, warmup, seed, output, on_step,
                n_rules, on_detail, unavailable, results, peer_session, stream, stream_events, micro_batch)
     run = {

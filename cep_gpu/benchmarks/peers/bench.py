@@ -37,7 +37,8 @@ class PeerSession:
     """The peers of one sweep; ``info`` holds each peer's set-up (version, JVM start-up)."""
 
     def __init__(self, names: Iterable[str], parallelism: int = 1,
-                 on_detail: Callable[[str], None] | None = None, workload: str = "seq3"):
+                 on_detail: Callable[[str], None] | None = None, workload: str = "seq3",
+                 policies: Iterable[str] = ("last",)):
         self.names = check_peers(names)
         self.on_detail = on_detail
         self.info: dict = {}
@@ -46,9 +47,13 @@ class PeerSession:
         if self.names:
             from .flink import VARIANTS, FlinkPeer, flink_unavailable
 
-            self._why = (flink_unavailable() if workload == "seq3" else
-                         f"the Flink peers run seq3 only: the {workload} rules (each, negation, "
-                         "aggregates, several rules) have no MATCH_RECOGNIZE translation here")
+            if workload != "seq3":
+                self._why = (f"the Flink peers run seq3 only: the {workload} rules (each, negation, "
+                             "aggregates, several rules) have no MATCH_RECOGNIZE translation here")
+            elif "last" not in policies:  # nothing to run: no JVM
+                self._why = NO_EACH.format(policy="/".join(policies))
+            else:
+                self._why = flink_unavailable()
             if self._why is None:
                 if on_detail:
                     on_detail("starting Flink (JVM)")

@@ -280,10 +280,12 @@ class FlinkPeer:
 
     def _csv(self, events) -> str:
         """The events as the CSV the worker reads (written once per distinct input)."""
-        key = (id(events), len(events))
-        path = Path(self._dir.name) / "events.csv"
+        check_events(events)
+        import pandas as pd
+
+        # by content, not identity: a new frame may reuse a freed one's id
+        key = (len(events), int(pd.util.hash_pandas_object(events[["type", "ts", "k"]], index=False).sum()))
         if self._csv_key != key:
-            check_events(events)
             frame = events[["type", "ts", "k"]].copy()
             frame["v"] = events["v"] if "v" in events.columns else 0.0
             # a fresh file name per input: the worker keys its tables on the path
