@@ -179,17 +179,6 @@ def test_flink_finds_the_hand_worked_matches(flink):
     assert flink.matches(HAND, 10, "skip-to-next", "streaming") == HAND_NEXT
 
 
-@needs_flink
-def test_flink_counts_equal_cep_gpu_on_a_tiny_seq3_stream(flink):
-    """Every window edge of this stream is 1 ms apart, so ``<=`` against ``<`` would show."""
-    ev = seq3_events(900, seed=3)
-    out = _last(ev, 60)
-    variant, mode = PEERS["flink"]
-    got = flink.count(ev, 60, variant, mode, warmup=0, repeat=1)
-    assert got["count"] == len(out) > 0 and len(got["times_s"]) == 1
-    assert flink.matches(ev, 60, "skip-to-next", "batch") == fl.expected_matches(out, ev, "skip-to-next")
-
-
 def test_peers_table_shows_counts_ratio_and_overhead():
     from cep_gpu.benchmarks.peers.bench import peers_table
 
@@ -231,3 +220,30 @@ def test_stream_rows_reuse_the_streaming_benchmark():
     assert micro["backend"] == "stream-70" and micro["status"] == "ok", micro
     ev = seq3_events(900, seed=1)
     assert micro["composites"] == len(_last(ev, 30)) > 0
+
+
+def test_run_bench_interleaves_peer_rows_and_records_them(monkeypatch):
+    from cep_gpu.benchmarks.runner import run_bench
+
+    monkeypatch.setattr(fl, "flink_unavailable", lambda: "no Java here (test)")
+    run = run_bench("seq3", ["cpu"], [10, 20], ["each", "last"], n_events=300, repeat=1, warmup=0,
+                    peers=["flink"])
+    order = [(r["policy"], r["size"], r["backend"]) for r in run["results"]]
+    assert order == [(p, s, b) for p in ("each", "last") for s in (10, 20) for b in ("cpu", "flink")]
+    assert run["settings"]["peers"] == ["flink"]
+    assert run["peers"]["flink"]["status"] == "not measured: no Java here (test)"
+    assert all(r["status"] == "ok" for r in run["results"] if r["backend"] == "cpu")
+
+
+@needs_flink
+def test_peer_rows_with_flink_agree_with_cep_gpu(flink):
+    """Both peers on a tiny seq3 stream whose window edges are 1 ms apart (``<=`` against ``<``
+    would show): counted matches equal what cep-gpu's last output implies."""
+    with PeerSession(list(PEERS), flink=flink) as session:
+        work = seq3(40, "last", 600, seed=5)
+        rows = session.rows("seq3", work, "last", 40, "window_ms", repeat=1, warmup=0)
+    assert flink._proc is not None  # an injected peer is left running
+    for r in rows:
+        assert r["status"] == "ok" and r["agree"], r
+        assert r["composites"] == r["expected_composites"] > 0 and len(r["times_s"]) == 1
+        assert r["job_overhead_s"]["median"] > 0

@@ -34,15 +34,19 @@ def _summary(values: list[float]) -> dict[str, float]:
 
 
 class PeerSession:
-    """The peers of one sweep; ``info`` holds each peer's set-up (version, JVM start-up)."""
+    """The peers of one sweep; ``info`` holds each peer's set-up (version, JVM start-up).
+
+    ``flink``: an already started :class:`~.flink.FlinkPeer` to use (and leave open) instead of
+    starting one."""
 
     def __init__(self, names: Iterable[str], parallelism: int = 1,
                  on_detail: Callable[[str], None] | None = None, workload: str = "seq3",
-                 policies: Iterable[str] = ("last",)):
+                 policies: Iterable[str] = ("last",), flink=None):
         self.names = check_peers(names)
         self.on_detail = on_detail
         self.info: dict = {}
-        self._flink = None
+        self._flink = flink
+        self._own = flink is None
         self._why: str | None = None
         if self.names:
             from .flink import VARIANTS, FlinkPeer, flink_unavailable
@@ -54,7 +58,7 @@ class PeerSession:
                 self._why = NO_EACH.format(policy="/".join(policies))
             else:
                 self._why = flink_unavailable()
-            if self._why is None:
+            if self._why is None and self._flink is None:
                 if on_detail:
                     on_detail("starting Flink (JVM)")
                 try:
@@ -74,9 +78,9 @@ class PeerSession:
                 self.info[n] = entry
 
     def close(self) -> None:
-        if self._flink is not None:
+        if self._flink is not None and self._own:
             self._flink.close()
-            self._flink = None
+        self._flink = None
 
     def __enter__(self) -> PeerSession:
         return self
@@ -107,7 +111,8 @@ class PeerSession:
                     if expected is None:
                         expected = _cep_gpu_last(work)
                     if overhead is None:
-                        overhead = self._flink.scan(work.events, "batch", repeat=max(1, min(repeat, 3)))
+                        overhead = self._flink.scan(work.events, "batch", repeat=max(1, min(repeat, 3)),
+                                                    warmup=min(warmup, 1))
                     row.update(self._measure(name, work, size, variant, mode, repeat, warmup))
                     from .flink import expected_count
 

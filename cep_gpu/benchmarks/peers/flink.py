@@ -312,8 +312,8 @@ class FlinkPeer:
                          "rows": True})
         return {tuple(int(x) for x in r) for r in ans["rows"]}
 
-    def scan(self, events, mode: str = "batch", repeat: int = 3) -> list[float]:
+    def scan(self, events, mode: str = "batch", repeat: int = 3, warmup: int = 1) -> list[float]:
         """Times of ``SELECT COUNT(*)`` over the input: the per-job overhead and CSV read."""
         ans = self._ask({"op": "run", "path": self._csv(events), "mode": mode,
-                         "sql": "SELECT COUNT(*) FROM ev", "warmup": 1, "repeat": repeat})
+                         "sql": "SELECT COUNT(*) FROM ev", "warmup": warmup, "repeat": repeat})
         return ans["times_s"]
