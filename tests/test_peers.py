@@ -247,3 +247,33 @@ def test_peer_rows_with_flink_agree_with_cep_gpu(flink):
         assert r["status"] == "ok" and r["agree"], r
         assert r["composites"] == r["expected_composites"] > 0 and len(r["times_s"]) == 1
         assert r["job_overhead_s"]["median"] > 0
+
+
+def test_a_worker_that_does_not_answer_is_stopped_with_a_clear_error(tmp_path, monkeypatch):
+    """No Flink needed: a stand-in worker that never answers."""
+    import sys
+
+    from cep_gpu.errors import BackendUnavailableError
+
+    script = tmp_path / "silent.py"
+    script.write_text("import sys, time\nfor line in sys.stdin:\n    time.sleep(60)\n")
+    monkeypatch.setattr(fl, "WORKER", script)
+    peer = fl.FlinkPeer(python=sys.executable, timeout_s=1.0)
+    with pytest.raises(BackendUnavailableError, match="did not answer 'start' in 1 s"):
+        peer.start()
+    assert peer._proc.poll() is not None  # killed, not left behind
+    peer.close()
+
+
+def test_a_worker_that_exits_is_reported_with_its_output(tmp_path, monkeypatch):
+    import sys
+
+    from cep_gpu.errors import BackendUnavailableError
+
+    script = tmp_path / "dies.py"
+    script.write_text("import sys\nsys.stderr.write('no JVM for you\\n')\nsys.exit(3)\n")
+    monkeypatch.setattr(fl, "WORKER", script)
+    peer = fl.FlinkPeer(python=sys.executable, timeout_s=60)
+    with pytest.raises(BackendUnavailableError, match="exited; its output ends with:\nno JVM for you"):
+        peer.start()
+    peer.close()

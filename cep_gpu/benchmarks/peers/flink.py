@@ -40,10 +40,13 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import queue
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -214,16 +217,21 @@ class FlinkPeer:
 
     Use as a context manager. ``parallelism``: Flink's default parallelism (1: one task slot per
     operator, like cep-gpu's single-threaded CPU backend). ``warm``: run a first trivial job in
-    each mode at start (its cost is start-up, not any query's); tests skip it.
+    each mode at start (its cost is start-up, not any query's); tests skip it. ``timeout_s``: the
+    longest one request may take; past it the worker (and its JVM) is killed and
+    :class:`BackendUnavailableError` raised.
     """
 
-    def __init__(self, python: str | None = None, parallelism: int = 1, warm: bool = True):
+    def __init__(self, python: str | None = None, parallelism: int = 1, warm: bool = True,
+                 timeout_s: float = 1800.0):
         why = None if python else flink_unavailable()
         if why:
             raise BackendUnavailableError(f"Flink peer unavailable: {why}")
         self.python = python or find_flink_python()
         self.parallelism = int(parallelism)
         self.warm = warm
+        self.timeout_s = float(timeout_s)
+        self._lines: queue.Queue = queue.Queue()
         self.info: dict = {}
         self._proc: subprocess.Popen | None = None
         self._log = tempfile.TemporaryFile(mode="w+")
@@ -240,8 +248,11 @@ class FlinkPeer:
     def start(self) -> dict:
         """Start the worker, its JVM and the batch and streaming environments; the times."""
         t0 = time.perf_counter()
+        # its own process group: the JVM that pyflink starts goes with it if it must be killed
         self._proc = subprocess.Popen([self.python, str(WORKER)], stdin=subprocess.PIPE,
-                                      stdout=subprocess.PIPE, stderr=self._log, text=True, bufsize=1)
+                                      stdout=subprocess.PIPE, stderr=self._log, text=True, bufsize=1,
+                                      start_new_session=True)
+        threading.Thread(target=self._read, args=(self._proc.stdout,), daemon=True).start()
         self.info = self._ask({"op": "start", "parallelism": self.parallelism, "warm": self.warm})
         self.info["process_start_s"] = time.perf_counter() - t0
         self.info["parallelism"] = self.parallelism
@@ -254,18 +265,43 @@ class FlinkPeer:
                 self._ask({"op": "quit"})
                 self._proc.wait(timeout=60)
             except Exception:  # a worker that hangs on exit is killed, not waited for
-                self._proc.kill()
+                self._kill()
         self._proc = None
         self._dir.cleanup()
+
+    def _kill(self) -> None:
+        if self._proc is not None:
+            try:
+                os.killpg(self._proc.pid, signal.SIGKILL)  # the group of the worker we started
+            except OSError:
+                pass
+            self._proc.wait()
+
+    def _read(self, stream) -> None:
+        """Reader thread: the worker's stdout lines into a queue (None at its end)."""
+        for line in stream:
+            self._lines.put(line)
+        self._lines.put(None)
 
     def _ask(self, req: dict) -> dict:
         if self._proc is None or self._proc.poll() is not None:
             raise BackendUnavailableError("the Flink worker is not running" + self._log_tail())
-        self._proc.stdin.write(json.dumps(req) + "\n")
-        self._proc.stdin.flush()
+        try:
+            self._proc.stdin.write(json.dumps(req) + "\n")
+            self._proc.stdin.flush()
+        except OSError:  # it died since: say what it printed
+            self._proc.wait()
+            raise BackendUnavailableError("the Flink worker exited" + self._log_tail()) from None
+        deadline = time.monotonic() + self.timeout_s
         while True:
-            line = self._proc.stdout.readline()
-            if not line:
+            try:
+                line = self._lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                self._kill()
+                raise BackendUnavailableError(f"the Flink worker did not answer {req.get('op')!r} in "
+                                              f"{self.timeout_s:g} s and was stopped"
+                                              + self._log_tail()) from None
+            if line is None:
                 raise BackendUnavailableError("the Flink worker exited" + self._log_tail())
             if line.startswith(TAG):
                 ans = json.loads(line[len(TAG):])
