@@ -160,25 +160,6 @@ WHY = fl.flink_unavailable()
 needs_flink = pytest.mark.skipif(WHY is not None, reason=f"Flink peer unavailable: {WHY}")
 
 
-@pytest.fixture(scope="module")
-def flink():
-    with fl.FlinkPeer(warm=False) as peer:
-        yield peer
-
-
-@needs_flink
-def test_flink_start_up_is_reported(flink):
-    info = flink.info
-    assert info["flink_version"].startswith("2.") and info["java_version"]
-    assert info["jvm_start_s"] > 0 and info["parallelism"] == 1
-
-
-@needs_flink
-def test_flink_finds_the_hand_worked_matches(flink):
-    assert flink.matches(HAND, 10, "last", "batch") == HAND_LAST
-    assert flink.matches(HAND, 10, "skip-to-next", "streaming") == HAND_NEXT
-
-
 def test_peers_table_shows_counts_ratio_and_overhead():
     from cep_gpu.benchmarks.peers.bench import peers_table
 
@@ -235,20 +216,6 @@ def test_run_bench_interleaves_peer_rows_and_records_them(monkeypatch):
     assert all(r["status"] == "ok" for r in run["results"] if r["backend"] == "cpu")
 
 
-@needs_flink
-def test_peer_rows_with_flink_agree_with_cep_gpu(flink):
-    """Both peers on a tiny seq3 stream whose window edges are 1 ms apart (``<=`` against ``<``
-    would show): counted matches equal what cep-gpu's last output implies."""
-    with PeerSession(list(PEERS), flink=flink) as session:
-        work = seq3(40, "last", 600, seed=5)
-        rows = session.rows("seq3", work, "last", 40, "window_ms", repeat=1, warmup=0)
-    assert flink._proc is not None  # an injected peer is left running
-    for r in rows:
-        assert r["status"] == "ok" and r["agree"], r
-        assert r["composites"] == r["expected_composites"] > 0 and len(r["times_s"]) == 1
-        assert r["job_overhead_s"]["median"] > 0
-
-
 def test_a_worker_that_does_not_answer_is_stopped_with_a_clear_error(tmp_path, monkeypatch):
     """No Flink needed: a stand-in worker that never answers."""
     import sys
@@ -277,3 +244,25 @@ def test_a_worker_that_exits_is_reported_with_its_output(tmp_path, monkeypatch):
     with pytest.raises(BackendUnavailableError, match="exited; its output ends with:\nno JVM for you"):
         peer.start()
     peer.close()
+
+
+@needs_flink
+def test_flink_itself_on_tiny_streams():
+    """One test, so one JVM even when pytest-xdist spreads this file over workers."""
+    with fl.FlinkPeer(warm=False) as flink:
+        info = flink.info
+        assert info["flink_version"].startswith("2.") and info["java_version"]
+        assert info["jvm_start_s"] > 0 and info["parallelism"] == 1
+        # the hand-worked stream, both variants (batch and streaming)
+        assert flink.matches(HAND, 10, "last", "batch") == HAND_LAST
+        assert flink.matches(HAND, 10, "skip-to-next", "streaming") == HAND_NEXT
+        # the benchmark's peer rows on a tiny seq3 stream whose window edges are 1 ms apart
+        # (<= against < would show): counts equal what cep-gpu's last output implies
+        with PeerSession(list(PEERS), flink=flink) as session:
+            work = seq3(40, "last", 600, seed=5)
+            rows = session.rows("seq3", work, "last", 40, "window_ms", repeat=1, warmup=0)
+        assert flink._proc is not None  # an injected peer is left running
+        for r in rows:
+            assert r["status"] == "ok" and r["agree"], r
+            assert r["composites"] == r["expected_composites"] > 0 and len(r["times_s"]) == 1
+            assert r["job_overhead_s"]["median"] > 0
