@@ -324,6 +324,8 @@ class FlinkPeer:
         if self._csv_key != key:
             frame = events[["type", "ts", "k"]].copy()
             frame["v"] = events["v"] if "v" in events.columns else 0.0
+            # in time order: streaming mode's watermark (WATERMARK FOR rt AS rt) drops late rows
+            frame = frame.sort_values("ts", kind="stable")
             # a fresh file name per input: the worker keys its tables on the path
             path = Path(self._dir.name) / f"events-{time.perf_counter_ns()}.csv"
             frame.to_csv(path, index=False, header=False)
