@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: setup demo demo-local test lint bench clean
+.PHONY: setup demo demo-local test lint bench clean peers
 
 $(VENV)/.installed: pyproject.toml setup.py
 	python3 -m venv $(VENV)
@@ -12,6 +12,16 @@ $(VENV)/.installed: pyproject.toml setup.py
 	touch $@
 
 setup: $(VENV)/.installed
+
+## Apache Flink for `cep-gpu bench --peers flink` (about 850 MB), in a venv of its own: in .venv
+## it would downgrade pyarrow, numpy, pandas and py4j. CI installs it; elsewhere it is opt-in.
+FLINK_VENV ?= .venv-flink
+$(FLINK_VENV)/.installed: pyproject.toml
+	python3 -m venv $(FLINK_VENV)
+	$(FLINK_VENV)/bin/python -m pip install -q "apache-flink>=2.0,<3"
+	touch $@
+
+peers: $(FLINK_VENV)/.installed
 
 ## the main job: the museum pipeline on Spark in local mode (no cluster, no GPU needed)
 demo: setup
@@ -23,6 +33,7 @@ demo-local: setup
 
 ## the whole test suite (what CI runs)
 test: setup
+	@if [ -n "$$CI" ]; then $(MAKE) peers || echo "make peers failed: tests/test_peers.py skips its Flink tests"; fi
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -n 2 --timeout=600 $(PYTEST_ARGS)
 
@@ -34,4 +45,4 @@ bench: setup
 	$(PY) -m pytest bench --benchmark-only
 
 clean:
-	rm -rf $(VENV) build *.egg-info out
+	rm -rf $(VENV) $(FLINK_VENV) build *.egg-info out

@@ -18,6 +18,7 @@ EPILOG = """examples:
   cep-gpu bench rules1000 --backend cpu,aip --sizes 2,3,4 --policy last --events 20000 --plot r.png
   cep-gpu bench museum --backend cpu,auto,aip --sizes 100000,1000000
   cep-gpu bench seq3 --backend reference,cpu,aip --sizes 100,1000 --events 3000
+  cep-gpu bench seq3 --backend cpu --policy last --peers flink,flink-stream --stream --plot p.png
 
 Every configuration (policy x size x backend) is run --warmup times unmeasured, then --repeat
 times measured; the JSON holds every time, min/median/max of events/s, us per terminator and us
@@ -27,7 +28,10 @@ CUDA device) or "skipped" (reference on inputs of more than %(ref)d events); a b
 is a row with status "error" and the exit status is 1. --plot draws the chapter's Figure 7 for
 seq3 (us per terminator against window, CPU/GPU crossover marked when both were measured), its
 Figure 6 for rules1000 (us per event against chain length) and events/s against size for museum,
-with one panel per policy.
+with one panel per policy. --peers runs other engines on the same input right after cep-gpu at
+every size (flink: Flink SQL MATCH_RECOGNIZE, batch; flink-stream: streaming mode; seq3 last only,
+their JVM start-up timed once and kept apart; `make peers` installs them); --stream adds the
+streaming Engine's one-event and micro-batch rows to seq3.
 """
 
 
@@ -95,6 +99,15 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--output", choices=["count", "arrow"], default="count",
                    help="count composite events only, or also build the Arrow output")
+    p.add_argument("--peers", type=_name_list, action="extend", default=[],
+                   help="other engines on the same inputs: flink (Flink SQL MATCH_RECOGNIZE, batch), "
+                        "flink-stream (streaming mode); seq3 last only (needs `make peers`)")
+    p.add_argument("--stream", action="store_true",
+                   help="seq3: add the streaming Engine's one-event and micro-batch figures")
+    p.add_argument("--stream-events", type=_at_least(1), default=5000,
+                   help="--stream: timed one-event publishes per window (default 5000)")
+    p.add_argument("--micro-batch", type=_at_least(1), default=1000,
+                   help="--stream: events per micro-batch publish (default 1000)")
     p.add_argument("--out", help="write the results as JSON here")
     p.add_argument("--plot", help="draw the figure (PNG) here")
     p.set_defaults(func=bench_main)
@@ -142,6 +155,14 @@ def bench_main(args: argparse.Namespace) -> int:
         console.print(f"cep-gpu bench: {exc}", highlight=False, markup=False)
         return 2
     sizes = args.sizes or list(DEFAULT_SIZES[args.workload])
+    from ..errors import ArgumentError
+    from .peers.bench import check_peers
+
+    try:
+        check_peers(args.peers)
+    except ArgumentError as exc:
+        console.print(f"cep-gpu bench: --peers: {exc}", highlight=False, markup=False)
+        return 2
     problem = None
     bad_policies = [x for x in args.policy if x not in ("each", "last", "first")]
     if bad_policies and args.workload != "museum":
@@ -152,7 +173,8 @@ def bench_main(args: argparse.Namespace) -> int:
         console.print(f"cep-gpu bench: {problem}", highlight=False, markup=False)
         return 2
     policies = args.policy if args.workload != "museum" else ["rules"]
-    total = len(backends) * len(sizes) * len(policies)
+    stream = args.stream and args.workload == "seq3"
+    total = (len(backends) + len(args.peers) + stream) * len(sizes) * len(policies)
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                   TimeElapsedColumn(), console=console, transient=True) as progress:
         task = progress.add_task(args.workload, total=total)
@@ -169,9 +191,16 @@ def bench_main(args: argparse.Namespace) -> int:
             progress.update(task, description=f"{steps['desc']}: {detail}")
 
         run = run_bench(args.workload, backends, sizes, args.policy, args.events, args.repeat,
-                        args.warmup, args.seed, args.output, on_step, on_detail=on_detail)
+                        args.warmup, args.seed, args.output, on_step, on_detail=on_detail,
+                        peers=args.peers, stream=stream, stream_events=args.stream_events,
+                        micro_batch=args.micro_batch)
         progress.advance(task)
     print_summary(run, console)
+    for name, info in run.get("peers", {}).items():
+        if "jvm_start_s" in info:
+            console.print(f"{name}: Flink {info['flink_version']} on Java {info['java_version']}, JVM and "
+                          f"environments started in {info['jvm_start_s']:.1f} s (not in any row)",
+                          highlight=False, markup=False)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(run, indent=2) + "\n")

@@ -6,6 +6,8 @@
   rules, one curve per backend (AIP against CDP), ``each`` and ``last`` panels.
 * :func:`plot_museum`: events per second against input size, one curve per backend.
 
+Peers (Flink) are dashed, the streaming Engine's rows dotted.
+
 Only rows with ``status == "ok"`` are drawn; others are listed in the panel as "not measured".
 """
 
@@ -21,7 +23,23 @@ STYLE = {
     "aip": ("AIP (automata)", "^", "tab:red"),
     "reference": ("reference", ".", "tab:gray"),
     "gpu-host": ("CDP host build of CUDA", "d", "tab:olive"),
+    # peers (cep_gpu.benchmarks.peers) and the streaming Engine (cep_gpu.benchmarks.stream_rows)
+    "flink": ("Flink SQL, batch (same matches as last)", "D", "tab:orange"),
+    "flink-stream": ("Flink SQL, streaming (one match per A)", "v", "tab:brown"),
+    "stream-1": ("cep-gpu Engine, one-event publishes", "<", "tab:cyan"),
 }
+
+
+def _style(backend: str) -> tuple[str, str, str | None, str]:
+    """(label, marker, colour, line style) of a curve: peers dashed, streaming dotted."""
+    if backend in STYLE:
+        label, marker, color = STYLE[backend]
+    elif backend.startswith("stream-"):
+        label, marker, color = f"cep-gpu Engine, {backend[7:]}-event micro-batches", ">", "tab:pink"
+    else:
+        label, marker, color = backend, "o", None
+    line = "--" if backend.startswith("flink") else ":" if backend.startswith("stream-") else "-"
+    return label, marker, color, line
 
 
 def _series(results: list[dict], policy: str, metric: str):
@@ -64,9 +82,10 @@ def _panels(run: dict, metric: str, xlabel: str, ylabel: str, title: str, path, 
     for ax, policy in zip(axes[0], policies):
         series = _series(run["results"], policy, metric)
         for backend, (xs, med, lo, hi) in series.items():
-            label, marker, color = STYLE.get(backend, (backend, "o", None))
+            label, marker, color, line = _style(backend)
             yerr = [[m - a for m, a in zip(med, lo)], [b - m for m, b in zip(med, hi)]]
-            ax.errorbar(xs, med, yerr=yerr, label=label, marker=marker, color=color, capsize=3)
+            ax.errorbar(xs, med, yerr=yerr, label=label, marker=marker, color=color, capsize=3,
+                        linestyle=line)
         if mark_cross and "cpu" in series and "gpu" in series:
             xc, yc, yg = _common(series["cpu"], series["gpu"])
             x = crossover(xc, yc, yg)

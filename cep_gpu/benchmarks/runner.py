@@ -55,7 +55,8 @@ def machine_info() -> dict:
     }
     import importlib.metadata as md
 
-    for pkg in ("cep-gpu", "numpy", "pandas", "pyarrow", "numba", "cupy-cuda12x", "cupy", "pyspark"):
+    for pkg in ("cep-gpu", "numpy", "pandas", "pyarrow", "numba", "cupy-cuda12x", "cupy", "pyspark",
+                "apache-flink"):
         try:
             info["versions"][pkg] = md.version(pkg)
         except md.PackageNotFoundError:
@@ -224,6 +225,10 @@ def run_bench(
     on_step: Callable[[str], None] | None = None,
     n_rules: int = 1000,
     on_detail: Callable[[str], None] | None = None,
+    peers: Iterable[str] = (),
+    stream: bool = False,
+    stream_events: int = 5000,
+    micro_batch: int = 1000,
 ) -> dict:
     """Sweep one workload over sizes x policies x backends; the whole run as a JSON-ready dict.
 
@@ -233,6 +238,10 @@ def run_bench(
     ``on_step`` is called before each (policy, size, backend) configuration, ``on_detail`` with
     progress inside one (see :func:`time_detection`).
     Results of different backends on the same input are compared (``agree``).
+    ``peers`` (:mod:`cep_gpu.benchmarks.peers`: ``flink``, ``flink-stream``) run on the same input
+    right after the backends, at every size; their JVM start-up is timed once, in ``run["peers"]``.
+    ``stream`` (seq3) adds the streaming ``Engine``'s one-event and ``micro_batch`` rows
+    (:mod:`cep_gpu.benchmarks.stream_rows`).
     """
     if workload not in DEFAULT_SIZES:
         raise ValueError(f"unknown workload {workload!r}; choose seq3, rules1000 or museum")
@@ -241,6 +250,31 @@ def run_bench(
     policies = list(policies) if workload != "museum" else ["rules"]
     unavailable = {b: backend_status(b) for b in backends}
     results = []
+    from .peers.bench import PeerSession
+
+    with PeerSession(peers, on_detail=on_detail, workload=workload, policies=policies) as peer_session:
+        _sweep(workload, backends, sizes, policies, n_events, repeat, warmup, seed, output, on_step,
+               n_rules, on_detail, unavailable, results, peer_session, stream, stream_events, micro_batch)
+    run = {
+        "workload": workload,
+        "machine": machine_info(),
+        "settings": {
+            "backends": backends, "sizes": sizes, "policies": policies, "n_events": n_events,
+            "repeat": repeat, "warmup": warmup, "seed": seed, "output": output, "n_rules": n_rules,
+        },
+        "results": results,
+    }
+    if peer_session.names:
+        run["settings"]["peers"] = peer_session.names
+        run["peers"] = peer_session.info
+    if stream:
+        run["settings"].update(stream=True, stream_events=stream_events, micro_batch=micro_batch)
+    return run
+
+
+def _sweep(workload, backends, sizes, policies, n_events, repeat, warmup, seed, output, on_step, n_rules,
+           on_detail, unavailable, results, peer_session, stream, stream_events, micro_batch) -> None:
+    """The loop of :func:`run_bench`: every (policy, size), backends then peers then streaming."""
     for policy in policies:
         for size in sizes:
             work = make_workload(workload, size, policy if workload != "museum" else "each", n_events, seed,
@@ -269,15 +303,18 @@ def run_bench(
             agree = len(set(counts.values())) <= 1
             for row in results[-len(backends):]:
                 row["agree"] = agree
-    return {
-        "workload": workload,
-        "machine": machine_info(),
-        "settings": {
-            "backends": backends, "sizes": sizes, "policies": policies, "n_events": n_events,
-            "repeat": repeat, "warmup": warmup, "seed": seed, "output": output, "n_rules": n_rules,
-        },
-        "results": results,
-    }
+            for name in peer_session.names:  # interleaved: the same input, right after cep-gpu
+                if on_step:
+                    on_step(f"{workload} {policy} {SIZE_NAMES[workload]}={size} {name}")
+            results.extend(peer_session.rows(workload, work, policy, size, SIZE_NAMES[workload],
+                                             repeat, warmup))
+            if stream and workload == "seq3":
+                if on_step:
+                    on_step(f"{workload} {policy} {SIZE_NAMES[workload]}={size} streaming Engine")
+                from .stream_rows import stream_rows
+
+                results.extend(stream_rows(policy, size, SIZE_NAMES[workload], stream_events,
+                                           micro_batch, seed=seed))
 
 
 def _reset_planner_stats() -> None:
