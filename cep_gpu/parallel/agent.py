@@ -33,7 +33,7 @@ class Fragment:
     it writes items and bumps ``n`` last, so any snapshot holds at least ``n`` valid items.
     """
 
-    __slots__ = ("rows", "seq", "first", "last", "n", "width", "unit")
+    __slots__ = ("rows", "seq", "first", "last", "n", "width", "unit", "bstart", "bmin", "bmax", "nb")
 
     def __init__(self, width: int, unit: int, cap: int = 256) -> None:
         self.width = width  # 0: events (rows is 1-D); k: matches of k positions
@@ -42,6 +42,12 @@ class Fragment:
         self.seq = np.empty(cap, np.int64)
         self.first = np.empty(cap, np.int64)  # events: their timestamps
         self.last = np.empty(cap if width else 0, np.int64)
+        # blocks (one per appended batch) with the range of ``first`` in each: a probing event
+        # skips whole blocks of matches that started too early or too late
+        self.bstart = np.empty(16, np.int64)
+        self.bmin = np.empty(16, np.int64)
+        self.bmax = np.empty(16, np.int64)
+        self.nb = 0
         self.n = 0
 
     def _grow(self, need: int) -> None:
@@ -70,10 +76,23 @@ class Fragment:
         self.first[n:n + k] = first
         if self.width:
             self.last[n:n + k] = last
+            self._block(n, first)
         self.n = n + k  # last: publishes the items to readers
+
+    def _block(self, start: int, first: np.ndarray) -> None:
+        nb = self.nb
+        if nb == len(self.bstart):
+            self.bstart = np.concatenate([self.bstart, np.empty(nb, np.int64)])
+            self.bmin = np.concatenate([self.bmin, np.empty(nb, np.int64)])
+            self.bmax = np.concatenate([self.bmax, np.empty(nb, np.int64)])
+        self.bstart[nb] = start
+        self.bmin[nb] = first.min() if len(first) else 0
+        self.bmax[nb] = first.max() if len(first) else 0
+        self.nb = nb + 1
 
     def clear(self) -> None:
         self.n = 0
+        self.nb = 0
 
     def keep(self, mask: np.ndarray) -> None:
         """Keep the items where ``mask`` holds (only at a quiescent point)."""
@@ -85,6 +104,9 @@ class Fragment:
         self.first[:k] = self.first[idx]
         if self.width:
             self.last[:k] = self.last[idx]
+            self.nb = 0
+            if k:
+                self._block(0, self.first[:k])
         self.n = k
 
 
@@ -92,6 +114,7 @@ class Fragment:
 class StageStats:
     tasks: int = 0
     items: int = 0
+    match_items: int = 0  # of which partial matches (the rest are events)
     compared: int = 0  # pairs of the cost model (within W of each other)
     scanned: int = 0  # pairs the kernels looked at (items probed)
     outputs: int = 0
@@ -171,18 +194,21 @@ class Stage:
             n = f.n
             if n == 0:
                 continue
+            nb = f.nb
             frows, fseq, ffirst, flast = f.rows, f.seq, f.first, f.last
+            bstart, bmin, bmax = f.bstart, f.bmin, f.bmax
             cap = max(64, 2 * len(rows))
             while True:
                 out = np.empty((cap, w + 1), np.int64)
                 k0 = time.perf_counter()
                 if is_event:
                     got, cmp, scn = kernels.join(True, rows, seqs, ets, len(rows), frows, fseq, ffirst, flast, n,
+                                                 bstart, bmin, bmax, nb,
                                             self.spec.window, prog.code, prog.consts, self.strcodes,
                                             st.vals, st.valid, st.ts, st.base, prog.max_stack, out, cap)
                 else:
                     got, cmp, scn = kernels.join(False, frows, fseq, ffirst, n, rows, seqs, firsts,
-                                            lasts, len(rows), self.spec.window, prog.code,
+                                            lasts, len(rows), _B0, _B0, _B0, 0, self.spec.window, prog.code,
                                             prog.consts, self.strcodes, st.vals, st.valid, st.ts, st.base,
                                             prog.max_stack, out, cap)
                 kt += time.perf_counter() - k0
@@ -200,6 +226,8 @@ class Stage:
             s = self.stats
             s.tasks += 1
             s.items += len(rows)
+            if not is_event:
+                s.match_items += len(rows)
             s.compared += compared
             s.scanned += scanned
             s.outputs += len(result)
@@ -221,6 +249,9 @@ class Stage:
         for f in self.m_list:
             if f.n:
                 f.keep(f.first[: f.n] >= lo)
+
+
+_B0 = np.zeros(1, np.int64)
 
 
 def ffirst_of(rows: np.ndarray, store) -> np.ndarray:
@@ -251,19 +282,38 @@ class Agent:
         return "A" + "-".join(str(s + 1) for s in self.stages)
 
     def take(self, role: str):
-        """Pop one queued batch of ``role`` (``"event"``/``"match"``/``"both"``): (position, is_event, rows)."""
+        """Pop the oldest queued batch of ``role`` (``"event"``/``"match"``/``"both"``).
+
+        Returns ``(position, is_event, rows)`` or None. Queue entries are ``(time key, rows)``;
+        taking the oldest head keeps the buffers close to time order, so that a probe scans
+        few items that are still to come (they would be skipped by their sequence number).
+        """
+        best = None
+        best_key = None
         if role in ("match", "both"):
-            try:
-                return self.stages[0], False, self.match_q.popleft()
-            except IndexError:
-                pass
+            q = self.match_q
+            if q:
+                try:
+                    best_key, best = q[0][0], (self.stages[0], False, q)
+                except IndexError:
+                    pass
         if role in ("event", "both"):
             for s in self.stages:
-                try:
-                    return s, True, self.event_q[s].popleft()
-                except IndexError:
-                    continue
-        return None
+                q = self.event_q[s]
+                if q:
+                    try:
+                        k = q[0][0]
+                    except IndexError:
+                        continue
+                    if best is None or k < best_key:
+                        best_key, best = k, (s, True, q)
+        if best is None:
+            return None
+        position, is_event, q = best
+        try:
+            return position, is_event, q.popleft()[1]
+        except IndexError:  # another unit took it meanwhile
+            return self.take(role)
 
     def has_work(self) -> bool:
         return bool(self.match_q) or any(self.event_q.values())

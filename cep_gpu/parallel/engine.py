@@ -364,19 +364,25 @@ def measure_stats(spec: ChainSpec, table, strcodes: np.ndarray) -> ChainStats:
                                store.ts, store.base, prog.max_stack)
         counts[p] = len(cand)
     st = rt.stage_stats()[0]
-    total_cmp = sum(s.compared for s in st.values())
+    W = spec.window / 1e9
+    e = [c / span for c in counts]
+    # Eq. (1)-(2) define the pairs a stage compares (2 e_i m_i W per second): s_i and c_i are
+    # read against that count, so Eq. (1) reproduces the measured match rates exactly
+    m = [0.0, 0.0] + [st[p].match_items / span if p > 1 else e[0] for p in range(1, n)]
+    pairs = [0.0] + [2.0 * e[p] * m[p + 1] * W * span for p in range(1, n)]
     total_k = sum(s.kernel_s for s in st.values())
-    c_default = total_k / total_cmp if total_cmp else 1e-8
+    total_pairs = sum(pairs)
+    c_default = total_k / total_pairs if total_pairs else 1e-8
     sel, comp, lock, queue = [0.0], [0.0], [0.0], [0.0]
     q = _queue_cost()
     for p in range(1, n):
         s = st[p]
-        sel.append(s.outputs / s.compared if s.compared else 0.0)
-        comp.append(s.kernel_s / s.compared if s.compared else c_default)
+        sel.append(s.outputs / pairs[p] if pairs[p] else 0.0)
+        comp.append(s.kernel_s / pairs[p] if pairs[p] else c_default)
         lock.append(max(s.busy_s - s.kernel_s, 0.0) / max(s.items, 1))
         queue.append(q / max(s.outputs / max(s.tasks, 1), 1.0))
     rt.close()
-    return ChainStats(tuple(c / span for c in counts), tuple(sel), tuple(comp), tuple(lock), tuple(queue),
+    return ChainStats(tuple(e), tuple(sel), tuple(comp), tuple(lock), tuple(queue),
                       spec.window / 1e9)
 
 

@@ -136,7 +136,8 @@ def filter_rows(rows, pos, code, consts, strcodes, vals, valid, ts, base, depth)
 
 
 @numba.njit(**_JIT)
-def join(probe_is_event, e_rows, e_seq, e_ts, ne, m_rows, m_seq, m_first, m_last, nm, window,
+def join(probe_is_event, e_rows, e_seq, e_ts, ne, m_rows, m_seq, m_first, m_last, nm,
+         bstart, bmin, bmax, nb, window,
          code, consts, strcodes, vals, valid, ts, base, depth, out, cap):
     """Join events (position ``w = m_rows.shape[1]``) with partial matches of positions ``0..w-1``.
 
@@ -162,22 +163,31 @@ def join(probe_is_event, e_rows, e_seq, e_ts, ne, m_rows, m_seq, m_first, m_last
             er = e_rows[i]
             es = e_seq[i]
             et = e_ts[i]
-            for j in range(nm):
-                if m_seq[j] >= es:
-                    continue
-                scanned += 1
-                d = et - m_first[j]
-                if d < -window or d > window:
-                    continue
-                compared += 1
-                if et <= m_last[j] or d > window:
-                    continue
-                if run_program(code, consts, strcodes, m_rows[j], er, w, vals, valid, ts, base, sv, sk):
-                    if n < cap:
-                        for p in range(w):
-                            out[n, p] = m_rows[j, p]
-                        out[n, w] = er
-                    n += 1
+            for b in range(nb):
+                j0 = bstart[b]
+                if j0 >= nm:
+                    break
+                if bmax[b] < et - window or bmin[b] >= et:
+                    continue  # every match of the block started too early, or not before et
+                j1 = bstart[b + 1] if b + 1 < nb else nm
+                if j1 > nm:
+                    j1 = nm
+                for j in range(j0, j1):
+                    if m_seq[j] >= es:
+                        continue
+                    scanned += 1
+                    d = et - m_first[j]
+                    if d < -window or d > window:
+                        continue
+                    compared += 1
+                    if et <= m_last[j] or d > window:
+                        continue
+                    if run_program(code, consts, strcodes, m_rows[j], er, w, vals, valid, ts, base, sv, sk):
+                        if n < cap:
+                            for p in range(w):
+                                out[n, p] = m_rows[j, p]
+                            out[n, w] = er
+                        n += 1
     else:
         ets = e_ts[:ne]
         for j in range(nm):

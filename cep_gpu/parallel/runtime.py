@@ -216,8 +216,12 @@ class Runtime:
 
     # -- driver side ---------------------------------------------------------------------------
 
-    def feed(self, rows: np.ndarray) -> None:
-        """Route new store rows (absolute, in time order) to the stages: the splitter."""
+    def feed(self, rows: np.ndarray, first_only: np.ndarray | None = None) -> None:
+        """Route new store rows (absolute, in time order) to the stages: the splitter.
+
+        ``first_only``: sorted absolute rows; position 0 takes only these (data-parallel
+        baselines: a unit owns the matches that start with its events).
+        """
         if not len(rows):
             return
         st = self.store
@@ -233,6 +237,8 @@ class Runtime:
                 if len(cand) and prog.n_conditions:
                     cand = kernels.filter_rows(cand, p, prog.code, prog.consts, self.strcodes[r], st.vals,
                                                st.valid, st.ts, st.base, prog.max_stack)
+                if p == 0 and first_only is not None and len(cand):
+                    cand = cand[np.isin(cand, first_only, assume_unique=True)]
                 if not len(cand):
                     continue
                 if spec.length == 1:
@@ -248,13 +254,15 @@ class Runtime:
                         self._push(agent, p, cand[k:k + bs])
 
     def _push(self, agent: Agent, position: int | None, batch: np.ndarray) -> None:
+        st = self.store
+        key = int(st.ts[batch[0] - st.base]) if position is not None else int(st.ts[batch[:, -1] - st.base].min())
         with self._cv:
             self._pending += 1
             self.queue_pushes += 1
             if position is None:
-                agent.match_q.append(batch)
+                agent.match_q.append((key, batch))
             else:
-                agent.event_q[position].append(batch)
+                agent.event_q[position].append((key, batch))
             self._cv.notify()
 
     def drain(self) -> None:
