@@ -161,8 +161,9 @@ class HybridEngine:
         if self._rt is None:
             self._start(table)
         store, rt = self._store, self._rt
-        kinds = {k: kind for k, (kind, _, _) in store.columns.items()}
-        kinds.update({k: c.kind for k, c in table.columns.items()})
+        # kinds of the attributes that hold values (an all-null column has no kind)
+        kinds = {k: kind for k, (kind, _, ok) in store.columns.items() if ok.any()}
+        kinds.update({k: c.kind for k, c in table.columns.items() if c.valid.any()})
         for spec in self._specs:
             problem = string_compare_problems(spec, kinds)
             if problem:

@@ -72,6 +72,10 @@ class Store:
         old_n = len(self.ts) - k
         for name, col in table.columns.items():
             have = self.columns.get(name)
+            if not col.valid.any() and have is not None:
+                continue  # all null here: a column of no kind (filled below)
+            if have is not None and not have[2].any():
+                have = None  # so far all null: take this batch's kind
             if have is None:
                 kind, values, ok = col.kind, np.zeros(old_n, col.values.dtype), np.zeros(old_n, bool)
             else:
@@ -85,7 +89,7 @@ class Store:
             self.columns[name] = (kind, np.concatenate([values, col.values.astype(values.dtype)]),
                                   np.concatenate([ok, col.valid]))
         for name, (kind, values, ok) in list(self.columns.items()):
-            if name not in table.columns:
+            if len(values) < len(self.ts):  # absent (or all null) in this batch
                 self.columns[name] = (kind, np.concatenate([values, np.zeros(k, values.dtype)]),
                                       np.concatenate([ok, np.zeros(k, bool)]))
         rows = np.arange(self.n, self.n + k, dtype=np.int64)
@@ -305,6 +309,8 @@ class Runtime:
 
     def _next_task(self, u: int):
         st = self.units[u]
+        if st.current < 0:
+            return None  # no agents (single-position rules only)
         order = [st.current] + [a for a in st.homes if a != st.current]
         for a in order:
             role = st.roles.get(a, "both")
