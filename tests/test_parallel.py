@@ -131,40 +131,33 @@ def test_several_rules_and_datetime_input():
         pd.testing.assert_frame_equal(got, expected)
 
 
-def test_exactly_once_under_the_probe_insert_race():
+@pytest.mark.parametrize("match_first", [True, False])
+def test_exactly_once_under_the_probe_insert_race(match_first):
     """An event and a match numbered before either probes: joined once, by the later number."""
+    from cep_gpu.parallel import _compat
     from cep_gpu.parallel.agent import Stage
     from cep_gpu.parallel.compile import compile_rules
     from cep_gpu.parallel.runtime import Store
 
     ev = pd.DataFrame({"type": ["A", "B"], "ts": [1.0, 2.0]})
-    from cep_gpu.parallel import _compat
-
-    strings = _compat.StringDictionary()
-    table = _compat.ingest(ev, "s", strings)
+    table = _compat.ingest(ev, "s", _compat.StringDictionary())
     (spec,) = compile_rules([cep_gpu.parse_rule("define Q pattern SEQ(A a, B b) within 5 s")])
-    for match_first in (True, False):
-        store = Store(spec.attributes)
-        store.append(table)
-        stage = Stage(spec, 1, store, np.empty(0))
-        out_other: list[np.ndarray] = []
-        done = []
+    store = Store(spec.attributes)
+    store.append(table)
+    stage = Stage(spec, 1, store, np.empty(0))
+    match, event = np.array([[0]]), np.array([1])
+    out_other: list[np.ndarray] = []
 
-        def other():  # runs between the first item's numbering and its probe
-            if not done:
-                done.append(1)
-                if match_first:
-                    out_other.append(stage.process(1, np.array([1]), True))
-                else:
-                    out_other.append(stage.process(1, np.array([[0]]), False))
+    def other():  # runs between the first item's numbering and its probe (the paper's open race)
+        if not out_other:
+            out_other.append(stage.process(1, event, True) if match_first else stage.process(1, match, False))
 
-        if match_first:
-            first_out = stage.process(0, np.array([[0]]), False, jitter=other)
-        else:
-            first_out = stage.process(0, np.array([1]), True, jitter=other)
-        total = np.concatenate([first_out, *out_other])
-        assert total.tolist() == [[0, 1]], match_first
-        assert len(out_other[0]) == 1 and len(first_out) == 0  # the later-numbered item joined
+    if match_first:
+        first_out = stage.process(0, match, False, jitter=other)
+    else:
+        first_out = stage.process(0, event, True, jitter=other)
+    assert np.concatenate([first_out, *out_other]).tolist() == [[0, 1]]
+    assert len(out_other[0]) == 1 and len(first_out) == 0  # the later-numbered item joined
 
 
 def test_heavy_jitter_many_units():
