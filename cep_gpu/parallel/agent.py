@@ -173,7 +173,7 @@ class Stage:
 
         Returns the extended matches, (n, width + 1) absolute store rows.
         """
-        t0 = time.perf_counter()
+        t0 = time.thread_time()
         seq0 = self._insert(unit, rows, is_event)
         if jitter is not None:
             jitter()
@@ -200,7 +200,7 @@ class Stage:
             cap = max(64, 2 * len(rows))
             while True:
                 out = np.empty((cap, w + 1), np.int64)
-                k0 = time.perf_counter()
+                k0 = time.thread_time()
                 if is_event:
                     got, cmp, scn = kernels.join(True, rows, seqs, ets, len(rows), frows, fseq, ffirst, flast, n,
                                                  bstart, bmin, bmax, nb,
@@ -211,7 +211,7 @@ class Stage:
                                             lasts, len(rows), _B0, _B0, _B0, 0, self.spec.window, prog.code,
                                             prog.consts, self.strcodes, st.vals, st.valid, st.ts, st.base,
                                             prog.max_stack, out, cap)
-                kt += time.perf_counter() - k0
+                kt += time.thread_time() - k0
                 if got <= cap:
                     break
                 cap = got
@@ -233,7 +233,7 @@ class Stage:
             s.outputs += len(result)
             s.accesses += len(frags)
             s.kernel_s += kt
-            s.busy_s += time.perf_counter() - t0
+            s.busy_s += time.thread_time() - t0
         return result
 
     def prune(self, newest: int) -> None:

@@ -25,7 +25,7 @@ import pandas as pd
 from ..errors import ArgumentError
 from . import _compat
 from .compile import compile_rules
-from .engine import HybridEngine, _check_units, as_rule_list
+from .engine import HybridEngine, _check_units, as_rule_list, auto_batch, auto_chunk
 from .kernels import llsf_assign
 from .runtime import Layout, Runtime, Store
 
@@ -49,7 +49,7 @@ class RunResult:
 
 
 def run(method: str, rules, events: pd.DataFrame, units: int = 1, *, time_unit: str = "s",
-        stats=None, dynamic: bool = True, fusion: bool = True, batch_size: int = 512,
+        stats=None, dynamic: bool = True, fusion: bool = True, batch_size: int | None = None,
         chunk_size: int | None = None, rip_batch: int | None = None, jitter: float = 0.0,
         seed: int = 0) -> RunResult:
     """Run ``method`` (one of :data:`METHODS`) over ``events`` with ``units`` units."""
@@ -57,6 +57,9 @@ def run(method: str, rules, events: pd.DataFrame, units: int = 1, *, time_unit: 
         raise ArgumentError(f"method must be one of {METHODS}, got {method!r}")
     units = _check_units(units)
     rule_list = as_rule_list(rules)
+    chunk_size = chunk_size or _auto_chunk(rule_list, events, time_unit)
+    if batch_size is None:
+        batch_size = auto_batch(chunk_size, max(len(r.predicates) for r in rule_list), units)
     if method in ("hybrid", "hybrid-equal"):
         eng = HybridEngine(rule_list, units=units, allocation="equal" if method == "hybrid-equal" else "cost-model",
                            dynamic=dynamic, fusion=fusion, time_unit=time_unit, stats=stats,
@@ -110,8 +113,7 @@ def _auto_chunk(rules, events: pd.DataFrame, time_unit: str) -> int:
     span = span.total_seconds() if hasattr(span, "total_seconds") else float(span) * {
         "ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0, "min": 60.0, "h": 3600.0}.get(time_unit, 1.0)
     w = max((r.predicates[0].window or 0) for r in rules) / 1e9
-    per_w = n * w / span if span > 0 else n
-    return int(min(max(2 * per_w, 4096), 65536))
+    return auto_chunk(n / span if span > 0 else float(n), w)
 
 
 def _state_parallel(specs, store, rows, strcodes, batch_size, chunk, jitter, seed):

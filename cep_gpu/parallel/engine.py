@@ -88,11 +88,13 @@ class HybridEngine:
         ``calibration_events`` events of the first publish (:meth:`calibrate`).
     batch_size, chunk_size:
         Items per task, and events fed between two quiescent points (where buffers are pruned).
+        Default: :func:`auto_chunk` (about two windows of events, 4096 to 65536) and
+        :func:`auto_batch` (small enough that every agent gets several tasks per unit per chunk).
     """
 
     def __init__(self, rules, units: int = 1, allocation: str = "cost-model", dynamic: bool = True,
                  fusion: bool = True, *, time_unit: str = "s", stats: Sequence[ChainStats] | None = None,
-                 calibration_events: int = 20_000, batch_size: int = 512, chunk_size: int = 16_384,
+                 calibration_events: int = 20_000, batch_size: int | None = None, chunk_size: int | None = None,
                  jitter: float = 0.0, seed: int = 0) -> None:
         self.units = _check_units(units)
         if allocation not in ALLOCATIONS:
@@ -102,6 +104,8 @@ class HybridEngine:
                 raise ArgumentError(f"{name} must be True or False, got {v!r}")
         for name, v in (("batch_size", batch_size), ("chunk_size", chunk_size),
                         ("calibration_events", calibration_events)):
+            if v is None and name != "calibration_events":
+                continue
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ArgumentError(f"{name} must be an int >= 1, got {v!r}")
         if not 0.0 <= float(jitter) <= 1.0:
@@ -299,6 +303,12 @@ class HybridEngine:
             sample = table.take(np.arange(min(len(table), self.calibration_events)))
             chain_stats = [measure_stats(spec, sample, strcodes) if spec.length > 1 else None for spec in specs]
         self.chain_stats = chain_stats
+        if self.chunk_size is None:
+            span = float(table.ts[-1] - table.ts[0]) / 1e9 if len(table) > 1 else 0.0
+            rate = len(table) / span if span > 0 else 0.0
+            self.chunk_size = auto_chunk(rate, max(s.window for s in specs) / 1e9)
+        if self.batch_size is None:
+            self.batch_size = auto_batch(self.chunk_size, max(s.length for s in specs), self.units)
         groups, per_agent = self._layout(specs, chain_stats)
         self._store = Store(specs[0].attributes)
         self._rt = Runtime(specs, self._store, Layout(groups, per_agent, self.units), [strcodes] * len(specs),
@@ -334,6 +344,16 @@ class HybridEngine:
         return groups, per_agent
 
 
+def auto_chunk(rate: float, window_s: float) -> int:
+    """Events between two quiescent points: about two windows' worth, within [4096, 65536]."""
+    return int(min(max(2.0 * rate * window_s, 4096), 65536))
+
+
+def auto_batch(chunk: int, length: int, units: int) -> int:
+    """Items per task: each position gets about four tasks per unit per chunk, within [16, 256]."""
+    return int(min(max(chunk // (max(length, 1) * 4 * max(units, 1)), 16), 256))
+
+
 def measure_stats(spec: ChainSpec, table, strcodes: np.ndarray) -> ChainStats:
     """Run ``spec`` over ``table`` with one unit, inline, and read the cost model's statistics.
 
@@ -342,6 +362,9 @@ def measure_stats(spec: ChainSpec, table, strcodes: np.ndarray) -> ChainStats:
     task's time per item and fragment visited (locking, snapshots, the kernel call itself);
     ``q_i``: the cost of one queue hand-over per match, measured on the queue.
     """
+    from .kernels import warm_up
+
+    warm_up()
     store = Store(spec.attributes)
     rows = store.append(table)
     n = spec.length
@@ -399,14 +422,14 @@ def _queue_cost() -> float:
         cv = threading.Condition()
         q: deque = deque()
         x = np.empty((4, 2), np.int64)
-        t0 = time.perf_counter()
+        t0 = time.thread_time()
         for _ in range(2000):
             with cv:
                 q.append(x)
                 cv.notify()
         for _ in range(2000):
             q.popleft()
-        _QCOST.append((time.perf_counter() - t0) / 2000)
+        _QCOST.append((time.thread_time() - t0) / 2000)
     return _QCOST[0]
 
 

@@ -346,7 +346,7 @@ class Runtime:
         a, (position, is_event, rows) = task
         agent = self.agents[a]
         st = self.units[u]
-        t0 = time.perf_counter()
+        t0 = time.thread_time()
         stages = self.stages[agent.rule]
         jit = self._jitter if self._jitter_p else None
         out = stages[position].process(u, rows, is_event, jit)
@@ -358,9 +358,13 @@ class Runtime:
             if position in agent.stages:  # fused: the next stage is ours
                 out = stages[position].process(u, out, False, jit)
             else:
-                self._push(self.agents[self.agent_of[agent.rule][position]], None, out)
+                # hand over in batches, so that the next agent's units can share the work
+                nxt = self.agents[self.agent_of[agent.rule][position]]
+                bs = self.batch_size
+                for k in range(0, len(out), bs):
+                    self._push(nxt, None, out[k:k + bs])
                 break
-        st.busy_s += time.perf_counter() - t0
+        st.busy_s += time.thread_time() - t0
         st.tasks += 1
         if a not in st.homes:
             st.foreign_tasks += 1
