@@ -34,16 +34,13 @@ SIM_UNITS = (1, 2, 4, 8, 12, 16, 24)
 
 def stock_events(n: int, tickers: int = 8, rate: float = 100.0, seed: int = 0) -> pd.DataFrame:
     """``n`` price updates: ``type`` = ticker ``S0..``, ``ts`` seconds (Poisson at ``rate``/s),
-    ``price`` a random walk per ticker, ``volume``."""
+    ``price`` = a market random walk shared by all tickers plus each update's own noise (so
+    that "b rose above a" has a steady selectivity), ``volume``."""
     rng = np.random.default_rng(seed)
     ts = np.cumsum(rng.exponential(1.0 / rate, n))
     which = rng.integers(0, tickers, n)
-    steps = rng.normal(0.0, 0.5, n)
-    price = np.empty(n)
-    last = np.full(tickers, 100.0)
-    for k in range(tickers):  # vectorised per ticker: a cumulative sum of its own steps
-        idx = np.flatnonzero(which == k)
-        price[idx] = last[k] + np.cumsum(steps[idx])
+    market = 100.0 + np.cumsum(rng.normal(0.0, 0.05, n))
+    price = market + rng.normal(0.0, 0.5, n)
     return pd.DataFrame({"type": np.array([f"S{k}" for k in range(tickers)])[which], "ts": ts,
                          "price": price, "volume": rng.integers(1, 1000, n)})
 

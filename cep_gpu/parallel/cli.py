@@ -72,18 +72,17 @@ def cmd_run(args) -> int:
         finally:
             eng.close()
     except (CepError, FileNotFoundError, OSError) as exc:
-        print(f"cep-gpu parallel: {exc}", file=sys.stderr)
-        return 2
+        print(f"cep-gpu parallel: error: {exc}", file=sys.stderr)
+        return 1
     if args.explain:
         print(eng.explain(), file=sys.stderr)
     if args.stats:
         with open(args.stats, "w") as f:
             json.dump(eng.stats(), f, indent=1, default=float)
     if args.out:
-        if args.out.endswith(".parquet"):
-            out.assign(ids=out["ids"].map(list)).to_parquet(args.out)
-        else:
-            out.assign(ids=out["ids"].map(lambda x: " ".join(map(str, x)))).to_csv(args.out, index=False)
+        from ..io import write_output
+
+        write_output(out, args.out)
     else:
         print(out.to_string(index=False) if len(out) else "(no composite events)")
     return 0

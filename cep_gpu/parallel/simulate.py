@@ -322,8 +322,9 @@ def _sim_data_parallel(tr: Trace, method: str, k: int, rip_batch: int | None, co
                 read[u] = cover
     from .engine import auto_batch
 
-    # per event read: the splitter's share, and the tasks at the batch size of k units
-    f = tr.batch / auto_batch(tr.chunk, tr.length, k)
+    # per event read: the splitter's share, and the tasks at the batch size of one unit (each
+    # data-parallel unit runs the whole chain alone)
+    f = tr.batch / auto_batch(tr.chunk, tr.length, 1)
     task_per_event = float((tr.tasks.sum(axis=0) * f * (tr.t_task + tr.t_access)).sum()) / max(tr.n_events, 1)
     per_unit = read * (tr.t_event + task_per_event) + owned * tr.match_work_s
     # k units on ``cores`` cores: the slowest unit, or the total shared by the cores
