@@ -119,18 +119,25 @@ def bench_point(workload: str, length: int, window: float, events: int, seed: in
     tr = trace(rule, ev, stats=stats, chunk_size=_chunk_of(rule, ev), batch_size=16)
     for m in SIM_METHODS:
         point["sim"][m] = {str(k): simulate(tr, m, k).throughput for k in SIM_UNITS}
-    point["sim"]["hybrid-static"] = {str(k): simulate(tr, "hybrid", k, dynamic=False).throughput for k in SIM_UNITS}
-    point["sim"]["hybrid-equal-static"] = {str(k): simulate(tr, "hybrid-equal", k, dynamic=False).throughput
-                                           for k in SIM_UNITS}
+    # the paper's Figure 10: load balancing on and off, nothing else (no dynamic units, no fusion)
+    point["sim"]["hybrid-static"] = {str(k): simulate(tr, "hybrid", k, dynamic=False, fusion=False).throughput
+                                     for k in SIM_UNITS}
+    point["sim"]["hybrid-equal-static"] = {str(k): simulate(tr, "hybrid-equal", k, dynamic=False,
+                                                            fusion=False).throughput for k in SIM_UNITS}
+    point["sim"]["hybrid-static-fusion"] = {str(k): simulate(tr, "hybrid", k, dynamic=False).throughput
+                                            for k in SIM_UNITS}
     for m in REAL_METHODS:
         for units in units_list:
             real_s = best[(m, units)]
             used = point["real"][m][str(units)]["cores_used"]
-            pred = simulate(tr, m, units, cores=min(units, os.cpu_count() or 1)).seconds
+            sim = simulate(tr, m, units, cores=min(units, os.cpu_count() or 1))
             pred_eff = simulate(tr, m, units, cores=max(1, round(used))).seconds
+            real_cpu = point["real"][m][str(units)]["cpu_seconds"]
             point["validation"].setdefault(m, {})[str(units)] = {
-                "real_s": real_s, "sim_s": pred, "error": pred / real_s - 1.0,
-                "sim_s_at_cores_used": pred_eff, "error_at_cores_used": pred_eff / real_s - 1.0}
+                "real_s": real_s, "sim_s": sim.seconds, "error": sim.seconds / real_s - 1.0,
+                "sim_s_at_cores_used": pred_eff, "error_at_cores_used": pred_eff / real_s - 1.0,
+                # CPU time adds up over threads and is not inflated by other processes' load
+                "real_cpu_s": real_cpu, "sim_cpu_s": sim.cpu_s, "cpu_error": sim.cpu_s / real_cpu - 1.0}
     return point
 
 
@@ -188,11 +195,15 @@ def summarize(points: list[dict]) -> dict:
                 sim_ahead += h > p["sim"][m][str(k)]
     ratios = [p["sim"]["hybrid-static"][str(k)] / p["sim"]["hybrid-equal-static"][str(k)]
               for p in points for k in SIM_UNITS if k >= 8]
+    ratios_fused = [p["sim"]["hybrid-static-fusion"][str(k)] / p["sim"]["hybrid-equal-static"][str(k)]
+                    for p in points for k in SIM_UNITS if k >= 8]
     ratios_dyn = [p["sim"]["hybrid"][str(k)] / p["sim"]["hybrid-equal"][str(k)]
                   for p in points for k in SIM_UNITS if k >= 8]
     errs = [abs(v["error"]) for p in points for m in p["validation"].values() for v in m.values()]
     errs_eff = [abs(v["error_at_cores_used"]) for p in points for m in p["validation"].values() for v in m.values()]
     errs1 = [abs(m["1"]["error"]) for p in points for m in p["validation"].values()]
+    cpu_errs = [abs(v["cpu_error"]) for p in points for m in p["validation"].values() for v in m.values()]
+    cpu_errs1 = [abs(m["1"]["cpu_error"]) for p in points for m in p["validation"].values()]
     vs_detect = [p["real"]["hybrid"]["2"]["events_per_s"] / p["real"]["detect"]["1"]["events_per_s"] for p in points]
     vs_seq = [p["real"]["hybrid"]["2"]["events_per_s"] / p["real"]["sequential"]["1"]["events_per_s"] for p in points]
     speedup = [p["real"]["hybrid"]["2"]["events_per_s"] / p["real"]["hybrid"]["1"]["events_per_s"] for p in points]
@@ -203,6 +214,9 @@ def summarize(points: list[dict]) -> dict:
         "sim_hybrid_ahead_k_ge_2": f"{sim_ahead}/{sim_total}",
         "cost_model_vs_equal_static_k_ge_8": {"min": min(ratios), "median": float(np.median(ratios)),
                                               "max": max(ratios)} if ratios else None,
+        "cost_model_with_fusion_vs_equal_static_k_ge_8": {
+            "min": min(ratios_fused), "median": float(np.median(ratios_fused)), "max": max(ratios_fused)}
+        if ratios_fused else None,
         "cost_model_vs_equal_dynamic_k_ge_8": {"min": min(ratios_dyn), "median": float(np.median(ratios_dyn)),
                                                "max": max(ratios_dyn)} if ratios_dyn else None,
         "cost_model_ge_1_5x_equal_at_k_ge_8": bool(ratios) and min(ratios) >= 1.5,
@@ -211,6 +225,12 @@ def summarize(points: list[dict]) -> dict:
         "sim_validation_median_error": float(np.median(errs)) if errs else None,
         "sim_validation_max_error_at_cores_used": max(errs_eff) if errs_eff else None,
         "sim_validated_within_20pct": bool(errs) and max(errs) <= 0.2,
+        "sim_cpu_validation_max_error": max(cpu_errs) if cpu_errs else None,
+        "sim_cpu_validation_median_error": float(np.median(cpu_errs)) if cpu_errs else None,
+        "sim_cpu_validation_max_error_1_unit": max(cpu_errs1) if cpu_errs1 else None,
+        "sim_cpu_validation_share_within_20pct": float(np.mean([e <= 0.2 for e in cpu_errs])) if cpu_errs else None,
+        "median_cores_used_by_real_runs": float(np.median([v["cores_used"] for p in points for m in p["real"].values()
+                                                           for v in m.values()])),
         "hybrid2_vs_batch_detect": {"min": min(vs_detect), "median": float(np.median(vs_detect)), "max": max(vs_detect)},
         "hybrid2_vs_sequential_engine": {"min": min(vs_seq), "median": float(np.median(vs_seq)), "max": max(vs_seq)},
         "hybrid_speedup_2_over_1_unit": {"min": min(speedup), "median": float(np.median(speedup)), "max": max(speedup)},

@@ -192,6 +192,8 @@ class SimResult:
     events: int
     agents: list[str] = field(default_factory=list)
     units_per_agent: list[int] = field(default_factory=list)
+    #: CPU seconds charged in all (comparable with a real run's process CPU time at any k)
+    cpu_s: float = 0.0
 
     @property
     def throughput(self) -> float:
@@ -256,6 +258,7 @@ def _sim_hybrid_layout(tr: Trace, groups, units, dynamic: bool, cores: int, k: i
     from .engine import auto_batch
 
     total = tr.serial_s
+    cpu = tr.serial_s
     # the engine's batches for k units hold ``f`` times fewer items than the trace's
     f = tr.batch / auto_batch(tr.chunk, tr.length, k)
     for c in range(len(tr.chunk_events)):
@@ -282,7 +285,9 @@ def _sim_hybrid_layout(tr: Trace, groups, units, dynamic: bool, cores: int, k: i
             t = max(finish, sum(works) / cores)
         # the splitter (the driver thread) routes the chunk's events first
         total += t + tr.t_barrier + tr.t_event * tr.chunk_events[c]
-    return SimResult("hybrid", k, total, tr.n_events, [f"A{'-'.join(map(str, g))}" for g in groups], list(units))
+        cpu += sum(works) + tr.t_barrier + tr.t_event * tr.chunk_events[c]
+    return SimResult("hybrid", k, total, tr.n_events, [f"A{'-'.join(map(str, g))}" for g in groups], list(units),
+                     cpu)
 
 
 def _sim_data_parallel(tr: Trace, method: str, k: int, rip_batch: int | None, cores: int) -> SimResult:
@@ -329,4 +334,4 @@ def _sim_data_parallel(tr: Trace, method: str, k: int, rip_batch: int | None, co
     per_unit = read * (tr.t_event + task_per_event) + owned * tr.match_work_s
     # k units on ``cores`` cores: the slowest unit, or the total shared by the cores
     t = max(per_unit.max(), per_unit.sum() / cores)
-    return SimResult(method, k, tr.serial_s + t, tr.n_events)
+    return SimResult(method, k, tr.serial_s + t, tr.n_events, cpu_s=tr.serial_s + float(per_unit.sum()))
