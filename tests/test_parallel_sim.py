@@ -86,7 +86,10 @@ def test_bench_tiny_writes_summary(tmp_path):
     for key in ("real_hybrid_ahead_at_k2", "cost_model_ge_1_5x_equal_at_k_ge_8", "sim_validation_max_error",
                 "hybrid2_vs_batch_detect"):
         assert key in s
-    from cep_gpu.parallel.bench import write
+    from cep_gpu.parallel.bench import markdown, write
+
+    md = markdown(res)
+    assert md.count("| stock | 3 | 0.5 |") == 2  # one row in each table
 
     write(res, str(tmp_path / "p.json"), None)
     assert json.loads((tmp_path / "p.json").read_text())["summary"]["real_hybrid_ahead_at_k2"]

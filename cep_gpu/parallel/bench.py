@@ -301,3 +301,37 @@ def write(result: dict, out: str | None, png: str | None) -> None:
 
 def _json_default(o):
     return o.item() if hasattr(o, "item") else float(o)
+
+
+def markdown(result: dict) -> str:
+    """The tables of docs/performance.md's HYPERSONIC section, from a result of :func:`run_bench`."""
+    pts = result["points"]
+    lines = ["| workload | L | W (s) | matches | hybrid x1 | hybrid x2 | equal x2 | state-par. | RIP x2 | "
+             "LLSF x2 | sequential | detect | hybrid x2 cores used |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+
+    def k(v):
+        return f"{v / 1e3:,.0f}k"
+
+    for p in pts:
+        r = p["real"]
+        lines.append(
+            f"| {p['workload']} | {p['length']} | {p['window_s']:g} | {p['matches']:,} | "
+            f"{k(r['hybrid']['1']['events_per_s'])} | **{k(r['hybrid']['2']['events_per_s'])}** | "
+            f"{k(r['hybrid-equal']['2']['events_per_s'])} | {k(r['state-parallel']['2']['events_per_s'])} | "
+            f"{k(r['rip']['2']['events_per_s'])} | {k(r['llsf']['2']['events_per_s'])} | "
+            f"{k(r['sequential']['1']['events_per_s'])} | {k(r['detect']['1']['events_per_s'])} | "
+            f"{r['hybrid']['2']['cores_used']:.2f} |")
+    lines += ["", "| workload | L | W (s) | sim k=1 | k=2 | k=8 | k=24 | RIP k=24 | LLSF k=24 | state-par. | "
+              "cost/equal (static) k=8 | k=24 | CPU-time error x1 | x2 |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for p in pts:
+        s, v = p["sim"], p["validation"]["hybrid"]
+        lines.append(
+            f"| {p['workload']} | {p['length']} | {p['window_s']:g} | {k(s['hybrid']['1'])} | {k(s['hybrid']['2'])} | "
+            f"{k(s['hybrid']['8'])} | {k(s['hybrid']['24'])} | {k(s['rip']['24'])} | {k(s['llsf']['24'])} | "
+            f"{k(s['state-parallel']['24'])} | "
+            f"{s['hybrid-static']['8'] / s['hybrid-equal-static']['8']:.2f} | "
+            f"{s['hybrid-static']['24'] / s['hybrid-equal-static']['24']:.2f} | "
+            f"{v['1']['cpu_error']:+.0%} | {v['2']['cpu_error']:+.0%} |")
+    return "\n".join(lines)
