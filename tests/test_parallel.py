@@ -80,7 +80,7 @@ CONFIGS = st.fixed_dictionaries({
 })
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck))
 @given(seq_rules(), event_streams(max_events=28), CONFIGS, st.lists(st.integers(1, 27), max_size=3))
 def test_hybrid_equals_detect(rule, events, cfg, cuts):
     expected = cep_gpu.detect(events, rule, backend="reference")
@@ -91,7 +91,7 @@ def test_hybrid_equals_detect(rule, events, cfg, cuts):
     assert len(ids) == len(set(ids)), "duplicate composite events"
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
 @given(seq_rules(), event_streams(max_events=28),
        st.sampled_from(["state-parallel", "rip", "llsf", "hybrid", "hybrid-equal"]), st.integers(1, 4),
        st.integers(2, 9))

@@ -130,8 +130,11 @@ class StageStats:
 class Stage:
     """State ``S_i``: the buffers of position ``i`` of one rule and its join program."""
 
-    def __init__(self, spec: ChainSpec, position: int, store, strcodes: np.ndarray) -> None:
+    def __init__(self, spec: ChainSpec, position: int, store, strcodes: np.ndarray,
+                 time_kernels: bool = False) -> None:
         self.spec = spec
+        # timing each kernel call costs two clock reads per fragment visit: only when calibrating
+        self.time_kernels = time_kernels
         self.strcodes = strcodes
         self.position = position
         self.width = position  # partial matches entering hold positions 0..i-1
@@ -200,7 +203,8 @@ class Stage:
             cap = max(64, 2 * len(rows))
             while True:
                 out = np.empty((cap, w + 1), np.int64)
-                k0 = time.thread_time()
+                if self.time_kernels:
+                    k0 = time.thread_time()
                 if is_event:
                     got, cmp, scn = kernels.join(True, rows, seqs, ets, len(rows), frows, fseq, ffirst, flast, n,
                                                  bstart, bmin, bmax, nb,
@@ -211,7 +215,8 @@ class Stage:
                                             lasts, len(rows), _B0, _B0, _B0, 0, self.spec.window, prog.code,
                                             prog.consts, self.strcodes, st.vals, st.valid, st.ts, st.base,
                                             prog.max_stack, out, cap)
-                kt += time.thread_time() - k0
+                if self.time_kernels:
+                    kt += time.thread_time() - k0
                 if got <= cap:
                     break
                 cap = got

@@ -171,14 +171,15 @@ def _llsf_plan(specs, store, rows, strcodes, window, units):
         mine = np.flatnonzero(owner == u)
         if not len(mine):
             continue
-        # merge the windows [begin, end) of this unit's starts into segments
+        # merge the windows [begin, end) of this unit's starts into segments (vectorised: a new
+        # segment starts where a window begins after every earlier window has ended)
         b, e = begins[mine], ends[mine]
-        seg_start = 0
-        for j in range(1, len(mine) + 1):
-            if j == len(mine) or b[j] > e[j - 1]:
-                lo, hi = b[seg_start], e[j - 1]
-                plan[u].append((rows[lo:hi], start_rows[mine[seg_start:j]]))
-                seg_start = j
+        reach = np.maximum.accumulate(e)
+        cuts = np.flatnonzero(b[1:] > reach[:-1]) + 1
+        lo_idx = np.concatenate([[0], cuts])
+        hi_idx = np.concatenate([cuts, [len(mine)]])
+        for s0, s1 in zip(lo_idx, hi_idx):
+            plan[u].append((rows[b[s0]:reach[s1 - 1]], start_rows[mine[s0:s1]]))
     return plan
 
 

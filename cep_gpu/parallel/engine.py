@@ -369,7 +369,7 @@ def measure_stats(spec: ChainSpec, table, strcodes: np.ndarray) -> ChainStats:
     rows = store.append(table)
     n = spec.length
     layout = Layout([[(p,) for p in range(1, n)]], [0] * (n - 1), 1)
-    rt = Runtime([spec], store, layout, [strcodes], dynamic=False, threads=False)
+    rt = Runtime([spec], store, layout, [strcodes], dynamic=False, threads=False, time_kernels=True)
     for k in range(0, len(rows), 16_384):
         rt.feed(rows[k:k + 16_384])
         rt.drain()

@@ -148,14 +148,15 @@ class Runtime:
 
     def __init__(self, specs: list[ChainSpec], store: Store, layout: Layout, strcodes: list[np.ndarray],
                  *, dynamic: bool = True,
-                 threads: bool = True, batch_size: int = 512, jitter: float = 0.0, seed: int = 0) -> None:
+                 threads: bool = True, batch_size: int = 512, jitter: float = 0.0, seed: int = 0,
+                 time_kernels: bool = False) -> None:
         self.specs = specs
         self.strcodes = strcodes
         self.store = store
         self.dynamic = dynamic
         self.batch_size = batch_size
         self.stages: list[dict[int, Stage]] = [
-            {p: Stage(spec, p, store, strcodes[r]) for p in range(1, spec.length)}
+            {p: Stage(spec, p, store, strcodes[r], time_kernels) for p in range(1, spec.length)}
             for r, spec in enumerate(specs)
         ]
         self.agents: list[Agent] = []

@@ -101,7 +101,8 @@ def _trace_once(r, events, time_unit, chunk_size, batch_size, stats) -> Trace:
     if n < 2:
         raise ArgumentError("simulate: the rule needs at least two positions (agents)")
     layout = Layout([[(p,) for p in range(1, n)]], [0] * (n - 1), 1)
-    rt = Runtime([spec], store, layout, [strcodes], dynamic=False, threads=False, batch_size=batch_size)
+    rt = Runtime([spec], store, layout, [strcodes], dynamic=False, threads=False, batch_size=batch_size,
+                 time_kernels=True)
     prev = np.zeros((7, n - 1))
     per_chunk = []
     chunk_events = []
@@ -140,13 +141,19 @@ def _trace_once(r, events, time_unit, chunk_size, batch_size, stats) -> Trace:
     scanned = np.array([c[2] for c in per_chunk])
     items = np.array([c[1] for c in per_chunk])
     busy = np.array([c[6] for c in per_chunk])
-    # a stage's time per chunk = a * tasks + b * items + c_i * pairs scanned: fitted (non-negative
-    # least squares) over every (chunk, stage) of the run, so that merging or splitting tasks
-    # keeps the per-item part where it belongs
-    t_call, t_item, c_scan = _fit_costs(tasks, items, scanned, busy)
+    # pairs: kernel time (less the fixed cost of a call) per pair scanned; items: measured on their
+    # own; the rest of a stage's time is per task (less the trace's own clock reads)
+    _, t_item = _call_item_cost(spec, store, strcodes, rows)
+    t_clock = _clock_cost()
+    calls = np.array([st[p].accesses for p in range(1, n)], dtype=np.float64)
+    kern = np.array([st[p].kernel_s for p in range(1, n)])
+    c_scan = np.maximum(kern - calls * t_access, 0.0) / np.maximum(scanned.sum(axis=0), 1.0)
+    n_calls = np.maximum(tasks.sum(axis=0), 1.0)
+    per_call = (busy.sum(axis=0) - kern - items.sum(axis=0) * t_item - 2 * calls * t_clock) / n_calls
     # the unit's work around a stage call (taking the task, handing over), per task
     wrap = max(run_s - feed_s - barrier_s - float(busy.sum()), 0.0) / max(float(tasks.sum()), 1.0)
-    t_task = np.full(n - 1, t_call + wrap)
+    # per task: the call, one fragment visit (the trace ran one unit) and the wrapping
+    t_task = np.maximum(per_call, 0.0) + t_access + wrap
     pair_s = float((scanned.sum(axis=0) * c_scan).sum())
     t_piece = _piece_cost(spec, store, strcodes, rows[: min(len(rows), 64)])
     # hand-overs per stage: the batches entering it (stage 1 gets the splitter's)
@@ -171,28 +178,28 @@ def _trace_once(r, events, time_unit, chunk_size, batch_size, stats) -> Trace:
     return tr
 
 
-def _fit_costs(tasks, items, scanned, busy):
-    """Non-negative least squares of ``busy = a tasks + b items + c_j scanned_j`` (per stage j)."""
-    n_chunks, n_st = tasks.shape
-    rows, y = [], []
-    for c in range(n_chunks):
-        for j in range(n_st):
-            x = np.zeros(2 + n_st)
-            x[0], x[1], x[2 + j] = tasks[c, j], items[c, j], scanned[c, j]
-            rows.append(x)
-            y.append(busy[c, j])
-    X, y = np.array(rows), np.array(y)
-    active = list(range(X.shape[1]))
-    coef = np.zeros(X.shape[1])
-    while active:
-        sol, *_ = np.linalg.lstsq(X[:, active], y, rcond=None)
-        if (sol >= 0).all():
-            coef[active] = sol
-            break
-        active.pop(int(np.argmin(sol)))  # drop the most negative term and refit
-    if not coef.any() and tasks.sum():  # degenerate: all time per task
-        coef[0] = busy.sum() / tasks.sum()
-    return float(coef[0]), float(coef[1]), coef[2:]
+def _clock_cost() -> float:
+    """Seconds of one ``time.thread_time()`` read."""
+    t0 = time.thread_time()
+    for _ in range(1000):
+        time.thread_time()
+    return (time.thread_time() - t0) / 1001
+
+
+def _call_item_cost(spec, store, strcodes, rows) -> tuple[float, float]:
+    """Seconds per ``Stage.process`` call (no fragment to visit) and per item in it."""
+    from .agent import Stage
+
+    def per_call(size: int, reps: int) -> float:
+        stage = Stage(spec, 1, store, strcodes)
+        batch = np.resize(rows[:1], size)
+        t0 = time.thread_time()
+        for _ in range(reps):
+            stage.process(0, batch, True)
+        return (time.thread_time() - t0) / reps
+
+    small, big = per_call(1, 400), per_call(256, 400)
+    return small, max(big - small, 0.0) / 255
 
 
 def _piece_cost(spec, store, strcodes, rows) -> float:
@@ -372,17 +379,13 @@ def _sim_data_parallel(tr: Trace, method: str, k: int, rip_batch: int | None, co
             owned[u] = len(mine) / n_first
             if len(mine):
                 b, e = begins[mine], ends[mine]
-                # union of the unit's windows (starts are in time order)
-                cover = 0
-                hi = -1
-                for lo_, hi_ in zip(b, e):
-                    if lo_ > hi:  # a gap: a new segment (piece)
-                        pieces[u] += 1
-                    lo_ = max(lo_, hi)
-                    if hi_ > lo_:
-                        cover += hi_ - lo_
-                    hi = max(hi, hi_)
-                read[u] = cover
+                # union of the unit's windows (starts are in time order), as baselines._llsf_plan
+                reach = np.maximum.accumulate(e)
+                cuts = np.flatnonzero(b[1:] > reach[:-1]) + 1
+                lo_idx = np.concatenate([[0], cuts])
+                hi_idx = np.concatenate([cuts, [len(mine)]])
+                read[u] = float((reach[hi_idx - 1] - b[lo_idx]).sum())
+                pieces[u] = len(lo_idx)
     from .engine import auto_batch
 
     # per event read: the splitter's share, and the tasks at the batch size of one unit (each
