@@ -283,3 +283,18 @@ def test_chainstats_validation():
         ChainStats((1.0,), (0.0,), (0.0,), (0.0,), (0.0,), 1.0)
     with pytest.raises(ArgumentError, match="stats"):
         HybridEngine(RULE, stats=[1, 2])
+
+
+def test_given_stats_and_arrow_output():
+    rng = np.random.default_rng(11)
+    n = 1500
+    ev = pd.DataFrame({"type": rng.choice(list("ABC"), n), "ts": np.arange(n) * 0.05, "y": rng.random(n)})
+    rule = "define Q pattern SEQ(A a, B b, C c) where a.y < c.y within 1 s return d := c.y - a.y"
+    stats = HybridEngine(rule).calibrate(ev.iloc[:500])
+    eng = HybridEngine(rule, units=3, stats=stats, fusion=False, allocation="equal")
+    got = eng.publish(ev, output="arrow")
+    eng.close()
+    assert got.equals(cep_gpu.detect(ev, rule, backend="cpu", output="arrow"))
+    assert "agent A2" in eng.explain()
+    with pytest.raises(ArgumentError, match="output"):
+        HybridEngine(rule).publish(ev, output="count")

@@ -59,9 +59,10 @@ def run(method: str, rules, events: pd.DataFrame, units: int = 1, *, time_unit: 
     rule_list = as_rule_list(rules)
     chunk_size = chunk_size or _auto_chunk(rule_list, events, time_unit)
     if batch_size is None:
-        # data-parallel units each run the whole chain alone: they want the one-unit batches
-        batch_size = auto_batch(chunk_size, max(len(r.predicates) for r in rule_list),
-                                1 if method in ("rip", "llsf") else units)
+        length = max(len(r.predicates) for r in rule_list)
+        # data-parallel units each run the whole chain alone; state-parallel has one unit per agent
+        own = {"rip": 1, "llsf": 1, "state-parallel": max(sum(len(r.predicates) - 1 for r in rule_list), 1)}
+        batch_size = auto_batch(chunk_size, length, own.get(method, units))
     if method in ("hybrid", "hybrid-equal"):
         eng = HybridEngine(rule_list, units=units, allocation="equal" if method == "hybrid-equal" else "cost-model",
                            dynamic=dynamic, fusion=fusion, time_unit=time_unit, stats=stats,

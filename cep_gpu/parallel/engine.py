@@ -225,7 +225,13 @@ class HybridEngine:
         return [measure_stats(spec, table, self._strings_for(table, specs)) for spec in specs]
 
     def stats(self) -> dict:
-        """Units per agent over time, load per agent, items probed, synchronisations, throughput."""
+        """Units per agent over time, load per agent, items probed, synchronisations, throughput.
+
+        Per agent: ``items`` entered, ``compared`` (pairs within the window band, the cost model's
+        count), ``scanned`` (pairs the kernels looked at); ``outputs``; ``accesses`` (fragment visits);
+        ``tasks``; ``busy_s`` (thread CPU seconds) and ``load_share``. ``kernel_s`` is only
+        measured while calibrating (timing every kernel call costs two clock reads).
+        """
         if self._rt is None:
             return {"units": self.units, "events": 0, "agents": []}
         rt = self._rt
@@ -240,6 +246,7 @@ class HybridEngine:
                 "agent": a.name, "rule": self.rules[a.rule].name, "positions": [p + 1 for p in a.stages],
                 "units_now": per_now[a.index],
                 "items": sum(s.items for s in parts), "compared": sum(s.compared for s in parts),
+                "scanned": sum(s.scanned for s in parts),
                 "outputs": sum(s.outputs for s in parts), "accesses": sum(s.accesses for s in parts),
                 "tasks": sum(s.tasks for s in parts), "busy_s": busy, "kernel_s": sum(s.kernel_s for s in parts),
                 "load_share": busy / total_busy,

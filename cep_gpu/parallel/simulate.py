@@ -271,8 +271,8 @@ def simulate(tr: Trace, method: str, k: int, *, allocation: str = "cost-model", 
     if method == "state-parallel":
         m = tr.length - 1
         groups = [(i,) for i in range(2, tr.length + 1)]
-        # its batches are those of the k units asked for (baselines.run), its threads one per agent
-        res = _sim_hybrid_layout(tr, groups, [1] * m, False, min(cores, m), m, batch_units=k)
+        # one thread per agent, whatever k (k only limits the cores they share)
+        res = _sim_hybrid_layout(tr, groups, [1] * m, False, min(cores, m), m)
         res.method = "state-parallel"
         return res
     if method in ("rip", "llsf"):
