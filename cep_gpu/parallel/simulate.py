@@ -187,11 +187,13 @@ def _clock_cost() -> float:
 
 
 def _call_item_cost(spec, store, strcodes, rows) -> tuple[float, float]:
-    """Seconds per ``Stage.process`` call (no fragment to visit) and per item in it."""
+    """Seconds per ``Stage.process`` call (one fragment visited) and per item in it."""
     from .agent import Stage
 
     def per_call(size: int, reps: int) -> float:
         stage = Stage(spec, 1, store, strcodes)
+        # one partial match in the other buffer: every call visits a fragment, as in a run
+        stage.process(1, rows[:1].reshape(1, 1), False)
         batch = np.resize(rows[:1], size)
         t0 = time.thread_time()
         for _ in range(reps):
