@@ -112,3 +112,12 @@ def test_cli_run_equals_detect(tmp_path, capsys):
     (tmp_path / "bad.txt").write_text("define Q pattern AND(S0 a, S1 b) within 1 s")
     assert main(["parallel", "run", str(tmp_path / "bad.txt"), str(tmp_path / "e.csv")]) == 1
     assert "AND" in capsys.readouterr().err
+
+
+def test_cli_bad_arguments(capsys):
+    for argv in (["parallel", "bench", "--events", "0"], ["parallel", "run", "r", "e", "--units", "0"]):
+        with pytest.raises(SystemExit):
+            main(argv)
+        assert "must be >=" in capsys.readouterr().err
+    assert main(["parallel", "run", "/no/such/rules.txt", "/no/such/events.csv"]) == 1
+    assert "no such" in capsys.readouterr().err

@@ -29,7 +29,7 @@ def add_parallel_parser(subparsers) -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="detect with the hybrid engine; same rows as cep-gpu run")
     r.add_argument("rules", help="file of SEQ rules")
     r.add_argument("events", help="events (.csv/.parquet)")
-    r.add_argument("--units", type=int, default=2)
+    r.add_argument("--units", type=_at_least(1), default=2)
     r.add_argument("--allocation", default="cost-model", choices=["cost-model", "equal"])
     r.add_argument("--no-dynamic", action="store_true", help="static roles and agents")
     r.add_argument("--no-fusion", action="store_true", help="no agent fusion (Algorithm 2)")
@@ -45,9 +45,21 @@ def add_parallel_parser(subparsers) -> argparse.ArgumentParser:
     return p
 
 
+def _at_least(low: int):
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if v < low:
+            raise argparse.ArgumentTypeError(f"must be >= {low}, got {v}")
+        return v
+    return parse
+
+
 def add_bench_arguments(b: argparse.ArgumentParser) -> None:
-    b.add_argument("--events", type=int, default=30_000, help="events per point (default 30000)")
-    b.add_argument("--repeat", type=int, default=2, help="measured runs per method (best kept)")
+    b.add_argument("--events", type=_at_least(500), default=30_000, help="events per point (default 30000)")
+    b.add_argument("--repeat", type=_at_least(1), default=2, help="measured runs per method (best kept)")
     b.add_argument("--seed", type=int, default=0)
     b.add_argument("--quick", action="store_true", help="one workload, two points, few events")
     b.add_argument("--out", help="write the results (JSON, with a summary) here")
