@@ -1,6 +1,6 @@
 """HYPERSONIC: hybrid state- and data-parallel streaming detection of ``SEQ`` patterns.
 
-After Shahar, Kolchinsky and Schuster's HYPERSONIC (SIGMOD '22); see docs/parallel.md::
+After the HYPERSONIC paper (SIGMOD '22); see docs/parallel.md::
 
     from cep_gpu.parallel import HybridEngine
     eng = HybridEngine("define Q pattern SEQ(A a, B b) where a.x < b.x within 10 s", units=2)
