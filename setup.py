@@ -8,7 +8,8 @@
 from setuptools import setup
 
 setup(
-    packages=["cep_gpu", "cep_gpu.codegen", "cep_gpu.language", "cep_gpu.benchmarks", "cep_gpu.kernels", "cep_gpu.spark_udfs", "cep_gpu.cuda"],
+    packages=["cep_gpu", "cep_gpu.codegen", "cep_gpu.language", "cep_gpu.benchmarks", "cep_gpu.kernels", "cep_gpu.spark_udfs", "cep_gpu.cuda",
+              "cep_gpu.parallel"],
     package_dir={
         "cep_gpu": "cep_gpu",
         "cep_gpu.kernels": "kernels",

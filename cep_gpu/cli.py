@@ -68,6 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_optional(sub, "cep_gpu.spark_udfs.cli", ("add_spark_parser",))
     _add_optional(sub, "cep_gpu.muse.cli", ("add_muse_parser",))
     _add_optional(sub, "cep_gpu.decopa.cli", ("add_decompose_parser", "add_decopa_parser"))
+    _add_optional(sub, "cep_gpu.parallel.cli", ("add_parallel_parser",))
     return parser
 
 

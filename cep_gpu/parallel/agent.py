@@ -1,0 +1,324 @@
+"""Agents, stages and buffer fragments (paper Section 3.2, with sequence numbers for exactly once).
+
+A *stage* is one pattern state ``S_i`` (position ``i >= 1`` of the ``SEQ``): it joins partial
+matches of positions ``0..i-1`` with events of position ``i``. An *agent* runs one stage, or
+several consecutive ones after fusion (Section 4.2, Algorithm 2). Each stage keeps its event
+buffer ``EB_i`` and match buffer ``MB_i`` split in fragments, one per execution unit that has
+inserted into it.
+
+Exactly once (docs/parallel.md): an item entering a stage takes the next sequence number *and* is
+appended to its unit's fragment inside one short critical section; it then probes every fragment
+of the opposite buffer and joins only with items of a smaller number. Of any (event, match) pair
+the later-numbered item finds the earlier one already appended, and the earlier one skips the
+later, so each pair is compared exactly once whatever the thread schedule.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import kernels
+from .compile import ChainSpec
+
+
+class Fragment:
+    """A growable, append-only slice of one buffer, owned by one unit.
+
+    Readers take ``n`` first and the arrays after: the writer replaces arrays (on growth) before
+    it writes items and bumps ``n`` last, so any snapshot holds at least ``n`` valid items.
+    """
+
+    __slots__ = ("rows", "seq", "first", "last", "n", "width", "unit", "bstart", "bmin", "bmax", "nb")
+
+    def __init__(self, width: int, unit: int, cap: int = 256) -> None:
+        self.width = width  # 0: events (rows is 1-D); k: matches of k positions
+        self.unit = unit
+        self.rows = np.empty((cap, width) if width else cap, np.int64)
+        self.seq = np.empty(cap, np.int64)
+        self.first = np.empty(cap, np.int64)  # events: their timestamps
+        self.last = np.empty(cap if width else 0, np.int64)
+        # blocks (one per appended batch) with the range of ``first`` in each: a probing event
+        # skips whole blocks of matches that started too early or too late
+        self.bstart = np.empty(16, np.int64)
+        self.bmin = np.empty(16, np.int64)
+        self.bmax = np.empty(16, np.int64)
+        self.nb = 0
+        self.n = 0
+
+    def _grow(self, need: int) -> None:
+        cap = max(need, 2 * len(self.seq))
+        n = self.n
+        rows = np.empty((cap, self.width) if self.width else cap, np.int64)
+        rows[:n] = self.rows[:n]
+        seq = np.empty(cap, np.int64)
+        seq[:n] = self.seq[:n]
+        first = np.empty(cap, np.int64)
+        first[:n] = self.first[:n]
+        self.first = first
+        if self.width:
+            last = np.empty(cap, np.int64)
+            last[:n] = self.last[:n]
+            self.last = last
+        self.rows, self.seq = rows, seq
+
+    def append(self, rows: np.ndarray, seq0: int, first=None, last=None) -> None:
+        k = len(rows)
+        n = self.n
+        if n + k > len(self.seq):
+            self._grow(n + k)
+        self.rows[n:n + k] = rows
+        self.seq[n:n + k] = np.arange(seq0, seq0 + k, dtype=np.int64)
+        self.first[n:n + k] = first
+        if self.width:
+            self.last[n:n + k] = last
+            self._block(n, first)
+        self.n = n + k  # last: publishes the items to readers
+
+    def _block(self, start: int, first: np.ndarray) -> None:
+        nb = self.nb
+        if nb == len(self.bstart):
+            self.bstart = np.concatenate([self.bstart, np.empty(nb, np.int64)])
+            self.bmin = np.concatenate([self.bmin, np.empty(nb, np.int64)])
+            self.bmax = np.concatenate([self.bmax, np.empty(nb, np.int64)])
+        self.bstart[nb] = start
+        self.bmin[nb] = first.min() if len(first) else 0
+        self.bmax[nb] = first.max() if len(first) else 0
+        self.nb = nb + 1
+
+    def clear(self) -> None:
+        self.n = 0
+        self.nb = 0
+
+    def keep(self, mask: np.ndarray) -> None:
+        """Keep the items where ``mask`` holds (only at a quiescent point)."""
+        n = self.n
+        idx = np.flatnonzero(mask[:n])
+        k = len(idx)
+        self.rows[:k] = self.rows[idx]
+        self.seq[:k] = self.seq[idx]
+        self.first[:k] = self.first[idx]
+        if self.width:
+            self.last[:k] = self.last[idx]
+            self.nb = 0
+            if k:
+                self._block(0, self.first[:k])
+        self.n = k
+
+
+@dataclass
+class StageStats:
+    tasks: int = 0
+    items: int = 0
+    match_items: int = 0  # of which partial matches (the rest are events)
+    compared: int = 0  # pairs of the cost model (within W of each other)
+    scanned: int = 0  # pairs the kernels looked at (items probed)
+    outputs: int = 0
+    accesses: int = 0  # fragment visits (the paper's synchronisations acc_i)
+    kernel_s: float = 0.0
+    busy_s: float = 0.0
+
+    def add(self, other: StageStats) -> None:
+        for k in self.__dataclass_fields__:
+            setattr(self, k, getattr(self, k) + getattr(other, k))
+
+
+class Stage:
+    """State ``S_i``: the buffers of position ``i`` of one rule and its join program."""
+
+    def __init__(self, spec: ChainSpec, position: int, store, strcodes: np.ndarray,
+                 time_kernels: bool = False) -> None:
+        self.spec = spec
+        # timing each kernel call costs two clock reads per fragment visit: only when calibrating
+        self.time_kernels = time_kernels
+        self.strcodes = strcodes
+        self.position = position
+        self.width = position  # partial matches entering hold positions 0..i-1
+        self.last = position == spec.length - 1
+        self.program = spec.joins[position]
+        self.lock = threading.Lock()
+        self.counter = 0
+        self.ev_frags: dict[int, Fragment] = {}
+        self.m_frags: dict[int, Fragment] = {}
+        self.ev_list: list[Fragment] = []
+        self.m_list: list[Fragment] = []
+        self.store = store
+        self.stats = StageStats()
+        self._stats_lock = threading.Lock()
+
+    def _insert(self, unit: int, rows: np.ndarray, is_event: bool) -> int:
+        """Number the items and append them to ``unit``'s fragment in one critical section."""
+        ts = self.store.ts
+        base = self.store.base
+        with self.lock:
+            seq0 = self.counter
+            self.counter += len(rows)
+            if is_event:
+                frag = self.ev_frags.get(unit)
+                if frag is None:
+                    frag = self.ev_frags[unit] = Fragment(0, unit)
+                    self.ev_list = self.ev_list + [frag]  # copy-on-write: readers hold snapshots
+                frag.append(rows, seq0, ts[rows - base])
+            else:
+                frag = self.m_frags.get(unit)
+                if frag is None:
+                    frag = self.m_frags[unit] = Fragment(self.width, unit)
+                    self.m_list = self.m_list + [frag]
+                frag.append(rows, seq0, ts[rows[:, 0] - base], ts[rows[:, -1] - base])
+        return seq0
+
+    def process(self, unit: int, rows: np.ndarray, is_event: bool, jitter=None) -> np.ndarray:
+        """Insert a batch (events: 1-D rows; matches: (k, width) rows) and probe the other buffer.
+
+        Returns the extended matches, (n, width + 1) absolute store rows.
+        """
+        t0 = time.thread_time()
+        seq0 = self._insert(unit, rows, is_event)
+        if jitter is not None:
+            jitter()
+        frags = self.m_list if is_event else self.ev_list  # snapshot after numbering
+        st = self.store
+        prog = self.program
+        w = self.width
+        seqs = np.arange(seq0, seq0 + len(rows), dtype=np.int64)
+        outs = []
+        compared = 0
+        scanned = 0
+        kt = 0.0
+        if not is_event and frags:
+            firsts, lasts = ffirst_of(rows, st), flast_of(rows, st)
+        elif frags:
+            ets = st.ts[rows - st.base]
+        for f in frags:
+            n = f.n
+            if n == 0:
+                continue
+            nb = f.nb
+            frows, fseq, ffirst, flast = f.rows, f.seq, f.first, f.last
+            bstart, bmin, bmax = f.bstart, f.bmin, f.bmax
+            cap = max(64, 2 * len(rows))
+            while True:
+                out = np.empty((cap, w + 1), np.int64)
+                if self.time_kernels:
+                    k0 = time.thread_time()
+                if is_event:
+                    got, cmp, scn = kernels.join(True, rows, seqs, ets, len(rows), frows, fseq, ffirst, flast, n,
+                                                 bstart, bmin, bmax, nb,
+                                            self.spec.window, prog.code, prog.consts, self.strcodes,
+                                            st.vals, st.valid, st.ts, st.base, prog.max_stack, out, cap)
+                else:
+                    got, cmp, scn = kernels.join(False, frows, fseq, ffirst, n, rows, seqs, firsts,
+                                            lasts, len(rows), _B0, _B0, _B0, 0, self.spec.window, prog.code,
+                                            prog.consts, self.strcodes, st.vals, st.valid, st.ts, st.base,
+                                            prog.max_stack, out, cap)
+                if self.time_kernels:
+                    kt += time.thread_time() - k0
+                if got <= cap:
+                    break
+                cap = got
+            compared += cmp
+            scanned += scn
+            if got:
+                outs.append(out[:got])
+            if jitter is not None:
+                jitter()
+        result = np.concatenate(outs) if len(outs) > 1 else outs[0] if outs else np.empty((0, w + 1), np.int64)
+        with self._stats_lock:
+            s = self.stats
+            s.tasks += 1
+            s.items += len(rows)
+            if not is_event:
+                s.match_items += len(rows)
+            s.compared += compared
+            s.scanned += scanned
+            s.outputs += len(result)
+            s.accesses += len(frags)
+            s.kernel_s += kt
+            s.busy_s += time.thread_time() - t0
+        return result
+
+    def prune(self, newest: int) -> None:
+        """At a quiescent point: drop every buffered event and the matches no later event can extend.
+
+        Once every queue is empty, all matches of the events seen so far exist, so a later match
+        holds a later event and only later events can extend it: buffered events are done with.
+        A later event (``ts >= newest``) extends a match only if ``ts - first <= W``.
+        """
+        for f in self.ev_list:
+            f.clear()
+        lo = newest - self.spec.window
+        for f in self.m_list:
+            if f.n:
+                f.keep(f.first[: f.n] >= lo)
+
+
+_B0 = np.zeros(1, np.int64)
+
+
+def ffirst_of(rows: np.ndarray, store) -> np.ndarray:
+    return store.ts[rows[:, 0] - store.base]
+
+
+def flast_of(rows: np.ndarray, store) -> np.ndarray:
+    return store.ts[rows[:, -1] - store.base]
+
+
+@dataclass
+class Agent:
+    """An agent: one stage, or several consecutive stages of one rule after fusion."""
+
+    index: int
+    rule: int
+    stages: tuple[int, ...]  # positions, consecutive
+    #: queued input batches: matches for the first stage; events per stage
+    match_q: deque = field(default_factory=deque)
+    event_q: dict[int, deque] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for s in self.stages:
+            self.event_q.setdefault(s, deque())
+
+    @property
+    def name(self) -> str:
+        return "A" + "-".join(str(s + 1) for s in self.stages)
+
+    def take(self, role: str):
+        """Pop the oldest queued batch of ``role`` (``"event"``/``"match"``/``"both"``).
+
+        Returns ``(position, is_event, rows)`` or None. Queue entries are ``(time key, rows)``;
+        taking the oldest head keeps the buffers close to time order, so that a probe scans
+        few items that are still to come (they would be skipped by their sequence number).
+        """
+        best = None
+        best_key = None
+        if role in ("match", "both"):
+            q = self.match_q
+            if q:
+                try:
+                    best_key, best = q[0][0], (self.stages[0], False, q)
+                except IndexError:
+                    pass
+        if role in ("event", "both"):
+            for s in self.stages:
+                q = self.event_q[s]
+                if q:
+                    try:
+                        k = q[0][0]
+                    except IndexError:
+                        continue
+                    if best is None or k < best_key:
+                        best_key, best = k, (s, True, q)
+        if best is None:
+            return None
+        position, is_event, q = best
+        try:
+            return position, is_event, q.popleft()[1]
+        except IndexError:  # another unit took it meanwhile
+            return self.take(role)
+
+    def has_work(self) -> bool:
+        return bool(self.match_q) or any(self.event_q.values())

@@ -1,0 +1,337 @@
+"""``cep-gpu bench parallel``: HYPERSONIC against its baselines, real and simulated.
+
+Workloads (seeded): **stock** (the paper's NASDAQ-like stream: one event type per ticker, prices
+as random walks, ``SEQ`` of tickers with rising prices) and **sensor** (the paper's smart-home
+stream: one type per sensor, distances, ``SEQ`` of sensors with growing distance and a shared
+room). Sweeps: window size (pattern length 4) and pattern length 3-6.
+
+Per point: real throughput (events/s, ingestion to output, on this machine) at 1 and 2 units of
+hybrid (cost model), hybrid (equal split), state-parallel, RIP, LLSF, cep-gpu's sequential
+streaming ``Engine`` and batch ``detect``; then the deterministic simulation (simulate.py) at
+k = 1..24 units, validated against the real 1- and 2-unit runs. Writes JSON (with ``summary``)
+and a PNG.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import time
+
+import numpy as np
+import pandas as pd
+
+from .baselines import run
+from .engine import HybridEngine
+from .simulate import simulate, trace
+
+REAL_METHODS = ("hybrid", "hybrid-equal", "state-parallel", "rip", "llsf")
+SIM_METHODS = ("hybrid", "hybrid-equal", "state-parallel", "rip", "llsf")
+SIM_UNITS = (1, 2, 4, 8, 12, 16, 24)
+
+
+def stock_events(n: int, tickers: int = 8, rate: float = 100.0, seed: int = 0) -> pd.DataFrame:
+    """``n`` price updates: ``type`` = ticker ``S0..``, ``ts`` seconds (Poisson at ``rate``/s),
+    ``price`` = a market random walk shared by all tickers plus each update's own noise (so
+    that "b rose above a" has a steady selectivity), ``volume``."""
+    rng = np.random.default_rng(seed)
+    ts = np.cumsum(rng.exponential(1.0 / rate, n))
+    which = rng.integers(0, tickers, n)
+    market = 100.0 + np.cumsum(rng.normal(0.0, 0.05, n))
+    price = market + rng.normal(0.0, 0.5, n)
+    return pd.DataFrame({"type": np.array([f"S{k}" for k in range(tickers)])[which], "ts": ts,
+                         "price": price, "volume": rng.integers(1, 1000, n)})
+
+
+def stock_rule(length: int, window: float) -> str:
+    al = [f"a{i}" for i in range(length)]
+    seq = ", ".join(f"S{i} {a}" for i, a in enumerate(al))
+    where = " and ".join(f"{al[i]}.price > {al[i - 1]}.price" for i in range(1, length))
+    return f"define Rise pattern SEQ({seq}) where {where} within {window:g} s"
+
+
+def sensor_events(n: int, sensors: int = 8, rate: float = 100.0, seed: int = 0) -> pd.DataFrame:
+    """``n`` readings: ``type`` = sensor ``D0..``, ``distance`` in [0, 10), ``room`` of 3."""
+    rng = np.random.default_rng(seed + 1)
+    ts = np.cumsum(rng.exponential(1.0 / rate, n))
+    return pd.DataFrame({"type": np.array([f"D{k}" for k in range(sensors)])[rng.integers(0, sensors, n)],
+                         "ts": ts, "distance": rng.random(n) * 10.0,
+                         "room": np.array(["hall", "kitchen", "bed"])[rng.integers(0, 3, n)]})
+
+
+def sensor_rule(length: int, window: float) -> str:
+    al = [f"a{i}" for i in range(length)]
+    seq = ", ".join(f"D{i} {a}" for i, a in enumerate(al))
+    conds = [f"{al[i]}.distance > {al[i - 1]}.distance" for i in range(1, length)]
+    conds.append(f"{al[-1]}.room = {al[0]}.room")
+    return f"define Walk pattern SEQ({seq}) where {' and '.join(conds)} within {window:g} s"
+
+
+WORKLOADS = {"stock": (stock_events, stock_rule), "sensor": (sensor_events, sensor_rule)}
+
+
+def _cpu_run(fn):
+    """(result, wall seconds, process CPU seconds)."""
+    c0 = time.process_time()
+    w0 = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - w0, time.process_time() - c0
+
+
+def bench_point(workload: str, length: int, window: float, events: int, seed: int, repeat: int,
+                units_list=(1, 2), progress=None) -> dict:
+    """All measurements of one (workload, length, window) point."""
+    gen, rule_of = WORKLOADS[workload]
+    ev = gen(events, seed=seed)
+    rule = rule_of(length, window)
+    import cep_gpu
+
+    expected = cep_gpu.detect(ev, rule, backend="cpu")  # also warms the CDP kernels
+    (stats,) = HybridEngine(rule).calibrate(ev.iloc[: min(len(ev), 10_000)])
+    point = {"workload": workload, "length": length, "window_s": window, "events": len(ev),
+             "matches": len(expected), "rule": rule, "real": {}, "sim": {}, "validation": {}}
+    best: dict = {}
+
+    def record(name, units, fn):
+        walls, cpus = [], []
+        for _ in range(repeat):
+            out, wall, cpu = _cpu_run(fn)
+            walls.append(wall)
+            cpus.append(cpu)
+            if out is not None and len(out) != len(expected):
+                raise AssertionError(f"{name} with {units} units found {len(out)} composite events, "
+                                     f"detect {len(expected)}")
+        k = int(np.argmin(walls))
+        best[(name, units)] = walls[k]
+        point["real"].setdefault(name, {})[str(units)] = {
+            "seconds": walls[k], "events_per_s": len(ev) / walls[k], "cpu_seconds": cpus[k],
+            "cores_used": cpus[k] / walls[k] if walls[k] else 0.0}
+        if progress:
+            progress(f"{workload} L={length} W={window:g} {name} x{units}: {len(ev) / walls[k]:,.0f} ev/s")
+
+    record("detect", 1, lambda: cep_gpu.detect(ev, rule, backend="cpu"))
+    record("sequential", 1, lambda: run("sequential", rule, ev, 1).output)
+    for units in units_list:
+        for m in REAL_METHODS:
+            record(m, units, lambda m=m, units=units: run(m, rule, ev, units, stats=[stats]).output)
+    tr = trace(rule, ev, stats=stats, chunk_size=_chunk_of(rule, ev), batch_size=16)
+    for m in SIM_METHODS:
+        point["sim"][m] = {str(k): simulate(tr, m, k).throughput for k in SIM_UNITS}
+    # the paper's Figure 10: load balancing on and off, nothing else (no dynamic units, no fusion)
+    point["sim"]["hybrid-static"] = {str(k): simulate(tr, "hybrid", k, dynamic=False, fusion=False).throughput
+                                     for k in SIM_UNITS}
+    point["sim"]["hybrid-equal-static"] = {str(k): simulate(tr, "hybrid-equal", k, dynamic=False,
+                                                            fusion=False).throughput for k in SIM_UNITS}
+    point["sim"]["hybrid-static-fusion"] = {str(k): simulate(tr, "hybrid", k, dynamic=False).throughput
+                                            for k in SIM_UNITS}
+    for m in REAL_METHODS:
+        for units in units_list:
+            real_s = best[(m, units)]
+            used = point["real"][m][str(units)]["cores_used"]
+            sim = simulate(tr, m, units, cores=min(units, os.cpu_count() or 1))
+            pred_eff = simulate(tr, m, units, cores=max(1, round(used))).seconds
+            real_cpu = point["real"][m][str(units)]["cpu_seconds"]
+            point["validation"].setdefault(m, {})[str(units)] = {
+                "real_s": real_s, "sim_s": sim.seconds, "error": sim.seconds / real_s - 1.0,
+                "sim_s_at_cores_used": pred_eff, "error_at_cores_used": pred_eff / real_s - 1.0,
+                # CPU time adds up over threads and is not inflated by other processes' load
+                "real_cpu_s": real_cpu, "sim_cpu_s": sim.cpu_s, "cpu_error": sim.cpu_s / real_cpu - 1.0}
+    return point
+
+
+def _chunk_of(rule, ev) -> int:
+    from .baselines import _auto_chunk
+    from .engine import as_rule_list
+
+    return _auto_chunk(as_rule_list(rule), ev, "s")
+
+
+def run_bench(*, events: int = 30_000, windows=(0.25, 0.5, 1.0, 1.5), lengths=(3, 4, 5, 6),
+              length_window: float = 0.5, window_length: int = 4, workloads=("stock", "sensor"),
+              repeat: int = 2, seed: int = 0, progress=None) -> dict:
+    """The whole benchmark; returns the JSON-ready result with its ``summary``."""
+    t0 = time.perf_counter()
+    load0 = os.getloadavg()
+    points = []
+    for w in workloads:
+        for win in windows:
+            points.append(bench_point(w, window_length, win, events, seed, repeat, progress=progress) | {"sweep": "window"})
+        for L in lengths:
+            points.append(bench_point(w, L, length_window, events, seed, repeat, progress=progress) | {"sweep": "length"})
+    return {
+        "machine": {"description": "2-core shared dev machine (other jobs running; see load average)",
+                    "platform": platform.platform(), "python": platform.python_version(),
+                    "cpus": os.cpu_count(), "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+                    "load_average_start": load0, "load_average_end": os.getloadavg()},
+        "settings": {"events": events, "windows": list(windows), "lengths": list(lengths), "repeat": repeat,
+                     "seed": seed, "sim_units": list(SIM_UNITS)},
+        "points": points,
+        "summary": summarize(points),
+        "seconds": time.perf_counter() - t0,
+    }
+
+
+def summarize(points: list[dict]) -> dict:
+    """The issue's success criteria, measured."""
+    ahead, total, behind = 0, 0, []
+    for p in points:
+        for units in ("2",):
+            h = p["real"]["hybrid"][units]["events_per_s"]
+            for m in ("rip", "llsf", "state-parallel"):
+                total += 1
+                o = p["real"][m][units]["events_per_s"]
+                if h > o:
+                    ahead += 1
+                else:
+                    behind.append(f"{p['workload']} L={p['length']} W={p['window_s']:g}: {m} {o:,.0f} >= hybrid {h:,.0f}")
+    sim_ahead, sim_total = 0, 0
+    for p in points:
+        for k in SIM_UNITS[1:]:
+            h = p["sim"]["hybrid"][str(k)]
+            for m in ("rip", "llsf", "state-parallel"):
+                sim_total += 1
+                sim_ahead += h > p["sim"][m][str(k)]
+    ratios = [p["sim"]["hybrid-static"][str(k)] / p["sim"]["hybrid-equal-static"][str(k)]
+              for p in points for k in SIM_UNITS if k >= 8]
+    ratios_fused = [p["sim"]["hybrid-static-fusion"][str(k)] / p["sim"]["hybrid-equal-static"][str(k)]
+                    for p in points for k in SIM_UNITS if k >= 8]
+    ratios_dyn = [p["sim"]["hybrid"][str(k)] / p["sim"]["hybrid-equal"][str(k)]
+                  for p in points for k in SIM_UNITS if k >= 8]
+    errs = [abs(v["error"]) for p in points for m in p["validation"].values() for v in m.values()]
+    errs_eff = [abs(v["error_at_cores_used"]) for p in points for m in p["validation"].values() for v in m.values()]
+    errs1 = [abs(m["1"]["error"]) for p in points for m in p["validation"].values()]
+    cpu_errs = [abs(v["cpu_error"]) for p in points for m in p["validation"].values() for v in m.values()]
+    cpu_errs1 = [abs(m["1"]["cpu_error"]) for p in points for m in p["validation"].values()]
+    vs_detect = [p["real"]["hybrid"]["2"]["events_per_s"] / p["real"]["detect"]["1"]["events_per_s"] for p in points]
+    vs_seq = [p["real"]["hybrid"]["2"]["events_per_s"] / p["real"]["sequential"]["1"]["events_per_s"] for p in points]
+    speedup = [p["real"]["hybrid"]["2"]["events_per_s"] / p["real"]["hybrid"]["1"]["events_per_s"] for p in points]
+    return {
+        "real_hybrid_ahead_at_k2": f"{ahead}/{total}",
+        "real_hybrid_ahead_everywhere_k2": ahead == total,
+        "real_points_behind": behind,
+        "sim_hybrid_ahead_k_ge_2": f"{sim_ahead}/{sim_total}",
+        "cost_model_vs_equal_static_k_ge_8": {"min": min(ratios), "median": float(np.median(ratios)),
+                                              "max": max(ratios)} if ratios else None,
+        "cost_model_with_fusion_vs_equal_static_k_ge_8": {
+            "min": min(ratios_fused), "median": float(np.median(ratios_fused)), "max": max(ratios_fused)}
+        if ratios_fused else None,
+        "cost_model_vs_equal_dynamic_k_ge_8": {"min": min(ratios_dyn), "median": float(np.median(ratios_dyn)),
+                                               "max": max(ratios_dyn)} if ratios_dyn else None,
+        "cost_model_ge_1_5x_equal_at_k_ge_8": bool(ratios) and min(ratios) >= 1.5,
+        "sim_validation_max_error_1_unit": max(errs1) if errs1 else None,
+        "sim_validation_max_error": max(errs) if errs else None,
+        "sim_validation_median_error": float(np.median(errs)) if errs else None,
+        "sim_validation_max_error_at_cores_used": max(errs_eff) if errs_eff else None,
+        "sim_validated_within_20pct": bool(errs) and max(errs) <= 0.2,
+        "sim_cpu_validation_max_error": max(cpu_errs) if cpu_errs else None,
+        "sim_cpu_validation_median_error": float(np.median(cpu_errs)) if cpu_errs else None,
+        "sim_cpu_validation_max_error_1_unit": max(cpu_errs1) if cpu_errs1 else None,
+        "sim_cpu_validation_share_within_20pct": float(np.mean([e <= 0.2 for e in cpu_errs])) if cpu_errs else None,
+        "median_cores_used_by_real_runs": float(np.median([v["cores_used"] for p in points for m in p["real"].values()
+                                                           for v in m.values()])),
+        "hybrid2_vs_batch_detect": {"min": min(vs_detect), "median": float(np.median(vs_detect)), "max": max(vs_detect)},
+        "hybrid2_vs_sequential_engine": {"min": min(vs_seq), "median": float(np.median(vs_seq)), "max": max(vs_seq)},
+        "hybrid_speedup_2_over_1_unit": {"min": min(speedup), "median": float(np.median(speedup)), "max": max(speedup)},
+    }
+
+
+def plot(result: dict, path: str) -> None:
+    """Four panels: real events/s against window and length (2 units), simulated events/s against
+    units, and cost-model over equal allocation against units (simulation, static units)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    pts = result["points"]
+    wl = pts[0]["workload"]
+    fig, axes = plt.subplots(2, 2, figsize=(12, 9))
+    methods = ("hybrid", "hybrid-equal", "state-parallel", "rip", "llsf")
+    for ax, sweep, key, label in ((axes[0, 0], "window", "window_s", "window (s)"),
+                                  (axes[0, 1], "length", "length", "pattern length")):
+        sel = [p for p in pts if p["sweep"] == sweep and p["workload"] == wl]
+        xs = [p[key] for p in sel]
+        for m in methods:
+            ax.plot(xs, [p["real"][m]["2"]["events_per_s"] for p in sel], marker="o", label=f"{m} (2 units)")
+        ax.plot(xs, [p["real"]["hybrid"]["1"]["events_per_s"] for p in sel], "k--", label="hybrid (1 unit)")
+        ax.plot(xs, [p["real"]["sequential"]["1"]["events_per_s"] for p in sel], "k:", label="sequential Engine")
+        ax.plot(xs, [p["real"]["detect"]["1"]["events_per_s"] for p in sel], "r:", label="batch detect")
+        ax.set_xlabel(label)
+        ax.set_ylabel("events/s (real)")
+        ax.set_yscale("log")
+        ax.set_title(f"{wl}: real throughput against {label}")
+        ax.legend(fontsize=7)
+    ax = axes[1, 0]
+    p = next(q for q in pts if q["sweep"] == "length" and q["workload"] == wl and q["length"] == 6) \
+        if any(q["sweep"] == "length" and q["length"] == 6 for q in pts) else pts[-1]
+    ks = [int(k) for k in p["sim"]["hybrid"]]
+    for m in methods:
+        ax.plot(ks, [p["sim"][m][str(k)] for k in ks], marker="o", label=m)
+    for m in methods:
+        if "2" in p["real"][m]:
+            ax.scatter([1, 2], [p["real"][m]["1"]["events_per_s"], p["real"][m]["2"]["events_per_s"]], marker="x")
+    ax.set_xlabel("units k")
+    ax.set_ylabel("events/s (simulated; x = real)")
+    ax.set_title(f"simulation: {p['workload']} L={p['length']} W={p['window_s']:g}")
+    ax.legend(fontsize=7)
+    ax = axes[1, 1]
+    for q in pts:
+        ks = [int(k) for k in q["sim"]["hybrid-static"]]
+        ax.plot(ks, [q["sim"]["hybrid-static"][str(k)] / q["sim"]["hybrid-equal-static"][str(k)] for k in ks],
+                alpha=0.6, label=f"{q['workload']} L={q['length']} W={q['window_s']:g}")
+    ax.axhline(1.5, color="r", linestyle="--")
+    ax.set_xlabel("units k")
+    ax.set_ylabel("cost-model / equal allocation (static units)")
+    ax.set_title("allocation by the cost model over an equal split (simulation)")
+    ax.legend(fontsize=6, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write(result: dict, out: str | None, png: str | None) -> None:
+    if out:
+        with open(out, "w") as f:
+            json.dump(result, f, indent=1, default=_json_default)
+    if png:
+        plot(result, png)
+
+
+def _json_default(o):
+    return o.item() if hasattr(o, "item") else float(o)
+
+
+def markdown(result: dict) -> str:
+    """The tables of docs/performance.md's HYPERSONIC section, from a result of :func:`run_bench`."""
+    pts = result["points"]
+    lines = ["| workload | L | W (s) | matches | hybrid x1 | hybrid x2 | equal x2 | state-par. | RIP x2 | "
+             "LLSF x2 | sequential | detect | hybrid x2 cores used |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+
+    def k(v):
+        return f"{v / 1e3:,.0f}k"
+
+    for p in pts:
+        r = p["real"]
+        lines.append(
+            f"| {p['workload']} | {p['length']} | {p['window_s']:g} | {p['matches']:,} | "
+            f"{k(r['hybrid']['1']['events_per_s'])} | **{k(r['hybrid']['2']['events_per_s'])}** | "
+            f"{k(r['hybrid-equal']['2']['events_per_s'])} | {k(r['state-parallel']['2']['events_per_s'])} | "
+            f"{k(r['rip']['2']['events_per_s'])} | {k(r['llsf']['2']['events_per_s'])} | "
+            f"{k(r['sequential']['1']['events_per_s'])} | {k(r['detect']['1']['events_per_s'])} | "
+            f"{r['hybrid']['2']['cores_used']:.2f} |")
+    lines += ["", "| workload | L | W (s) | sim k=1 | k=2 | k=8 | k=24 | RIP k=24 | LLSF k=24 | state-par. | "
+              "cost/equal (static) k=8 | k=24 | CPU-time error x1 | x2 |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for p in pts:
+        s, v = p["sim"], p["validation"]["hybrid"]
+        lines.append(
+            f"| {p['workload']} | {p['length']} | {p['window_s']:g} | {k(s['hybrid']['1'])} | {k(s['hybrid']['2'])} | "
+            f"{k(s['hybrid']['8'])} | {k(s['hybrid']['24'])} | {k(s['rip']['24'])} | {k(s['llsf']['24'])} | "
+            f"{k(s['state-parallel']['24'])} | "
+            f"{s['hybrid-static']['8'] / s['hybrid-equal-static']['8']:.2f} | "
+            f"{s['hybrid-static']['24'] / s['hybrid-equal-static']['24']:.2f} | "
+            f"{v['1']['cpu_error']:+.0%} | {v['2']['cpu_error']:+.0%} |")
+    return "\n".join(lines)

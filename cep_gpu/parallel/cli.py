@@ -1,0 +1,124 @@
+"""``cep-gpu parallel`` (wired in by :mod:`cep_gpu.cli`) and ``cep-gpu bench parallel``.
+
+    cep-gpu parallel run RULES EVENTS [--units 2] [--allocation cost-model|equal] [--no-dynamic]
+                         [--no-fusion] [--out FILE] [--explain] [--stats FILE.json]
+    cep-gpu parallel bench [--quick] [--events N] [--out parallel.json] [--plot parallel.png]
+    cep-gpu bench parallel [--out parallel.json] [--plot parallel.png]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+EPILOG = """examples:
+  cep-gpu parallel run rules.txt events.csv --units 2 --explain
+  cep-gpu parallel bench --quick --out parallel.json --plot parallel.png
+"""
+
+
+def add_parallel_parser(subparsers) -> argparse.ArgumentParser:
+    """Add ``cep-gpu parallel`` to an argparse sub-parser set."""
+    p = subparsers.add_parser(
+        "parallel", help="HYPERSONIC hybrid-parallel detection of SEQ rules (run, bench)",
+        description="Hybrid state- and data-parallel streaming detection (docs/parallel.md).",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = p.add_subparsers(dest="parallel_command")
+    r = sub.add_parser("run", help="detect with the hybrid engine; same rows as cep-gpu run")
+    r.add_argument("rules", help="file of SEQ rules")
+    r.add_argument("events", help="events (.csv/.parquet)")
+    r.add_argument("--units", type=_at_least(1), default=2)
+    r.add_argument("--allocation", default="cost-model", choices=["cost-model", "equal"])
+    r.add_argument("--no-dynamic", action="store_true", help="static roles and agents")
+    r.add_argument("--no-fusion", action="store_true", help="no agent fusion (Algorithm 2)")
+    r.add_argument("--time-unit", default="s")
+    r.add_argument("--out", help="write the composite events here (.csv/.parquet); default: print")
+    r.add_argument("--explain", action="store_true", help="print the cost model and the allocation")
+    r.add_argument("--stats", help="write the engine's stats() as JSON here")
+    r.set_defaults(func=cmd_run)
+    b = sub.add_parser("bench", help="hybrid vs state-parallel, RIP, LLSF; real and simulated")
+    add_bench_arguments(b)
+    b.set_defaults(func=cmd_bench)
+    p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
+    return p
+
+
+def _at_least(low: int):
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if v < low:
+            raise argparse.ArgumentTypeError(f"must be >= {low}, got {v}")
+        return v
+    return parse
+
+
+def add_bench_arguments(b: argparse.ArgumentParser) -> None:
+    b.add_argument("--events", type=_at_least(500), default=30_000, help="events per point (default 30000)")
+    b.add_argument("--repeat", type=_at_least(1), default=2, help="measured runs per method (best kept)")
+    b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--quick", action="store_true", help="one workload, two points, few events")
+    b.add_argument("--out", help="write the results (JSON, with a summary) here")
+    b.add_argument("--plot", help="draw the figure (PNG) here")
+
+
+def cmd_run(args) -> int:
+    from ..errors import CepError
+    from ..io import read_events
+    from .engine import HybridEngine
+
+    try:
+        from ..cli import _read_rules
+
+        rules = _read_rules(args.rules)
+        events = read_events(args.events)
+        eng = HybridEngine(rules, units=args.units, allocation=args.allocation, dynamic=not args.no_dynamic,
+                           fusion=not args.no_fusion, time_unit=args.time_unit)
+        try:
+            out = eng.publish(events)
+            eng.flush()
+        finally:
+            eng.close()
+    except (CepError, FileNotFoundError, OSError) as exc:
+        print(f"cep-gpu parallel: error: {exc}", file=sys.stderr)
+        return 1
+    if args.explain:
+        print(eng.explain(), file=sys.stderr)
+    if args.stats:
+        with open(args.stats, "w") as f:
+            json.dump(eng.stats(), f, indent=1, default=float)
+    if args.out:
+        from ..io import write_output
+
+        write_output(out, args.out)
+    else:
+        print(out.to_string(index=False) if len(out) else "(no composite events)")
+    return 0
+
+
+def cmd_bench(args) -> int:
+    from rich.console import Console
+
+    from .bench import _json_default, run_bench, write
+
+    console = Console(stderr=True)
+    kw = {}
+    if args.quick:
+        kw = {"windows": (0.5,), "lengths": (3,), "workloads": ("stock",), "events": min(args.events, 5000),
+              "repeat": 1}
+    res = run_bench(events=kw.pop("events", args.events), repeat=kw.pop("repeat", args.repeat), seed=args.seed,
+                    progress=lambda s: console.print(s, highlight=False), **kw)
+    write(res, args.out, args.plot)
+    console.print_json(json.dumps(res["summary"], default=_json_default))
+    return 0
+
+
+def parallel_bench_from_bench_args(args) -> int:
+    """``cep-gpu bench parallel [--events N] [--repeat R] [--out F] [--plot F]``."""
+    ns = argparse.Namespace(events=args.events or 30_000, repeat=args.repeat if args.repeat else 2,
+                            seed=args.seed, quick=False, out=args.out, plot=args.plot)
+    return cmd_bench(ns)

@@ -1,0 +1,241 @@
+"""Rule -> chain specification for HYPERSONIC: event types per position, filters, join programs.
+
+A ``SEQ(T0 a0, ..., Tn-1 an-1) within W`` rule (skip-till-any-match, i.e. ``select each``) becomes
+a chain of *stages* 1..n-1 (the paper's agents A_2..A_n): stage ``i`` joins the partial matches of
+positions ``0..i-1`` with the events of position ``i``. Every condition of the rule is checked at
+the stage of the latest position it reads (the paper's state ``S_i``); conditions that read one
+position only are filters applied by the splitter before an event enters any buffer.
+
+Conditions are compiled to a tiny stack program that one generic Numba kernel interprets per
+(match, event) pair, so a new rule costs no compilation and no Python runs per comparison.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import RuleError
+from ..model import (
+    AggValue,
+    Arith,
+    Attr,
+    BoolOp,
+    Compare,
+    Const,
+    Expr,
+    Neg,
+    Not,
+    Rule,
+    Timestamp,
+    inputs,
+    walk,
+)
+
+# opcodes of the condition programs (kernels.py interprets them); each instruction is 3 int64s
+OP_CONST, OP_ATTR, OP_TS, OP_NEG, OP_ADD, OP_SUB, OP_MUL, OP_DIV = range(8)
+OP_EQ, OP_NE, OP_LT, OP_LE, OP_GT, OP_GE = range(8, 14)  # noqa: F841
+OP_AND, OP_OR, OP_NOT, OP_CHECK = range(14, 18)
+
+_ARITH = {"+": OP_ADD, "-": OP_SUB, "*": OP_MUL, "/": OP_DIV}
+_CMP = {"=": OP_EQ, "!=": OP_NE, "<": OP_LT, "<=": OP_LE, ">": OP_GT, ">=": OP_GE}
+
+
+class UnsupportedPatternError(RuleError):
+    """A rule HYPERSONIC cannot run; the message names the feature (e.g. ``NOT``, ``select last``)."""
+
+
+@dataclass(frozen=True)
+class Program:
+    """A conjunction of conditions as a stack program (``code`` (k, 3) int64, ``consts`` float64)."""
+
+    code: np.ndarray
+    consts: np.ndarray
+    n_conditions: int
+    max_stack: int
+
+
+@dataclass(frozen=True)
+class ChainSpec:
+    """What the parallel engine needs of one rule."""
+
+    rule: Rule
+    types: tuple[str, ...]  # event type per position
+    window: int  # ns
+    filters: tuple[Program, ...]  # per position: conditions on that position alone
+    joins: tuple[Program, ...]  # per stage 1..n-1 (index 0 unused, empty): cross-position conditions
+    attributes: tuple[str, ...]  # attribute names the programs read (column index = position here)
+    string_consts: tuple[str, ...]  # string literals the programs compare with
+
+    @property
+    def length(self) -> int:
+        return len(self.types)
+
+
+def check_supported(rule: Rule) -> None:
+    """Raise :class:`UnsupportedPatternError` naming the first feature HYPERSONIC does not run."""
+    def no(feature: str) -> UnsupportedPatternError:
+        return UnsupportedPatternError(
+            f"rule {rule.name!r}: {feature} is not supported by the parallel engine "
+            "(cep_gpu.parallel runs SEQ(...) within W, select each, with where conditions)"
+        )
+
+    if rule.syntax != "seq":
+        raise no("a TESLA rule (from ... each/last/first ...)")
+    if len(rule.plans) != 1:
+        raise no("AND(...)")
+    if rule.negations:
+        raise no("NOT(...)")
+    if rule.aggregates:
+        raise no("an aggregate")
+    if rule.consuming:
+        raise no("consuming")
+    plan = rule.plans[0]
+    n = len(plan.predicates)
+    if plan.order != tuple(reversed(range(n))):
+        raise no("a binding order other than SEQ's")
+    for i, p in enumerate(plan.predicates[:-1]):
+        if p.policy != "each":
+            raise no(f"select {p.policy}")
+        if p.ties or p.anchor != n - 1 or p.before != i + 1:
+            raise no("a non-SEQ timing")
+    windows = {p.window for p in plan.predicates[:-1]}
+    if len(windows) > 1:
+        raise no("different windows per position")
+    for c in rule.conditions:
+        for node in walk(c):
+            if isinstance(node, AggValue):
+                raise no("an aggregate value")
+
+
+def compile_rules(rules: list[Rule], time_scale_ns: int = 10**9) -> list[ChainSpec]:
+    """The specs of ``rules``, sharing one attribute list and one string-literal list."""
+    attrs: list[str] = []
+    strings: list[str] = []
+    specs = [compile_rule(r, time_scale_ns, attrs, strings) for r in rules]
+    return [ChainSpec(s.rule, s.types, s.window, s.filters, s.joins, tuple(attrs), tuple(strings))
+            for s in specs]
+
+
+def compile_rule(rule: Rule, time_scale_ns: int = 10**9, attrs: list[str] | None = None,
+                 strings: list[str] | None = None) -> ChainSpec:
+    """The :class:`ChainSpec` of ``rule``; ``time_scale_ns``: ns per unit of ``X.ts`` in conditions."""
+    check_supported(rule)
+    plan = rule.plans[0]
+    n = len(plan.predicates)
+    window = plan.predicates[0].window if n > 1 else 0
+    attrs = [] if attrs is None else attrs
+    strings = [] if strings is None else strings
+    per_filter: list[list[Expr]] = [[] for _ in range(n)]
+    per_join: list[list[Expr]] = [[] for _ in range(n)]
+    for c in rule.conditions:
+        ins = inputs(c, rule)
+        if len(ins) <= 1:
+            per_filter[max(ins, default=0)].append(c)
+        else:
+            per_join[max(ins)].append(c)
+    enc = _Encoder(attrs, strings, float(time_scale_ns))
+    filters = tuple(enc.program(cs) for cs in per_filter)
+    joins = tuple(enc.program(cs) for cs in per_join)
+    return ChainSpec(
+        rule=rule,
+        types=tuple(p.event_type for p in plan.predicates),
+        window=int(window or 0),
+        filters=filters,
+        joins=joins,
+        attributes=tuple(attrs),
+        string_consts=tuple(strings),
+    )
+
+
+class _Encoder:
+    def __init__(self, attrs: list[str], strings: list[str], scale: float) -> None:
+        self.attrs = attrs
+        self.strings = strings
+        self.scale = scale
+
+    def program(self, conds: list[Expr]) -> Program:
+        code: list[tuple[int, int, int]] = []
+        consts: list[float] = []
+        depth = [0, 0]  # current, max
+
+        def push(k: int = 1) -> None:
+            depth[0] += k
+            depth[1] = max(depth[1], depth[0])
+
+        def emit(e: Expr) -> None:
+            if isinstance(e, Const):
+                v = e.value
+                if isinstance(v, str):
+                    # strings are compared by dictionary code: index -(k+1) is patched per engine
+                    if v not in self.strings:
+                        self.strings.append(v)
+                    code.append((OP_CONST, -(self.strings.index(v) + 1), 0))
+                else:
+                    consts.append(float(v))
+                    code.append((OP_CONST, len(consts) - 1, 0))
+                push()
+            elif isinstance(e, Attr):
+                if e.name not in self.attrs:
+                    self.attrs.append(e.name)
+                code.append((OP_ATTR, e.pred, self.attrs.index(e.name)))
+                push()
+            elif isinstance(e, Timestamp):
+                code.append((OP_TS, e.pred, 0))
+                push()
+                # numeric time: X.ts is in the input's unit (as detect's in_time_units does)
+                if self.scale != 1.0:
+                    consts.append(self.scale)
+                    code.append((OP_CONST, len(consts) - 1, 0))
+                    push()
+                    code.append((OP_DIV, 0, 0))
+                    depth[0] -= 1
+            elif isinstance(e, Neg):
+                emit(e.arg)
+                code.append((OP_NEG, 0, 0))
+            elif isinstance(e, Not):
+                emit(e.arg)
+                code.append((OP_NOT, 0, 0))
+            elif isinstance(e, (Arith, Compare)):
+                emit(e.left)
+                emit(e.right)
+                code.append(((_ARITH if isinstance(e, Arith) else _CMP)[e.op], 0, 0))
+                depth[0] -= 1
+            elif isinstance(e, BoolOp):
+                for a in e.args:
+                    emit(a)
+                code.append((OP_AND if e.op == "and" else OP_OR, len(e.args), 0))
+                depth[0] -= len(e.args) - 1
+            else:
+                raise UnsupportedPatternError(f"expression {e!r} is not supported by the parallel engine")
+
+        for c in conds:
+            emit(c)
+            code.append((OP_CHECK, 0, 0))
+            depth[0] -= 1
+        arr = np.array(code, dtype=np.int64).reshape(-1, 3)
+        return Program(arr, np.array(consts, dtype=np.float64), len(conds), max(depth[1], 1))
+
+
+def string_compare_problems(spec: ChainSpec, kinds: dict[str, str]) -> str | None:
+    """A message if a condition orders strings or compares a string with a number (as detect rejects)."""
+    def kind(e: Expr) -> str | None:
+        if isinstance(e, Const):
+            return "string" if isinstance(e.value, str) else "num"
+        if isinstance(e, Attr):
+            k = kinds.get(e.name)
+            return None if k is None else "string" if k == "string" else "num"
+        return None
+
+    for c in spec.rule.conditions:
+        for node in walk(c):
+            if isinstance(node, Compare):
+                kl, kr = kind(node.left), kind(node.right)
+                if "string" in (kl, kr):
+                    if kl and kr and kl != kr:
+                        return f"rule {spec.rule.name!r} compares a string with a number (with {node.op!r})"
+                    if node.op not in ("=", "!="):
+                        return (f"rule {spec.rule.name!r}: strings can only be compared with = and != "
+                                f"(not {node.op!r})")
+    return None

@@ -1,0 +1,251 @@
+"""Numba ``nogil`` kernels of the parallel engine: condition programs, filters and the joins.
+
+Every kernel releases the GIL, so units (threads) really run in parallel; Python only runs once
+per *batch* of items and per buffer fragment, never per comparison.
+
+Null rules are those of cep_gpu (docs/language.md): a null attribute, or a division by zero, makes
+the whole condition null, and a null condition is false.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from .compile import (
+    OP_ADD,
+    OP_AND,
+    OP_ATTR,
+    OP_CHECK,
+    OP_CONST,
+    OP_DIV,
+    OP_EQ,
+    OP_GT,
+    OP_LE,
+    OP_LT,
+    OP_MUL,
+    OP_NE,
+    OP_NEG,
+    OP_NOT,
+    OP_OR,
+    OP_SUB,
+    OP_TS,
+)
+
+_JIT = dict(nogil=True, cache=True)
+
+
+@numba.njit(**_JIT)
+def run_program(code, consts, strcodes, mrow, erow, epos, vals, valid, ts, base, sv, sk):
+    """Whether every condition of ``code`` holds for the rows bound so far.
+
+    Slot ``p`` is ``erow`` when ``p == epos``, else ``mrow[p]`` (absolute store rows; the store
+    holds row ``r`` at ``r - base``). ``sv``/``sk``: scratch stacks of values and validity.
+    """
+    sp = 0
+    for k in range(code.shape[0]):
+        op = code[k, 0]
+        a = code[k, 1]
+        if op == OP_CONST:
+            if a < 0:
+                sv[sp] = strcodes[-a - 1]
+            else:
+                sv[sp] = consts[a]
+            sk[sp] = True
+            sp += 1
+        elif op == OP_ATTR:
+            r = (erow if a == epos else mrow[a]) - base
+            c = code[k, 2]
+            sv[sp] = vals[c, r]
+            sk[sp] = valid[c, r]
+            sp += 1
+        elif op == OP_TS:
+            r = (erow if a == epos else mrow[a]) - base
+            sv[sp] = np.float64(ts[r])
+            sk[sp] = True
+            sp += 1
+        elif op == OP_NEG:
+            sv[sp - 1] = -sv[sp - 1]
+        elif op == OP_NOT:
+            sv[sp - 1] = 0.0 if sv[sp - 1] != 0.0 else 1.0
+        elif op == OP_AND or op == OP_OR:
+            ok = True
+            acc = op == OP_AND
+            for j in range(sp - a, sp):
+                ok = ok and sk[j]
+                if op == OP_AND:
+                    acc = acc and sv[j] != 0.0
+                else:
+                    acc = acc or sv[j] != 0.0
+            sp -= a
+            sv[sp] = 1.0 if acc else 0.0
+            sk[sp] = ok
+            sp += 1
+        elif op == OP_CHECK:
+            sp -= 1
+            if not sk[sp] or sv[sp] == 0.0:
+                return False
+        else:
+            y = sv[sp - 1]
+            yk = sk[sp - 1]
+            sp -= 1
+            x = sv[sp - 1]
+            ok = sk[sp - 1] and yk
+            if op == OP_ADD:
+                z = x + y
+            elif op == OP_SUB:
+                z = x - y
+            elif op == OP_MUL:
+                z = x * y
+            elif op == OP_DIV:
+                if y == 0.0:
+                    ok = False
+                    z = 0.0
+                else:
+                    z = x / y
+            elif op == OP_EQ:
+                z = 1.0 if x == y else 0.0
+            elif op == OP_NE:
+                z = 1.0 if x != y else 0.0
+            elif op == OP_LT:
+                z = 1.0 if x < y else 0.0
+            elif op == OP_LE:
+                z = 1.0 if x <= y else 0.0
+            elif op == OP_GT:
+                z = 1.0 if x > y else 0.0
+            else:  # OP_GE
+                z = 1.0 if x >= y else 0.0
+            sv[sp - 1] = z
+            sk[sp - 1] = ok
+    return True
+
+
+@numba.njit(**_JIT)
+def filter_rows(rows, pos, code, consts, strcodes, vals, valid, ts, base, depth):
+    """The subset of ``rows`` (absolute) whose position-``pos`` filter program holds."""
+    out = np.empty(rows.shape[0], np.int64)
+    sv = np.empty(depth, np.float64)
+    sk = np.empty(depth, np.bool_)
+    dummy = np.empty(0, np.int64)
+    n = 0
+    for i in range(rows.shape[0]):
+        if run_program(code, consts, strcodes, dummy, rows[i], pos, vals, valid, ts, base, sv, sk):
+            out[n] = rows[i]
+            n += 1
+    return out[:n]
+
+
+@numba.njit(**_JIT)
+def join(probe_is_event, e_rows, e_seq, e_ts, ne, m_rows, m_seq, m_first, m_last, nm,
+         bstart, bmin, bmax, nb, window,
+         code, consts, strcodes, vals, valid, ts, base, depth, out, cap):
+    """Join events (position ``w = m_rows.shape[1]``) with partial matches of positions ``0..w-1``.
+
+    The probing side (events if ``probe_is_event``, else matches) joins only opposite items with a
+    smaller sequence number: the exactly-once rule (docs/parallel.md). A pair joins when the event
+    is strictly later than the match's last event, at most ``window`` after its first, and the
+    stage's conditions hold. Extended matches go to ``out`` (rows ``< cap``). An event fragment is
+    in time order, so a probing match binary-searches its time range.
+
+    Returns ``(extended matches, pairs compared, pairs scanned)``: *compared* counts the pairs of
+    the cost model (the event within ``window`` of the match's first event, either side, Eq. 2),
+    *scanned* every pair the kernel looked at. When the first exceeds ``cap`` the caller reruns
+    with a larger ``out``.
+    """
+    w = m_rows.shape[1]
+    sv = np.empty(depth, np.float64)
+    sk = np.empty(depth, np.bool_)
+    n = 0
+    compared = 0
+    scanned = 0
+    if probe_is_event:
+        for i in range(ne):
+            er = e_rows[i]
+            es = e_seq[i]
+            et = e_ts[i]
+            for b in range(nb):
+                j0 = bstart[b]
+                if j0 >= nm:
+                    break
+                if bmax[b] < et - window or bmin[b] >= et:
+                    continue  # every match of the block started too early, or not before et
+                j1 = bstart[b + 1] if b + 1 < nb else nm
+                if j1 > nm:
+                    j1 = nm
+                for j in range(j0, j1):
+                    if m_seq[j] >= es:
+                        continue
+                    scanned += 1
+                    d = et - m_first[j]
+                    if d < -window or d > window:
+                        continue
+                    compared += 1
+                    if et <= m_last[j] or d > window:
+                        continue
+                    if run_program(code, consts, strcodes, m_rows[j], er, w, vals, valid, ts, base, sv, sk):
+                        if n < cap:
+                            for p in range(w):
+                                out[n, p] = m_rows[j, p]
+                            out[n, w] = er
+                        n += 1
+    else:
+        ets = e_ts[:ne]
+        for j in range(nm):
+            ms = m_seq[j]
+            f = m_first[j]
+            lo = m_last[j]
+            a = np.searchsorted(ets, f - window, side="left")
+            b = np.searchsorted(ets, f + window, side="right")
+            s = np.searchsorted(ets, lo, side="right")
+            for i in range(a, b):
+                if e_seq[i] >= ms:
+                    continue
+                compared += 1
+                scanned += 1
+                if i < s:
+                    continue
+                er = e_rows[i]
+                if run_program(code, consts, strcodes, m_rows[j], er, w, vals, valid, ts, base, sv, sk):
+                    if n < cap:
+                        for p in range(w):
+                            out[n, p] = m_rows[j, p]
+                        out[n, w] = er
+                    n += 1
+    return n, compared, scanned
+
+
+@numba.njit(**_JIT)
+def llsf_assign(first_ts, first_cost, n_units):
+    """Least-loaded-server-first: each match-starting event to the unit with the least load so far."""
+    load = np.zeros(n_units, np.float64)
+    out = np.empty(first_ts.shape[0], np.int64)
+    for i in range(first_ts.shape[0]):
+        best = 0
+        for u in range(1, n_units):
+            if load[u] < load[best]:
+                best = u
+        out[i] = best
+        load[best] += first_cost[i]
+    return out
+
+
+_WARM: list[bool] = []
+
+
+def warm_up() -> None:
+    """Load (or compile) every kernel once, so that no measurement pays for it."""
+    if _WARM:
+        return
+    code = np.array([[0, 0, 0], [0, 1, 0], [8, 0, 0], [17, 0, 0]], np.int64)
+    consts = np.array([1.0, 1.0])
+    vals = np.zeros((1, 2))
+    valid = np.ones((1, 2), np.bool_)
+    ts = np.array([0, 1], np.int64)
+    one = np.zeros(1, np.int64)
+    out = np.empty((4, 2), np.int64)
+    filter_rows(one, 0, code, consts, consts, vals, valid, ts, 0, 4)
+    for probe in (True, False):
+        join(probe, one + 1, one + 1, one + 1, 1, one.reshape(1, 1), one, one, one, 1, one, one, one, 1, 5,
+             code, consts, consts, vals, valid, ts, 0, 4, out, 4)
+    llsf_assign(one, np.ones(1), 2)
+    _WARM.append(True)

@@ -1,0 +1,426 @@
+"""The event store and the unit runtime shared by :class:`HybridEngine` and the baselines.
+
+Units are threads of one process (docs/parallel.md says why, with measurements); each loops:
+take a batch from its current agent (primary role first, the other role when role-dynamic), else
+from its other home agents, else (agent-dynamic) from a random busy agent; run the stage's join
+kernel (no GIL held) against every fragment of the opposite buffer; hand the extended matches to
+the next stage (same unit, when fused) or the next agent's queue.
+
+The driver feeds the input in chunks; after each chunk it waits for quiescence (every queue
+empty, every unit idle), prunes the buffers (``Stage.prune``) and records the units per agent.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import EventError
+from . import kernels
+from .agent import Agent, Stage, StageStats
+from .compile import ChainSpec
+
+_F53 = float(2**53)
+
+
+class Store:
+    """Columnar store of the events in play: absolute row ``r`` lives at ``r - base``.
+
+    ``vals``/``valid``: the attributes the condition programs read, as float64 (string codes,
+    bools and ints converted; ints must stay within 2**53 to compare exactly). ``columns``: every
+    attribute in its own kind, for the composite events' ``return`` attributes.
+    """
+
+    def __init__(self, attributes: tuple[str, ...]) -> None:
+        self.attributes = attributes
+        self.index = {a: i for i, a in enumerate(attributes)}
+        self.base = 0
+        self.n = 0  # absolute rows appended
+        self.ts = np.empty(0, np.int64)
+        self.ids = np.empty(0, np.int64)
+        self.types = np.empty(0, np.int32)
+        self.vals = np.empty((len(attributes), 0), np.float64)
+        self.valid = np.empty((len(attributes), 0), np.bool_)
+        self.columns: dict[str, tuple[str, np.ndarray, np.ndarray]] = {}
+        self.type_names: list[str] = []
+
+    def append(self, table) -> np.ndarray:
+        """Append an ingested batch (an ``EventTable``); returns its absolute rows."""
+        k = len(table)
+        remap = np.array([self._type_code(t) for t in table.type_names] or [0], np.int32)
+        self.ts = np.concatenate([self.ts, table.ts])
+        self.ids = np.concatenate([self.ids, table.ids])
+        self.types = np.concatenate([self.types, remap[table.types] if k else table.types.astype(np.int32)])
+        vals = np.zeros((len(self.attributes), k), np.float64)
+        valid = np.zeros((len(self.attributes), k), np.bool_)
+        for name, j in self.index.items():
+            col = table.columns.get(name)
+            if col is None:
+                continue
+            v = col.values
+            if col.kind == "int" and len(v) and np.abs(v[col.valid]).max(initial=0) > 2**53:
+                raise EventError(f"attribute {name!r}: integers beyond 2**53 cannot be compared "
+                                 "exactly by the parallel engine")
+            vals[j] = v.astype(np.float64)
+            valid[j] = col.valid & ~np.isnan(vals[j]) if col.kind == "float" else col.valid
+        self.vals = np.concatenate([self.vals, vals], axis=1)
+        self.valid = np.concatenate([self.valid, valid], axis=1)
+        old_n = len(self.ts) - k
+        for name, col in table.columns.items():
+            have = self.columns.get(name)
+            if not col.valid.any() and have is not None:
+                continue  # all null here: a column of no kind (filled below)
+            if have is not None and not have[2].any():
+                have = None  # so far all null: take this batch's kind
+            if have is None:
+                kind, values, ok = col.kind, np.zeros(old_n, col.values.dtype), np.zeros(old_n, bool)
+            else:
+                kind, values, ok = have
+            if kind != col.kind:
+                if {kind, col.kind} <= {"int", "float"}:
+                    kind = "float"
+                    values = values.astype(np.float64)
+                else:
+                    raise EventError(f"attribute {name!r} holds {kind} values and now {col.kind} values")
+            self.columns[name] = (kind, np.concatenate([values, col.values.astype(values.dtype)]),
+                                  np.concatenate([ok, col.valid]))
+        for name, (kind, values, ok) in list(self.columns.items()):
+            if len(values) < len(self.ts):  # absent (or all null) in this batch
+                self.columns[name] = (kind, np.concatenate([values, np.zeros(k, values.dtype)]),
+                                      np.concatenate([ok, np.zeros(k, bool)]))
+        rows = np.arange(self.n, self.n + k, dtype=np.int64)
+        self.n += k
+        return rows
+
+    def _type_code(self, name: str) -> int:
+        if name not in self.type_names:
+            self.type_names.append(name)
+        return self.type_names.index(name)
+
+    def type_code(self, name: str) -> int:
+        return self.type_names.index(name) if name in self.type_names else -1
+
+    def drop_before(self, row: int) -> None:
+        """Forget rows below absolute ``row`` (only at a quiescent point)."""
+        cut = row - self.base
+        if cut <= 0:
+            return
+        self.ts = self.ts[cut:]
+        self.ids = self.ids[cut:]
+        self.types = self.types[cut:]
+        self.vals = self.vals[:, cut:]
+        self.valid = self.valid[:, cut:]
+        self.columns = {k: (kd, v[cut:], ok[cut:]) for k, (kd, v, ok) in self.columns.items()}
+        self.base = row
+
+
+@dataclass
+class UnitState:
+    homes: list[int]
+    roles: dict[int, str]  # agent -> "event" | "match" | "both"
+    current: int
+    last_hop_ts: int | None = None
+    busy_s: float = 0.0
+    tasks: int = 0
+    hops: int = 0
+    foreign_tasks: int = 0
+
+
+@dataclass
+class Layout:
+    """Agents (per rule: tuples of positions >= 1) and each unit's home agents and roles."""
+
+    groups: list[list[tuple[int, ...]]]  # per rule
+    units_per_agent: list[int]  # flat over agents, rule by rule
+    n_units: int
+
+
+def make_layout(groups: list[list[tuple[int, ...]]], units_per_agent: list[int], n_units: int) -> Layout:
+    return Layout(groups, list(units_per_agent), n_units)
+
+
+class Runtime:
+    """Stages, agents, queues and units for a set of rules (threads, or inline with ``threads=False``)."""
+
+    def __init__(self, specs: list[ChainSpec], store: Store, layout: Layout, strcodes: list[np.ndarray],
+                 *, dynamic: bool = True,
+                 threads: bool = True, batch_size: int = 512, jitter: float = 0.0, seed: int = 0,
+                 time_kernels: bool = False) -> None:
+        self.specs = specs
+        self.strcodes = strcodes
+        self.store = store
+        self.dynamic = dynamic
+        self.batch_size = batch_size
+        self.stages: list[dict[int, Stage]] = [
+            {p: Stage(spec, p, store, strcodes[r], time_kernels) for p in range(1, spec.length)}
+            for r, spec in enumerate(specs)
+        ]
+        self.agents: list[Agent] = []
+        self.agent_of: list[dict[int, int]] = []  # rule -> position -> agent
+        for r, gs in enumerate(layout.groups):
+            m: dict[int, int] = {}
+            for g in gs:
+                a = Agent(len(self.agents), r, tuple(g))
+                for p in g:
+                    m[p] = a.index
+                self.agents.append(a)
+            self.agent_of.append(m)
+        self.results: list[list[np.ndarray]] = [[] for _ in specs]
+        self._results_lock = threading.Lock()
+        self.n_units = layout.n_units
+        self.units = self._assign_units(layout.units_per_agent)
+        self._cv = threading.Condition()
+        self._pending = 0
+        self._stop = False
+        self._error: BaseException | None = None
+        self.newest: int | None = None
+        self.window = max((s.window for s in specs), default=0)
+        self.history: list[dict] = []
+        self.queue_pushes = 0
+        self._rng = random.Random(seed)
+        self._jitter_p = jitter
+        self._threads: list[threading.Thread] = []
+        self.threaded = threads
+        if threads:
+            for u in range(self.n_units):
+                t = threading.Thread(target=self._loop, args=(u,), name=f"cep-unit-{u}", daemon=True)
+                t.start()
+                self._threads.append(t)
+
+    # -- layout --------------------------------------------------------------------------------
+
+    def _assign_units(self, per_agent: list[int]) -> list[UnitState]:
+        n_agents = len(self.agents)
+        units: list[UnitState] = []
+        if not n_agents:
+            return [UnitState([], {}, -1) for _ in range(self.n_units)]
+        if sum(per_agent) == self.n_units and all(k >= 1 for k in per_agent):
+            for a, k in enumerate(per_agent):
+                for j in range(k):
+                    # role split (Section 3.3.2): half event workers, half match workers; a lone
+                    # unit serves both streams (an agent needs one worker of each role)
+                    role = "both" if k == 1 else ("event" if j % 2 == 0 else "match")
+                    units.append(UnitState([a], {a: role}, a))
+        else:
+            # fewer units than agents: each unit is home to several agents, serving both roles
+            for u in range(self.n_units):
+                homes = [a for a in range(n_agents) if a % self.n_units == u]
+                units.append(UnitState(homes, {a: "both" for a in homes}, homes[0]))
+        return units
+
+    def units_per_agent(self) -> list[int]:
+        counts = [0] * len(self.agents)
+        for u in self.units:
+            if u.current >= 0:
+                counts[u.current] += 1
+        return counts
+
+    # -- driver side ---------------------------------------------------------------------------
+
+    def feed(self, rows: np.ndarray, first_only: np.ndarray | None = None) -> None:
+        """Route new store rows (absolute, in time order) to the stages: the splitter.
+
+        ``first_only``: sorted absolute rows; position 0 takes only these (data-parallel
+        baselines: a unit owns the matches that start with its events).
+        """
+        if not len(rows):
+            return
+        st = self.store
+        local = rows - st.base
+        types = st.types[local]
+        self.newest = int(st.ts[local[-1]])
+        bs = self.batch_size
+        for r, spec in enumerate(self.specs):
+            for p, tname in enumerate(spec.types):
+                code = st.type_code(tname)
+                cand = rows[types == code] if code >= 0 else rows[:0]
+                prog = spec.filters[p]
+                if len(cand) and prog.n_conditions:
+                    cand = kernels.filter_rows(cand, p, prog.code, prog.consts, self.strcodes[r], st.vals,
+                                               st.valid, st.ts, st.base, prog.max_stack)
+                if p == 0 and first_only is not None and len(cand):
+                    cand = cand[np.isin(cand, first_only, assume_unique=True)]
+                if not len(cand):
+                    continue
+                if spec.length == 1:
+                    self._emit(r, cand.reshape(-1, 1))
+                    continue
+                if p == 0:
+                    agent = self.agents[self.agent_of[r][1]]
+                    for k in range(0, len(cand), bs):
+                        self._push(agent, None, cand[k:k + bs].reshape(-1, 1))
+                else:
+                    agent = self.agents[self.agent_of[r][p]]
+                    for k in range(0, len(cand), bs):
+                        self._push(agent, p, cand[k:k + bs])
+
+    def _push(self, agent: Agent, position: int | None, batch: np.ndarray) -> None:
+        st = self.store
+        key = int(st.ts[batch[0] - st.base]) if position is not None else int(st.ts[batch[:, -1] - st.base].min())
+        with self._cv:
+            self._pending += 1
+            self.queue_pushes += 1
+            if position is None:
+                agent.match_q.append((key, batch))
+            else:
+                agent.event_q[position].append((key, batch))
+            self._cv.notify()
+
+    def drain(self) -> None:
+        """Wait until every queued batch is processed (inline: process them here)."""
+        if not self.threaded:
+            while self._pending:
+                task = self._next_task(0)
+                if task is None:
+                    raise RuntimeError("internal error: work left that no unit takes")
+                self._run_task(0, task)
+        else:
+            with self._cv:
+                while self._pending and self._error is None:
+                    self._cv.wait(0.05)
+        if self._error is not None:
+            err, self._error = self._error, None
+            raise err
+
+    def quiesce(self) -> None:
+        """After :meth:`drain`: prune every stage and record the units per agent."""
+        if self.newest is not None:
+            for stages in self.stages:
+                for s in stages.values():
+                    s.prune(self.newest)
+        self.history.append({"newest": self.newest, "units": self.units_per_agent()})
+
+    def close(self) -> None:
+        with self._cv:
+            self._stop = True
+            self._cv.notify_all()
+        for t in self._threads:
+            t.join()
+        self._threads = []
+
+    # -- units ---------------------------------------------------------------------------------
+
+    def _jitter(self) -> None:
+        if self._jitter_p and self._rng.random() < self._jitter_p:
+            time.sleep(0 if self._rng.random() < 0.7 else 0.0005)
+
+    def _next_task(self, u: int):
+        st = self.units[u]
+        if st.current < 0:
+            return None  # no agents (single-position rules only)
+        order = [st.current] + [a for a in st.homes if a != st.current]
+        for a in order:
+            role = st.roles.get(a, "both")
+            t = self.agents[a].take(role)
+            if t is None and role != "both" and self.dynamic:
+                # role-dynamic (Section 3.3.2): no work of the primary role, take the other one
+                t = self.agents[a].take("match" if role == "event" else "event")
+            if t is not None:
+                if a != st.current and a in st.homes:
+                    st.current = a
+                return a, t
+        if self.dynamic and len(self.agents) > 1 and self._may_hop(u):
+            cands = [a for a in range(len(self.agents)) if a not in order]
+            self._rng.shuffle(cands)
+            for a in cands:
+                t = self.agents[a].take("both")
+                if t is not None:
+                    # agent-dynamic (Section 4.1, Algorithm 1): the busy agent becomes current
+                    st.current = a
+                    st.hops += 1
+                    st.last_hop_ts = self.newest
+                    return a, t
+        return None
+
+    def _may_hop(self, u: int) -> bool:
+        st = self.units[u]
+        if st.last_hop_ts is not None and self.newest is not None and self.newest - st.last_hop_ts < self.window:
+            return False  # at most one hop per window W
+        # the last unit of an agent does not leave it
+        return sum(1 for x in self.units if x.current == st.current) > 1 or st.current not in st.homes
+
+    def _run_task(self, u: int, task) -> None:
+        a, (position, is_event, rows) = task
+        agent = self.agents[a]
+        st = self.units[u]
+        t0 = time.thread_time()
+        stages = self.stages[agent.rule]
+        jit = self._jitter if self._jitter_p else None
+        out = stages[position].process(u, rows, is_event, jit)
+        while len(out):
+            if position == self.specs[agent.rule].length - 1:
+                self._emit(agent.rule, out)
+                break
+            position += 1
+            if position in agent.stages:  # fused: the next stage is ours
+                out = stages[position].process(u, out, False, jit)
+            else:
+                # hand over in batches, so that the next agent's units can share the work
+                nxt = self.agents[self.agent_of[agent.rule][position]]
+                bs = self.batch_size
+                for k in range(0, len(out), bs):
+                    self._push(nxt, None, out[k:k + bs])
+                break
+        st.busy_s += time.thread_time() - t0
+        st.tasks += 1
+        if a not in st.homes:
+            st.foreign_tasks += 1
+        with self._cv:
+            self._pending -= 1
+            if self._pending == 0:
+                self._cv.notify_all()
+
+    def _emit(self, rule: int, rows: np.ndarray) -> None:
+        with self._results_lock:
+            self.results[rule].append(rows)
+
+    def _loop(self, u: int) -> None:
+        while True:
+            try:
+                task = self._next_task(u)
+            except BaseException as exc:  # noqa: BLE001 - handed to the driver
+                task = None
+                self._error = exc
+            if task is None:
+                with self._cv:
+                    if self._stop:
+                        return
+                    if self._pending == 0 or self._error is not None:
+                        self._cv.wait(0.05)
+                    else:
+                        self._cv.wait(0.0005)
+                continue
+            try:
+                self._run_task(u, task)
+            except BaseException as exc:  # noqa: BLE001 - handed to the driver
+                self._error = exc
+                with self._cv:
+                    self._pending -= 1
+                    self._cv.notify_all()
+            if self._jitter_p:
+                self._jitter()
+
+    def take_results(self) -> list[np.ndarray]:
+        out = []
+        with self._results_lock:
+            for r, spec in enumerate(self.specs):
+                parts = self.results[r]
+                out.append(np.concatenate(parts) if parts else np.empty((0, spec.length), np.int64))
+                self.results[r] = []
+        return out
+
+    def stage_stats(self) -> list[dict[int, StageStats]]:
+        return [{p: s.stats for p, s in stages.items()} for stages in self.stages]
+
+
+@dataclass
+class RunCounters:
+    events: int = 0
+    seconds: float = 0.0
+    chunks: int = 0
+    matches: int = 0
+    extra: dict = field(default_factory=dict)

@@ -1,0 +1,404 @@
+"""Deterministic replay of a measured run with ``k`` units (beyond this machine's cores).
+
+:func:`trace` runs one rule over the events once, with one unit inline, and records per chunk
+(between two quiescent points) and per stage what the engine did: tasks, items, pairs scanned,
+extended matches, queue hand-overs, and the measured costs: seconds per task (numbering,
+inserting, output), per fragment access (one kernel call), per scanned pair, per queue
+hand-over, per barrier, and the serial part (ingestion and output assembly).
+
+:func:`simulate` replays that trace for a method with ``k`` units, charging those costs:
+
+* ``hybrid``: agents (after Algorithm 2 when ``fusion``) with units from the cost model or an
+  equal split. Per chunk, agent ``A`` with ``U`` units and ``T`` tasks of total work ``w`` takes
+  ``w / min(U, T)``; each of its tasks visits ``U`` fragments of the opposite buffer (``U / 2``
+  with static roles). Agents form a pipeline: the last task of ``A_i`` cannot end before
+  ``A_{i-1}`` has ended. With ``dynamic`` units (role- and agent-dynamic), idle units join busy
+  agents, so a chunk takes ``max(total work / k, the pipeline's critical path)``.
+* ``state-parallel``: one unit per agent (``k`` ignored beyond sharing ``k`` cores).
+* ``rip`` / ``llsf``: each unit pays the events it reads (its batches plus their overlap) at the
+  measured per-event cost, and the share of the match work its starting events own; the slowest
+  unit sets the time.
+
+The model is validated against real 1- and 2-unit runs by ``cep-gpu bench parallel``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from ..errors import ArgumentError
+from . import _compat, kernels
+from .compile import compile_rules
+from .costmodel import ChainStats, allocate
+from .engine import as_rule_list
+from .runtime import Layout, Runtime, Store
+
+
+@dataclass
+class Trace:
+    """What one rule's run did per chunk and stage, and what each kind of work costs (seconds)."""
+
+    rule: str
+    n_events: int
+    length: int
+    window_ns: int
+    chunk_events: list[int]
+    #: per chunk: arrays over stages 1..n-1 (index 0 = stage 1)
+    tasks: np.ndarray
+    items: np.ndarray
+    scanned: np.ndarray
+    outputs: np.ndarray
+    pushes: np.ndarray
+    t_task: np.ndarray  # per stage: per stage call, fragment visit and wrapping included
+    c_scan: np.ndarray  # per stage: per pair scanned
+    t_access: float
+    t_push: float
+    t_barrier: float
+    serial_s: float  # ingestion + output assembly
+    stats: ChainStats | None = None
+    #: data-parallel: per event read, and the match work (s) of the whole stream
+    t_event: float = 0.0
+    match_work_s: float = 0.0
+    batch: int = 256
+    chunk: int = 16_384
+    t_item: float = 0.0  # per item entering a stage (numbering, appending, output)
+    t_piece: float = 0.0  # data-parallel: per piece (a runtime built, fed and drained)
+    match_items: np.ndarray = field(default_factory=lambda: np.empty((0, 0)))
+    span_s: float = 1.0
+    first_ts: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    all_ts: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+
+
+def trace(rule, events: pd.DataFrame, *, time_unit: str = "s", chunk_size: int = 16_384,
+          batch_size: int = 16, stats: ChainStats | None = None) -> Trace:
+    """Run ``rule`` (one ``SEQ`` rule) over ``events`` with one inline unit and record the trace.
+
+    Record at a fine ``batch_size``: :func:`simulate` merges tasks for fewer units (per-task
+    costs scale with the number of tasks, the pairs scanned do not). The run is made twice and
+    the second (warm: kernels loaded, frames converted once before) is kept, as a benchmark's
+    best-of-n run would be.
+    """
+    (r,) = as_rule_list(rule) if not isinstance(rule, list) else rule
+    kernels.warm_up()
+    _trace_once(r, events, time_unit, chunk_size, batch_size, stats)
+    return _trace_once(r, events, time_unit, chunk_size, batch_size, stats)
+
+
+def _trace_once(r, events, time_unit, chunk_size, batch_size, stats) -> Trace:
+    t0 = time.thread_time()
+    strings = _compat.StringDictionary()
+    table = _compat.ingest(events, time_unit, strings)
+    (spec,) = compile_rules([r], table.time.scale_ns())
+    strcodes = np.array([strings.encode_one(s) for s in spec.string_consts], dtype=np.float64)
+    store = Store(spec.attributes)
+    rows = store.append(table)
+    t_ingest = time.thread_time() - t0
+    n = spec.length
+    if n < 2:
+        raise ArgumentError("simulate: the rule needs at least two positions (agents)")
+    layout = Layout([[(p,) for p in range(1, n)]], [0] * (n - 1), 1)
+    rt = Runtime([spec], store, layout, [strcodes], dynamic=False, threads=False, batch_size=batch_size,
+                 time_kernels=True)
+    prev = np.zeros((7, n - 1))
+    per_chunk = []
+    chunk_events = []
+    barrier_s = 0.0
+    feed_s = 0.0
+    t_run = time.thread_time()
+    for k in range(0, len(rows), chunk_size):
+        pushes0 = rt.queue_pushes
+        f0 = time.thread_time()
+        rt.feed(rows[k:k + chunk_size])
+        feed_s += time.thread_time() - f0
+        rt.drain()
+        b0 = time.thread_time()
+        rt.quiesce()
+        barrier_s += time.thread_time() - b0
+        st = rt.stage_stats()[0]
+        cur = np.array([[st[p].tasks for p in range(1, n)], [st[p].items for p in range(1, n)],
+                        [st[p].scanned for p in range(1, n)], [st[p].outputs for p in range(1, n)],
+                        [0] * (n - 1), [st[p].match_items for p in range(1, n)],
+                        [st[p].busy_s for p in range(1, n)]], dtype=np.float64)
+        d = cur - prev
+        prev = cur
+        d[4, 0] = rt.queue_pushes - pushes0  # all hand-overs, attributed below by stage inputs
+        per_chunk.append(d)
+        chunk_events.append(min(chunk_size, len(rows) - k))
+    run_s = time.thread_time() - t_run
+    results = rt.take_results()
+    t1 = time.thread_time()
+    _compat.build_output([r], results, store, strings, table.time)
+    t_out = time.thread_time() - t1
+    st = rt.stage_stats()[0]
+    t_access = _access_cost(spec, store, strcodes)
+    t_push = _push_cost()
+    tasks = np.array([c[0] for c in per_chunk])
+    match_items = np.array([c[5] for c in per_chunk])
+    scanned = np.array([c[2] for c in per_chunk])
+    items = np.array([c[1] for c in per_chunk])
+    busy = np.array([c[6] for c in per_chunk])
+    # pairs: kernel time (less the fixed cost of a call) per pair scanned; items: measured on their
+    # own; the rest of a stage's time is per task (less the trace's own clock reads)
+    _, t_item = _call_item_cost(spec, store, strcodes, rows)
+    t_clock = _clock_cost()
+    calls = np.array([st[p].accesses for p in range(1, n)], dtype=np.float64)
+    kern = np.array([st[p].kernel_s for p in range(1, n)])
+    c_scan = np.maximum(kern - calls * t_access, 0.0) / np.maximum(scanned.sum(axis=0), 1.0)
+    n_calls = np.maximum(tasks.sum(axis=0), 1.0)
+    per_call = (busy.sum(axis=0) - kern - items.sum(axis=0) * t_item - 2 * calls * t_clock) / n_calls
+    # the unit's work around a stage call (taking the task, handing over), per task
+    wrap = max(run_s - feed_s - barrier_s - float(busy.sum()), 0.0) / max(float(tasks.sum()), 1.0)
+    # per task: the call, one fragment visit (the trace ran one unit) and the wrapping
+    t_task = np.maximum(per_call, 0.0) + t_access + wrap
+    pair_s = float((scanned.sum(axis=0) * c_scan).sum())
+    t_piece = _piece_cost(spec, store, strcodes, rows[: min(len(rows), 64)])
+    # hand-overs per stage: the batches entering it (stage 1 gets the splitter's)
+    pushes = tasks.copy()
+    ts = store.ts[rows - store.base]
+    first_code = store.type_code(spec.types[0])
+    pair_work = pair_s
+    tr = Trace(
+        rule=r.name, n_events=len(rows), length=n, window_ns=spec.window, chunk_events=chunk_events,
+        tasks=tasks, items=items, scanned=scanned, t_item=t_item, t_piece=t_piece,
+        outputs=np.array([c[3] for c in per_chunk]), pushes=pushes, t_task=t_task, c_scan=c_scan,
+        t_access=t_access, t_push=t_push, t_barrier=barrier_s / max(len(per_chunk), 1),
+        serial_s=t_ingest + t_out, stats=stats,
+        # data-parallel units: the splitter's share is paid per event read (tasks: see simulate)
+        t_event=feed_s / max(len(rows), 1),
+        match_work_s=pair_work,
+        match_items=match_items, span_s=float(ts[-1] - ts[0]) / 1e9 if len(ts) > 1 else 1.0,
+        first_ts=ts[store.types[rows - store.base] == first_code] if first_code >= 0 else ts[:0],
+        all_ts=ts, batch=batch_size, chunk=chunk_size,
+    )
+    rt.close()
+    return tr
+
+
+def _clock_cost() -> float:
+    """Seconds of one ``time.thread_time()`` read."""
+    t0 = time.thread_time()
+    for _ in range(1000):
+        time.thread_time()
+    return (time.thread_time() - t0) / 1001
+
+
+def _call_item_cost(spec, store, strcodes, rows) -> tuple[float, float]:
+    """Seconds per ``Stage.process`` call (one fragment visited) and per item in it."""
+    from .agent import Stage
+
+    def per_call(size: int, reps: int) -> float:
+        stage = Stage(spec, 1, store, strcodes)
+        # one partial match in the other buffer: every call visits a fragment, as in a run
+        stage.process(1, rows[:1].reshape(1, 1), False)
+        batch = np.resize(rows[:1], size)
+        t0 = time.thread_time()
+        for _ in range(reps):
+            stage.process(0, batch, True)
+        return (time.thread_time() - t0) / reps
+
+    small, big = per_call(1, 400), per_call(256, 400)
+    return small, max(big - small, 0.0) / 255
+
+
+def _piece_cost(spec, store, strcodes, rows) -> float:
+    """Seconds to build, feed and drain one inline runtime (a RIP/LLSF piece's fixed cost)."""
+    n = spec.length
+    reps = 20
+    t0 = time.thread_time()
+    for _ in range(reps):
+        rt = Runtime([spec], store, Layout([[(p,) for p in range(1, n)]], [0] * (n - 1), 1), [strcodes],
+                     dynamic=False, threads=False)
+        rt.feed(rows[:1], first_only=rows[:0])
+        rt.drain()
+        rt.quiesce()
+        rt.take_results()
+    return (time.thread_time() - t0) / reps
+
+
+def _access_cost(spec, store, strcodes) -> float:
+    """Seconds of one kernel call on a one-item fragment (the fixed cost of a fragment visit)."""
+    prog = spec.joins[1]
+    e = np.zeros(1, np.int64) + store.base
+    m = np.zeros((1, 1), np.int64) + store.base
+    one = np.zeros(1, np.int64)
+    out = np.empty((4, 2), np.int64)
+    args = (True, e, one, one, 1, m, one, one, one, 1, one, one, one, 1, 0, prog.code, prog.consts, strcodes,
+            store.vals, store.valid, store.ts, store.base, prog.max_stack, out, 4)
+    kernels.join(*args)
+    reps = 2000
+    t0 = time.thread_time()
+    for _ in range(reps):
+        kernels.join(*args)
+    return (time.thread_time() - t0) / reps
+
+
+def _push_cost() -> float:
+    from .engine import _queue_cost
+
+    return _queue_cost()
+
+
+@dataclass
+class SimResult:
+    """Predicted seconds (and events/s) of one method with ``k`` units."""
+
+    method: str
+    units: int
+    seconds: float
+    events: int
+    agents: list[str] = field(default_factory=list)
+    units_per_agent: list[int] = field(default_factory=list)
+    #: CPU seconds charged in all (comparable with a real run's process CPU time at any k)
+    cpu_s: float = 0.0
+
+    @property
+    def throughput(self) -> float:
+        return self.events / self.seconds if self.seconds > 0 else float("inf")
+
+
+def simulate(tr: Trace, method: str, k: int, *, allocation: str = "cost-model", dynamic: bool = True,
+             fusion: bool = True, rip_batch: int | None = None, cores: int | None = None) -> SimResult:
+    """Predicted time of ``method`` with ``k`` units on ``cores`` cores (default ``k``)."""
+    if k < 1:
+        raise ArgumentError(f"k must be >= 1, got {k}")
+    cores = k if cores is None else cores
+    if method in ("hybrid", "hybrid-equal"):
+        if method == "hybrid-equal":
+            allocation = "equal"
+        return _sim_hybrid(tr, k, allocation, dynamic, fusion, cores)
+    if method == "state-parallel":
+        m = tr.length - 1
+        groups = [(i,) for i in range(2, tr.length + 1)]
+        # one thread per agent, whatever k (k only limits the cores they share)
+        res = _sim_hybrid_layout(tr, groups, [1] * m, False, min(cores, m), m)
+        res.method = "state-parallel"
+        return res
+    if method in ("rip", "llsf"):
+        return _sim_data_parallel(tr, method, k, rip_batch, min(cores, k))
+    raise ArgumentError(f"simulate: unknown method {method!r}")
+
+
+def stats_from_trace(tr: Trace, k: int) -> ChainStats:
+    """The cost model's statistics read off the trace, at the batch size the engine uses with ``k``
+    units (as :func:`cep_gpu.parallel.engine.measure_stats` reads them off a calibration run)."""
+    from .engine import auto_batch
+
+    f = tr.batch / auto_batch(tr.chunk, tr.length, k)
+    n, span, W = tr.length, tr.span_s, tr.window_ns / 1e9
+    items = tr.items.sum(axis=0)
+    m_in = tr.match_items.sum(axis=0)
+    ev = items - m_in  # events of positions 1..n-1 that entered their stage
+    e = [m_in[0] / span] + [ev[j] / span for j in range(n - 1)]
+    m = [0.0, 0.0] + [m_in[j] / span for j in range(n - 1)]
+    sel, comp, lock, queue = [0.0], [0.0], [0.0], [0.0]
+    for j in range(n - 1):
+        pairs = 2.0 * e[j + 1] * m[j + 2] * W * span
+        out = tr.outputs[:, j].sum()
+        work = tr.scanned[:, j].sum() * tr.c_scan[j]
+        sel.append(out / pairs if pairs else 0.0)
+        comp.append(work / pairs if pairs else 0.0)
+        lock.append(tr.tasks[:, j].sum() * f * (tr.t_task[j] + tr.t_access) / max(items[j], 1.0))
+        queue.append(tr.t_push / max(tr.batch / f, 1.0))
+    return ChainStats(tuple(e), tuple(sel), tuple(comp), tuple(lock), tuple(queue), W)
+
+
+def _sim_hybrid(tr: Trace, k: int, allocation: str, dynamic: bool, fusion: bool, cores: int) -> SimResult:
+    al = allocate(stats_from_trace(tr, k), k, allocation, fusion)
+    units = al.units
+    pooled = not all(units)  # fewer units than agents: units serve several agents
+    res = _sim_hybrid_layout(tr, al.groups, units, dynamic or pooled, min(cores, k), k)
+    res.method = "hybrid" if allocation == "cost-model" else "hybrid-equal"
+    return res
+
+
+def _sim_hybrid_layout(tr: Trace, groups, units, dynamic: bool, cores: int, k: int,
+                       batch_units: int | None = None) -> SimResult:
+    from .engine import auto_batch
+
+    total = tr.serial_s
+    cpu = tr.serial_s
+    # the engine's batches for k units hold ``f`` times fewer items than the trace's
+    f = tr.batch / auto_batch(tr.chunk, tr.length, batch_units or k)
+    for c in range(len(tr.chunk_events)):
+        works, spans = [], []
+        for g, u in zip(groups, units):
+            idx = [i - 2 for i in g]
+            u_eff = max(u, 1)
+            frags = u_eff if dynamic else max(1, (u_eff + 1) // 2)
+            tasks = float(sum(tr.tasks[c, j] for j in idx)) * f
+            # the trace's tasks visited one fragment each (one unit); here ``frags``
+            w = sum(tr.tasks[c, j] * f * (tr.t_task[j] + (frags - 1) * tr.t_access) + tr.items[c, j] * tr.t_item
+                    + tr.scanned[c, j] * tr.c_scan[j] for j in idx)
+            # hand-overs into the agent (fused stages hand over inline, Section 4.2)
+            w += tr.pushes[c, idx[0]] * f * tr.t_push
+            works.append(w)
+            spans.append(w / max(tasks, 1.0))  # one task: the least time an agent can take
+        if dynamic:
+            crit = sum(spans)
+            t = max(sum(works) / min(k, cores), crit)
+        else:
+            finish = 0.0
+            for w, s, u in zip(works, spans, units):
+                par = max(min(u, cores), 1)
+                finish = max(w / min(par, max(w / s, 1.0)) if s > 0 else 0.0, finish + s)
+            t = max(finish, sum(works) / cores)
+        # the splitter (the driver thread) routes the chunk's events first
+        total += t + tr.t_barrier + tr.t_event * tr.chunk_events[c]
+        cpu += sum(works) + tr.t_barrier + tr.t_event * tr.chunk_events[c]
+    return SimResult("hybrid", k, total, tr.n_events, [f"A{'-'.join(map(str, g))}" for g in groups], list(units),
+                     cpu)
+
+
+def _sim_data_parallel(tr: Trace, method: str, k: int, rip_batch: int | None, cores: int) -> SimResult:
+    ts = tr.all_ts
+    W = tr.window_ns
+    n = len(ts)
+    read = np.zeros(k)
+    owned = np.zeros(k)
+    pieces = np.zeros(k)
+    n_first = max(len(tr.first_ts), 1)
+    if method == "rip":
+        span = int(ts[-1] - ts[0]) if n > 1 else 0
+        per_w = n * W / span if span > 0 else n
+        batch = rip_batch or int(max(4 * per_w, 2048))
+        for b, s in enumerate(range(0, n, batch)):
+            e = min(s + batch, n)
+            end = int(np.searchsorted(ts, ts[e - 1] + W, side="right"))
+            read[b % k] += end - s
+            pieces[b % k] += 1
+            owned[b % k] += np.count_nonzero((tr.first_ts >= ts[s]) & (tr.first_ts <= ts[e - 1])) / n_first
+    else:
+        fts = tr.first_ts
+        ends = np.searchsorted(ts, fts + W, side="right")
+        begins = np.searchsorted(ts, fts, side="left")
+        owner = kernels.llsf_assign(fts, (ends - begins).astype(np.float64), k)
+        for u in range(k):
+            mine = np.flatnonzero(owner == u)
+            owned[u] = len(mine) / n_first
+            if len(mine):
+                b, e = begins[mine], ends[mine]
+                # union of the unit's windows (starts are in time order), as baselines._llsf_plan
+                reach = np.maximum.accumulate(e)
+                cuts = np.flatnonzero(b[1:] > reach[:-1]) + 1
+                lo_idx = np.concatenate([[0], cuts])
+                hi_idx = np.concatenate([cuts, [len(mine)]])
+                read[u] = float((reach[hi_idx - 1] - b[lo_idx]).sum())
+                pieces[u] = len(lo_idx)
+    from .engine import auto_batch
+
+    # per event read: the splitter's share, and the tasks at the batch size of one unit (each
+    # data-parallel unit runs the whole chain alone)
+    f = tr.batch / auto_batch(tr.chunk, tr.length, 1)
+    task_per_event = float((tr.tasks.sum(axis=0) * f * tr.t_task).sum()) / max(tr.n_events, 1)
+    ev_items = float((tr.items - tr.match_items).sum() + tr.match_items[:, 0].sum())  # events entering
+    m_items = float(tr.match_items[:, 1:].sum())  # partial matches: follow the owned starts
+    item_per_event = ev_items * tr.t_item / max(tr.n_events, 1)
+    per_unit = (read * (tr.t_event + task_per_event + item_per_event) + pieces * tr.t_piece
+                + owned * (tr.match_work_s + m_items * tr.t_item))
+    # k units on ``cores`` cores: the slowest unit, or the total shared by the cores
+    t = max(per_unit.max(), per_unit.sum() / cores)
+    return SimResult(method, k, tr.serial_s + t, tr.n_events, cpu_s=tr.serial_s + float(per_unit.sum()))

@@ -1,0 +1,300 @@
+"""HYPERSONIC (cep_gpu.parallel): every engine and baseline finds exactly detect's composite events."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from strategies import event_streams
+
+import cep_gpu
+from cep_gpu.errors import ArgumentError, EngineClosedError, LateEventError, RuleError
+from cep_gpu.parallel import ChainStats, HybridEngine, UnsupportedPatternError, match_rates
+from cep_gpu.parallel.baselines import run
+
+ALIASES = ("a", "b", "c", "d")
+
+
+@st.composite
+def seq_rules(draw, max_len: int = 4) -> str:
+    """A SEQ rule with filters, cross-position conditions ("parameters": equalities), or/not."""
+    n = draw(st.integers(1, max_len))
+    types = [draw(st.sampled_from("ABC")) for _ in range(n)]
+    conds = []
+    for i in range(n):
+        al = ALIASES[i]
+        if draw(st.integers(0, 3)) == 0:
+            conds.append(draw(st.sampled_from([
+                f"{al}.x != 2", f"{al}.y > 1.0", f"{al}.s = 'u'", f"{al}.x + 1 > {al}.y",
+                f"not ({al}.y <= 0)",
+            ])))
+        if i and draw(st.integers(0, 2)) == 0:
+            o = ALIASES[draw(st.integers(0, i - 1))]
+            conds.append(draw(st.sampled_from([
+                f"{al}.x = {o}.x", f"{al}.s = {o}.s", f"{al}.y >= {o}.y - 1.5", f"{al}.x * 2 > {o}.x",
+                f"({al}.y / 2 < {o}.y or {al}.x = 0)", f"{al}.ts - {o}.ts >= 1", f"-{al}.y < {o}.x",
+            ])))
+    where = f" where {' and '.join(conds)}" if conds else ""
+    ret = ""
+    if n > 1 and draw(st.booleans()):
+        ret = f" return dy := {ALIASES[n - 1]}.y - a.y, sx := a.s"
+    window = draw(st.sampled_from([1, 2, 3, 5]))
+    seq = ", ".join(f"{t} {ALIASES[i]}" for i, t in enumerate(types))
+    return f"define Q pattern SEQ({seq}){where} within {window} s{ret}"
+
+
+def rows_of(df: pd.DataFrame) -> list[tuple]:
+    """Rows as hashable tuples (NaN made comparable), sorted: a multiset of composite events."""
+    out = []
+    for rec in df.to_dict("records"):
+        out.append(tuple((k, tuple(v) if k == "ids" else ("nan" if isinstance(v, float) and math.isnan(v) else v))
+                         for k, v in sorted(rec.items())))
+    return sorted(out, key=repr)
+
+
+def publish_all(eng: HybridEngine, events: pd.DataFrame, cuts: list[int]) -> pd.DataFrame:
+    parts = []
+    bounds = sorted({0, len(events), *[c for c in cuts if 0 < c < len(events)]})
+    for lo, hi in zip(bounds, bounds[1:]):
+        parts.append(eng.publish(events.iloc[lo:hi]))
+    eng.flush()
+    parts = [p for p in parts if len(p)]
+    return pd.concat(parts, ignore_index=True) if parts else eng_empty(events)
+
+
+def eng_empty(events):
+    return pd.DataFrame(columns=["rule", "ts", "ids"])
+
+
+CONFIGS = st.fixed_dictionaries({
+    "units": st.integers(1, 4),
+    "allocation": st.sampled_from(["cost-model", "equal"]),
+    "dynamic": st.booleans(),
+    "fusion": st.booleans(),
+    "batch_size": st.integers(1, 4),
+    "chunk_size": st.integers(2, 12),
+})
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck))
+@given(seq_rules(), event_streams(max_events=28), CONFIGS, st.lists(st.integers(1, 27), max_size=3))
+def test_hybrid_equals_detect(rule, events, cfg, cuts):
+    expected = cep_gpu.detect(events, rule, backend="reference")
+    eng = HybridEngine(rule, jitter=0.3, seed=len(events), **cfg)
+    got = publish_all(eng, events, cuts)
+    assert rows_of(got) == rows_of(expected), (rule, cfg)
+    ids = [tuple(x) for x in got["ids"]] if len(got) else []
+    assert len(ids) == len(set(ids)), "duplicate composite events"
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(seq_rules(), event_streams(max_events=28),
+       st.sampled_from(["state-parallel", "rip", "llsf", "hybrid", "hybrid-equal"]), st.integers(1, 4),
+       st.integers(2, 9))
+def test_baselines_equal_detect(rule, events, method, units, chunk):
+    expected = cep_gpu.detect(events, rule, backend="reference")
+    res = run(method, rule, events, units, chunk_size=chunk, batch_size=2, rip_batch=3, jitter=0.2)
+    # one publish: the very same frame, row order and dtypes included
+    pd.testing.assert_frame_equal(res.output, expected)
+
+
+def test_sequential_baseline_and_one_publish_equal_detect():
+    rng = np.random.default_rng(3)
+    n = 3000
+    ev = pd.DataFrame({"type": rng.choice(list("ABC"), n), "ts": np.sort(rng.integers(0, 1500, n)).astype(float),
+                       "x": rng.integers(0, 4, n), "y": rng.random(n)})
+    rule = "define Q pattern SEQ(A a, B b, C c) where a.x = c.x and a.y < b.y within 5 s return z := c.y - a.y"
+    expected = cep_gpu.detect(ev, rule, backend="cpu")
+    assert len(expected) > 100
+    for method, units in (("sequential", 1), ("hybrid", 2), ("llsf", 3), ("rip", 2)):
+        got = run(method, rule, ev, units).output
+        assert rows_of(got) == rows_of(expected), method
+
+
+def test_several_rules_and_datetime_input():
+    rng = np.random.default_rng(5)
+    n = 600
+    ev = pd.DataFrame({"type": rng.choice(list("ABC"), n),
+                       "ts": pd.Timestamp("2024-01-01") + pd.to_timedelta(np.sort(rng.integers(0, 400, n)), unit="s"),
+                       "x": rng.integers(0, 3, n), "s": rng.choice(["u", "v"], n)})
+    rules = ("define P pattern SEQ(A a, B b) where a.s = b.s within 4 s\n\n"
+             "define Q pattern SEQ(C a, A b, C c) where a.x < c.x and b.s = 'u' within 6 s return k := a.x")
+    expected = cep_gpu.detect(ev, rules, backend="reference")
+    for units in (1, 2, 4):
+        eng = HybridEngine(rules, units=units, chunk_size=50, batch_size=8)
+        got = eng.publish(ev)
+        eng.close()
+        pd.testing.assert_frame_equal(got, expected)
+
+
+@pytest.mark.parametrize("match_first", [True, False])
+def test_exactly_once_under_the_probe_insert_race(match_first):
+    """An event and a match numbered before either probes: joined once, by the later number."""
+    from cep_gpu.parallel import _compat
+    from cep_gpu.parallel.agent import Stage
+    from cep_gpu.parallel.compile import compile_rules
+    from cep_gpu.parallel.runtime import Store
+
+    ev = pd.DataFrame({"type": ["A", "B"], "ts": [1.0, 2.0]})
+    table = _compat.ingest(ev, "s", _compat.StringDictionary())
+    (spec,) = compile_rules([cep_gpu.parse_rule("define Q pattern SEQ(A a, B b) within 5 s")])
+    store = Store(spec.attributes)
+    store.append(table)
+    stage = Stage(spec, 1, store, np.empty(0))
+    match, event = np.array([[0]]), np.array([1])
+    out_other: list[np.ndarray] = []
+
+    def other():  # runs between the first item's numbering and its probe (the paper's open race)
+        if not out_other:
+            out_other.append(stage.process(1, event, True) if match_first else stage.process(1, match, False))
+
+    if match_first:
+        first_out = stage.process(0, match, False, jitter=other)
+    else:
+        first_out = stage.process(0, event, True, jitter=other)
+    assert np.concatenate([first_out, *out_other]).tolist() == [[0, 1]]
+    assert len(out_other[0]) == 1 and len(first_out) == 0  # the later-numbered item joined
+
+
+def test_heavy_jitter_many_units():
+    rng = np.random.default_rng(7)
+    n = 400
+    ev = pd.DataFrame({"type": rng.choice(list("AB"), n), "ts": np.sort(rng.integers(0, 200, n)),
+                       "x": rng.integers(0, 3, n)})
+    rule = "define Q pattern SEQ(A a, B b, A c, B d) where a.x = d.x within 4 s"
+    expected = cep_gpu.detect(ev, rule, backend="cpu")
+    for dynamic in (True, False):
+        eng = HybridEngine(rule, units=4, jitter=1.0, batch_size=3, chunk_size=40, dynamic=dynamic, fusion=False)
+        got = eng.publish(ev)
+        eng.close()
+        pd.testing.assert_frame_equal(got, expected)
+
+
+def test_measured_stats_reproduce_match_rates():
+    """Eq. (1) with the measured s_i gives back the measured partial-match rates (definition of s_i)."""
+    rng = np.random.default_rng(2)
+    n = 1500
+    ev = pd.DataFrame({"type": rng.choice(list("ABCD"), n), "ts": np.arange(n) * 0.01, "y": rng.random(n)})
+    rule = "define Q pattern SEQ(A a, B b, C c, D d) where a.y < b.y and b.y < c.y within 0.5 s"
+    eng = HybridEngine(rule)
+    (stats,) = eng.calibrate(ev)
+    m = match_rates(stats)
+    out = cep_gpu.detect(ev, rule, backend="reference", output="count")["Q"]
+    assert out > 50
+    span = float(ev.ts.iloc[-1] - ev.ts.iloc[0])
+    assert m[5] == pytest.approx(out / span, rel=1e-9)
+    for k, t in enumerate("ABCD"):
+        assert stats.rates[k] == pytest.approx((ev.type == t).sum() / span)
+
+
+def test_stats_and_explain():
+    rng = np.random.default_rng(4)
+    n = 2000
+    ev = pd.DataFrame({"type": rng.choice(list("ABC"), n), "ts": np.arange(n) * 0.1, "x": rng.integers(0, 3, n)})
+    rule = "define Q pattern SEQ(A a, B b, C c) where a.x = c.x within 3 s"
+    eng = HybridEngine(rule, units=3, fusion=False, chunk_size=200)
+    assert "not calibrated" in eng.explain()
+    out = eng.publish(ev)
+    s = eng.stats()
+    text = eng.explain()
+    eng.close()
+    assert s["events"] == n and s["matches"] == len(out) and s["throughput"] > 0
+    assert [a["agent"] for a in s["agents"]] == ["A2", "A3"]
+    assert sum(s["agents"][1]["outputs"] for _ in [0]) == len(out)
+    assert s["units_over_time"] and all(sum(u) == 3 for u in s["units_over_time"])
+    assert "comp_i" in text and "|U_i|" in text and "agent A2" in text
+
+
+def test_single_position_and_empty_inputs():
+    ev = pd.DataFrame({"type": ["A", "B", "A"], "ts": [1.0, 2.0, 3.0], "x": [1, 2, 3]})
+    rule = "define S pattern SEQ(A a) where a.x > 1 within 1 s"
+    eng = HybridEngine(rule, units=2)
+    got = eng.publish(ev)
+    pd.testing.assert_frame_equal(got, cep_gpu.detect(ev, rule, backend="reference"))
+    assert eng.publish(ev.iloc[:0]).empty
+    eng.close()
+
+
+# -- bad input --------------------------------------------------------------------------------------
+
+RULE = "define Q pattern SEQ(A a, B b) within 5 s"
+
+
+@pytest.mark.parametrize("kwargs, word", [
+    ({"units": 0}, "units"), ({"units": -1}, "units"), ({"units": 1.5}, "units"), ({"units": True}, "units"),
+    ({"allocation": "best"}, "allocation"), ({"dynamic": 1}, "dynamic"), ({"fusion": "yes"}, "fusion"),
+    ({"batch_size": 0}, "batch_size"), ({"chunk_size": -3}, "chunk_size"), ({"jitter": 2.0}, "jitter"),
+])
+def test_bad_arguments(kwargs, word):
+    with pytest.raises(ArgumentError, match=word):
+        HybridEngine(RULE, **kwargs)
+
+
+@pytest.mark.parametrize("text, feature", [
+    ("define Q pattern SEQ(A a, NOT(C n), B b) within 5 s", "NOT"),
+    ("define Q pattern AND(A a, B b) within 5 s", "AND"),
+    ("define Q pattern SEQ(A a, B b) within 5 s select last", "select last"),
+    ("define Q pattern SEQ(A a, B b) within 5 s select first", "select first"),
+    ("define T from B() and each A() within 5 s from B", "TESLA"),
+    ("define T from B() and v=Count(A() within 5 s from B) > 1", "TESLA"),
+])
+def test_unsupported_patterns_name_the_feature(text, feature):
+    with pytest.raises(UnsupportedPatternError, match=feature):
+        HybridEngine(text)
+    with pytest.raises(UnsupportedPatternError, match=feature):
+        run("rip", text, pd.DataFrame({"type": ["A"], "ts": [1.0]}), 2)
+
+
+def test_hierarchies_late_events_and_closed_engine():
+    with pytest.raises(UnsupportedPatternError, match="composite events"):
+        HybridEngine("define P pattern SEQ(A a, B b) within 5 s\n\ndefine Q pattern SEQ(P p, C c) within 5 s")
+    eng = HybridEngine(RULE, units=2)
+    eng.publish(pd.DataFrame({"type": ["A"], "ts": [5.0]}))
+    with pytest.raises(LateEventError):
+        eng.publish({"type": "B", "ts": 1.0})
+    eng.flush()
+    with pytest.raises(EngineClosedError):
+        eng.publish({"type": "B", "ts": 9.0})
+    with pytest.raises(ArgumentError, match="rules"):
+        HybridEngine(42)
+    with pytest.raises(ArgumentError, match="method"):
+        run("magic", RULE, pd.DataFrame({"type": ["A"], "ts": [1.0]}))
+
+
+def test_string_ordering_is_rejected_like_detect():
+    ev = pd.DataFrame({"type": ["A", "B"], "ts": [1.0, 2.0], "s": ["u", "v"]})
+    rule = "define Q pattern SEQ(A a, B b) where a.s < b.s within 5 s"
+    with pytest.raises(RuleError, match="strings"):
+        cep_gpu.detect(ev, rule, backend="reference")
+    eng = HybridEngine(rule)
+    with pytest.raises(RuleError, match="strings"):
+        eng.publish(ev)
+    eng.close()
+
+
+def test_chainstats_validation():
+    with pytest.raises(ArgumentError, match="selectivity"):
+        ChainStats((1.0, 1.0), (0.0,), (0.0, 0.0), (0.0, 0.0), (0.0, 0.0), 1.0)
+    with pytest.raises(ArgumentError, match="2 positions"):
+        ChainStats((1.0,), (0.0,), (0.0,), (0.0,), (0.0,), 1.0)
+    with pytest.raises(ArgumentError, match="stats"):
+        HybridEngine(RULE, stats=[1, 2])
+
+
+def test_given_stats_and_arrow_output():
+    rng = np.random.default_rng(11)
+    n = 1500
+    ev = pd.DataFrame({"type": rng.choice(list("ABC"), n), "ts": np.arange(n) * 0.05, "y": rng.random(n)})
+    rule = "define Q pattern SEQ(A a, B b, C c) where a.y < c.y within 1 s return d := c.y - a.y"
+    stats = HybridEngine(rule).calibrate(ev.iloc[:500])
+    eng = HybridEngine(rule, units=3, stats=stats, fusion=False, allocation="equal")
+    got = eng.publish(ev, output="arrow")
+    eng.close()
+    assert got.equals(cep_gpu.detect(ev, rule, backend="cpu", output="arrow"))
+    assert "agent A2" in eng.explain()
+    with pytest.raises(ArgumentError, match="output"):
+        HybridEngine(rule).publish(ev, output="count")
