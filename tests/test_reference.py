@@ -52,7 +52,9 @@ def _declarative(rule: Rule, table: EventTable) -> set[tuple[int, ...]]:
                 if i == plan.terminator:
                     continue
                 t = table.ts[combo[i]]
-                if not (table.ts[combo[p.anchor]] - p.window <= t < table.ts[combo[p.before]]):
+                # with `ties` (AND) "before" is (ts, id) order, i.e. row order in the table
+                earlier = combo[i] < combo[p.before] if p.ties else t < table.ts[combo[p.before]]
+                if not (table.ts[combo[p.anchor]] - p.window <= t and earlier):
                     ok = False
                     break
             if ok and all(ctx.holds(c, binding) for c in rule.conditions) and all(
