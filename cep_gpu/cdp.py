@@ -187,6 +187,13 @@ class CDPBackend:
             hit = self._specs[id(rule)] = (rule, lower(rule, self.use_index))
         return hit[1]
 
+    def _check_kleene(self, rule: Rule) -> None:
+        """Kleene positions need a combiner that evaluates them (the CPU one): others refuse."""
+        if rule.kleene_positions and not getattr(self.combiner, "supports_kleene", False):
+            from .kleene import require_support
+
+            require_support(rule, self.name)
+
     def explain(self, rule: Rule) -> str:
         """What CDP does for ``rule`` (for ``Engine.explain`` and the CLI): see :func:`describe`."""
         return describe(rule, self.use_index)
@@ -202,6 +209,7 @@ class CDPBackend:
         excluded: np.ndarray | None = None,
     ) -> Matches:
         """Matches of ``rule`` whose terminator is a row in ``[lo, hi)`` (see the backend contract)."""
+        self._check_kleene(rule)
         lo, hi = _clip(table, lo, hi)
         if hi <= lo:
             return Matches.empty(rule)
@@ -227,8 +235,9 @@ class CDPBackend:
         writing the extended sequences (``detect(..., output="count")``). Rules with ``consuming``
         need their matches to know what is consumed: they are matched in full.
         """
+        self._check_kleene(rule)
         lo, hi = _clip(table, lo, hi)
-        if hi <= lo or rule.consuming:
+        if hi <= lo or rule.consuming or rule.kleene_positions:
             return len(self.match(rule, table, lo, hi))
         spec = self.spec(rule)
         run = self._run(rule, spec, table, lo, hi, None)
