@@ -132,7 +132,7 @@ def _id_counts(results, order: np.ndarray) -> pa.Array:
             sizes = np.ones((len(r.ts), r.ids.shape[1]), np.int64)
         parts.append(sizes)
     widths = np.concatenate([np.full(len(p), p.shape[1], np.int64) for p in parts]) if parts else np.empty(0, np.int64)
-    width = int(widths.max()) if len(widths) else 1
+    width = max([p.shape[1] for p in parts] + [1])
     pad = np.zeros((len(widths), width), np.int64)
     start = 0
     for p in parts:

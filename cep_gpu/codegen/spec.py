@@ -15,7 +15,7 @@ The spec is the one place where the CDP host code and the kernel generators (Num
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..model import (
     SELF,
@@ -27,6 +27,7 @@ from ..model import (
     Plan,
     Rule,
     inputs,
+    kleene_exprs,
     step_checks,
     walk,
 )
@@ -120,6 +121,14 @@ class RuleSpec:
     agg_checks: tuple[tuple[int, ...], ...]
     layout: Layout
     use_index: bool
+    #: Kleene position -> first of its three hidden columns in the CDP sequences, after the
+    #: predicates' (set start and length in the step's flat set store, the set's last row)
+    kleene_cols: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def width(self) -> int:
+        """Columns of the CDP partial sequences (the predicates, then the Kleene hidden ones)."""
+        return self.rule.n_predicates + 3 * len(self.kleene_cols)
 
 
 def has_aggregate(expr: Expr) -> bool:
@@ -194,13 +203,14 @@ def lower(rule: Rule, use_index: bool = True) -> RuleSpec:
     return RuleSpec(
         rule, tuple(plans), filters, neg_filters, neg_checks, agg_filters, agg_checks,
         _layout(rule), use_index,
+        {k: rule.n_predicates + 3 * j for j, k in enumerate(rule.kleene_positions)},
     )
 
 
 def _layout(rule: Rule) -> Layout:
     attrs: list[str] = []
     strings: list[str] = []
-    exprs = list(rule.conditions)
+    exprs = list(rule.conditions) + list(kleene_exprs(rule))
     for part in list(rule.negations) + list(rule.aggregates):
         exprs.extend(part.conditions)
     for expr in exprs:
