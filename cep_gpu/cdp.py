@@ -373,7 +373,7 @@ class _Run:
             pair, seqs, e_off, e_rows, self.env, kl.min_size, kl.max_size, kl.greedy
         )
         out = seqs[set_seq]
-        base = self.spec.kleene_cols[k]
+        base = self.spec.kleene_base(k)
         if k in self._sets:  # a second step of this position cannot happen (one plan, one step)
             raise RuleError(f"rule {rule.name!r}: Kleene position {k} bound twice")  # pragma: no cover
         self._sets[k] = flat
@@ -408,7 +408,7 @@ class _Run:
             k = agg.kleene
             if k is None or (only is not None and k != only) or k not in self._sets:
                 continue
-            base = self.spec.kleene_cols[k]
+            base = self.spec.kleene_base(k)
             col = self.table.columns.get(agg.attribute) if agg.attribute else None
             if col is None or col.kind not in ("int", "float"):
                 values, valid = np.zeros(1, np.float64), np.zeros(len(self.table), np.bool_)
@@ -429,7 +429,7 @@ class _Run:
             return Matches.empty(rule)
         sets = {}
         for k in rule.kleene_positions:
-            base = self.spec.kleene_cols[k]
+            base = self.spec.kleene_base(k)
             start, length = seqs[:, base], seqs[:, base + 1]
             off = np.zeros(len(seqs) + 1, np.int64)
             np.cumsum(length, out=off[1:])

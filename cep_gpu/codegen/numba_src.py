@@ -281,7 +281,7 @@ def emit_source(spec: RuleSpec, kinds: dict[str, str | None]) -> str:
             for c in () if kleene else st.conditions:
                 b.check(rule.conditions[c], "return False")
             for n in st.negations:
-                last_col = spec.kleene_cols.get(st.pred, 0) + 2
+                last_col = spec.kleene_base(st.pred) + 2 if kleene else 0
                 args = "".join(
                     f", seqs[i, {int(last_col)}]"
                     if kleene and p == st.pred and rule.negations[n].span.lo_ref == p

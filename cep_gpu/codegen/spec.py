@@ -15,7 +15,7 @@ The spec is the one place where the CDP host code and the kernel generators (Num
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ..model import (
     SELF,
@@ -123,7 +123,11 @@ class RuleSpec:
     use_index: bool
     #: Kleene position -> first of its three hidden columns in the CDP sequences, after the
     #: predicates' (set start and length in the step's flat set store, the set's last row)
-    kleene_cols: dict[int, int] = field(default_factory=dict)
+    kleene_cols: tuple[tuple[int, int], ...] = ()
+
+    def kleene_base(self, pred: int) -> int:
+        """The first hidden column of Kleene position ``pred`` (see ``kleene_cols``)."""
+        return dict(self.kleene_cols)[pred]
 
     @property
     def width(self) -> int:
@@ -203,7 +207,7 @@ def lower(rule: Rule, use_index: bool = True) -> RuleSpec:
     return RuleSpec(
         rule, tuple(plans), filters, neg_filters, neg_checks, agg_filters, agg_checks,
         _layout(rule), use_index,
-        {k: rule.n_predicates + 3 * j for j, k in enumerate(rule.kleene_positions)},
+        tuple((k, rule.n_predicates + 3 * j) for j, k in enumerate(rule.kleene_positions)),
     )
 
 
