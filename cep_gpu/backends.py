@@ -44,20 +44,6 @@ class Matches:
             sets or None,
         )
 
-    def select(self, keep: np.ndarray) -> Matches:
-        """The matches where boolean mask ``keep`` is true (sets included)."""
-        sets = None
-        if self.sets is not None:
-            sets = {}
-            for k, (off, flat) in self.sets.items():
-                sizes = np.diff(off)[keep]
-                starts = off[:-1][keep]
-                new_off = np.zeros(len(sizes) + 1, np.int64)
-                np.cumsum(sizes, out=new_off[1:])
-                idx = np.repeat(starts - new_off[:-1], sizes) + np.arange(new_off[-1], dtype=np.int64)
-                sets[k] = (new_off, flat[idx])
-        return Matches(self.rows[keep], self.aggs[keep], sets)
-
     def __len__(self) -> int:
         return self.rows.shape[0]
 

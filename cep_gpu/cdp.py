@@ -384,7 +384,7 @@ class _Run:
         if len(out) and st.conditions:
             from .evaluate import condition_mask
 
-            aggs = self._kleene_aggs(out, only=k)
+            aggs = self._kleene_aggs(out)  # the sets bound so far (this one included)
             keep = np.ones(len(out), bool)
             for c in st.conditions:
                 keep &= condition_mask(rule.conditions[c], self.table, out[:, : rule.n_predicates], aggs)
@@ -398,7 +398,7 @@ class _Run:
             out = out[mask]
         return out
 
-    def _kleene_aggs(self, seqs: np.ndarray, only: int | None = None) -> np.ndarray:
+    def _kleene_aggs(self, seqs: np.ndarray) -> np.ndarray:
         """(n, n_aggregates) the aggregates over the Kleene sets of ``seqs`` (NaN where unbound)."""
         rule = self.spec.rule
         from .kernels import kleene as kk
@@ -406,13 +406,12 @@ class _Run:
         out = np.full((len(seqs), len(rule.aggregates)), np.nan)
         for a, agg in enumerate(rule.aggregates):
             k = agg.kleene
-            if k is None or (only is not None and k != only) or k not in self._sets:
+            if k is None or k not in self._sets:
                 continue
             base = self.spec.kleene_base(k)
             col = self.table.columns.get(agg.attribute) if agg.attribute else None
-            if col is None or col.kind not in ("int", "float"):
-                values, valid = np.zeros(1, np.float64), np.zeros(len(self.table), np.bool_)
-                values = np.zeros(len(self.table), np.float64)
+            if col is None or col.kind not in ("int", "float"):  # never a value: count only
+                values, valid = np.zeros(len(self.table), np.float64), np.zeros(len(self.table), np.bool_)
             else:
                 values, valid = col.values.astype(np.float64, copy=False), col.valid
             out[:, a] = kk.set_aggregates(

@@ -314,6 +314,10 @@ def kleene_rules(draw) -> str:
         conds.append(draw(st.sampled_from(["count(b) != 2", "sum(b.x) >= 1", "avg(b.y) > 0.5", "max(b.x) > q0.x"])))
     if "NOT(D x)" in items and draw(st.booleans()):
         conds.append("x.x = 1")
+    if draw(st.sampled_from([False, False, False, True])):  # a second Kleene position
+        items += ["KL(B d)[1..2]", "C r"]
+        if draw(st.booleans()):
+            conds.append(draw(st.sampled_from(["count(d) <= count(b)", "d.x = b0.x"])).replace("b0", after[0].split()[1]))
     where = f"where {' and '.join(conds)} " if conds else ""
     window = draw(st.sampled_from([4, 6, 10]))
     select = draw(st.sampled_from(["", "select each", "select greedy"]))
@@ -361,3 +365,13 @@ def test_streaming_engine_equals_reference(text, events, data):
     got += composite_records(eng.flush())
     key = lambda r: (r["ts"], r["ids"])  # noqa: E731
     assert sorted(got, key=key) == sorted(expected, key=key)
+
+
+@pytest.mark.parametrize("backend", KLEENE_BACKENDS)
+def test_two_kleene_positions_and_a_condition_across_them(backend):
+    ev = stream(("A", 1, {}), ("B", 2, {}), ("B", 3, {}), ("C", 4, {}), ("B", 5, {}), ("E", 6, {}))
+    text = ("define R pattern SEQ(A a, KL(B b), C c, KL(B d), E e) where count(b) > count(d) "
+            "within 10 s")
+    got = records(ev, text, backend)
+    # b is a non-empty subset of {B@2, B@3}, d = {B@5}: count(b) > 1 only for b = {B@2, B@3}
+    assert ids_of(got) == [(6.0, (0, 1, 2, 3, 4, 5), (1, 2, 1, 1, 1))]
