@@ -341,7 +341,7 @@ def kleene_streams(draw) -> pd.DataFrame:
 
 KLEENE_STREAMS = kleene_streams()
 
-SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
 
 
 @SETTINGS

@@ -32,6 +32,7 @@ return k := a.k, s := sum(b.v)
 def _events(n: int = 300, seed: int = 7) -> pd.DataFrame:
     rng = np.random.default_rng(seed)
     return pd.DataFrame({
+        "id": np.arange(n, dtype=np.int64),  # explicit: a repartitioned frame has no row order
         "type": rng.choice(["A", "B", "B", "C"], n),
         "ts": np.arange(n, dtype=np.float64) * 0.5,
         "k": rng.integers(0, 3, n),
@@ -46,4 +47,4 @@ def test_detect_spark_equals_detect(spark, partition_by):  # noqa: F811
     assert len(expected) > 20 and "id_counts" in expected.columns
     df = spark.createDataFrame(ev).repartition(3)
     got = detect_spark(df, RULES, partition_by=partition_by, backend="cpu", num_slices=4).toPandas()
-    assert sorted(rows(got, expected.columns)) == sorted(rows(expected))
+    assert sorted(rows(got, list(expected.columns))) == sorted(rows(expected))
