@@ -572,6 +572,15 @@ def describe(rule: Rule, use_index: bool = True) -> str:
                 )
                 if st.key is not None:
                     head += f", parameter index on {st.key.attr} = {_show(st.key.expr, rule)}"
+                kl = pred.kleene
+                if kl is not None:
+                    after = "" if kl.after is None else f", after {plan.plan.predicates[kl.after].alias}"
+                    size = f"[{kl.min_size}..{'' if kl.max_size is None else kl.max_size}]"
+                    head = (
+                        head.replace(f"each {pred.alias}", f"Kleene {pred.alias}{size} "
+                                     f"({'greedy' if kl.greedy else 'each subset'})") + after
+                    )
+                    head += f"; {len(kl.conditions)} per-element, {len(kl.consecutive)} consecutive check(s)"
             checks = [_show(rule.conditions[i], rule) for i in st.conditions]
             checks += [f"not {rule.negations[i].event_type} (negation {i})" for i in st.negations]
             lines.append(head + (f"; checks {', '.join(checks)}" if checks else ""))

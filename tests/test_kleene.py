@@ -375,3 +375,37 @@ def test_two_kleene_positions_and_a_condition_across_them(backend):
     got = records(ev, text, backend)
     # b is a non-empty subset of {B@2, B@3}, d = {B@5}: count(b) > 1 only for b = {B@2, B@3}
     assert ids_of(got) == [(6.0, (0, 1, 2, 3, 4, 5), (1, 2, 1, 1, 1))]
+
+
+def test_cli_csv_output_and_explain(tmp_path):
+    from cep_gpu.cli import main
+
+    (tmp_path / "r.seq").write_text(
+        "define R(n: int) pattern SEQ(A a, KL(B b)[1..2], C c) where b.v > 0 within 10 s "
+        "return n := count(b)\n")
+    (tmp_path / "e.csv").write_text("type,ts,v\nA,1,0\nB,2,1\nB,3,2\nC,4,0\n")
+    out = tmp_path / "o.csv"
+    assert main(["run", str(tmp_path / "r.seq"), str(tmp_path / "e.csv"), "--backend", "cpu",
+                 "--out", str(out)]) == 0
+    lines = out.read_text().splitlines()
+    assert lines[0] == '"rule","ts","ids","id_counts","n"'
+    assert '"R",4,"0 1 2 3","1 2 1",2' in lines
+    rule = cep_gpu.parse_rule((tmp_path / "r.seq").read_text())
+    text = cep_gpu.Engine(rule, backend="cpu").explain()
+    assert "Kleene b[1..2] (each subset)" in text and "after a" in text
+
+
+def test_bench_kleene_smoke():
+    from cep_gpu.benchmarks import kleene as bench
+
+    result = bench.run(windows=(100, 400), n_events=600, repeat=1, warmup=0)
+    assert [(r["rule"], r["window_ms"]) for r in result["rows"]] == [
+        ("greedy", 100), ("greedy", 400), ("each[1..2]", 100), ("each[1..2]", 400)]
+    # the counts are the reference's
+    ev = bench.events(600)
+    for r in result["rows"]:
+        text = bench.RULES[r["rule"]].format(win=r["window_ms"])
+        want = cep_gpu.detect(ev, text, backend="reference", time_unit="ms", output="count")
+        assert r["composite_events"] == sum(want.values())
+    assert [r["composite_events"] for r in result["rows"]] == [0, 2, 0, 16]
+    assert "| greedy | 100 | cpu |" in bench.markdown(result)
