@@ -184,7 +184,11 @@ class _Context:
         if kl.greedy:
             estimate = 1 if n else 0
         else:
-            estimate = sum(math.comb(n, s) for s in range(kl.min_size, hi_size + 1))
+            # subsets of n elements with an allowed size (2^n minus the small ones when unbounded)
+            if hi_size == n:
+                estimate = 2**n - sum(math.comb(n, s) for s in range(min(kl.min_size, n + 1)))
+            else:
+                estimate = sum(math.comb(n, s) for s in range(kl.min_size, hi_size + 1))
         self.estimate += estimate
         from .kleene import check_estimate
 
