@@ -24,7 +24,7 @@ combiner through :func:`register_combiner`.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 import numpy as np
@@ -263,7 +263,7 @@ class CDPBackend:
         stop_ext = int(np.searchsorted(ts, min(int(ts[hi - 1]) + horizon, _TS_MAX), "right")) if horizon else hi
         store = ColumnStore(
             rule, table,
-            tuple(_conds(rule, f) for f in spec.filters),
+            tuple(_conds(rule, f) + _kleene_filters(rule, p) for p, f in enumerate(spec.filters)),
             tuple(tuple(n.conditions[i] for i in f) for n, f in zip(rule.negations, spec.neg_filters)),
             tuple(tuple(a.conditions[i] for i in f) for a, f in zip(rule.aggregates, spec.agg_filters)),
             start, hi, max(stop_ext, hi),
@@ -272,6 +272,27 @@ class CDPBackend:
         env = build_env(spec, table, store)
         kernels = self.combiner.prepare(spec, attribute_kinds(spec, table))
         return _Run(self.combiner, kernels, spec, table, store, env)
+
+
+def _kleene_filters(rule: Rule, pred: int) -> tuple:
+    """A Kleene position's per-element conditions that read the element alone, as column filters
+    (fewer candidates to scan; the kernel's per-element check still holds them all)."""
+    from .model import SELF, Attr, Timestamp, inputs, map_expr, walk
+
+    kl = rule.predicates[pred].kleene
+    if kl is None:
+        return ()
+    alone = [
+        c for c in kl.conditions
+        if not inputs(c) and all(not isinstance(n, (Attr, Timestamp)) or n.pred == SELF for n in walk(c))
+    ]
+
+    def to_pred(node):
+        if isinstance(node, (Attr, Timestamp)) and node.pred == SELF:
+            return replace(node, pred=pred)
+        return node
+
+    return tuple(map_expr(c, to_pred) for c in alone)
 
 
 def _in_range(rows: np.ndarray, lo: int, hi: int) -> np.ndarray:
