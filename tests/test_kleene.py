@@ -409,3 +409,17 @@ def test_bench_kleene_smoke():
         assert r["composite_events"] == sum(want.values())
     assert [r["composite_events"] for r in result["rows"]] == [0, 2, 0, 16]
     assert "| greedy | 100 | cpu |" in bench.markdown(result)
+
+
+def _outcome(events, text, backend, limit):
+    try:
+        return records(events, text, backend, max_matches=limit)
+    except MatchLimitError:
+        return "over the limit"
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
+@given(kleene_rules(), KLEENE_STREAMS, st.integers(1, 12))
+def test_limit_decision_equals_reference(text, events, limit):
+    # the estimate is the same on every backend: both raise, or both return the same rows
+    assert _outcome(events, text, "cpu", limit) == _outcome(events, text, "reference", limit)
