@@ -25,16 +25,23 @@ class Matches:
     ``rows``: int64 (n, n_predicates), the table rows bound to each predicate in declaration
     order. ``aggs``: float64 (n, n_aggregates), the value of each aggregate for the match (NaN when
     null). Order does not matter; the caller sorts.
+
+    ``sets``: for rules with Kleene positions, ``{pred: (offsets, flat)}``: match ``m`` bound
+    Kleene position ``pred`` to table rows ``flat[offsets[m]:offsets[m + 1]]`` (in row order);
+    ``rows[m, pred]`` is the first of them. ``None`` for rules without Kleene positions.
     """
 
     rows: np.ndarray
     aggs: np.ndarray
+    sets: dict[int, tuple[np.ndarray, np.ndarray]] | None = None
 
     @classmethod
     def empty(cls, rule: Rule) -> Matches:
+        sets = {k: (np.zeros(1, np.int64), np.empty(0, np.int64)) for k in rule.kleene_positions}
         return cls(
             np.empty((0, rule.n_predicates), dtype=np.int64),
             np.empty((0, len(rule.aggregates)), dtype=np.float64),
+            sets or None,
         )
 
     def __len__(self) -> int:
@@ -44,7 +51,18 @@ class Matches:
     def concat(cls, rule: Rule, parts: list[Matches]) -> Matches:
         if not parts:
             return cls.empty(rule)
-        return cls(np.concatenate([p.rows for p in parts]), np.concatenate([p.aggs for p in parts]))
+        sets = None
+        if rule.kleene_positions:
+            sets = {}
+            for k in rule.kleene_positions:
+                offs, flats, base = [np.zeros(1, np.int64)], [], 0
+                for p in parts:
+                    off, flat = p.sets[k]
+                    offs.append(off[1:] + base)
+                    flats.append(flat)
+                    base += int(off[-1])
+                sets[k] = (np.concatenate(offs), np.concatenate(flats) if flats else np.empty(0, np.int64))
+        return cls(np.concatenate([p.rows for p in parts]), np.concatenate([p.aggs for p in parts]), sets)
 
 
 class Backend(Protocol):

@@ -24,7 +24,7 @@ combiner through :func:`register_combiner`.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 import numpy as np
@@ -91,6 +91,8 @@ class CpuCombiner:
     """Numba kernels of :mod:`cep_gpu.kernels.cpu` with the rule's generated checks."""
 
     name = "cpu"
+    #: evaluates Kleene positions (the host loop's Kleene step runs the generated checks)
+    supports_kleene = True
 
     def prepare(self, spec: RuleSpec, kinds: dict[str, str | None]):
         return compile_numba(spec, kinds)
@@ -187,6 +189,13 @@ class CDPBackend:
             hit = self._specs[id(rule)] = (rule, lower(rule, self.use_index))
         return hit[1]
 
+    def _check_kleene(self, rule: Rule) -> None:
+        """Kleene positions need a combiner that evaluates them (the CPU one): others refuse."""
+        if rule.kleene_positions and not getattr(self.combiner, "supports_kleene", False):
+            from .kleene import require_support
+
+            require_support(rule, self.name)
+
     def explain(self, rule: Rule) -> str:
         """What CDP does for ``rule`` (for ``Engine.explain`` and the CLI): see :func:`describe`."""
         return describe(rule, self.use_index)
@@ -202,6 +211,7 @@ class CDPBackend:
         excluded: np.ndarray | None = None,
     ) -> Matches:
         """Matches of ``rule`` whose terminator is a row in ``[lo, hi)`` (see the backend contract)."""
+        self._check_kleene(rule)
         lo, hi = _clip(table, lo, hi)
         if hi <= lo:
             return Matches.empty(rule)
@@ -213,6 +223,8 @@ class CDPBackend:
         else:
             mask = np.zeros(len(table), np.bool_) if excluded is None else np.array(excluded, np.bool_)
             seqs = run.consuming(lo, hi, mask)
+        if rule.kleene_positions:
+            return run.kleene_matches(seqs)
         aggs = (
             self.combiner.aggregates(run.kernels, spec, seqs, run.env)
             if rule.aggregates and len(seqs)
@@ -227,8 +239,9 @@ class CDPBackend:
         writing the extended sequences (``detect(..., output="count")``). Rules with ``consuming``
         need their matches to know what is consumed: they are matched in full.
         """
+        self._check_kleene(rule)
         lo, hi = _clip(table, lo, hi)
-        if hi <= lo or rule.consuming:
+        if hi <= lo or rule.consuming or rule.kleene_positions:
             return len(self.match(rule, table, lo, hi))
         spec = self.spec(rule)
         run = self._run(rule, spec, table, lo, hi, None)
@@ -250,7 +263,7 @@ class CDPBackend:
         stop_ext = int(np.searchsorted(ts, min(int(ts[hi - 1]) + horizon, _TS_MAX), "right")) if horizon else hi
         store = ColumnStore(
             rule, table,
-            tuple(_conds(rule, f) for f in spec.filters),
+            tuple(_conds(rule, f) + _kleene_filters(rule, p) for p, f in enumerate(spec.filters)),
             tuple(tuple(n.conditions[i] for i in f) for n, f in zip(rule.negations, spec.neg_filters)),
             tuple(tuple(a.conditions[i] for i in f) for a, f in zip(rule.aggregates, spec.agg_filters)),
             start, hi, max(stop_ext, hi),
@@ -259,6 +272,27 @@ class CDPBackend:
         env = build_env(spec, table, store)
         kernels = self.combiner.prepare(spec, attribute_kinds(spec, table))
         return _Run(self.combiner, kernels, spec, table, store, env)
+
+
+def _kleene_filters(rule: Rule, pred: int) -> tuple:
+    """A Kleene position's per-element conditions that read the element alone, as column filters
+    (fewer candidates to scan; the kernel's per-element check still holds them all)."""
+    from .model import SELF, Attr, Timestamp, inputs, map_expr, walk
+
+    kl = rule.predicates[pred].kleene
+    if kl is None:
+        return ()
+    alone = [
+        c for c in kl.conditions
+        if not inputs(c) and all(not isinstance(n, (Attr, Timestamp)) or n.pred == SELF for n in walk(c))
+    ]
+
+    def to_pred(node):
+        if isinstance(node, (Attr, Timestamp)) and node.pred == SELF:
+            return replace(node, pred=pred)
+        return node
+
+    return tuple(map_expr(c, to_pred) for c in alone)
 
 
 def _in_range(rows: np.ndarray, lo: int, hi: int) -> np.ndarray:
@@ -285,6 +319,10 @@ class _Run:
     table: EventTable
     store: ColumnStore
     env: tuple
+    #: the matches so far estimated for the Kleene sets of this call (checked against max_matches)
+    estimate: float = 0.0
+    #: Kleene position -> the flat set store its step wrote (sequences point into it)
+    _sets: dict = field(default_factory=dict)
 
     def plan(self, p: int, terms: np.ndarray, excl: np.ndarray, use_excl: bool) -> np.ndarray:
         """Complete sequences of plan ``p`` for the terminator rows ``terms``."""
@@ -300,8 +338,7 @@ class _Run:
 
     def _steps(self, p: int, terms: np.ndarray, excl: np.ndarray, use_excl: bool, count: bool):
         plan = self.spec.plans[p]
-        n_pred = self.spec.rule.n_predicates
-        seqs = np.full((len(terms), n_pred), -1, np.int64)
+        seqs = np.full((len(terms), self.spec.width), -1, np.int64)
         for st in plan.steps:
             if len(seqs) == 0:
                 break
@@ -314,6 +351,10 @@ class _Run:
                 step = StepInput(st, p, seqs, lo, lo + 1, terms, excl, False, self.env)
             else:
                 lo, hi, cand = self.ranges(st, seqs)
+                kleene = plan.plan.predicates[st.pred].kleene
+                if kleene is not None:
+                    seqs = self._kleene_step(p, st, kleene, seqs, lo, hi, cand)
+                    continue
                 step = StepInput(st, p, seqs, lo, hi, cand, excl, use_excl, self.env)
                 if st.policy != "each":
                     chosen = self.combiner.select(self.kernels, step, st.policy == "last")
@@ -325,6 +366,97 @@ class _Run:
                 return self._count_each(step)
             seqs = self.combiner.each(self.kernels, step)
         return len(seqs) if count else seqs
+
+    # -- Kleene closure (docs/language.md) -----------------------------------------------------
+
+    def _kleene_step(self, p: int, st: StepSpec, kl, seqs, lo, hi, cand) -> np.ndarray:
+        """Each sequence extended by every candidate set of Kleene position ``st.pred``.
+
+        Elements: the candidates after the previous position that pass the per-element checks;
+        sets: every subset of them of an allowed size whose consecutive elements pass the
+        consecutive checks (``greedy``: all of them); then the set conditions (aggregates over
+        the set, vectorised on the host) and the negations bounded by the set (generated check).
+        """
+        from .errors import RuleError
+        from .kernels import kleene as kk
+        from .kleene import check_estimate
+
+        rule, k = self.spec.rule, st.pred
+        col: Column = self.store.predicates[k]
+        if kl.after is not None:  # strictly after the previous position
+            lo = np.maximum(lo, np.searchsorted(col.ts, self.table.ts[seqs[:, kl.after]], "right"))
+            hi = np.maximum(hi, lo)
+        elem, pair = self.kernels.kleene[k]
+        e_off, e_rows = kk.elements(elem, seqs, lo, hi, cand, self.env)
+        self.estimate += kk.subset_estimate(np.diff(e_off), kl.min_size, kl.max_size, kl.greedy)
+        check_estimate(rule, k, self.estimate)
+        set_seq, set_start, set_len, flat = kk.enumerate_sets(
+            pair, seqs, e_off, e_rows, self.env, kl.min_size, kl.max_size, kl.greedy
+        )
+        out = seqs[set_seq]
+        base = self.spec.kleene_base(k)
+        if k in self._sets:  # a second step of this position cannot happen (one plan, one step)
+            raise RuleError(f"rule {rule.name!r}: Kleene position {k} bound twice")  # pragma: no cover
+        self._sets[k] = flat
+        out[:, k] = flat[set_start] if len(flat) else -1
+        out[:, base] = set_start
+        out[:, base + 1] = set_len
+        out[:, base + 2] = flat[set_start + set_len - 1] if len(flat) else -1
+        if len(out) and st.conditions:
+            from .evaluate import condition_mask
+
+            aggs = self._kleene_aggs(out)  # the sets bound so far (this one included)
+            keep = np.ones(len(out), bool)
+            for c in st.conditions:
+                keep &= condition_mask(rule.conditions[c], self.table, out[:, : rule.n_predicates], aggs)
+            out = out[keep]
+        if len(out) and st.negations:
+            from .kernels.cpu import _launch
+
+            mask = np.empty(len(out), np.bool_)
+            valid = self.kernels.valid[p][st.step]
+            _launch("_pair_mask", 0, valid, out, np.arange(len(out), dtype=np.int64), out[:, k].copy(), self.env, mask)
+            out = out[mask]
+        return out
+
+    def _kleene_aggs(self, seqs: np.ndarray) -> np.ndarray:
+        """(n, n_aggregates) the aggregates over the Kleene sets of ``seqs`` (NaN where unbound)."""
+        rule = self.spec.rule
+        from .kernels import kleene as kk
+
+        out = np.full((len(seqs), len(rule.aggregates)), np.nan)
+        for a, agg in enumerate(rule.aggregates):
+            k = agg.kleene
+            if k is None or k not in self._sets:
+                continue
+            base = self.spec.kleene_base(k)
+            col = self.table.columns.get(agg.attribute) if agg.attribute else None
+            if col is None or col.kind not in ("int", "float"):  # never a value: count only
+                values, valid = np.zeros(len(self.table), np.float64), np.zeros(len(self.table), np.bool_)
+            else:
+                values, valid = col.values.astype(np.float64, copy=False), col.valid
+            out[:, a] = kk.set_aggregates(
+                agg.function, values, valid, self._sets[k], np.ascontiguousarray(seqs[:, base]),
+                np.ascontiguousarray(seqs[:, base + 1]),
+            )
+        return out
+
+    def kleene_matches(self, seqs: np.ndarray) -> Matches:
+        """The complete sequences of a Kleene rule as :class:`Matches` (rows, aggregates, sets)."""
+        rule = self.spec.rule
+        n_pred = rule.n_predicates
+        if not len(seqs) or any(k not in self._sets for k in rule.kleene_positions):
+            return Matches.empty(rule)
+        sets = {}
+        for k in rule.kleene_positions:
+            base = self.spec.kleene_base(k)
+            start, length = seqs[:, base], seqs[:, base + 1]
+            off = np.zeros(len(seqs) + 1, np.int64)
+            np.cumsum(length, out=off[1:])
+            idx = np.repeat(start - off[:-1], length) + np.arange(off[-1], dtype=np.int64)
+            sets[k] = (off, self._sets[k][idx])
+        rows = np.ascontiguousarray(seqs[:, :n_pred], np.int64)
+        return Matches(rows, self._kleene_aggs(seqs), sets)
 
     def _count_each(self, step: StepInput) -> int:
         counter = getattr(self.combiner, "count_each", None)
@@ -461,6 +593,15 @@ def describe(rule: Rule, use_index: bool = True) -> str:
                 )
                 if st.key is not None:
                     head += f", parameter index on {st.key.attr} = {_show(st.key.expr, rule)}"
+                kl = pred.kleene
+                if kl is not None:
+                    after = "" if kl.after is None else f", after {plan.plan.predicates[kl.after].alias}"
+                    size = f"[{kl.min_size}..{'' if kl.max_size is None else kl.max_size}]"
+                    head = (
+                        head.replace(f"each {pred.alias}", f"Kleene {pred.alias}{size} "
+                                     f"({'greedy' if kl.greedy else 'each subset'})") + after
+                    )
+                    head += f"; {len(kl.conditions)} per-element, {len(kl.consecutive)} consecutive check(s)"
             checks = [_show(rule.conditions[i], rule) for i in st.conditions]
             checks += [f"not {rule.negations[i].event_type} (negation {i})" for i in st.negations]
             lines.append(head + (f"; checks {', '.join(checks)}" if checks else ""))

@@ -30,12 +30,19 @@ from .model import (
     Neg,
     Rule,
     Timestamp,
+    kleene_exprs,
     map_rule_exprs,
     walk,
 )
 from .output import OutputSchema, assemble
 
 RulesLike = "Rule | Sequence[Rule] | str"
+
+
+def _no_limit():
+    import contextlib
+
+    return contextlib.nullcontext()
 
 
 def as_rules(rules) -> list[Rule]:
@@ -103,6 +110,7 @@ def check_schema(rules: Sequence[Rule], table: EventTable) -> None:
         for part in list(rule.negations) + list(rule.aggregates):
             exprs.extend(part.conditions)
         exprs.extend(a.expr for a in rule.attributes)
+        exprs.extend(kleene_exprs(rule))
         for agg in rule.aggregates:
             if agg.attribute is not None:
                 exprs.append(Attr(SELF, agg.attribute, pos=agg.pos))
@@ -160,6 +168,10 @@ class RuleResult:
     attributes: dict[str, AttributeColumn]
     #: set instead of the arrays for ``output="count"``
     count: int | None = None
+    #: rules with Kleene positions: ``ids`` is padded with ``PAD_ID`` after ``lengths[m]`` ids;
+    #: ``sizes`` (n, n_predicates) how many ids each position took (docs/language.md)
+    lengths: np.ndarray | None = None
+    sizes: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.ts) if self.count is None else self.count
@@ -183,12 +195,18 @@ def composite_events(rule: Rule, table: EventTable, matches: Matches) -> RuleRes
     """Timestamps, ids and attributes of the composite events of ``matches``, sorted by (ts, ids)."""
     rows = matches.rows
     ts = match_ts(table, rows, rule)
-    ids = table.ids[rows] if len(rows) else np.empty((0, rule.n_predicates), np.int64)
+    lengths = sizes = None
+    if matches.sets is not None:
+        ids, lengths, sizes = kleene_ids(rule, table, matches)
+    else:
+        ids = table.ids[rows] if len(rows) else np.empty((0, rule.n_predicates), np.int64)
     aggs = matches.aggs
     # CDP emits matches grouped by terminator, candidates in time order: usually sorted already
     if not _sorted_by_ts_ids(ts, ids):
         order = np.lexsort(tuple(ids[:, j] for j in reversed(range(ids.shape[1]))) + (ts,))
         rows, aggs, ts, ids = rows[order], aggs[order], ts[order], ids[order]
+        if lengths is not None:
+            lengths, sizes = lengths[order], sizes[order]
     attrs = {}
     for a in rule.attributes:
         v = evaluate(a.expr, table, rows, aggs)
@@ -203,7 +221,38 @@ def composite_events(rule: Rule, table: EventTable, matches: Matches) -> RuleRes
         elif kind == "int":
             values = values.astype(np.int64)
         attrs[a.name] = AttributeColumn(kind, values, v.valid.copy())
-    return RuleResult(rule, ts, ids, attrs)
+    return RuleResult(rule, ts, ids, attrs, lengths=lengths, sizes=sizes)
+
+
+#: The padding after the ids of a Kleene match (sorts before every id, as a shorter tuple does).
+PAD_ID = np.iinfo(np.int64).min
+
+
+def kleene_ids(rule: Rule, table: EventTable, matches: Matches):
+    """The ids of matches with Kleene sets: (padded ids (n, width), lengths (n,), sizes (n, P)).
+
+    Each row lists the ids in declaration order with a set's ids, in time order, at its
+    position; ``sizes[m, j]`` is how many ids position ``j`` took (1 for a plain position).
+    """
+    rows = matches.rows
+    n, n_pred = rows.shape
+    sizes = np.ones((n, n_pred), np.int64)
+    for k, (off, _) in matches.sets.items():
+        sizes[:, k] = np.diff(off)
+    lengths = sizes.sum(axis=1)
+    width = int(lengths.max()) if n else n_pred
+    ids = np.full((n, width), PAD_ID, np.int64)
+    start = np.cumsum(sizes, axis=1) - sizes
+    every = np.arange(n)
+    for j in range(n_pred):
+        if j in matches.sets:
+            off, flat = matches.sets[j]
+            m = np.repeat(every, sizes[:, j])
+            within = np.arange(len(flat), dtype=np.int64) - np.repeat(off[:-1], sizes[:, j])
+            ids[m, start[m, j] + within] = table.ids[flat]
+        elif n:
+            ids[every, start[:, j]] = table.ids[rows[:, j]]
+    return ids, lengths, sizes
 
 
 @cached_njit
@@ -257,16 +306,18 @@ def _mix(h: np.ndarray) -> np.ndarray:
     return h ^ (h >> np.uint64(31))
 
 
-def composite_ids(rule_name: str, ids: np.ndarray) -> np.ndarray:
+def composite_ids(rule_name: str, ids: np.ndarray, lengths: np.ndarray | None = None) -> np.ndarray:
     """Ids of composite events: a hash of the rule name and the bound ids, as a negative int64.
 
     Content-derived, so batch, streaming and Spark (any partitioning) give a composite event the
     same id; negative, so it never collides with the (non-negative) ids of primitive events.
+    ``lengths``: rows of ``ids`` padded after that many ids (Kleene matches; padding not hashed).
     """
     h = np.full(ids.shape[0], hash_text(rule_name), dtype=np.uint64)
     with np.errstate(over="ignore"):
         for j in range(ids.shape[1]):
-            h = _mix(h ^ ids[:, j].astype(np.uint64))
+            mixed = _mix(h ^ ids[:, j].astype(np.uint64))
+            h = mixed if lengths is None else np.where(j < lengths, mixed, h)
     return -((h & np.uint64((1 << 62) - 1)).astype(np.int64)) - 1
 
 
@@ -281,7 +332,8 @@ def append_composites(table: EventTable, results: Iterable[RuleResult]) -> Event
     """Add composite events to the table as events of type ``rule.name`` (ids from :func:`composite_ids`)."""
     for res in results:
         if len(res.ts):
-            table = table.concat(_table_of(res, composite_ids(res.rule.name, res.ids), table))
+            ids = composite_ids(res.rule.name, res.ids, res.lengths)
+            table = table.concat(_table_of(res, ids, table))
     return table
 
 
@@ -322,6 +374,7 @@ def _in_time_units(rule: Rule, source: str, time: TimeFormat) -> Rule:
 
 
 def _all_exprs(rule: Rule):
+    yield from kleene_exprs(rule)
     yield from rule.conditions
     for part in (*rule.negations, *rule.aggregates):
         yield from part.conditions
@@ -378,6 +431,7 @@ def detect(
     time_unit: str = "s",
     output: str = "pandas",
     max_batch_latency: float | None = None,
+    max_matches: int | None = None,
 ):
     """Detect the composite events that ``rules`` define in ``events``.
 
@@ -402,6 +456,10 @@ def detect(
         device per batch. ``None`` (default): unbounded, one batch per rule; ``0``: one
         terminator per batch. A number of seconds or a ``timedelta``. Other backends accept it
         and ignore it (they process all terminators of a rule in one call).
+    max_matches:
+        The most matches a rule with a Kleene position may be estimated to produce (default
+        ``cep_gpu.kleene.DEFAULT_MAX_MATCHES``); over it, :class:`~cep_gpu.errors.MatchLimitError`
+        is raised before the matches are built (docs/language.md, Kleene closure).
 
     Returns
     -------
@@ -429,8 +487,11 @@ def detect(
         table = events
     else:
         raise EventError(f"events must be a pandas DataFrame or a pyarrow Table, got {type(events).__name__}")
-    results = detect_table(table, rule_list, backend, count_only=output == "count",
-                           max_batch_latency=max_batch_latency)
+    from .kleene import limit
+
+    with limit(max_matches) if max_matches is not None else _no_limit():
+        results = detect_table(table, rule_list, backend, count_only=output == "count",
+                               max_batch_latency=max_batch_latency)
     if output == "count":
         counts: dict[str, int] = {}
         for r in results:

@@ -545,7 +545,7 @@ class Engine:
                     continue
                 results.append(res)
                 if self.rules[i].name in self._read_types:
-                    cids = composite_ids(res.rule.name, res.ids)
+                    cids = composite_ids(res.rule.name, res.ids, res.lengths)
                     new_ids = np.concatenate([new_ids, cids])
                     new_types = new_types | {res.rule.name}
                     self._buf.append(_table_of(res, cids, self._buf.table()))
@@ -666,10 +666,17 @@ class Engine:
             ts = self._time.from_ns(r.ts)
             ts = list(ts) if isinstance(ts, pd.Series) else ts.tolist()
             ids = [tuple(x) for x in r.ids.tolist()]
+            counts = None
+            if self._schema.kleene:  # Kleene: ids padded after lengths[k]; id_counts per position
+                ids = ids if r.lengths is None else [t[:m] for t, m in zip(ids, r.lengths.tolist())]
+                counts = [1] * r.ids.shape[1] if r.sizes is None else None
+                counts = [counts] * n if counts is not None else r.sizes.tolist()
             cols = [_python_values(r.attributes.get(name), kind, self._strings, n) for name, kind in attrs]
             name = r.rule.name
             for k in range(n):
                 rec = {"rule": name, "ts": ts[k], "ids": ids[k]}
+                if counts is not None:
+                    rec["id_counts"] = list(counts[k])
                 for (a, _), vals in zip(attrs, cols):
                     rec[a] = vals[k]
                 rows.append((int(r.ts[k]), name, ids[k], rec))
@@ -710,6 +717,8 @@ def composite_records(out: pd.DataFrame) -> list[dict]:
     for k, row in enumerate(out[columns].itertuples(index=False, name=None)):
         rec = {c: (None if _isnull(v) else v) for c, v in zip(columns, row)}
         rec["ids"] = tuple(int(x) for x in ids[k])
+        if "id_counts" in rec:  # Kleene rules (docs/language.md)
+            rec["id_counts"] = [int(x) for x in rec["id_counts"]]
         records.append({"rule": rec.pop("rule"), "ts": rec.pop("ts"), "ids": rec.pop("ids"), **rec})
     return records
 

@@ -80,3 +80,14 @@ def _located(message: str, line: int | None, column: int | None, text: str) -> s
         src = lines[line - 1]
         out += f"\n    {src}\n    {' ' * max((column or 1) - 1, 0)}^"
     return out
+
+
+class MatchLimitError(CepError, RuntimeError):
+    """A rule whose estimated number of matches exceeds ``max_matches`` (Kleene closure: the
+    subsets of a long candidate range). Raised before the matches are built; nothing is truncated.
+    The message names the rule, the estimate and how to bound it."""
+
+
+class UnsupportedFeatureError(CepError, NotImplementedError):
+    """A rule uses a feature that the chosen backend does not implement; the message names the
+    feature and the backends that do."""

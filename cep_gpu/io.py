@@ -60,6 +60,8 @@ def write_output(out: pd.DataFrame | pa.Table, path: str | Path) -> None:
     if file_format(path) == "parquet":
         pq.write_table(table, path)
         return
-    ids_text = pa.array([" ".join(map(str, ids)) for ids in table.column("ids").to_pylist()], pa.string())
-    table = table.set_column(table.schema.get_field_index("ids"), "ids", ids_text)
+    for name in ("ids", "id_counts"):  # id_counts: rules with Kleene closure (docs/language.md)
+        if name in table.column_names:
+            text = pa.array([" ".join(map(str, v)) for v in table.column(name).to_pylist()], pa.string())
+            table = table.set_column(table.schema.get_field_index(name), name, text)
     pacsv.write_csv(table, path)

@@ -37,8 +37,11 @@ CompareOp = Literal["=", "!=", "<", "<=", ">", ">="]
 ArithOp = Literal["+", "-", "*", "/"]
 ValueType = Literal["string", "int", "float", "bool"]
 
-#: ``Attr.pred`` of the event a negation or an aggregate ranges over (its "own" event).
+#: ``Attr.pred`` of the event a negation or an aggregate ranges over (its "own" event); in a
+#: Kleene position's conditions, the element being checked (``b[i]`` in a consecutive condition).
 SELF = -1
+#: ``Attr.pred`` of the next element of a Kleene set in a consecutive condition (``b[i+1]``).
+NEXT = -2
 
 #: A 1-based (line, column) in the rule text a model object was compiled from.
 Pos = tuple[int, int]
@@ -168,6 +171,27 @@ class Span:
 
 
 @dataclass(frozen=True)
+class Kleene:
+    """A Kleene position ``KL(T b)[min..max]``: binds a non-empty *set* of events (docs/language.md,
+    "Kleene closure").
+
+    The elements lie in the predicate's window and strictly after ``after`` (a bound predicate, or
+    None for a leading position, whose window bounds it). ``conditions`` hold for every element
+    (``Attr(SELF, ..)`` is the element, other predicates by index); ``consecutive`` for every pair
+    of consecutive elements of the set (``SELF`` = ``b[i]``, ``NEXT`` = ``b[i+1]``). ``greedy``:
+    the set is every element of the span that passes ``conditions`` (one set per binding of the
+    other positions); otherwise every subset (skip-till-any-match) is a set.
+    """
+
+    min_size: int = 1
+    max_size: int | None = None
+    greedy: bool = False
+    after: int | None = None
+    conditions: tuple[Expr, ...] = ()
+    consecutive: tuple[Expr, ...] = ()
+
+
+@dataclass(frozen=True)
 class Predicate:
     """One positive event of a rule, as placed in one plan.
 
@@ -186,6 +210,8 @@ class Predicate:
     anchor: int | None = None
     before: int | None = None
     ties: bool = False
+    #: set for a Kleene position (binds a set of events): see :class:`Kleene`
+    kleene: Kleene | None = None
 
 
 @dataclass(frozen=True)
@@ -217,6 +243,9 @@ class Aggregate:
     conditions: tuple[Expr, ...] = ()
     name: str | None = None
     pos: Pos | None = _pos()
+    #: set for an aggregate over the elements of a Kleene set (``sum(b.v)``): the Kleene
+    #: predicate's index; ``span`` and ``conditions`` are then unused
+    kleene: int | None = None
 
 
 @dataclass(frozen=True)
@@ -276,6 +305,11 @@ class Rule:
         return self.plans[0].predicates
 
     @property
+    def kleene_positions(self) -> tuple[int, ...]:
+        """Declaration indices of the Kleene positions (empty for rules without Kleene closure)."""
+        return tuple(i for i, p in enumerate(self.predicates) if p.kleene is not None)
+
+    @property
     def n_predicates(self) -> int:
         return len(self.plans[0].predicates)
 
@@ -322,7 +356,7 @@ def inputs(expr: Expr, rule: Rule | None = None) -> frozenset[int]:
     """
     out: set[int] = set()
     for node in walk(expr):
-        if isinstance(node, (Attr, Timestamp)) and node.pred != SELF:
+        if isinstance(node, (Attr, Timestamp)) and node.pred >= 0:  # not SELF / NEXT
             out.add(node.pred)
         elif isinstance(node, AggValue):
             if rule is None:
@@ -340,7 +374,10 @@ def negation_inputs(neg: Negation) -> frozenset[int]:
 
 
 def aggregate_inputs(agg: Aggregate) -> frozenset[int]:
-    """The bound predicates an aggregate needs: its span ends and those its conditions read."""
+    """The bound predicates an aggregate needs: its span ends and those its conditions read
+    (a Kleene set aggregate needs its Kleene predicate only)."""
+    if agg.kleene is not None:
+        return frozenset((agg.kleene,))
     out = set(agg.span.refs)
     for c in agg.conditions:
         out |= inputs(c)
@@ -407,4 +444,27 @@ def map_rule_exprs(rule: Rule, fn) -> Rule:
             replace(a, conditions=tuple(map_expr(c, fn) for c in a.conditions)) for a in rule.aggregates
         ),
         attributes=tuple(replace(a, expr=map_expr(a.expr, fn)) for a in rule.attributes),
+        plans=tuple(
+            replace(plan, predicates=tuple(_map_kleene(p, fn) for p in plan.predicates))
+            for plan in rule.plans
+        ),
     )
+
+
+def _map_kleene(pred: Predicate, fn) -> Predicate:
+    k = pred.kleene
+    if k is None:
+        return pred
+    return replace(pred, kleene=replace(
+        k,
+        conditions=tuple(map_expr(c, fn) for c in k.conditions),
+        consecutive=tuple(map_expr(c, fn) for c in k.consecutive),
+    ))
+
+
+def kleene_exprs(rule: Rule) -> Iterator[Expr]:
+    """Every per-element and consecutive condition of the rule's Kleene positions."""
+    for p in rule.predicates:
+        if p.kleene is not None:
+            yield from p.kleene.conditions
+            yield from p.kleene.consecutive

@@ -13,6 +13,10 @@ from pandas.core.arrays.arrow import ArrowExtensionArray
 from .events import EventTable, nullable_pandas_type
 from .model import Rule
 
+#: The column that says how many ids each position of a match took (only in outputs with a rule
+#: that has a Kleene position; docs/language.md, "Kleene closure").
+ID_COUNTS = "id_counts"
+
 _ARROW_TYPES = {"string": pa.string(), "int": pa.int64(), "float": pa.float64(), "bool": pa.bool_()}
 
 
@@ -23,6 +27,8 @@ class OutputSchema:
     attributes: tuple[tuple[str, str], ...]
     #: attributes no rule declares a type for: their kind comes from the values (float if none)
     inferred: frozenset[str] = frozenset()
+    #: whether some rule has a Kleene position (then the output has an ``id_counts`` column)
+    kleene: bool = False
 
     @classmethod
     def of(cls, rules: Sequence[Rule]) -> OutputSchema:
@@ -37,10 +43,13 @@ class OutputSchema:
                     else:
                         t = "string" if "string" in (seen[a.name], t) else t
                 seen[a.name] = t
-        return cls(tuple(seen.items()), frozenset(seen) - declared)
+        kleene = any(r.kleene_positions for r in rules)
+        return cls(tuple(seen.items()), frozenset(seen) - declared, kleene)
 
     def arrow_schema(self, ts_type: pa.DataType) -> pa.Schema:
         fields = [pa.field("rule", pa.string()), pa.field("ts", ts_type), pa.field("ids", pa.list_(pa.int64()))]
+        if self.kleene:
+            fields.append(pa.field(ID_COUNTS, pa.list_(pa.int32())))
         fields += [pa.field(n, _ARROW_TYPES[t]) for n, t in self.attributes]
         return pa.schema(fields)
 
@@ -60,20 +69,23 @@ def assemble(results, schema: OutputSchema, table: EventTable, arrow: bool = Fal
     name_codes = np.concatenate(
         [np.full(len(r.ts), rule_names.index(r.rule.name), np.int32) for r in results]
     ) if results else np.empty(0, np.int32)
-    if len(results) == 1:
+    kleene = schema.kleene or any(getattr(r, "sizes", None) is not None for r in results)
+    if len(results) == 1 and not kleene:
         # one rule: composite_events already sorted it by (ts, ids)
         order = np.arange(n_total, dtype=np.int64)
         flat_ids = results[0].ids.reshape(-1)
         lens = np.full(n_total, results[0].ids.shape[1], np.int64)
     else:
         # pad ids so that a shorter tuple sorts before its extensions, as Python tuples do
+        # (Kleene results come padded so already, with their own lengths)
         pad = np.full((n_total, width), np.iinfo(np.int64).min, dtype=np.int64)
         lengths = np.empty(n_total, dtype=np.int64)
         start = 0
         for r in results:
             k = len(r.ts)
             pad[start:start + k, : r.ids.shape[1]] = r.ids
-            lengths[start:start + k] = r.ids.shape[1]
+            own = getattr(r, "lengths", None)
+            lengths[start:start + k] = r.ids.shape[1] if own is None else own
             start += k
         keys = tuple(pad[:, j] for j in reversed(range(width))) + (name_codes, ts)
         order = np.lexsort(keys) if n_total else np.empty(0, np.int64)
@@ -94,6 +106,8 @@ def assemble(results, schema: OutputSchema, table: EventTable, arrow: bool = Fal
         pa.array(name_codes[order], type=pa.int32()), pa.array(rule_names, type=pa.string())
     ).cast(pa.string())
     columns = {"rule": rule_arr, "ts": ts_arr, "ids": ids_arr}
+    if kleene:
+        columns[ID_COUNTS] = _id_counts(results, order)
     for name, kind in schema.attributes:
         if name in schema.inferred:
             kind = _value_kind(results, name, kind)
@@ -103,8 +117,32 @@ def assemble(results, schema: OutputSchema, table: EventTable, arrow: bool = Fal
         return out
     df = out.to_pandas(types_mapper=_types_mapper)
     df["ids"] = pd.Series(IdsArray(out.column("ids")), index=df.index)
+    if kleene:
+        df[ID_COUNTS] = pd.Series(IdsArray(out.column(ID_COUNTS)), index=df.index)
     df["ts"] = pd.Series(ts_values).reset_index(drop=True) if len(df) else pd.Series(ts_values)
     return df
+
+
+def _id_counts(results, order: np.ndarray) -> pa.Array:
+    """``id_counts``: per match, how many ids each position took, in declaration order."""
+    parts = []
+    for r in results:
+        sizes = getattr(r, "sizes", None)
+        if sizes is None:
+            sizes = np.ones((len(r.ts), r.ids.shape[1]), np.int64)
+        parts.append(sizes)
+    widths = np.concatenate([np.full(len(p), p.shape[1], np.int64) for p in parts]) if parts else np.empty(0, np.int64)
+    width = max([p.shape[1] for p in parts] + [1])
+    pad = np.zeros((len(widths), width), np.int64)
+    start = 0
+    for p in parts:
+        pad[start:start + len(p), : p.shape[1]] = p
+        start += len(p)
+    widths, pad = widths[order], pad[order]
+    flat = pad[np.arange(width)[None, :] < widths[:, None]]
+    offsets = np.zeros(len(widths) + 1, np.int32)
+    np.cumsum(widths, out=offsets[1:])
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat.astype(np.int32), type=pa.int32()))
 
 
 def _value_kind(results, name: str, default: str) -> str:

@@ -542,12 +542,13 @@ class AutoBackend:
         return int(sum(self._dispatch(rule, table, lo, hi, None, counting=True)))
 
     def _dispatch(self, rule, table, lo, hi, excluded, counting: bool) -> list:
-        if not self.gpu_available:
+        if not self.gpu_available or rule.kleene_positions:  # Kleene closure: CPU only (issue 19)
             # Nothing to choose: one CPU call over the whole range (splitting it could not lower
             # the latency of events handed over together), and no estimate (it could not change
             # the choice; `explain` shows it). Still counted as one decision.
             n_term = _count_terminators(rule, table, lo, hi)
-            self.last_decisions[rule.name] = [Decision("cpu", math.nan, math.nan, 0, n_term, "no usable GPU")]
+            why = "no usable GPU" if not self.gpu_available else "Kleene closure runs on the CPU"
+            self.last_decisions[rule.name] = [Decision("cpu", math.nan, math.nan, 0, n_term, why)]
             return [self._run("cpu", rule, table, lo, hi, excluded, n_term, 0.0, counting)]
         hi = len(table) if hi is None else hi
         work = estimate_work(rule, table, lo, hi)

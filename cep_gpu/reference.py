@@ -14,6 +14,7 @@ division by zero is null, and a condition whose value is null is false.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ import numpy as np
 from .backends import Matches, register
 from .events import EventTable
 from .model import (
+    NEXT,
     SELF,
     Aggregate,
     AggValue,
@@ -44,8 +46,9 @@ from .model import (
 
 _MIN_TS = np.iinfo(np.int64).min
 
-#: A partial or complete match: declaration index -> table row.
-Binding = dict[int, int]
+#: A partial or complete match: declaration index -> table row (a tuple of rows, in row order,
+#: for a Kleene position).
+Binding = dict[int, "int | tuple[int, ...]"]
 
 
 class ReferenceBackend:
@@ -68,13 +71,16 @@ class ReferenceBackend:
         ctx = _Context(rule, table, excluded)
         rows: list[list[int]] = []
         aggs: list[list[float]] = []
+        sets: dict[int, list[tuple[int, ...]]] = {k: [] for k in rule.kleene_positions}
         for term_row in range(lo, hi):
             found: list[Binding] = []
             for plan in rule.plans:
                 found.extend(ctx.matches_at(plan, term_row))
             for binding in found:
-                rows.append([binding[i] for i in range(rule.n_predicates)])
+                rows.append([_first(binding[i]) for i in range(rule.n_predicates)])
                 aggs.append([_as_float(ctx.aggregate(a, binding)) for a in rule.aggregates])
+                for k in sets:
+                    sets[k].append(binding[k])
             # all composite events of this terminator exist before its consumption applies
             for binding in found:
                 for pred in rule.consuming:
@@ -84,7 +90,18 @@ class ReferenceBackend:
         return Matches(
             np.array(rows, dtype=np.int64).reshape(len(rows), rule.n_predicates),
             np.array(aggs, dtype=np.float64).reshape(len(rows), len(rule.aggregates)),
+            {
+                k: (
+                    np.array([0] + [len(s) for s in got], np.int64).cumsum(),
+                    np.array([r for s in got for r in s], np.int64),
+                )
+                for k, got in sets.items()
+            } or None,
         )
+
+
+def _first(bound) -> int:
+    return bound[0] if isinstance(bound, tuple) else bound
 
 
 def _as_float(v) -> float:
@@ -104,6 +121,8 @@ class _Context:
         self._checks = {id(p): step_checks(self.rule, p) for p in self.rule.plans}
         # code -> string, decoded once per call (the dictionary does not change during a match)
         self._strings = self.table.strings.decode(np.arange(len(self.table.strings)))
+        #: the estimated matches so far (Kleene sets), checked against max_matches
+        self.estimate = 0
 
     # -- binding ----------------------------------------------------------------------------------
 
@@ -133,6 +152,9 @@ class _Context:
                 if not self.excluded[r] and (not pred.ties or r < b_row)
             ]
         check = checks[step]
+        if step > 0 and pred.kleene is not None:
+            yield from self._extend_kleene(plan, checks, binding, step, term_row, pred_index, candidates)
+            return
         valid = []
         for r in candidates:
             trial = {**binding, pred_index: r}
@@ -146,6 +168,49 @@ class _Context:
             valid = valid[:1]
         for r in valid:
             yield from self._extend(plan, checks, {**binding, pred_index: r}, step + 1, term_row)
+
+    def _extend_kleene(self, plan, checks, binding, step, term_row, k, candidates) -> Iterator[Binding]:
+        """A Kleene step: the candidate sets of position ``k`` (docs/language.md, Kleene closure)."""
+        kl = plan.predicates[k].kleene
+        if kl.after is not None:  # strictly after the previous position
+            after_ts = self._ts(binding[kl.after])
+            candidates = [r for r in candidates if self._ts(r) > after_ts]
+        # elements: the candidates that pass every per-element condition
+        elems = [
+            r for r in candidates if all(self.holds(c, binding, self_row=r) for c in kl.conditions)
+        ]
+        n = len(elems)
+        hi_size = n if kl.max_size is None else min(kl.max_size, n)
+        if kl.greedy:
+            estimate = 1 if n else 0
+        else:
+            # subsets of n elements with an allowed size (2^n minus the small ones when unbounded)
+            if hi_size == n:
+                estimate = 2**n - sum(math.comb(n, s) for s in range(min(kl.min_size, n + 1)))
+            else:
+                estimate = sum(math.comb(n, s) for s in range(kl.min_size, hi_size + 1))
+        self.estimate += estimate
+        from .kleene import check_estimate
+
+        check_estimate(self.rule, k, self.estimate)
+        if kl.greedy:
+            sizes = [n] if n and kl.min_size <= n <= hi_size else []
+        else:
+            sizes = range(kl.min_size, hi_size + 1)
+        check = checks[step]
+        for size in sizes:
+            for chosen in itertools.combinations(elems, size):
+                if not all(
+                    self.holds(c, binding, self_row=x, next_row=y)
+                    for x, y in zip(chosen, chosen[1:])
+                    for c in kl.consecutive
+                ):
+                    continue
+                trial = {**binding, k: chosen}
+                if all(self.holds(self.rule.conditions[c], trial) for c in check.conditions) and all(
+                    self.negation_holds(self.rule.negations[n_], trial) for n_ in check.negations
+                ):
+                    yield from self._extend(plan, checks, trial, step + 1, term_row)
 
     # -- rows and spans ---------------------------------------------------------------------------
 
@@ -175,8 +240,13 @@ class _Context:
 
     def span_rows(self, event_type: str, span: Span, binding: Binding) -> list[int]:
         """Rows of ``event_type`` inside ``span`` as fixed by ``binding`` (consumed rows included)."""
-        lo = self._ts(binding[span.lo_ref]) + span.lo_offset
-        hi = self._ts(binding[span.hi_ref]) + span.hi_offset
+        # a span that starts at a Kleene set starts after its last element; one that ends there
+        # ends before its first
+        lo_row, hi_row = binding[span.lo_ref], binding[span.hi_ref]
+        lo_row = lo_row[-1] if isinstance(lo_row, tuple) else lo_row
+        hi_row = hi_row[0] if isinstance(hi_row, tuple) else hi_row
+        lo = self._ts(lo_row) + span.lo_offset
+        hi = self._ts(hi_row) + span.hi_offset
         lo_incl, hi_incl = span.lo_inclusive, span.hi_inclusive
         if lo > hi:  # only for `between Y and Z` with Z before Y; both ends are exclusive there
             lo, hi = hi, lo
@@ -193,7 +263,11 @@ class _Context:
         """The aggregate's value for ``binding`` (None for avg/min/max over nothing)."""
         values = []
         count = 0
-        for r in self.span_rows(agg.event_type, agg.span, binding):
+        if agg.kleene is not None:  # over the elements of a Kleene set
+            span_rows = list(binding[agg.kleene])
+        else:
+            span_rows = self.span_rows(agg.event_type, agg.span, binding)
+        for r in span_rows:
             if not all(self.holds(c, binding, self_row=r) for c in agg.conditions):
                 continue
             count += 1
@@ -228,29 +302,34 @@ class _Context:
         v = float(v)
         return None if math.isnan(v) else v
 
-    def holds(self, expr: Expr, binding: Binding, self_row: int | None = None) -> bool:
+    def holds(
+        self, expr: Expr, binding: Binding, self_row: int | None = None, next_row: int | None = None
+    ) -> bool:
         """A condition holds only when its value is true; null is false."""
-        v = self.value(expr, binding, self_row)
+        v = self.value(expr, binding, self_row, next_row)
         return v is not None and bool(v)
 
-    def value(self, expr: Expr, binding: Binding, self_row: int | None = None):
-        """The value of ``expr`` for one binding (None = null)."""
+    def value(self, expr: Expr, binding: Binding, self_row: int | None = None, next_row: int | None = None):
+        """The value of ``expr`` for one binding (None = null); ``SELF`` is ``self_row`` and
+        ``NEXT`` (the next element of a Kleene set) ``next_row``."""
+        nr = next_row
         if isinstance(expr, Const):
             return expr.value
         if isinstance(expr, Attr):
-            row = self_row if expr.pred == SELF else binding[expr.pred]
+            row = self_row if expr.pred == SELF else nr if expr.pred == NEXT else binding[expr.pred]
             return self.attribute(expr.name, row)
         if isinstance(expr, Timestamp):
-            return self._ts(self_row if expr.pred == SELF else binding[expr.pred])
+            row = self_row if expr.pred == SELF else nr if expr.pred == NEXT else binding[expr.pred]
+            return self._ts(row)
         if isinstance(expr, AggValue):
             v = self.aggregate(self.rule.aggregates[expr.index], binding)
             return None if v is None else float(v)
         if isinstance(expr, Neg):
-            a = self.value(expr.arg, binding, self_row)
+            a = self.value(expr.arg, binding, self_row, nr)
             return None if a is None else -a
         if isinstance(expr, Arith):
-            a = self.value(expr.left, binding, self_row)
-            b = self.value(expr.right, binding, self_row)
+            a = self.value(expr.left, binding, self_row, nr)
+            b = self.value(expr.right, binding, self_row, nr)
             if a is None or b is None:
                 return None
             if expr.op == "/":
@@ -259,20 +338,20 @@ class _Context:
                 a, b = float(a), float(b)
             return a + b if expr.op == "+" else a - b if expr.op == "-" else a * b
         if isinstance(expr, Compare):
-            a = self.value(expr.left, binding, self_row)
-            b = self.value(expr.right, binding, self_row)
+            a = self.value(expr.left, binding, self_row, nr)
+            b = self.value(expr.right, binding, self_row, nr)
             if a is None or b is None:
                 return None
             if _is_number(a) and _is_number(b) and _is_int(a) != _is_int(b):
                 a, b = float(a), float(b)
             return _COMPARE[expr.op](a, b)
         if isinstance(expr, BoolOp):
-            parts = [self.value(a, binding, self_row) for a in expr.args]
+            parts = [self.value(a, binding, self_row, nr) for a in expr.args]
             if any(p is None for p in parts):
                 return None
             return all(map(bool, parts)) if expr.op == "and" else any(map(bool, parts))
         if isinstance(expr, Not):
-            a = self.value(expr.arg, binding, self_row)
+            a = self.value(expr.arg, binding, self_row, nr)
             return None if a is None else not bool(a)
         raise TypeError(f"not an expression: {expr!r}")
 

@@ -226,6 +226,8 @@ def output_struct(
         T.StructField("ts", ts_type),
         T.StructField("ids", T.ArrayType(T.LongType())),
     ]
+    if any(r.kleene_positions for r in rules):  # how many ids each position took (Kleene)
+        fields.append(T.StructField("id_counts", T.ArrayType(T.IntegerType())))
     attrs = attribute_kinds(rules, schema or T.StructType([]))
     fields += [T.StructField(n, _SPARK_OF[k]) for n, k in attrs]
     return T.StructType(fields)

@@ -40,6 +40,8 @@ class NumbaKernels:
     valid: list[list]
     aggs_all: object
     source: str
+    #: Kleene position -> (per-element check ``kel<k>``, consecutive check ``kpair<k>``)
+    kleene: dict | None = None
 
 
 def rule_key(spec: RuleSpec, kinds: dict[str, str | None]) -> str:
@@ -86,7 +88,8 @@ def compile_numba(spec: RuleSpec, kinds: dict[str, str | None]) -> NumbaKernels:
     valid = [
         [namespace[f"valid_{p}_{s.step}"] for s in plan.steps] for p, plan in enumerate(spec.plans)
     ]
-    out = NumbaKernels(valid, namespace["aggs_all"], source)
+    kleene = {k: (namespace[f"kel{k}"], namespace[f"kpair{k}"]) for k in spec.rule.kleene_positions}
+    out = NumbaKernels(valid, namespace["aggs_all"], source, kleene)
     if len(_CACHE) >= 4096:  # bounded; compiled code of evicted rules is freed with them
         _CACHE.clear()
     _CACHE[key] = out

@@ -28,6 +28,7 @@ import re
 from collections.abc import Callable
 
 from ..model import (
+    NEXT,
     SELF,
     AggValue,
     Arith,
@@ -53,7 +54,7 @@ ALLOWED_GLOBALS = frozenset(
     {"np", "lower_bound", "upper_bound", "True", "False", "float", "range", "min", "max"}
 )
 _LOCAL = re.compile(r"^(?:t|k|a|v|p)\d+$|^(?:seqs|i|r|q|j|env|ts|sc|out|lo|hi|s|e|nr|nt|cnt|tot|mn|mx|nv|x|res)$")
-_FUNC = re.compile(r"^(?:valid_\d+_\d+|neg\d+|neg\d+_cond|agg\d+|agg\d+_cond|aggs_all)$")
+_FUNC = re.compile(r"^(?:valid_\d+_\d+|neg\d+|neg\d+_cond|agg\d+|agg\d+_cond|aggs_all|kel\d+|kpair\d+)$")
 
 
 class CodegenError(ValueError):
@@ -274,17 +275,39 @@ def emit_source(spec: RuleSpec, kinds: dict[str, str | None]) -> str:
     for pi, plan in enumerate(spec.plans):
         for st in plan.steps:
             b = body(lambda p, cur=st.pred: "r" if p == cur else f"seqs[i, {int(p)}]")
-            for c in st.conditions:
+            kleene = plan.plan.predicates[st.pred].kleene is not None
+            # a Kleene step's set conditions (aggregates over the set) are checked on the host;
+            # its negations get the set's first element (r) or its last (a hidden column)
+            for c in () if kleene else st.conditions:
                 b.check(rule.conditions[c], "return False")
             for n in st.negations:
-                args = "".join(f", {b.row(p)}" for p in neg_inputs[n])
+                last_col = spec.kleene_base(st.pred) + 2 if kleene else 0
+                args = "".join(
+                    f", seqs[i, {int(last_col)}]"
+                    if kleene and p == st.pred and rule.negations[n].span.lo_ref == p
+                    else f", {b.row(p)}"
+                    for p in neg_inputs[n]
+                )
                 b.add(f"if not neg{n}(env{args}):")
                 b.add("return False", 2)
             out.append(f"@numba.njit(cache=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)\ndef valid_{pi}_{st.step}(seqs, i, r, env):")
             out += _prologue(layout, kinds) + b.lines + ["    return True", ""]
 
+    # Kleene positions: per-element (r = the element) and consecutive (r = b[i], q = b[i+1]) checks
+    for k in rule.kleene_positions:
+        kl = rule.predicates[k].kleene
+        for fname, conds in ((f"kel{k}", kl.conditions), (f"kpair{k}", kl.consecutive)):
+            b = body(lambda p: "r" if p == SELF else "q" if p == NEXT else f"seqs[i, {int(p)}]")
+            for c in conds:
+                b.check(c, "return False")
+            args = "seqs, i, r, env" if fname.startswith("kel") else "seqs, i, r, q, env"
+            out.append(f"@numba.njit(cache=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)\ndef {fname}({args}):")
+            out += _prologue(layout, kinds) + b.lines + ["    return True", ""]
+
     out.append("@numba.njit(cache=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)\ndef aggs_all(seqs, i, env, out):")
     for k in range(len(rule.aggregates)):
+        if rule.aggregates[k].kleene is not None:
+            continue  # over a Kleene set: computed on the host from the sets (cep_gpu.cdp)
         args = "".join(f", seqs[i, {int(p)}]" for p in agg_inputs[k])
         out.append(f"    out[i, {k}] = agg{k}(env{args})")
     out.append("    return")

@@ -27,6 +27,7 @@ from ..model import (
     Plan,
     Rule,
     inputs,
+    kleene_exprs,
     step_checks,
     walk,
 )
@@ -120,6 +121,18 @@ class RuleSpec:
     agg_checks: tuple[tuple[int, ...], ...]
     layout: Layout
     use_index: bool
+    #: Kleene position -> first of its three hidden columns in the CDP sequences, after the
+    #: predicates' (set start and length in the step's flat set store, the set's last row)
+    kleene_cols: tuple[tuple[int, int], ...] = ()
+
+    def kleene_base(self, pred: int) -> int:
+        """The first hidden column of Kleene position ``pred`` (see ``kleene_cols``)."""
+        return dict(self.kleene_cols)[pred]
+
+    @property
+    def width(self) -> int:
+        """Columns of the CDP partial sequences (the predicates, then the Kleene hidden ones)."""
+        return self.rule.n_predicates + 3 * len(self.kleene_cols)
 
 
 def has_aggregate(expr: Expr) -> bool:
@@ -194,13 +207,14 @@ def lower(rule: Rule, use_index: bool = True) -> RuleSpec:
     return RuleSpec(
         rule, tuple(plans), filters, neg_filters, neg_checks, agg_filters, agg_checks,
         _layout(rule), use_index,
+        tuple((k, rule.n_predicates + 3 * j) for j, k in enumerate(rule.kleene_positions)),
     )
 
 
 def _layout(rule: Rule) -> Layout:
     attrs: list[str] = []
     strings: list[str] = []
-    exprs = list(rule.conditions)
+    exprs = list(rule.conditions) + list(kleene_exprs(rule))
     for part in list(rule.negations) + list(rule.aggregates):
         exprs.extend(part.conditions)
     for expr in exprs:

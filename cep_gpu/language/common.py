@@ -26,7 +26,7 @@ VALUE_TYPES: tuple[ValueType, ...] = ("string", "int", "float", "bool")
 UNITS = {"ms": 10**6, "s": 10**9, "sec": 10**9, "min": 60 * 10**9, "h": 3600 * 10**9}
 _INT64_MAX = 2**63 - 1
 #: Output attribute names that would collide with the output's own columns.
-RESERVED_OUTPUT_NAMES = ("rule", "ids", "ts")
+RESERVED_OUTPUT_NAMES = ("rule", "ids", "ts", "id_counts")
 _ESCAPES = {"\\": "\\", "'": "'", '"': '"', "n": "\n", "t": "\t"}
 
 
@@ -165,6 +165,15 @@ def compile_expr(src: Source, tree: Tree | Token, res: Resolver) -> Expr:
         return res.bare(tree.children[0])
     if kind == "qualified":
         return res.qualified(tree.children[0], tree.children[1])
+    if kind in ("indexed", "call"):
+        # Kleene closure: `b[i].v`, `b[i+1].v` and `count(b)`, `sum(b.v)` (SEQ patterns only)
+        handler = getattr(res, kind, None)
+        if handler is None:
+            what = "indexed references (b[i].v)" if kind == "indexed" else "function calls"
+            raise src.error(
+                f"{what} are only for Kleene positions KL(T b) of SEQ patterns", tree
+            )
+        return handler(tree)
     if kind == "neg":
         inner = tree.children[1]
         if inner.data == "number" and str(inner.children[0]) == str(_INT64_MAX + 1):

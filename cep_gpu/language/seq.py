@@ -15,10 +15,14 @@ from dataclasses import dataclass
 from lark import Token, Tree
 
 from ..model import (
+    NEXT,
     SELF,
+    Aggregate,
+    AggValue,
     Attr,
     BoolOp,
     Expr,
+    Kleene,
     Negation,
     Not,
     Plan,
@@ -26,6 +30,7 @@ from ..model import (
     Rule,
     Span,
     Timestamp,
+    map_expr,
 )
 from .common import (
     Resolver,
@@ -34,6 +39,7 @@ from .common import (
     compile_comparison,
     compile_expr,
     duration,
+    number,
     output_attributes,
     pos_of,
     subtrees,
@@ -49,14 +55,29 @@ class _Item:
     negated: bool
     index: int  # declaration index (positive) or negation index (NOT)
     at: Tree
+    #: (min, max) set size of a Kleene position KL(T b)[min..max] (max None: unbounded)
+    kleene: tuple[int, int | None] | None = None
+
+
+#: placeholder ``Attr.pred`` of ``b[i+o]`` while a condition is compiled (o in -1, 0, 1)
+_INDEXED = -10
+_AGG_FUNCTIONS = ("count", "sum", "avg", "min", "max")
 
 
 class _SeqResolver(Resolver):
     """``alias.attr`` of a pattern position; records which NOT aliases an expression mentions."""
 
-    def __init__(self, src: Source, items: dict[str, _Item]) -> None:
+    def __init__(
+        self, src: Source, items: dict[str, _Item], aggregates: list[Aggregate] | None = None
+    ) -> None:
         self.src, self.items = src, items
         self.negated: dict[str, Token] = {}
+        # Kleene positions read as elements (b.v), indexed (b[i].v -> offsets), aggregated (sum(b.v))
+        self.elements: dict[str, Token] = {}
+        self.offsets: dict[str, set[int]] = {}
+        self.index_vars: set[str] = set()
+        self.aggregated: dict[str, Token] = {}
+        self.aggregates = aggregates if aggregates is not None else []
 
     def bare(self, tok: Token) -> Expr:
         raise self.src.error(
@@ -75,9 +96,77 @@ class _SeqResolver(Resolver):
         if item.negated:
             self.negated.setdefault(alias, name)
             return Timestamp(SELF) if attr_name == "ts" else Attr(SELF, attr_name, pos=pos_of(attr))
+        if item.kleene is not None:
+            self.elements.setdefault(alias, name)
         if attr_name == "ts":
             return Timestamp(item.index)
         return Attr(item.index, attr_name, pos=pos_of(attr))
+
+    def _kleene_item(self, tok: Token, what: str) -> _Item:
+        item = self.items.get(str(tok))
+        if item is None or item.kleene is None:
+            kleene = [a for a, i in self.items.items() if i.kleene is not None]
+            raise self.src.error(
+                f"{what} needs a Kleene position KL(T b); {str(tok)!r} is not one"
+                + (f" (Kleene positions: {', '.join(kleene)})" if kleene else ""),
+                tok,
+            )
+        return item
+
+    def indexed(self, tree: Tree) -> Expr:
+        """``b[i].v`` / ``b[i+1].v``: an element of a Kleene set relative to its neighbour."""
+        alias_tok, var_tok = tree.children[0], tree.children[1]
+        attr_tok = tree.children[-1]
+        item = self._kleene_item(alias_tok, "an indexed reference b[i].attr")
+        offset = 0
+        if len(tree.children) == 5:
+            offset = number(self.src, tree.children[3])
+            if not isinstance(offset, int) or offset > 1:
+                raise self.src.error(
+                    "only consecutive elements can be related: write b[i] and b[i+1]", tree
+                )
+            offset = -offset if str(tree.children[2]) == "-" else offset
+            if offset < -1:
+                raise self.src.error(
+                    "only consecutive elements can be related: write b[i] and b[i+1]", tree
+                )
+        self.offsets.setdefault(item.alias, set()).add(offset)
+        self.index_vars.add(str(var_tok))
+        attr_name = self.src.name(attr_tok, "attribute name")
+        if attr_name == "ts":
+            return Timestamp(_INDEXED + offset)
+        return Attr(_INDEXED + offset, attr_name, pos=pos_of(attr_tok))
+
+    def call(self, tree: Tree) -> Expr:
+        """``count(b)``, ``sum(b.v)``, ``avg/min/max(b.v)``: an aggregate over a Kleene set."""
+        fn_tok, alias_tok = tree.children[0], tree.children[1]
+        fn = str(fn_tok).lower()
+        if fn not in _AGG_FUNCTIONS:
+            raise self.src.error(
+                f"unknown function {str(fn_tok)!r}; aggregates over a Kleene set are "
+                f"{', '.join(_AGG_FUNCTIONS)}",
+                fn_tok,
+            )
+        item = self._kleene_item(alias_tok, f"{fn}(...)")
+        attr = None
+        if len(tree.children) == 3:
+            attr = self.src.name(tree.children[2], "attribute name")
+            if fn == "count":
+                raise self.src.error(f"count takes the set only: count({item.alias})", tree)
+            if attr == "ts":
+                raise self.src.error(
+                    "aggregates over timestamps are not supported; aggregate an attribute", tree
+                )
+        elif fn != "count":
+            raise self.src.error(f"{fn} needs an attribute: {fn}({item.alias}.attr)", tree)
+        self.aggregated.setdefault(item.alias, alias_tok)
+        span = Span(item.index, 0, False, item.index, 0, False)  # unused for set aggregates
+        agg = Aggregate(fn, item.event_type, attr, span, (), None, pos_of(tree), kleene=item.index)
+        for k, known in enumerate(self.aggregates):
+            if known == agg:
+                return AggValue(k)
+        self.aggregates.append(agg)
+        return AggValue(len(self.aggregates) - 1)
 
     def param(self, tok: Token) -> Expr:
         raise self.src.error("parameters ($name) are not part of SEQ/AND patterns; use where", tok)
@@ -117,19 +206,27 @@ def compile_seq(src: Source, tree: Tree) -> Rule:
     n_pos = n_neg = 0
     for item in pattern.children:
         type_tok = item.children[0]
-        alias_tok = item.children[1] if len(item.children) > 1 else type_tok
+        named = [c for c in item.children if isinstance(c, Token)]
+        alias_tok = named[1] if len(named) > 1 else type_tok
         type_ = src.name(type_tok, "event type")
         alias = src.name(alias_tok, "alias")
         if alias in items:
             raise src.error(
                 f"duplicate alias {alias!r}"
-                + ("" if len(item.children) > 1 else "; give each position its own alias"),
+                + ("" if len(named) > 1 else "; give each position its own alias"),
                 alias_tok,
             )
         negated = item.data == "not_item"
         if negated and is_and:
             raise src.error("NOT is not allowed inside AND(...) (it has no position)", item)
-        entry = _Item(type_, alias, negated, n_neg if negated else n_pos, item)
+        kleene = None
+        if item.data == "kleene_item":
+            if is_and:
+                raise src.error(
+                    "Kleene closure KL(...) is only supported inside SEQ(...), not AND(...)", item
+                )
+            kleene = _bounds(src, next(iter(subtrees(item, "kl_bounds")), None))
+        entry = _Item(type_, alias, negated, n_neg if negated else n_pos, item, kleene)
         n_neg += negated
         n_pos += not negated
         items[alias] = entry
@@ -156,18 +253,30 @@ def compile_seq(src: Source, tree: Tree) -> Rule:
 
     positives = [i for i in order if not i.negated]
     last = n_pos - 1
+    kleene_items = [i for i in positives if i.kleene is not None]
+    _check_kleene(src, positives, kleene_items, policy, clauses.get("select_clause"))
+    greedy = policy == "greedy"
+    if greedy:
+        policy = "each"  # the other positions: every combination
+    aggregates: list[Aggregate] = []
+    kleene_conds: dict[int, list[Expr]] = {i.index: [] for i in kleene_items}
+    kleene_pairs: dict[int, list[Expr]] = {i.index: [] for i in kleene_items}
 
     # where: conjuncts on positive events -> conditions; on a NOT alias -> that negation
     conditions: list[Expr] = []
     neg_conditions: dict[str, list[Expr]] = {i.alias: [] for i in order if i.negated}
     if "where_cond" in clauses:
         for conj in _conjuncts(clauses["where_cond"].children[0]):
-            res = _SeqResolver(src, items)
+            res = _SeqResolver(src, items, aggregates)
             expr = _bool(src, conj, res)
             if len(res.negated) > 1:
                 names = ", ".join(sorted(res.negated))
                 raise src.error(f"a where condition may mention only one NOT alias ({names})", conj)
-            if res.negated:
+            kind = _kleene_kind(src, conj, res)
+            if kind is not None:
+                target, k, expr = kind[0], kind[1], _to_element(expr, kind[1])
+                (kleene_conds if target == "element" else kleene_pairs)[k].append(expr)
+            elif res.negated:
                 neg_conditions[next(iter(res.negated))].append(expr)
             else:
                 conditions.append(expr)
@@ -196,23 +305,39 @@ def compile_seq(src: Source, tree: Tree) -> Rule:
         preds = tuple(
             Predicate(p.event_type, p.alias)
             if p.index == last
-            else Predicate(p.event_type, p.alias, policy, window, last, p.index + 1)
+            else _kleene_predicate(p, window, last, greedy, kleene_conds, kleene_pairs)
+            if p.kleene is not None
+            # a Kleene position's neighbour is bound before it: skip over it to the next event
+            else Predicate(p.event_type, p.alias, policy, window, last, _next_plain(positives, p.index))
             for p in positives
         )
-        plans = (Plan(preds, tuple(range(last, -1, -1))),)
+        # plain positions from the last backwards, then the Kleene positions (their span is fixed
+        # by their neighbours once those are bound)
+        plain = [i for i in range(last, -1, -1) if positives[i].kleene is None]
+        plans = (Plan(preds, tuple(plain + [i.index for i in reversed(kleene_items)])),)
 
     returns = []
     if "return_clause" in clauses:
         returns = [(r.children[0], r.children[-1]) for r in subtrees(clauses["return_clause"])]
-    ret_res = _SeqResolver(src, {a: i for a, i in items.items() if not i.negated})
-    attributes = output_attributes(
-        src, declared, returns, lambda t: compile_expr(src, t, ret_res), "return"
-    )
+    def return_value(t: Tree) -> Expr:
+        ret_res = _SeqResolver(src, {a: i for a, i in items.items() if not i.negated}, aggregates)
+        expr = compile_expr(src, t, ret_res)
+        if ret_res.elements or ret_res.offsets:
+            alias = next(iter(ret_res.elements or ret_res.offsets))
+            raise src.error(
+                f"{alias!r} is a Kleene set of events: return an aggregate over it "
+                f"(count({alias}), sum/avg/min/max({alias}.attr))",
+                t,
+            )
+        return expr
+
+    attributes = output_attributes(src, declared, returns, return_value, "return")
     return Rule(
         name=name,
         plans=plans,
         conditions=tuple(conditions),
         negations=tuple(negations),
+        aggregates=tuple(aggregates),
         attributes=attributes,
         syntax="seq",
         source=src.text,
@@ -250,3 +375,149 @@ def _and_plans(positives: list[_Item], t: int, window: int | None, policy: str) 
         order = (t, *single, *(p.index for chain in chains for p in chain))
         plans.append(Plan(preds, order))
     return plans
+
+
+# ---------------------------------------------------------------------------------- Kleene closure
+
+
+def _bounds(src: Source, tree: Tree | None) -> tuple[int, int | None]:
+    """``[m..n]`` / ``[m..]`` -> (min, max); the default is ``[1..]``."""
+    if tree is None:
+        return 1, None
+    values = []
+    for tok in tree.children:
+        if tok is None:
+            values.append(None)
+            continue
+        v = number(src, tok)
+        if not isinstance(v, int):
+            raise src.error(f"a Kleene size bound must be a whole number, got {str(tok)}", tok)
+        values.append(v)
+    lo = values[0]
+    hi = values[1] if len(values) > 1 else None
+    if lo < 1:
+        raise src.error("a Kleene set is never empty: its lower size bound must be at least 1", tree)
+    if hi is not None and hi < lo:
+        raise src.error(f"Kleene size bounds [{lo}..{hi}]: the upper bound is below the lower", tree)
+    return lo, hi
+
+
+def _check_kleene(
+    src: Source, positives: list[_Item], kleene: list[_Item], policy: str, select: Tree | None
+) -> None:
+    """Reject what the Kleene semantics cannot evaluate (docs/language.md, Kleene closure)."""
+    if policy == "greedy" and not kleene:
+        raise src.error("select greedy applies to Kleene positions KL(T b); this pattern has none", select)
+    if not kleene:
+        return
+    if policy in ("last", "first"):
+        raise src.error(
+            f"select {policy} is not supported with a Kleene position; use select each "
+            "(every subset) or select greedy (the largest set)",
+            select,
+        )
+    if positives[-1].kleene is not None:
+        raise src.error(
+            "a Kleene position cannot be the last position of a SEQ: a match is reported when its "
+            "last event arrives, and nothing would close the set; add an event after it",
+            positives[-1].at,
+        )
+    for a, b in zip(positives, positives[1:]):
+        if a.kleene is not None and b.kleene is not None:
+            raise src.error(
+                f"Kleene positions {a.alias!r} and {b.alias!r} are next to each other: where one "
+                "set ends and the next begins would be ambiguous; put an event between them",
+                b.at,
+            )
+
+
+def _kleene_kind(src: Source, conj: Tree, res: _SeqResolver) -> tuple[str, int] | None:
+    """Whether a ``where`` operand is a per-element ("element") or consecutive ("pair") condition
+    of a Kleene position (and whose), or None (a condition of the match, or of a NOT)."""
+    touched = set(res.elements) | set(res.offsets)
+    if not touched:
+        return None
+    if res.negated:
+        raise src.error(
+            "a NOT condition may not read a Kleene position's elements (which element would it be?)",
+            conj,
+        )
+    if len(touched) > 1:
+        raise src.error(
+            f"a condition may read the elements of one Kleene position only ({', '.join(sorted(touched))})",
+            conj,
+        )
+    if res.aggregated:
+        raise src.error(
+            "a condition may not mix a Kleene set's elements with aggregates over a set; "
+            "write them as separate conditions",
+            conj,
+        )
+    alias = touched.pop()
+    item = res.items[alias]
+    if res.offsets and res.elements:
+        raise src.error(
+            f"write every reference to {alias!r} in this condition as {alias}[i] / {alias}[i+1]",
+            conj,
+        )
+    if res.offsets:
+        if len(res.index_vars) > 1:
+            raise src.error(
+                f"use one index variable in a condition ({', '.join(sorted(res.index_vars))})", conj
+            )
+        offsets = sorted(res.offsets[alias])
+        if len(offsets) == 2:
+            return "pair", item.index
+    return "element", item.index
+
+
+def _to_element(expr: Expr, k: int) -> Expr:
+    """Rewrite a per-element / consecutive condition of Kleene position ``k``: its element is
+    ``SELF`` (``b[i]``) and the next one ``NEXT`` (``b[i+1]``)."""
+    offsets = sorted({
+        n.pred - _INDEXED
+        for n in _nodes(expr)
+        if isinstance(n, (Attr, Timestamp)) and _INDEXED - 1 <= n.pred <= _INDEXED + 1
+    })
+    low = offsets[0] if offsets else 0
+
+    def fn(node: Expr) -> Expr:
+        if isinstance(node, (Attr, Timestamp)):
+            if node.pred == k:
+                return _with_pred(node, SELF)
+            if _INDEXED - 1 <= node.pred <= _INDEXED + 1:
+                return _with_pred(node, SELF if node.pred - _INDEXED == low else NEXT)
+        return node
+
+    return map_expr(expr, fn)
+
+
+def _with_pred(node: Expr, pred: int) -> Expr:
+    from dataclasses import replace
+
+    return replace(node, pred=pred)
+
+
+def _nodes(expr: Expr):
+    from ..model import walk
+
+    return walk(expr)
+
+
+def _next_plain(positives: list[_Item], index: int) -> int:
+    """The first position after ``index`` that is not a Kleene position."""
+    return next(p.index for p in positives[index + 1 :] if p.kleene is None)
+
+
+def _kleene_predicate(
+    item: _Item, window: int | None, last: int, greedy: bool, conds: dict, pairs: dict
+) -> Predicate:
+    """The predicate of Kleene position ``item``: its elements lie after the previous position
+    (or, when it comes first, in the window) and before the next one."""
+    lo, hi = item.kleene
+    spec = Kleene(
+        min_size=lo, max_size=hi, greedy=greedy,
+        after=item.index - 1 if item.index > 0 else None,
+        conditions=tuple(conds[item.index]), consecutive=tuple(pairs[item.index]),
+    )
+    return Predicate(item.event_type, item.alias, "each", window, last, item.index + 1, kleene=spec)

@@ -1,0 +1,425 @@
+"""Kleene closure ``KL(T b)`` in SEQ patterns (issue 19): language, reference semantics (hand-worked
+cases), the output layout, the max_matches limit, and differential tests of the CPU CDP backend,
+``auto`` and the streaming Engine against the reference matcher."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from strategies import event_streams
+
+import cep_gpu
+import cep_gpu.kleene
+from cep_gpu.engine import composite_records
+from cep_gpu.errors import MatchLimitError, RuleError, RuleSyntaxError, UnsupportedFeatureError
+from cep_gpu.model import NEXT, SELF, Attr, Compare
+
+KLEENE_BACKENDS = ("reference", "cpu", "auto")
+
+
+def records(events, rule, backend="reference", **kw):
+    return composite_records(cep_gpu.detect(events, rule, backend=backend, **kw))
+
+
+def ids_of(recs):
+    return [(r["ts"], r["ids"], tuple(r["id_counts"])) for r in recs]
+
+
+def stream(*events):
+    """(type, ts, **attributes) tuples -> a DataFrame (ids are row positions)."""
+    rows = [{"type": t, "ts": float(ts), **attrs} for t, ts, attrs in events]
+    return pd.DataFrame(rows)
+
+
+# ------------------------------------------------------------------------------------ language
+
+
+def test_parse_bounds_policy_and_conditions():
+    r = cep_gpu.parse_rule(
+        "define R pattern SEQ(A a, KL(B b)[2..5], C c) "
+        "where b.v > a.v and b[i].v < b[i+1].v and count(b) >= 2 within 10 s select greedy"
+    )
+    b = r.predicates[1]
+    assert (b.kleene.min_size, b.kleene.max_size, b.kleene.greedy, b.kleene.after) == (2, 5, True, 0)
+    assert b.kleene.conditions == (Compare(">", Attr(SELF, "v"), Attr(0, "v")),)
+    assert b.kleene.consecutive == (Compare("<", Attr(SELF, "v"), Attr(NEXT, "v")),)
+    assert r.aggregates[0].function == "count" and r.aggregates[0].kleene == 1
+    # plain positions from the last backwards, then the Kleene one; a's "before" skips over b
+    assert r.plans[0].order == (2, 0, 1)
+    assert r.predicates[0].before == 2
+    assert r.kleene_positions == (1,)
+
+
+def test_parse_defaults_and_open_bound():
+    r = cep_gpu.parse_rule("define R pattern SEQ(KL(B)[3..], C c) within 5 s")
+    k = r.predicates[0].kleene
+    assert (k.min_size, k.max_size, k.greedy, k.after) == (3, None, False, None)
+    assert r.predicates[0].alias == "B"
+
+
+def test_same_aggregate_is_computed_once():
+    r = cep_gpu.parse_rule(
+        "define R pattern SEQ(A a, KL(B b), C c) where sum(b.v) > 1 within 5 s return t := sum(b.v)"
+    )
+    assert len(r.aggregates) == 1
+
+
+@pytest.mark.parametrize(
+    "text, message, column",
+    [
+        ("define R pattern SEQ(A a, KL(B b)) within 5 s", "cannot be the last position", 27),
+        ("define R pattern SEQ(A a, KL(B b), KL(C c), D d) within 5 s", "next to each other", 36),
+        ("define R pattern SEQ(A a, KL(B b)[0..3], C c) within 5 s", "at least 1", 34),
+        ("define R pattern SEQ(A a, KL(B b)[5..2], C c) within 5 s", "upper bound is below", 34),
+        ("define R pattern SEQ(A a, KL(B b)[1.5..2], C c) within 5 s", "whole number", 35),
+        ("define R pattern SEQ(A a, KL(B b), C c) within 5 s select last", "select last", 52),
+        ("define R pattern SEQ(A a, C c) within 5 s select greedy", "has none", 43),
+        ("define R pattern AND(A a, KL(B b), C c) within 5 s", "only supported inside SEQ", 27),
+        ("define R pattern SEQ(A a, KL(B b), C c) where count(b.v) > 1 within 5 s", "count takes", 47),
+        ("define R pattern SEQ(A a, KL(B b), C c) where sum(b) > 1 within 5 s", "needs an attribute", 47),
+        ("define R pattern SEQ(A a, KL(B b), C c) where sum(a.v) > 1 within 5 s", "not one", 51),
+        ("define R pattern SEQ(A a, KL(B b), C c) where med(b.v) > 1 within 5 s", "unknown function", 47),
+        ("define R pattern SEQ(A a, KL(B b), C c) within 5 s return v := b.v", "return an aggregate", 64),
+        ("define R pattern SEQ(A a, NOT(X x), KL(B b), C c) where x.v = b.v within 5 s", "NOT condition", 57),
+        ("define R pattern SEQ(A a, KL(B b), C c) where b.v < b[i+1].v within 5 s", "b[i]", 47),
+        ("define R pattern SEQ(A a, KL(B b), C c) where b[i].v < b[i+2].v within 5 s", "consecutive", 56),
+        ("define R pattern SEQ(A a, KL(B b), C c) where b.v > avg(b.v) within 5 s", "mix", 47),
+        ("define R pattern SEQ(A a, KL(B b), C c) where min(b.ts) > 1 within 5 s", "timestamps", 47),
+    ],
+)
+def test_rule_errors_name_the_spot(text, message, column):
+    with pytest.raises(RuleError) as err:
+        cep_gpu.parse_rule(text)
+    assert message in str(err.value)
+    assert err.value.line == 1 and err.value.column == column
+
+
+def test_kleene_is_not_tesla_syntax():
+    with pytest.raises(RuleSyntaxError) as err:
+        cep_gpu.parse_rule("define R from C() and each KL(B()) within 5 s from C")
+    assert err.value.line == 1
+    with pytest.raises(RuleError, match="only for Kleene positions"):
+        cep_gpu.parse_rule("define R from C() as c where n = count(c)")
+
+
+def test_attribute_named_id_counts_is_reserved():
+    with pytest.raises(RuleError, match="reserved"):
+        cep_gpu.parse_rule("define R pattern SEQ(A a, KL(B b), C c) within 5 s return id_counts := count(b)")
+
+
+# ------------------------------------------------------------------------------------ hand-worked
+
+
+def _rising_stream():
+    # one stock's price at t = 1..5 (10, 11, 13, 12, 14); another stock's event in between
+    return stream(
+        ("S", 1, {"sym": "G", "p": 10.0}), ("S", 2, {"sym": "G", "p": 11.0}),
+        ("S", 3, {"sym": "G", "p": 13.0}), ("S", 3.5, {"sym": "M", "p": 0.0}),
+        ("S", 4, {"sym": "G", "p": 12.0}), ("S", 5, {"sym": "G", "p": 14.0}),
+    )
+
+
+RISING = """define Rise(n: int, top: float)
+pattern SEQ(S a, KL(S b)[2..], S c)
+where a.sym = 'G' and c.sym = 'G' and b.sym = 'G' and b[i].p < b[i+1].p
+within 10 s {select}
+return n := count(b), top := max(b.p)"""
+
+
+@pytest.mark.parametrize("backend", KLEENE_BACKENDS)
+def test_rising_run_each(backend):
+    # strictly between a and c, every rising subset of size >= 2 of the G events:
+    #   a@1, c@5: {11, 13}, {11, 12} ({13, 12} falls);  a@1, c@4: {11, 13};  a@2, c@5: {13, 12} falls
+    got = records(_rising_stream(), RISING.format(select=""), backend)
+    assert ids_of(got) == [
+        (4.0, (0, 1, 2, 4), (1, 2, 1)),
+        (5.0, (0, 1, 2, 5), (1, 2, 1)),
+        (5.0, (0, 1, 4, 5), (1, 2, 1)),
+    ]
+    assert [(r["n"], r["top"]) for r in got] == [(2, 13.0), (2, 13.0), (2, 12.0)]
+
+
+@pytest.mark.parametrize("backend", KLEENE_BACKENDS)
+def test_rising_run_greedy(backend):
+    # greedy: the set is every G event between a and c (the M event fails b.sym = 'G'), and it
+    # must be rising as a whole: only a@1, c@4 with {11, 13}
+    got = records(_rising_stream(), RISING.format(select="select greedy"), backend)
+    assert ids_of(got) == [(4.0, (0, 1, 2, 4), (1, 2, 1))]
+
+
+def _four_bs():
+    return stream(("A", 1, {}), *[("B", t, {"v": float(t)}) for t in (2, 3, 4, 5)], ("C", 6, {}))
+
+
+@pytest.mark.parametrize("backend", KLEENE_BACKENDS)
+@pytest.mark.parametrize("bounds, expected", [("", 15), ("[2..3]", 10), ("[4..4]", 1), ("[3..]", 5), ("[1..1]", 4)])
+def test_bounded_sizes(backend, bounds, expected):
+    text = f"define R pattern SEQ(A a, KL(B b){bounds}, C c) within 10 s"
+    got = records(_four_bs(), text, backend)
+    assert len(got) == expected
+    lo, hi = {"": (1, 4), "[2..3]": (2, 3), "[4..4]": (4, 4), "[3..]": (3, 4), "[1..1]": (1, 1)}[bounds]
+    assert all(lo <= r["id_counts"][1] <= hi for r in got)
+    assert all(len(r["ids"]) == sum(r["id_counts"]) for r in got)
+
+
+@pytest.mark.parametrize("backend", KLEENE_BACKENDS)
+def test_greedy_takes_the_whole_span_per_binding(backend):
+    # two A's: one set per (a, c) pair, every B strictly between them
+    ev = stream(("A", 1, {}), ("B", 2, {"v": 1.0}), ("A", 3, {}), ("B", 4, {"v": 2.0}), ("C", 5, {}))
+    got = records(ev, "define R(s: float) pattern SEQ(A a, KL(B b), C c) within 10 s select greedy "
+                      "return s := sum(b.v)", backend)
+    assert [(r["ids"], r["s"]) for r in got] == [((0, 1, 3, 4), 3.0), ((2, 3, 4), 2.0)]
+
+
+@pytest.mark.parametrize("backend", KLEENE_BACKENDS)
+def test_negations_around_kleene(backend):
+    ev = stream(("A", 1, {}), ("B", 2, {}), ("X", 3, {}), ("B", 4, {}), ("C", 5, {}))
+    before = "define R pattern SEQ(A a, NOT(X x), KL(B b), C c) within 10 s"
+    after = "define R pattern SEQ(A a, KL(B b), NOT(X x), C c) within 10 s"
+    # NOT before b: none between a and b's FIRST element; after b: none between its LAST and c
+    assert [r["ids"] for r in records(ev, before, backend)] == [(0, 1, 3, 4), (0, 1, 4)]
+    assert [r["ids"] for r in records(ev, after, backend)] == [(0, 1, 3, 4), (0, 3, 4)]
+    leading = "define R pattern SEQ(NOT(X x), KL(B b), C c) within 10 s"
+    # leading NOT: none in [c - W, first element): {B@2} and {B@2, B@4}, not {B@4}
+    assert [r["ids"] for r in records(ev, leading, backend)] == [(1, 3, 4), (1, 4)]
+
+
+@pytest.mark.parametrize("backend", KLEENE_BACKENDS)
+def test_aggregates_in_where_and_return(backend):
+    text = """define R(n: int, s: float, m: float, lo: float, hi: float)
+    pattern SEQ(A a, KL(B b), C c) where sum(b.v) >= 7 and count(b) < 4 within 10 s
+    return n := count(b), s := sum(b.v), m := avg(b.v), lo := min(b.v), hi := max(b.v)"""
+    got = records(_four_bs(), text, backend)
+    # subsets of {2, 3, 4, 5} with sum >= 7 and size < 4
+    sets = [(2, 5), (3, 4), (3, 5), (4, 5), (2, 3, 4), (2, 3, 5), (2, 4, 5), (3, 4, 5)]
+    assert sorted(tuple(int(x) + 1 for x in r["ids"][1:-1]) for r in got) == sorted(sets)
+    for r in got:
+        vals = [float(x + 1) for x in r["ids"][1:-1]]
+        assert (r["n"], r["s"], r["m"], r["lo"], r["hi"]) == (
+            len(vals), sum(vals), sum(vals) / len(vals), min(vals), max(vals))
+
+
+@pytest.mark.parametrize("backend", KLEENE_BACKENDS)
+def test_missing_values_fail_elements_and_are_skipped_by_aggregates(backend):
+    ev = stream(("A", 1, {}), ("B", 2, {"v": 1.0}), ("B", 3, {"v": np.nan}), ("C", 4, {}))
+    got = records(ev, "define R(n: int, s: float) pattern SEQ(A a, KL(B b), C c) within 10 s "
+                      "select greedy return n := count(b), s := avg(b.v)", backend)
+    assert [(r["n"], r["s"]) for r in got] == [(2, 1.0)]
+    got = records(ev, "define R pattern SEQ(A a, KL(B b), C c) where b.v > 0 within 10 s select greedy", backend)
+    assert [r["ids"] for r in got] == [(0, 1, 3)]
+
+
+@pytest.mark.parametrize("backend", KLEENE_BACKENDS)
+def test_kleene_first_is_bounded_by_the_window(backend):
+    ev = stream(("B", 1, {}), ("B", 3, {}), ("B", 4, {}), ("C", 5, {}))
+    got = records(ev, "define R pattern SEQ(KL(B b), C c) within 2 s select greedy", backend)
+    assert [r["ids"] for r in got] == [(1, 2, 3)]  # B@1 is outside [5 - 2, 5)
+
+
+def test_output_layout_and_mixed_rules():
+    ev = _four_bs()
+    text = ("define K pattern SEQ(A a, KL(B b)[4..4], C c) within 10 s\n\n"
+            "define P pattern SEQ(A a, C c) within 10 s")
+    out = cep_gpu.detect(ev, text, backend="reference")
+    assert list(out.columns[:4]) == ["rule", "ts", "ids", "id_counts"]
+    assert [tuple(x) for x in out["ids"]] == [(0, 1, 2, 3, 4, 5), (0, 5)]
+    assert [list(x) for x in out["id_counts"]] == [[1, 4, 1], [1, 1]]
+    table = cep_gpu.detect(ev, text, backend="cpu", output="arrow")
+    assert table.column("id_counts").to_pylist() == [[1, 4, 1], [1, 1]]
+    assert cep_gpu.detect(ev, text, backend="cpu", output="count") == {"K": 1, "P": 1}
+    # no Kleene rule: no id_counts column
+    assert "id_counts" not in cep_gpu.detect(ev, "define P pattern SEQ(A a, C c) within 10 s").columns
+
+
+def test_composite_kleene_events_feed_other_rules():
+    ev = _four_bs()
+    text = ("define K(n: int) pattern SEQ(A a, KL(B b)[4..4], C c) within 10 s return n := count(b)\n\n"
+            "define Big pattern SEQ(K k) where k.n = 4")
+    for backend in KLEENE_BACKENDS:
+        out = records(ev, text, backend)
+        assert [r["rule"] for r in out] == ["Big", "K"]
+
+
+# ------------------------------------------------------------------------------------ output limit
+
+
+@pytest.mark.parametrize("backend", KLEENE_BACKENDS)
+def test_max_matches_error_names_rule_estimate_and_bounds(backend):
+    ev = stream(("A", 0, {}), *[("B", t, {}) for t in range(1, 26)], ("C", 30, {}))
+    with pytest.raises(MatchLimitError) as err:
+        cep_gpu.detect(ev, "define Many pattern SEQ(A a, KL(B b), C c) within 60 s", backend=backend)
+    msg = str(err.value)
+    assert "'Many'" in msg and "3.36e+07" in msg and "max_matches=10000000" in msg
+    assert "KL(B b)[1..4]" in msg and "select greedy" in msg
+    # bounded, greedy, or a higher limit: no error
+    assert len(records(ev, "define Few pattern SEQ(A a, KL(B b)[1..2], C c) within 60 s", backend)) == 325
+    assert len(records(ev, "define G pattern SEQ(A a, KL(B b), C c) within 60 s select greedy", backend)) == 1
+
+
+@pytest.mark.parametrize("backend", KLEENE_BACKENDS)
+def test_max_matches_argument_and_context(backend):
+    ev = _four_bs()
+    text = "define R pattern SEQ(A a, KL(B b), C c) within 10 s"
+    with pytest.raises(MatchLimitError, match="about 15 matches"):
+        cep_gpu.detect(ev, text, backend=backend, max_matches=14)
+    assert len(cep_gpu.detect(ev, text, backend=backend, max_matches=15)) == 15
+    with cep_gpu.kleene.limit(3), pytest.raises(MatchLimitError):
+        cep_gpu.detect(ev, text, backend=backend)
+
+
+def test_engine_limit_and_bad_limit():
+    with pytest.raises(cep_gpu.errors.ArgumentError):
+        with cep_gpu.kleene.limit(0):
+            pass
+    eng = cep_gpu.Engine("define R pattern SEQ(A a, KL(B b), C c) within 10 s", backend="cpu")
+    with cep_gpu.kleene.limit(3), pytest.raises(MatchLimitError):
+        eng.publish(_four_bs())
+
+
+# ------------------------------------------------------------------------------------ backends
+
+
+@pytest.mark.parametrize("backend", ["aip", "gpu-host"])
+def test_unsupported_backends_refuse_clearly(backend):
+    with pytest.raises(UnsupportedFeatureError) as err:
+        cep_gpu.detect(_four_bs(), "define R pattern SEQ(A a, KL(B b), C c) within 10 s", backend=backend)
+    msg = str(err.value)
+    assert "Kleene closure" in msg and repr(backend) in msg and "reference, cpu, auto" in msg
+
+
+@st.composite
+def kleene_rules(draw) -> str:
+    """A SEQ pattern with one Kleene position (not last), optional NOTs next to it, per-element,
+    consecutive and aggregate conditions, bounds, each or greedy, aggregates in return."""
+    n_before = draw(st.integers(0, 1))
+    # mostly A before, B in the set, C after (so that most rules match), sometimes any type
+    pick = lambda usual: draw(st.sampled_from([usual, usual, usual, "A", "B", "C"]))  # noqa: E731
+    plain = [f"{pick('A')} p{i}" for i in range(n_before)]
+    after = [f"{pick('C')} q{i}" for i in range(draw(st.sampled_from([1, 1, 2])))]
+    lo = draw(st.integers(1, 3))
+    hi = draw(st.one_of(st.none(), st.integers(lo, 4)))
+    bounds = draw(st.sampled_from(["", f"[{lo}..]" if hi is None else f"[{lo}..{hi}]"]))
+    items = plain + [f"KL({pick('B')} b){bounds}"] + after
+    if draw(st.booleans()):
+        items.insert(len(plain) + draw(st.sampled_from([0, 1])), "NOT(D x)")
+    conds = []
+    if draw(st.booleans()):
+        conds.append(draw(st.sampled_from(["b.x != 2", "b.y < 3.0", "b.s = 'u'", "b.x >= q0.x"])))
+    if draw(st.booleans()):
+        conds.append(draw(st.sampled_from(["b[i].y <= b[i+1].y", "b[i].x != b[i+1].x", "b[i+1].ts - b[i].ts <= 2"])))
+    if draw(st.booleans()):
+        conds.append(draw(st.sampled_from(["count(b) != 2", "sum(b.x) >= 1", "avg(b.y) > 0.5", "max(b.x) > q0.x"])))
+    if "NOT(D x)" in items and draw(st.booleans()):
+        conds.append("x.x = 1")
+    if draw(st.sampled_from([False, False, False, True])):  # a second Kleene position
+        items += ["KL(B d)[1..2]", "C r"]
+        if draw(st.booleans()):
+            conds.append(draw(st.sampled_from(["count(d) <= count(b)", "d.x = b0.x"])).replace("b0", after[0].split()[1]))
+    where = f"where {' and '.join(conds)} " if conds else ""
+    window = draw(st.sampled_from([4, 6, 10]))
+    select = draw(st.sampled_from(["", "select each", "select greedy"]))
+    ret = draw(st.sampled_from(["", "return n := count(b), m := min(b.y)", "return t := sum(b.x) + q0.x"]))
+    return f"define K pattern SEQ({', '.join(items)}) {where}within {window} s {select} {ret}"
+
+
+@st.composite
+def kleene_streams(draw) -> pd.DataFrame:
+    """Streams where most Kleene rules match: mostly B events, timestamps mostly one second
+    apart (some ties, some gaps), attributes with tiny domains and nulls as in event_streams."""
+    base = draw(event_streams(max_events=14, min_events=6))
+    n = len(base)
+    gaps = draw(st.lists(st.sampled_from([1, 1, 1, 0, 2]), min_size=n, max_size=n))
+    # a shuffled mix (hypothesis' lists repeat one value a lot): every type shows up
+    kinds = draw(st.permutations(["A", "A", "B", "B", "B", "B", "C", "C", "C", "D", "B", "A", "C", "B"]))[:n]
+    base["ts"] = np.cumsum(gaps).astype(np.int64)
+    base["type"] = pd.Series(kinds, dtype=object)
+    return base
+
+
+KLEENE_STREAMS = kleene_streams()
+
+SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+
+
+@SETTINGS
+@given(kleene_rules(), KLEENE_STREAMS)
+def test_cpu_and_auto_equal_reference(text, events):
+    expected = records(events, text, "reference")
+    assert records(events, text, "cpu") == expected
+    assert records(events, text, "auto") == expected
+
+
+@SETTINGS
+@given(kleene_rules(), KLEENE_STREAMS, st.data())
+def test_streaming_engine_equals_reference(text, events, data):
+    expected = records(events, text, "reference")
+    eng = cep_gpu.Engine(text, backend=data.draw(st.sampled_from(["cpu", "reference"])))
+    got, i = [], 0
+    while i < len(events):
+        step = data.draw(st.integers(1, 4))
+        got += composite_records(eng.publish(events.iloc[i:i + step]))
+        i += step
+    got += composite_records(eng.flush())
+    key = lambda r: (r["ts"], r["ids"])  # noqa: E731
+    assert sorted(got, key=key) == sorted(expected, key=key)
+
+
+@pytest.mark.parametrize("backend", KLEENE_BACKENDS)
+def test_two_kleene_positions_and_a_condition_across_them(backend):
+    ev = stream(("A", 1, {}), ("B", 2, {}), ("B", 3, {}), ("C", 4, {}), ("B", 5, {}), ("E", 6, {}))
+    text = ("define R pattern SEQ(A a, KL(B b), C c, KL(B d), E e) where count(b) > count(d) "
+            "within 10 s")
+    got = records(ev, text, backend)
+    # b is a non-empty subset of {B@2, B@3}, d = {B@5}: count(b) > 1 only for b = {B@2, B@3}
+    assert ids_of(got) == [(6.0, (0, 1, 2, 3, 4, 5), (1, 2, 1, 1, 1))]
+
+
+def test_cli_csv_output_and_explain(tmp_path):
+    from cep_gpu.cli import main
+
+    (tmp_path / "r.seq").write_text(
+        "define R(n: int) pattern SEQ(A a, KL(B b)[1..2], C c) where b.v > 0 within 10 s "
+        "return n := count(b)\n")
+    (tmp_path / "e.csv").write_text("type,ts,v\nA,1,0\nB,2,1\nB,3,2\nC,4,0\n")
+    out = tmp_path / "o.csv"
+    assert main(["run", str(tmp_path / "r.seq"), str(tmp_path / "e.csv"), "--backend", "cpu",
+                 "--out", str(out)]) == 0
+    lines = out.read_text().splitlines()
+    assert lines[0] == '"rule","ts","ids","id_counts","n"'
+    assert '"R",4,"0 1 2 3","1 2 1",2' in lines
+    rule = cep_gpu.parse_rule((tmp_path / "r.seq").read_text())
+    text = cep_gpu.Engine(rule, backend="cpu").explain()
+    assert "Kleene b[1..2] (each subset)" in text and "after a" in text
+
+
+def test_bench_kleene_smoke():
+    from cep_gpu.benchmarks import kleene as bench
+
+    result = bench.run(windows=(100, 400), n_events=600, repeat=1, warmup=0)
+    assert [(r["rule"], r["window_ms"]) for r in result["rows"]] == [
+        ("greedy", 100), ("greedy", 400), ("each[1..2]", 100), ("each[1..2]", 400)]
+    # the counts are the reference's
+    ev = bench.events(600)
+    for r in result["rows"]:
+        text = bench.RULES[r["rule"]].format(win=r["window_ms"])
+        want = cep_gpu.detect(ev, text, backend="reference", time_unit="ms", output="count")
+        assert r["composite_events"] == sum(want.values())
+    assert [r["composite_events"] for r in result["rows"]] == [0, 2, 0, 16]
+    assert "| greedy | 100 | cpu |" in bench.markdown(result)
+
+
+def _outcome(events, text, backend, limit):
+    try:
+        return records(events, text, backend, max_matches=limit)
+    except MatchLimitError:
+        return "over the limit"
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
+@given(kleene_rules(), KLEENE_STREAMS, st.integers(1, 12))
+def test_limit_decision_equals_reference(text, events, limit):
+    # the estimate is the same on every backend: both raise, or both return the same rows
+    assert _outcome(events, text, "cpu", limit) == _outcome(events, text, "reference", limit)
