@@ -67,6 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_optional(sub, "cep_gpu.benchmarks.cli", ("add_bench_parser", "add_calibrate_parser"))
     _add_optional(sub, "cep_gpu.spark_udfs.cli", ("add_spark_parser",))
     _add_optional(sub, "cep_gpu.muse.cli", ("add_muse_parser",))
+    _add_optional(sub, "cep_gpu.shedding.cli", ("add_shedding_parser",))
     return parser
 
 

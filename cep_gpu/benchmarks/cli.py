@@ -74,8 +74,9 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
         epilog=EPILOG % {"ref": REFERENCE_MAX_EVENTS},
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("workload", choices=["seq3", "rules1000", "museum", "muse"],
-                   help="muse: MuSE placement (cep-gpu muse bench --help has its options)")
+    p.add_argument("workload", choices=["seq3", "rules1000", "museum", "muse", "shedding"],
+                   help="muse: MuSE placement (cep-gpu muse bench --help has its options); "
+                        "shedding: DARLING load shedding (cep-gpu shedding bench --help)")
     p.add_argument("--backend", type=_name_list, action="extend", dest="backends",
                    help=f"backends, comma-separated or repeated: {', '.join(BACKENDS)} "
                         f"(default {defaults}). gpu without a usable device is reported as not "
@@ -130,6 +131,10 @@ def bench_main(args: argparse.Namespace) -> int:
         from ..muse.cli import muse_bench_from_bench_args
 
         return muse_bench_from_bench_args(args)
+    if args.workload == "shedding":  # its own settings: cep-gpu shedding bench
+        from ..shedding.cli import shedding_bench_from_bench_args
+
+        return shedding_bench_from_bench_args(args)
     backends = args.backends or list(DEFAULT_BACKENDS[args.workload])
     try:
         check_backends(backends)

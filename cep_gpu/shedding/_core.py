@@ -152,7 +152,7 @@ def arrive(i, now, F, I, typ, bkt, est, status, lo, relevant, evicted, ring,
     """
     t = typ[i]
     I[I_ARRIVED] = i + 1
-    status[i] = 1
+    status[i] = 0  # not in its buffer until it is queued (bucket builds below must not see it)
     w = 0
     if is_term[t]:
         w = _fen_prefix(fen, i) - _fen_prefix(fen, lo[i])
@@ -180,6 +180,7 @@ def arrive(i, now, F, I, typ, bkt, est, status, lo, relevant, evicted, ring,
             v = _pick(t, b, I, head, nxt, cnt)
             _drop(v, F, I, typ, bkt, est, status, relevant, nxt, prv, head, cnt, size, active, fen, dropped)
     # queue it
+    status[i] = 1
     size[t] += 1
     F[F_WQ] += est[i]
     if relevant[i]:

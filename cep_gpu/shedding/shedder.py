@@ -215,7 +215,8 @@ class Shedder:
             core.preload(context)
         return core
 
-    def shed_batch(self, events: pd.DataFrame, context: pd.DataFrame | None = None) -> np.ndarray:
+    def shed_batch(self, events: pd.DataFrame, context: pd.DataFrame | None = None,
+                   time_unit: str | None = None) -> np.ndarray:
         """The rows of a micro-batch to keep (a boolean mask), all arriving at once.
 
         The batch's events queue in timestamp order behind an idle engine; the shedder admits
@@ -223,6 +224,7 @@ class Shedder:
         processing time stays within ``latency_bound``. ``context``: earlier events still in the
         engine's buffer (terminators of the batch read them: they count in the window work).
         This is the hook ``detect_stream(..., shedding=...)`` applies per key and micro-batch.
+        ``time_unit``: the unit of numeric ``ts`` (default: the one given to :meth:`fit`).
         """
         self._need()
         n = len(events)
@@ -231,12 +233,16 @@ class Shedder:
         ctx = context if context is not None and len(context) else None
         frame = events if ctx is None else pd.concat([ctx, events], ignore_index=True)
         m = 0 if ctx is None else len(ctx)
-        ts_ns = _ts(frame["ts"], UNIT_NS[self.time_unit])
+        unit = time_unit or self.time_unit
+        if unit not in UNIT_NS:
+            raise ArgumentError(f"time_unit: unknown unit {unit!r}; use one of {sorted(UNIT_NS)}")
+        ts_ns = _ts(frame["ts"], UNIT_NS[unit])
         order = np.concatenate([np.arange(m), m + np.argsort(ts_ns[m:], kind="stable")])
         frame = frame.iloc[order].reset_index(drop=True)
         ts_ns = ts_ns[order]
-        if np.any(np.diff(ts_ns) < 0):
-            raise ArgumentError("shed_batch: context events must be older than the batch's events")
+        # a batch event older than the newest context event (late, within a stream's watermark)
+        # counts its window from the newest context time: the lookback search needs sorted times
+        ts_ns = np.maximum.accumulate(ts_ns)
         core = self.make_core(frame, ts_ns, None, context=m)
         for i in range(m, len(frame)):
             core.arrive(i, 0.0)
