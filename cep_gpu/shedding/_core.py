@@ -29,18 +29,18 @@ POLICY_CODES = {"none": NONE, "random": RANDOM, "darling": DARLING, "state": STA
 
 # float scalars F[...]
 F_TFREE, F_WQ, F_L, F_BETA, F_KEST, F_KACT, F_EPS = range(7)
-# int scalars I[...]
+# int scalars IS[...]
 I_PTR, I_ARRIVED, I_POLICY, I_NB, I_RNG, I_OVERLOADED, I_GUARD, I_EVICTED, I_RING_LO, I_RING_HI = range(10)
 
 
 @numba.njit(cache=True)
-def _rand(I, n):
+def _rand(IS, n):
     """A uniform integer in [0, n) from the engine's own xorshift64* state (deterministic)."""
-    x = np.uint64(I[I_RNG])
+    x = np.uint64(IS[I_RNG])
     x ^= x >> np.uint64(12)
     x ^= x << np.uint64(25)
     x ^= x >> np.uint64(27)
-    I[I_RNG] = np.int64(x)
+    IS[I_RNG] = np.int64(x)
     r = x * np.uint64(2685821657736338717)
     return np.int64(r >> np.uint64(33)) % n
 
@@ -94,21 +94,21 @@ def _remove(i, typ, bkt, nxt, prv, head, cnt, nb):
 
 
 @numba.njit(cache=True)
-def _activate(t, I, typ, bkt, status, nxt, prv, head, cnt, minb, active):
+def _activate(t, IS, typ, bkt, status, nxt, prv, head, cnt, minb, active):
     """Build the utility buckets of buffer ``t`` from its queued events (paper Section 4.4)."""
     if active[t]:
         return
     active[t] = True
-    nb = I[I_NB]
-    for i in range(I[I_PTR], I[I_ARRIVED]):
+    nb = IS[I_NB]
+    for i in range(IS[I_PTR], IS[I_ARRIVED]):
         if status[i] == 1 and typ[i] == t:
             _insert(i, typ, bkt, nxt, prv, head, cnt, minb, nb)
 
 
 @numba.njit(cache=True)
-def _lowest(t, I, cnt, minb):
+def _lowest(t, IS, cnt, minb):
     """The lowest non-empty bucket of buffer ``t`` (-1: empty)."""
-    nb = I[I_NB]
+    nb = IS[I_NB]
     b = minb[t]
     while b < nb and cnt[t * nb + b] == 0:
         b += 1
@@ -117,11 +117,11 @@ def _lowest(t, I, cnt, minb):
 
 
 @numba.njit(cache=True)
-def _pick(t, b, I, head, nxt, cnt):
+def _pick(t, b, IS, head, nxt, cnt):
     """A random event of bucket ``b`` of buffer ``t`` (the paper drops a random one there)."""
-    nb = I[I_NB]
+    nb = IS[I_NB]
     k = t * nb + b
-    j = _rand(I, cnt[k])
+    j = _rand(IS, cnt[k])
     i = head[k]
     for _ in range(j):
         i = nxt[i]
@@ -129,13 +129,13 @@ def _pick(t, b, I, head, nxt, cnt):
 
 
 @numba.njit(cache=True)
-def _drop(i, F, I, typ, bkt, est, status, relevant, nxt, prv, head, cnt, size, active, fen, dropped):
+def _drop(i, F, IS, typ, bkt, est, status, relevant, nxt, prv, head, cnt, size, active, fen, dropped):
     t = typ[i]
     status[i] = 3
     F[F_WQ] -= est[i]
     size[t] -= 1
     if active[t]:
-        _remove(i, typ, bkt, nxt, prv, head, cnt, I[I_NB])
+        _remove(i, typ, bkt, nxt, prv, head, cnt, IS[I_NB])
         if size[t] == 0:
             active[t] = False
     if relevant[i]:
@@ -144,41 +144,41 @@ def _drop(i, F, I, typ, bkt, est, status, relevant, nxt, prv, head, cnt, size, a
 
 
 @numba.njit(cache=True)
-def arrive(i, now, F, I, typ, bkt, est, status, lo, relevant, evicted, ring,
+def arrive(i, now, F, IS, typ, bkt, est, status, lo, relevant, evicted, ring,
            z_est, is_term, nt, gamma, size, active, minb, nxt, prv, head, cnt, fen, dropped):
     """Event ``i`` arrives at time ``now``: the shedding decision (paper Section 4, Figure 3).
 
     Returns 1 if ``i`` was queued, 0 if it was dropped.
     """
     t = typ[i]
-    I[I_ARRIVED] = i + 1
+    IS[I_ARRIVED] = i + 1
     status[i] = 0  # not in its buffer until it is queued (bucket builds below must not see it)
     w = 0
     if is_term[t]:
         w = _fen_prefix(fen, i) - _fen_prefix(fen, lo[i])
     est[i] = z_est[t] + F[F_KEST] * w
-    policy = I[I_POLICY]
-    nb = I[I_NB]
+    policy = IS[I_POLICY]
+    nb = IS[I_NB]
     busy = F[F_TFREE] - now
     if busy < 0.0:
         busy = 0.0
     if policy != NONE and busy + F[F_WQ] + est[i] > F[F_BETA] * F[F_L]:
         # the global constraint is violated (Section 4.2.1, with beta as in 4.2.2)
-        I[I_OVERLOADED] += 1
+        IS[I_OVERLOADED] += 1
         if policy == STATE:
-            _evict(i, now, F, I, typ, status, lo, relevant, evicted, ring, is_term, fen,
+            _evict(i, now, F, IS, typ, status, lo, relevant, evicted, ring, is_term, fen,
                    busy + F[F_WQ] + est[i] - F[F_BETA] * F[F_L])
         elif size[t] + 1 > nt[t]:
             # the local constraint of T's buffer is violated: drop its lowest-utility event,
             # the arriving one included (Figure 3 (d))
-            _activate(t, I, typ, bkt, status, nxt, prv, head, cnt, minb, active)
-            b = _lowest(t, I, cnt, minb)
-            if b < 0 or bkt[i] < b or (bkt[i] == b and _rand(I, cnt[t * nb + b] + 1) == 0):
+            _activate(t, IS, typ, bkt, status, nxt, prv, head, cnt, minb, active)
+            b = _lowest(t, IS, cnt, minb)
+            if b < 0 or bkt[i] < b or (bkt[i] == b and _rand(IS, cnt[t * nb + b] + 1) == 0):
                 status[i] = 3
                 dropped[t] += 1
                 return 0
-            v = _pick(t, b, I, head, nxt, cnt)
-            _drop(v, F, I, typ, bkt, est, status, relevant, nxt, prv, head, cnt, size, active, fen, dropped)
+            v = _pick(t, b, IS, head, nxt, cnt)
+            _drop(v, F, IS, typ, bkt, est, status, relevant, nxt, prv, head, cnt, size, active, fen, dropped)
     # queue it
     status[i] = 1
     size[t] += 1
@@ -188,20 +188,20 @@ def arrive(i, now, F, I, typ, bkt, est, status, lo, relevant, evicted, ring,
     if active[t]:
         _insert(i, typ, bkt, nxt, prv, head, cnt, minb, nb)
     elif size[t] >= gamma[t]:
-        _activate(t, I, typ, bkt, status, nxt, prv, head, cnt, minb, active)
+        _activate(t, IS, typ, bkt, status, nxt, prv, head, cnt, minb, active)
     if policy == DARLING or policy == RANDOM:
         # the hard guard: the estimated latency of i (the work queued ahead of it plus its own)
         # must stay within L_max; drop lowest-utility events until it does (docs/shedding.md)
         limit = F[F_L] * (1.0 - F[F_EPS])
         while busy + F[F_WQ] > limit and status[i] == 1:
-            I[I_GUARD] += 1
+            IS[I_GUARD] += 1
             best_t = -1
             best_key = 3 * (nb + 1)
             for u in range(size.shape[0]):
                 if size[u] <= 0:
                     continue
-                _activate(u, I, typ, bkt, status, nxt, prv, head, cnt, minb, active)
-                bu = _lowest(u, I, cnt, minb)
+                _activate(u, IS, typ, bkt, status, nxt, prv, head, cnt, minb, active)
+                bu = _lowest(u, IS, cnt, minb)
                 # worthless events (bucket 0) first, then buffers above their local constraint,
                 # then the lowest bucket
                 key = bu
@@ -212,23 +212,23 @@ def arrive(i, now, F, I, typ, bkt, est, status, lo, relevant, evicted, ring,
             best_b = best_key % (nb + 1)
             if best_t < 0:
                 break
-            v = _pick(best_t, best_b, I, head, nxt, cnt)
-            _drop(v, F, I, typ, bkt, est, status, relevant, nxt, prv, head, cnt, size, active, fen, dropped)
+            v = _pick(best_t, best_b, IS, head, nxt, cnt)
+            _drop(v, F, IS, typ, bkt, est, status, relevant, nxt, prv, head, cnt, size, active, fen, dropped)
     return 1 if status[i] == 1 else 0
 
 
 @numba.njit(cache=True)
-def _evict(i, now, F, I, typ, status, lo, relevant, evicted, ring, is_term, fen, excess):
+def _evict(i, now, F, IS, typ, status, lo, relevant, evicted, ring, is_term, fen, excess):
     """State-side baseline: evict random stored (processed) events of the current window from the
     columns, enough to cut ``excess`` seconds of combination work (docs/shedding.md)."""
     # stored events before the window of the newest arrival can no longer be read
-    while I[I_RING_LO] < I[I_RING_HI] and ring[I[I_RING_LO]] < lo[i]:
-        I[I_RING_LO] += 1
-    stored = I[I_RING_HI] - I[I_RING_LO]
+    while IS[I_RING_LO] < IS[I_RING_HI] and ring[IS[I_RING_LO]] < lo[i]:
+        IS[I_RING_LO] += 1
+    stored = IS[I_RING_HI] - IS[I_RING_LO]
     if stored <= 0 or F[F_KEST] <= 0.0:
         return
     nterm = 0
-    for j in range(I[I_PTR], I[I_ARRIVED]):
+    for j in range(IS[I_PTR], IS[I_ARRIVED]):
         if status[j] == 1 and is_term[typ[j]]:
             nterm += 1
     per = F[F_KEST] * max(nterm, 1)
@@ -238,27 +238,27 @@ def _evict(i, now, F, I, typ, status, lo, relevant, evicted, ring, is_term, fen,
     tries = 0
     while m > 0 and tries < 4 * stored:
         tries += 1
-        v = ring[I[I_RING_LO] + _rand(I, stored)]
+        v = ring[IS[I_RING_LO] + _rand(IS, stored)]
         if evicted[v] < np.inf:
             continue
         evicted[v] = now
         _fen_add(fen, v, -1)
-        I[I_EVICTED] += 1
+        IS[I_EVICTED] += 1
         m -= 1
 
 
 @numba.njit(cache=True)
-def next_queued(I, status):
+def next_queued(IS, status):
     """The next event the engine consumes (FIFO over all buffers), or -1 when none is queued."""
-    p = I[I_PTR]
-    while p < I[I_ARRIVED] and status[p] != 1:
+    p = IS[I_PTR]
+    while p < IS[I_ARRIVED] and status[p] != 1:
         p += 1
-    I[I_PTR] = p
-    return p if p < I[I_ARRIVED] else -1
+    IS[I_PTR] = p
+    return p if p < IS[I_ARRIVED] else -1
 
 
 @numba.njit(cache=True)
-def begin(p, F, I, typ, bkt, est, status, lo, relevant, ring, z_act, is_term,
+def begin(p, F, IS, typ, bkt, est, status, lo, relevant, ring, z_act, is_term,
           size, active, nxt, prv, head, cnt, fen):
     """Take queued event ``p`` out of its buffer for processing; returns its charged cost
     (the virtual-time cost model: Z(T) plus the window work of a terminator)."""
@@ -267,21 +267,21 @@ def begin(p, F, I, typ, bkt, est, status, lo, relevant, ring, z_act, is_term,
     F[F_WQ] -= est[p]
     size[t] -= 1
     if active[t]:
-        _remove(p, typ, bkt, nxt, prv, head, cnt, I[I_NB])
+        _remove(p, typ, bkt, nxt, prv, head, cnt, IS[I_NB])
         if size[t] == 0:
             active[t] = False
-    I[I_PTR] = p + 1
+    IS[I_PTR] = p + 1
     w = 0
     if is_term[t]:
         w = _fen_prefix(fen, p) - _fen_prefix(fen, lo[p])
     if relevant[p]:
-        ring[I[I_RING_HI]] = p
-        I[I_RING_HI] += 1
+        ring[IS[I_RING_HI]] = p
+        IS[I_RING_HI] += 1
     return z_act[t] + F[F_KACT] * w
 
 
 @numba.njit(cache=True)
-def simulate_virtual(arr, F, I, typ, bkt, est, status, lo, relevant, evicted, ring,
+def simulate_virtual(arr, F, IS, typ, bkt, est, status, lo, relevant, evicted, ring,
                      z_est, z_act, is_term, nt, gamma, size, active, minb, nxt, prv, head, cnt,
                      fen, dropped, start, done, order):
     """The whole virtual-time run without an engine in the loop: fills ``start``/``done`` and
@@ -293,25 +293,25 @@ def simulate_virtual(arr, F, I, typ, bkt, est, status, lo, relevant, evicted, ri
         while True:
             if F[F_TFREE] > now:
                 break
-            p = next_queued(I, status)
+            p = next_queued(IS, status)
             if p < 0:
                 break
             s = max(F[F_TFREE], arr[p])
-            c = begin(p, F, I, typ, bkt, est, status, lo, relevant, ring, z_act, is_term,
+            c = begin(p, F, IS, typ, bkt, est, status, lo, relevant, ring, z_act, is_term,
                       size, active, nxt, prv, head, cnt, fen)
             start[p] = s
             done[p] = s + c
             F[F_TFREE] = s + c
             order[k] = p
             k += 1
-        arrive(i, now, F, I, typ, bkt, est, status, lo, relevant, evicted, ring,
+        arrive(i, now, F, IS, typ, bkt, est, status, lo, relevant, evicted, ring,
                z_est, is_term, nt, gamma, size, active, minb, nxt, prv, head, cnt, fen, dropped)
     while True:
-        p = next_queued(I, status)
+        p = next_queued(IS, status)
         if p < 0:
             break
         s = max(F[F_TFREE], arr[p])
-        c = begin(p, F, I, typ, bkt, est, status, lo, relevant, ring, z_act, is_term,
+        c = begin(p, F, IS, typ, bkt, est, status, lo, relevant, ring, z_act, is_term,
                   size, active, nxt, prv, head, cnt, fen)
         start[p] = s
         done[p] = s + c
@@ -354,31 +354,31 @@ class Core:
         self.fen = np.zeros(n + 1, np.int64)
         self.dropped = np.zeros(k, np.int64)
         self.F = np.array([0.0, 0.0, latency_bound, beta, kappa_est, kappa_act, eps], np.float64)
-        self.I = np.zeros(10, np.int64)
-        self.I[I_POLICY] = policy
-        self.I[I_NB] = nb
+        self.IS = np.zeros(10, np.int64)
+        self.IS[I_POLICY] = policy
+        self.IS[I_NB] = nb
         # a non-zero xorshift state from the seed (splitmix-style mixing)
-        self.I[I_RNG] = np.int64((int(seed) * 0x9E3779B97F4A7C15 + 0x2545F4914F6CDD1D) % (1 << 63)) | 1
+        self.IS[I_RNG] = np.int64((int(seed) * 0x9E3779B97F4A7C15 + 0x2545F4914F6CDD1D) % (1 << 63)) | 1
 
     def preload(self, m: int) -> None:
         """Mark events ``[0, m)`` as already processed context (in the columns, not queued)."""
         self.status[:m] = 2
         for i in np.flatnonzero(self.relevant[:m]):
             _fen_add(self.fen, int(i), 1)
-        self.I[I_PTR] = m
-        self.I[I_ARRIVED] = m
+        self.IS[I_PTR] = m
+        self.IS[I_ARRIVED] = m
 
     def arrive(self, i: int, now: float) -> int:
-        return arrive(i, now, self.F, self.I, self.typ, self.bkt, self.est, self.status, self.lo,
+        return arrive(i, now, self.F, self.IS, self.typ, self.bkt, self.est, self.status, self.lo,
                       self.relevant, self.evicted, self.ring, self.z_est, self.is_term, self.nt,
                       self.gamma, self.size, self.active, self.minb, self.nxt, self.prv,
                       self.head, self.cnt, self.fen, self.dropped)
 
     def next_queued(self) -> int:
-        return next_queued(self.I, self.status)
+        return next_queued(self.IS, self.status)
 
     def begin(self, p: int) -> float:
-        return begin(p, self.F, self.I, self.typ, self.bkt, self.est, self.status, self.lo,
+        return begin(p, self.F, self.IS, self.typ, self.bkt, self.est, self.status, self.lo,
                      self.relevant, self.ring, self.z_act, self.is_term, self.size, self.active,
                      self.nxt, self.prv, self.head, self.cnt, self.fen)
 
@@ -386,7 +386,7 @@ class Core:
         start = np.full(self.n, np.nan)
         done = np.full(self.n, np.nan)
         order = np.zeros(self.n, np.int64)
-        k = simulate_virtual(np.ascontiguousarray(arr, np.float64), self.F, self.I, self.typ,
+        k = simulate_virtual(np.ascontiguousarray(arr, np.float64), self.F, self.IS, self.typ,
                              self.bkt, self.est, self.status, self.lo, self.relevant,
                              self.evicted, self.ring, self.z_est, self.z_act, self.is_term,
                              self.nt, self.gamma, self.size, self.active, self.minb, self.nxt,
@@ -396,6 +396,6 @@ class Core:
 
     @property
     def counters(self) -> dict:
-        return {"overloaded_arrivals": int(self.I[I_OVERLOADED]),
-                "guard_drops": int(self.I[I_GUARD]),
-                "evicted": int(self.I[I_EVICTED])}
+        return {"overloaded_arrivals": int(self.IS[I_OVERLOADED]),
+                "guard_drops": int(self.IS[I_GUARD]),
+                "evicted": int(self.IS[I_EVICTED])}

@@ -31,13 +31,14 @@ import pandas as pd
 
 from .engine import SheddingEngine
 from .shedder import Shedder
+from .stats import CostModel
 
 POLICIES = ("none", "random", "state", "darling")
 PEAKS = ((0.30, 0.03), (0.10, 0.40), (0.20, 0.60), (0.10, 0.90))  # (share of data, start)
 
 
 def stock(n_events: int, length: int, seed: int = 0, tickers: int = 24, noise: float = 0.5,
-          factor_c: float = 1.0) -> tuple[str, pd.DataFrame]:
+          factor_c: float = 1.0, walk: float = 0.1) -> tuple[str, pd.DataFrame]:
     """Stock-like events (``ts`` in seconds of data time, one event per second) and the rule."""
     if length < 2 or length > tickers:
         raise ValueError(f"pattern length must be in [2, {tickers}], got {length}")
@@ -51,9 +52,11 @@ def stock(n_events: int, length: int, seed: int = 0, tickers: int = 24, noise: f
     price = np.empty(n_events)
     for t in names:
         m = ty == t
+        if not m.any():
+            continue
         steps = rng.normal(0, 1.5, m.sum())
-        walk = np.cumsum(steps) * 0.3
-        price[m] = level[t] + walk - walk.mean() + rng.normal(0, 6, m.sum())
+        trend = np.cumsum(steps) * walk
+        price[m] = level[t] + trend - trend.mean() + rng.normal(0, 6, m.sum())
     volume = rng.lognormal(8, 1, n_events).round()
     ev = pd.DataFrame({"type": ty, "ts": np.arange(n_events, dtype=np.float64), "price": price,
                        "volume": volume})
@@ -86,6 +89,9 @@ def bus(n_events: int, length: int, seed: int = 0, lines: int = 16, noise: float
     return rule, ev
 
 
+#: the virtual-time cost model of the benchmark: 1 ms per event, 20 us per event a terminator reads
+VIRTUAL_COSTS = CostModel(default=1e-3, window=2e-5)
+
 WORKLOADS: dict[str, Callable[..., tuple[str, pd.DataFrame]]] = {"stock": stock, "bus": bus}
 
 
@@ -114,18 +120,25 @@ def run(
     mode: str = "real",
     seeds: Sequence[int] = (0,),
     backend: str = "cpu",
+    noise: float = 0.5,
     on_step: Callable[[str], None] | None = None,
 ) -> dict:
-    """Recall and p99 latency per policy against pattern length and against the overload rate."""
+    """Recall and p99 latency per policy against pattern length and against the overload rate.
+
+    ``noise``: the share of events of types the pattern does not read. In virtual time the cost
+    model is :data:`VIRTUAL_COSTS` (about this engine's real costs).
+    """
     gen = WORKLOADS[workload]
+    costs = VIRTUAL_COSTS if mode == "virtual" else None
     rows = []
     settings = [("length", L, sweep_length_factor) for L in lengths]
     settings += [("factor", sweep_factor_length, f) for f in factors]
     for seed in seeds:
         for sweep, length, factor in settings:
-            rule, ev = gen(warmup + n_events, length, seed)
+            rule, ev = gen(warmup + n_events, length, seed, noise=noise)
             warm, main = ev.iloc[:warmup], ev.iloc[warmup:].reset_index(drop=True)
-            probe = SheddingEngine(rule, Shedder(1.0, policy="none", seed=seed), backend=backend, mode=mode)
+            probe = SheddingEngine(rule, Shedder(1.0, policy="none", seed=seed), backend=backend, mode=mode,
+                                   cost_model=costs)
             probe.warm_up(warm)
             zbar = probe.shedder.z_mean
             base = 0.5 / zbar  # half of the measured capacity
@@ -134,7 +147,7 @@ def run(
             bound = latency_bound if latency_bound is not None else round(max(biggest / 4, 20 * zbar), 4)
             for policy in policies:
                 sh = Shedder(bound, beta=beta, buckets=buckets, policy=policy, seed=seed)
-                eng = SheddingEngine(rule, sh, backend=backend, mode=mode)
+                eng = SheddingEngine(rule, sh, backend=backend, mode=mode, cost_model=costs)
                 eng.warm_up(warm)
                 t0 = time.perf_counter()
                 eng.run(main, arr)
@@ -160,7 +173,7 @@ def run(
         "machine": _machine(),
         "settings": {"lengths": list(lengths), "factors": list(factors), "n_events": n_events,
                      "warmup": warmup, "beta": beta, "buckets": buckets, "backend": backend,
-                     "seeds": list(seeds), "peaks": PEAKS,
+                     "seeds": list(seeds), "peaks": PEAKS, "noise": noise,
                      "latency_bound_s": latency_bound or "auto (largest peak's drain time / 4)"},
         "rows": rows,
         "summary": summarize(rows),

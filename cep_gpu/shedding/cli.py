@@ -62,6 +62,8 @@ def add_bench_arguments(b: argparse.ArgumentParser) -> None:
     b.add_argument("--buckets", type=int, default=100)
     b.add_argument("--seeds", type=int, default=1, help="seeds per setting (default 1)")
     b.add_argument("--backend", default="cpu")
+    b.add_argument("--noise", type=float, default=0.5,
+                   help="share of events of types the pattern does not read (default 0.5)")
     b.add_argument("--quick", action="store_true", help="lengths 3,4,5; factors 100,1000; 4000 events")
     b.add_argument("--out", help="write the results (JSON, with a 'summary') here")
     b.add_argument("--plot", help="write the figure (PNG) here")
@@ -73,13 +75,16 @@ def cmd_bench(args) -> int:
     lengths, factors, events = args.lengths, args.factors, args.events
     if args.quick:
         lengths, factors, events = [3, 4, 5], [100, 1000], 4000
+    if not 0 <= args.noise < 1:
+        print(f"cep-gpu shedding bench: --noise must be in [0, 1), got {args.noise}", file=sys.stderr)
+        return 2
     for name, v in (("events", events), ("warmup", args.warmup), ("buckets", args.buckets), ("seeds", args.seeds)):
         if v < 1:
             print(f"cep-gpu shedding bench: --{name} must be >= 1, got {v}", file=sys.stderr)
             return 2
     result = bench.run(args.workload, lengths, factors, n_events=events, warmup=args.warmup,
                        latency_bound=args.latency_bound, beta=args.beta, buckets=args.buckets,
-                       mode=args.mode, seeds=range(args.seeds), backend=args.backend,
+                       mode=args.mode, seeds=range(args.seeds), backend=args.backend, noise=args.noise,
                        on_step=lambda s: print(f"  {s}", file=sys.stderr, flush=True))
     print(json.dumps(result["summary"], indent=2))
     if args.out:
@@ -97,5 +102,5 @@ def shedding_bench_from_bench_args(args) -> int:
     """``cep-gpu bench shedding [--out F] [--plot F]``: the default shedding benchmark."""
     ns = argparse.Namespace(workload="stock", mode="real", lengths=[3, 4, 5, 6], factors=[10, 100, 1000],
                             events=6000, warmup=2000, latency_bound=None, beta=0.8, buckets=100,
-                            seeds=1, backend="cpu", quick=False, out=args.out, plot=args.plot)
+                            seeds=1, backend="cpu", noise=0.5, quick=False, out=args.out, plot=args.plot)
     return cmd_bench(ns)

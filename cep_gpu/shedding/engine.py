@@ -230,7 +230,7 @@ class SheddingEngine:
         rows = []
         for rule, ts, ids, det, trig in found:
             prim = [i for i in ids if 0 <= i < n]
-            if core.I[_core.I_EVICTED] and any(core.evicted[i] <= trig for i in prim):
+            if core.IS[_core.I_EVICTED] and any(core.evicted[i] <= trig for i in prim):
                 continue  # the state-side baseline had evicted one of its events before the match
             latest = max(prim) if prim else None
             lat = det - arr[latest] if latest is not None else 0.0

@@ -144,11 +144,14 @@ class Shedder:
         zbar = st.z_mean()
         self.z_mean = zbar
         self.n_in = self.latency_bound / zbar if zbar > 0 else math.inf
-        weights = {t: st.z_full(t) * st.rates.get(t, 0.0) for t in self.types}
+        # TYPES of Section 4.2.2 are the types of the patterns: a type no rule reads gets no share
+        # of the budget (N_T = 0), so under overload it is dropped on arrival
+        read = {t for r in self.rules for t in r.input_types}
+        weights = {t: st.z_full(t) * st.rates.get(t, 0.0) if t in read else 0.0 for t in self.types}
         total = sum(weights.values())
         self.n_t, self.gamma_t = {}, {}
         for t in self.types:
-            share = weights[t] / total if total > 0 else 1.0 / max(len(self.types), 1)
+            share = weights[t] / total if total > 0 else float(t in read) / max(len(read), 1)
             nt = share * self.n_in * self.beta
             alpha = self.utility.conditions_of(t) * st.utility_cost
             z = st.z_full(t)
