@@ -27,7 +27,7 @@ import numpy as np
 NONE, RANDOM, DARLING, STATE = 0, 1, 2, 3
 POLICY_CODES = {"none": NONE, "random": RANDOM, "darling": DARLING, "state": STATE}
 
-# float scalars F[...]
+# float scalars F[...]; F_EPS holds the guard's share of L_max (1 - 1e-9 in virtual time, beta in real time)
 F_TFREE, F_WQ, F_L, F_BETA, F_KEST, F_KACT, F_EPS = range(7)
 # int scalars IS[...]
 I_PTR, I_ARRIVED, I_POLICY, I_NB, I_RNG, I_OVERLOADED, I_GUARD, I_EVICTED, I_RING_LO, I_RING_HI = range(10)
@@ -192,7 +192,7 @@ def arrive(i, now, F, IS, typ, bkt, est, status, lo, relevant, evicted, ring,
     if policy == DARLING or policy == RANDOM:
         # the hard guard: the estimated latency of i (the work queued ahead of it plus its own)
         # must stay within L_max; drop lowest-utility events until it does (docs/shedding.md)
-        limit = F[F_L] * (1.0 - F[F_EPS])
+        limit = F[F_L] * F[F_EPS]
         while busy + F[F_WQ] > limit and status[i] == 1:
             IS[I_GUARD] += 1
             best_t = -1
@@ -215,6 +215,15 @@ def arrive(i, now, F, IS, typ, bkt, est, status, lo, relevant, evicted, ring,
             v = _pick(best_t, best_b, IS, head, nxt, cnt)
             _drop(v, F, IS, typ, bkt, est, status, relevant, nxt, prv, head, cnt, size, active, fen, dropped)
     return 1 if status[i] == 1 else 0
+
+
+@numba.njit(cache=True)
+def arrive_range(lo_i, hi_i, arr, F, IS, typ, bkt, est, status, lo, relevant, evicted, ring,
+                 z_est, is_term, nt, gamma, size, active, minb, nxt, prv, head, cnt, fen, dropped):
+    """Events ``[lo_i, hi_i)`` arrive, each at its own time ``arr[i]`` (one compiled call)."""
+    for i in range(lo_i, hi_i):
+        arrive(i, arr[i], F, IS, typ, bkt, est, status, lo, relevant, evicted, ring,
+               z_est, is_term, nt, gamma, size, active, minb, nxt, prv, head, cnt, fen, dropped)
 
 
 @numba.njit(cache=True)
@@ -326,7 +335,7 @@ class Core:
 
     def __init__(self, typ, bkt, lo, relevant, z_est, z_act, is_term, nt, gamma, *,
                  latency_bound: float, beta: float, kappa_est: float, kappa_act: float,
-                 policy: int, buckets: int, seed: int, eps: float = 1e-9) -> None:
+                 policy: int, buckets: int, seed: int, guard: float = 1.0 - 1e-9) -> None:
         n = len(typ)
         k = len(z_est)
         nb = buckets + 1  # UtilArr^0 .. UtilArr^xi (Section 4.4: u * xi in [0, xi])
@@ -353,7 +362,7 @@ class Core:
         self.cnt = np.zeros(k * nb, np.int64)
         self.fen = np.zeros(n + 1, np.int64)
         self.dropped = np.zeros(k, np.int64)
-        self.F = np.array([0.0, 0.0, latency_bound, beta, kappa_est, kappa_act, eps], np.float64)
+        self.F = np.array([0.0, 0.0, latency_bound, beta, kappa_est, kappa_act, guard], np.float64)
         self.IS = np.zeros(10, np.int64)
         self.IS[I_POLICY] = policy
         self.IS[I_NB] = nb
@@ -373,6 +382,12 @@ class Core:
                       self.relevant, self.evicted, self.ring, self.z_est, self.is_term, self.nt,
                       self.gamma, self.size, self.active, self.minb, self.nxt, self.prv,
                       self.head, self.cnt, self.fen, self.dropped)
+
+    def arrive_range(self, lo_i: int, hi_i: int, arr: np.ndarray) -> None:
+        arrive_range(lo_i, hi_i, arr, self.F, self.IS, self.typ, self.bkt, self.est, self.status,
+                     self.lo, self.relevant, self.evicted, self.ring, self.z_est, self.is_term,
+                     self.nt, self.gamma, self.size, self.active, self.minb, self.nxt, self.prv,
+                     self.head, self.cnt, self.fen, self.dropped)
 
     def next_queued(self) -> int:
         return next_queued(self.IS, self.status)

@@ -182,9 +182,11 @@ class Shedder:
         return self.utility.compute(events)
 
     def make_core(self, events: pd.DataFrame, ts_ns: np.ndarray, cost_model: CostModel | None,
-                  utilities: np.ndarray | None = None, context: int = 0) -> _core.Core:
+                  utilities: np.ndarray | None = None, context: int = 0,
+                  guard: float = 1.0 - 1e-9) -> _core.Core:
         """The compiled state of one run over ``events`` (arrival order; ``context`` leading rows
-        are already-processed events that terminators may read)."""
+        are already-processed events that terminators may read; ``guard``: the share of L_max
+        the hard guard keeps each event's estimated latency within)."""
         self._need()
         types = events["type"].astype(str).to_numpy()
         names = list(self.types) + sorted(set(np.unique(types)) - set(self.types))
@@ -212,7 +214,8 @@ class Shedder:
         core = _core.Core(typ, bkt, lo, relevant, z_est, z_act, is_term, nt, gamma,
                           latency_bound=self.latency_bound, beta=self.beta,
                           kappa_est=st.window_cost, kappa_act=kappa_act,
-                          policy=_core.POLICY_CODES[self.policy], buckets=self.buckets, seed=self.seed)
+                          policy=_core.POLICY_CODES[self.policy], buckets=self.buckets, seed=self.seed,
+                          guard=guard)
         core.type_names = names
         if context:
             core.preload(context)
@@ -247,8 +250,7 @@ class Shedder:
         # counts its window from the newest context time: the lookback search needs sorted times
         ts_ns = np.maximum.accumulate(ts_ns)
         core = self.make_core(frame, ts_ns, None, context=m)
-        for i in range(m, len(frame)):
-            core.arrive(i, 0.0)
+        core.arrive_range(m, len(frame), np.zeros(len(frame)))
         keep = np.zeros(n, bool)
         keep[order[m:] - m] = core.status[m:] == 1
         self.last_batch = core.counters | {"dropped": int(n - keep.sum())}
