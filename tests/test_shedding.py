@@ -260,3 +260,36 @@ def test_bad_use():
     with pytest.raises(ArgumentError, match="at least 2"):
         eng.warm_up(stream(1))
     assert issubclass(SheddingError, CepError)
+
+
+# -- the Spark hook (no Spark needed: the per-key step's shedding function) --------------------------
+
+
+def test_spark_hook_sheds_a_micro_batch_with_its_buffer_as_context():
+    import inspect
+
+    import pyarrow as pa
+
+    from cep_gpu.shedding.spark import check_shedder, shed_parts
+
+    sh = Shedder(0.02, policy="darling").fit(RULE, stream(300, 2), costs=CostModel(default=1e-3, window=1e-4))
+    ev = stream(160, 6)
+    buffer = pa.Table.from_pandas(ev.iloc[:40], preserve_index=False)
+    new = pa.Table.from_pandas(ev.iloc[40:], preserve_index=False)
+    parts = shed_parts([new.slice(0, 60), new.slice(60)], buffer, sh, "s")
+    kept = pa.concat_tables(parts)
+    assert 0 < kept.num_rows < new.num_rows
+    want = sh.shed_batch(ev.iloc[40:].reset_index(drop=True), context=ev.iloc[:40])
+    assert kept.num_rows == want.sum()
+    assert shed_parts([], buffer, sh, "s") == []
+    # below the constraint nothing is dropped
+    assert pa.concat_tables(shed_parts([new.slice(0, 5)], buffer, sh, "s")).num_rows == 5
+    assert check_shedder(None) is None
+    with pytest.raises(ArgumentError, match="Shedder"):
+        check_shedder(0.5)
+    with pytest.raises(SheddingError):
+        check_shedder(Shedder(1.0))
+    from cep_gpu.spark_udfs import stream as spark_stream
+
+    assert "shedding" in inspect.signature(spark_stream.detect_stream).parameters
+    assert "shedding" in inspect.signature(spark_stream._step).parameters
