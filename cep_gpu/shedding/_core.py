@@ -230,8 +230,13 @@ def arrive_range(lo_i, hi_i, arr, F, IS, typ, bkt, est, status, lo, relevant, ev
 def _evict(i, now, F, IS, typ, status, lo, relevant, evicted, ring, is_term, fen, excess):
     """State-side baseline: evict random stored (processed) events of the current window from the
     columns, enough to cut ``excess`` seconds of combination work (docs/shedding.md)."""
-    # stored events before the window of the newest arrival can no longer be read
-    while IS[I_RING_LO] < IS[I_RING_HI] and ring[IS[I_RING_LO]] < lo[i]:
+    # the stored events the queued terminators can still read: those inside the window of the
+    # next event to process (older ones are out of every queued window)
+    p = IS[I_PTR]
+    while p < IS[I_ARRIVED] and status[p] != 1:
+        p += 1
+    first = lo[p] if p < IS[I_ARRIVED] else lo[i]
+    while IS[I_RING_LO] < IS[I_RING_HI] and ring[IS[I_RING_LO]] < first:
         IS[I_RING_LO] += 1
     stored = IS[I_RING_HI] - IS[I_RING_LO]
     if stored <= 0 or F[F_KEST] <= 0.0:

@@ -121,11 +121,13 @@ def run(
     seeds: Sequence[int] = (0,),
     backend: str = "cpu",
     noise: float = 0.5,
+    bound_fraction: float = 0.25,
     on_step: Callable[[str], None] | None = None,
 ) -> dict:
     """Recall and p99 latency per policy against pattern length and against the overload rate.
 
-    ``noise``: the share of events of types the pattern does not read. In virtual time the cost
+    ``noise``: the share of events of types the pattern does not read; ``bound_fraction``: L_max
+    as a share of the time the largest peak takes to drain without shedding. In virtual time the cost
     model is :data:`VIRTUAL_COSTS` (about this engine's real costs).
     """
     gen = WORKLOADS[workload]
@@ -144,7 +146,7 @@ def run(
             base = 0.5 / zbar  # half of the measured capacity
             arr = load_profile(len(main), base, factor)
             biggest = max(s for s, _ in PEAKS) * len(main) * zbar
-            bound = latency_bound if latency_bound is not None else round(max(biggest / 4, 20 * zbar), 4)
+            bound = latency_bound if latency_bound is not None else round(max(biggest * bound_fraction, 20 * zbar), 4)
             for policy in policies:
                 sh = Shedder(bound, beta=beta, buckets=buckets, policy=policy, seed=seed)
                 eng = SheddingEngine(rule, sh, backend=backend, mode=mode, cost_model=costs)
@@ -174,7 +176,7 @@ def run(
         "settings": {"lengths": list(lengths), "factors": list(factors), "n_events": n_events,
                      "warmup": warmup, "beta": beta, "buckets": buckets, "backend": backend,
                      "seeds": list(seeds), "peaks": PEAKS, "noise": noise,
-                     "latency_bound_s": latency_bound or "auto (largest peak's drain time / 4)"},
+                     "latency_bound_s": latency_bound or f"auto ({bound_fraction} x the largest peak's drain time)"},
         "rows": rows,
         "summary": summarize(rows),
     }

@@ -57,7 +57,9 @@ def add_bench_arguments(b: argparse.ArgumentParser) -> None:
     b.add_argument("--events", type=int, default=6000, help="events per run after the warm-up (default 6000)")
     b.add_argument("--warmup", type=int, default=2000, help="warm-up events (default 2000)")
     b.add_argument("--latency-bound", type=float, default=None,
-                   help="L_max in seconds (default: a quarter of the largest peak's drain time)")
+                   help="L_max in seconds (default: --bound-fraction x the largest peak's drain time)")
+    b.add_argument("--bound-fraction", type=float, default=0.25,
+                   help="L_max as a share of the largest peak's drain time (default 0.25)")
     b.add_argument("--beta", type=float, default=0.8)
     b.add_argument("--buckets", type=int, default=100)
     b.add_argument("--seeds", type=int, default=1, help="seeds per setting (default 1)")
@@ -75,6 +77,9 @@ def cmd_bench(args) -> int:
     lengths, factors, events = args.lengths, args.factors, args.events
     if args.quick:
         lengths, factors, events = [3, 4, 5], [100, 1000], 4000
+    if not 0 < args.bound_fraction <= 1:
+        print(f"cep-gpu shedding bench: --bound-fraction must be in (0, 1], got {args.bound_fraction}", file=sys.stderr)
+        return 2
     if not 0 <= args.noise < 1:
         print(f"cep-gpu shedding bench: --noise must be in [0, 1), got {args.noise}", file=sys.stderr)
         return 2
@@ -85,6 +90,7 @@ def cmd_bench(args) -> int:
     result = bench.run(args.workload, lengths, factors, n_events=events, warmup=args.warmup,
                        latency_bound=args.latency_bound, beta=args.beta, buckets=args.buckets,
                        mode=args.mode, seeds=range(args.seeds), backend=args.backend, noise=args.noise,
+                       bound_fraction=args.bound_fraction,
                        on_step=lambda s: print(f"  {s}", file=sys.stderr, flush=True))
     print(json.dumps(result["summary"], indent=2))
     if args.out:
@@ -102,5 +108,6 @@ def shedding_bench_from_bench_args(args) -> int:
     """``cep-gpu bench shedding [--out F] [--plot F]``: the default shedding benchmark."""
     ns = argparse.Namespace(workload="stock", mode="real", lengths=[3, 4, 5, 6], factors=[10, 100, 1000],
                             events=6000, warmup=2000, latency_bound=None, beta=0.8, buckets=100,
-                            seeds=1, backend="cpu", noise=0.5, quick=False, out=args.out, plot=args.plot)
+                            seeds=1, backend="cpu", noise=0.5, bound_fraction=0.25, quick=False, out=args.out,
+                            plot=args.plot)
     return cmd_bench(ns)
