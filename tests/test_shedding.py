@@ -293,3 +293,20 @@ def test_spark_hook_sheds_a_micro_batch_with_its_buffer_as_context():
 
     assert "shedding" in inspect.signature(spark_stream.detect_stream).parameters
     assert "shedding" in inspect.signature(spark_stream._step).parameters
+
+
+def test_bench_and_cli_smoke(tmp_path, capsys):
+    import json
+
+    from cep_gpu.cli import main
+
+    out, png = tmp_path / "s.json", tmp_path / "s.png"
+    rc = main(["shedding", "bench", "--mode", "virtual", "--lengths", "3", "--factors", "100",
+               "--events", "400", "--warmup", "200", "--out", str(out), "--plot", str(png)])
+    assert rc == 0 and png.stat().st_size > 0
+    res = json.loads(out.read_text())
+    for pol in ("none", "random", "state", "darling"):
+        assert set(res["summary"][pol]) >= {"recall", "violations", "p99_latency_s"}
+    assert res["summary"]["darling"]["violations"] == 0
+    assert res["summary"]["none"]["violations"] > 0  # the bound is set so that no shedding violates it
+    assert main(["shedding", "bench", "--noise", "1.5"]) == 2
