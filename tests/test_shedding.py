@@ -310,3 +310,19 @@ def test_bench_and_cli_smoke(tmp_path, capsys):
     assert res["summary"]["darling"]["violations"] == 0
     assert res["summary"]["none"]["violations"] > 0  # the bound is set so that no shedding violates it
     assert main(["shedding", "bench", "--noise", "1.5"]) == 2
+
+
+def test_live_publish_sheds_each_micro_batch():
+    eng = _engine("darling", bound=0.02)
+    ev = stream(400, 8)
+    small = eng.publish(ev.iloc[:5])  # below the constraint: all kept
+    assert eng.live_stats()["kept"] == 5
+    out = [small]
+    for lo in range(5, 400, 79):
+        out.append(eng.publish(ev.iloc[lo:lo + 79]))
+    s = eng.live_stats()
+    assert s["published"] == 400 and 0 < s["kept"] < 400
+    assert sum(s["dropped_per_type"].values()) == 400 - s["kept"]
+    assert s["engine"]["events"] == s["kept"]
+    with pytest.raises(SheddingError):
+        _engine("none").live_stats()

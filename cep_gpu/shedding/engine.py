@@ -98,6 +98,8 @@ class SheddingEngine:
         Engine(self.rules, backend=backend, time_unit=time_unit)  # fail early on a bad backend
         self._report: dict = {}
         self._found: pd.DataFrame | None = None
+        self._live = None  # the long-lived engine of publish()
+        self._live_counts: dict = {}
 
     # -- statistics -------------------------------------------------------------------------------
 
@@ -223,6 +225,34 @@ class SheddingEngine:
             found.append((m["rule"], m["ts"], tuple(m["ids"]), clock, clock))
         self._finish(frame, arr, core, found, start, done, reference)
         return self._found
+
+    def publish(self, events: pd.DataFrame) -> pd.DataFrame:
+        """Live use: a micro-batch of events that arrived together. The shedder keeps the rows
+        whose estimated processing fits the latency bound (:meth:`Shedder.shed_batch`; earlier
+        batches' events do not count in the window work) and a long-lived engine processes them;
+        returns its new composite events (as :meth:`cep_gpu.Engine.publish`). Batches must come in
+        timestamp order; without an ``id`` column, ids are positions among the events the engine
+        received (the kept ones). ``live_stats()`` counts what was kept and dropped."""
+        self.shedder._need()
+        if not isinstance(events, pd.DataFrame):
+            raise ArgumentError(f"events must be a pandas DataFrame, got {type(events).__name__}")
+        if self._live is None:
+            self._live = Engine(self.rules, backend=self.backend, time_unit=self.time_unit)
+            self._live_counts = {"published": 0, "kept": 0, "dropped_per_type": {}}
+        keep = self.shedder.shed_batch(events) if len(events) else np.zeros(0, bool)
+        c = self._live_counts
+        c["published"] += len(events)
+        c["kept"] += int(keep.sum())
+        for t, k in pd.Series(events["type"].astype(str).to_numpy()[~keep]).value_counts().items():
+            c["dropped_per_type"][t] = c["dropped_per_type"].get(t, 0) + int(k)
+        return self._live.publish(events[keep])
+
+    def live_stats(self) -> dict:
+        """Counters of :meth:`publish`: events published, kept, dropped per type, and the live
+        engine's own ``stats()``."""
+        if self._live is None:
+            raise SheddingError("nothing published yet: call SheddingEngine.publish(events) first")
+        return dict(self._live_counts) | {"engine": self._live.stats()}
 
     def _finish(self, frame, arr, core, found, start, done, reference: bool) -> None:
         n = len(frame)
