@@ -69,6 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_optional(sub, "cep_gpu.muse.cli", ("add_muse_parser",))
     _add_optional(sub, "cep_gpu.decopa.cli", ("add_decompose_parser", "add_decopa_parser"))
     _add_optional(sub, "cep_gpu.parallel.cli", ("add_parallel_parser",))
+    _add_optional(sub, "cep_gpu.shedding.cli", ("add_shedding_parser",))
     return parser
 
 

@@ -53,6 +53,7 @@ def detect_stream(
     watermark: str,
     backend: str = "auto",
     time_unit: str = "s",
+    shedding=None,
 ) -> DataFrame:
     """Composite events of a streaming DataFrame, as a streaming DataFrame (append mode).
 
@@ -60,8 +61,12 @@ def detect_stream(
     ``detect_spark``); ``None`` keeps one state for the whole stream. ``watermark``: how late an
     event may arrive (a Spark interval such as ``"1 minute"``); it decides when a key's last
     composite events are final and when its state is dropped. The input needs an ``id`` column
-    (row positions mean nothing in a stream).
+    (row positions mean nothing in a stream). ``shedding``: a fitted
+    :class:`cep_gpu.shedding.Shedder`, applied to each key's micro-batch (docs/shedding.md, Spark).
     """
+    from cep_gpu.shedding.spark import check_shedder
+
+    shedding = check_shedder(shedding)
     if not stream_df.isStreaming:
         raise EventError("detect_stream needs a streaming DataFrame; use detect_spark for batch input")
     if "id" not in stream_df.columns:
@@ -102,6 +107,7 @@ def detect_stream(
         event_cols=event_cols,
         event_schema=to_arrow_schema(event_struct),
         out_schema=to_arrow_schema(out_struct),
+        shedding=shedding,
     )
     out = events.groupBy(KEY).applyInPandasWithState(
         fn, out_struct, STATE, "append", GroupStateTimeout.EventTimeTimeout
@@ -138,7 +144,8 @@ def quiet_state_padding() -> None:
         warnings.filterwarnings("ignore", message=_PADDING_WARNING, category=FutureWarning)
 
 
-def _step(key, pdfs: Iterator[pd.DataFrame], state, *, job: SparkJob, event_cols, event_schema, out_schema):
+def _step(key, pdfs: Iterator[pd.DataFrame], state, *, job: SparkJob, event_cols, event_schema, out_schema,
+          shedding=None):
     """One key, one micro-batch (or one timeout): the composite events that became final."""
     quiet_state_padding()
     unit = job.time.engine_unit
@@ -154,6 +161,10 @@ def _step(key, pdfs: Iterator[pd.DataFrame], state, *, job: SparkJob, event_cols
         new_rows = 0
     else:
         parts = [_arrow_events(p[event_cols], event_schema) for p in pdfs if len(p)]
+        if shedding is not None and parts:  # DARLING per key and micro-batch (docs/shedding.md)
+            from cep_gpu.shedding.spark import shed_parts
+
+            parts = [p for p in shed_parts(parts, buffer, shedding, unit) if p.num_rows]
         new_rows = sum(p.num_rows for p in parts)
         if parts:
             buffer = pa.concat_tables([buffer, *parts])

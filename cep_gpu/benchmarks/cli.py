@@ -79,11 +79,12 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("workload", choices=["seq3", "rules1000", "museum", "muse", "decopa", "parallel",
-                                        "kleene"],
+                                        "kleene", "shedding"],
                    help="muse: MuSE placement (cep-gpu muse bench --help has its options); "
                         "decopa: DecoPa decomposition (cep-gpu decopa bench --help); "
                         "parallel: HYPERSONIC (cep-gpu parallel bench --help); "
-                        "kleene: Kleene closure, greedy and [1..2] against window (--sizes in ms)")
+                        "kleene: Kleene closure, greedy and [1..2] against window (--sizes in ms); "
+                        "shedding: DARLING load shedding (cep-gpu shedding bench --help)")
     p.add_argument("--backend", type=_name_list, action="extend", dest="backends",
                    help=f"backends, comma-separated or repeated: {', '.join(BACKENDS)} "
                         f"(default {defaults}). gpu without a usable device is reported as not "
@@ -159,6 +160,10 @@ def bench_main(args: argparse.Namespace) -> int:
         from .kleene import kleene_bench_from_bench_args
 
         return kleene_bench_from_bench_args(args)
+    if args.workload == "shedding":  # its own settings: cep-gpu shedding bench
+        from ..shedding.cli import shedding_bench_from_bench_args
+
+        return shedding_bench_from_bench_args(args)
     backends = args.backends or list(DEFAULT_BACKENDS[args.workload])
     try:
         check_backends(backends)

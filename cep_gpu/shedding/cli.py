@@ -1,0 +1,113 @@
+"""``cep-gpu shedding bench`` (wired in by :mod:`cep_gpu.cli`) and ``cep-gpu bench shedding``.
+
+    cep-gpu shedding bench [--quick] [--workload stock|bus] [--mode real|virtual]
+                           [--lengths 3,4,5,6] [--factors 10,100,1000] [--out F.json] [--plot F.png]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+EPILOG = """examples:
+  cep-gpu shedding bench --quick --out shedding.json --plot shedding.png
+  cep-gpu shedding bench --workload bus --mode virtual --lengths 3,4,5
+  cep-gpu bench shedding --out shedding.json --plot shedding.png
+"""
+
+
+def _ints(text: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+
+
+def _floats(text: str) -> list[float]:
+    try:
+        return [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+
+
+def add_shedding_parser(subparsers) -> argparse.ArgumentParser:
+    """Add ``cep-gpu shedding`` to an argparse sub-parser set."""
+    p = subparsers.add_parser(
+        "shedding", help="DARLING input load shedding: benchmark against random and state shedding",
+        description="DARLING data-aware input load shedding (docs/shedding.md).",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = p.add_subparsers(dest="shedding_command")
+    b = sub.add_parser("bench", help="recall and p99 latency per policy (paper Section 5)")
+    add_bench_arguments(b)
+    b.set_defaults(func=cmd_bench)
+    p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
+    return p
+
+
+def add_bench_arguments(b: argparse.ArgumentParser) -> None:
+    b.add_argument("--workload", choices=["stock", "bus"], default="stock")
+    b.add_argument("--mode", choices=["real", "virtual"], default="real",
+                   help="real: the engine's measured time (default); virtual: charged costs")
+    b.add_argument("--lengths", type=_ints, default=[3, 4, 5, 6], help="pattern lengths (default 3,4,5,6)")
+    b.add_argument("--factors", type=_floats, default=[10, 100, 1000],
+                   help="overload rates of the peaks, at length 4 (default 10,100,1000)")
+    b.add_argument("--events", type=int, default=6000, help="events per run after the warm-up (default 6000)")
+    b.add_argument("--warmup", type=int, default=2000, help="warm-up events (default 2000)")
+    b.add_argument("--latency-bound", type=float, default=None,
+                   help="L_max in seconds (default: --bound-fraction x the largest peak's drain time)")
+    b.add_argument("--bound-fraction", type=float, default=0.25,
+                   help="L_max as a share of the largest peak's drain time (default 0.25)")
+    b.add_argument("--beta", type=float, default=0.8)
+    b.add_argument("--buckets", type=int, default=100)
+    b.add_argument("--seeds", type=int, default=1, help="seeds per setting (default 1)")
+    b.add_argument("--backend", default="cpu")
+    b.add_argument("--noise", type=float, default=0.5,
+                   help="share of events of types the pattern does not read (default 0.5)")
+    b.add_argument("--quick", action="store_true", help="lengths 3,4,5; factors 100,1000; 4000 events")
+    b.add_argument("--out", help="write the results (JSON, with a 'summary') here")
+    b.add_argument("--plot", help="write the figure (PNG) here")
+
+
+def cmd_bench(args) -> int:
+    from . import bench
+
+    lengths, factors, events = args.lengths, args.factors, args.events
+    if args.quick:
+        lengths, factors, events = [3, 4, 5], [100, 1000], 4000
+    if not 0 < args.bound_fraction <= 1:
+        print(f"cep-gpu shedding bench: --bound-fraction must be in (0, 1], got {args.bound_fraction}", file=sys.stderr)
+        return 2
+    if not 0 <= args.noise < 1:
+        print(f"cep-gpu shedding bench: --noise must be in [0, 1), got {args.noise}", file=sys.stderr)
+        return 2
+    for name, v in (("events", events), ("warmup", args.warmup), ("buckets", args.buckets), ("seeds", args.seeds)):
+        if v < 1:
+            print(f"cep-gpu shedding bench: --{name} must be >= 1, got {v}", file=sys.stderr)
+            return 2
+    result = bench.run(args.workload, lengths, factors, n_events=events, warmup=args.warmup,
+                       latency_bound=args.latency_bound, beta=args.beta, buckets=args.buckets,
+                       mode=args.mode, seeds=range(args.seeds), backend=args.backend, noise=args.noise,
+                       bound_fraction=args.bound_fraction,
+                       on_step=lambda s: print(f"  {s}", file=sys.stderr, flush=True))
+    print(json.dumps(result["summary"], indent=2))
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+        print(f"results -> {args.out}", file=sys.stderr)
+    if args.plot:
+        Path(args.plot).parent.mkdir(parents=True, exist_ok=True)
+        bench.plot(result, args.plot)
+        print(f"plot -> {args.plot}", file=sys.stderr)
+    return 0
+
+
+def shedding_bench_from_bench_args(args) -> int:
+    """``cep-gpu bench shedding [--out F] [--plot F]``: the default shedding benchmark."""
+    ns = argparse.Namespace(workload="stock", mode="real", lengths=[3, 4, 5, 6], factors=[10, 100, 1000],
+                            events=6000, warmup=2000, latency_bound=None, beta=0.8, buckets=100,
+                            seeds=1, backend="cpu", noise=0.5, bound_fraction=0.25, quick=False, out=args.out,
+                            plot=args.plot)
+    return cmd_bench(ns)

@@ -1,0 +1,370 @@
+"""``SheddingEngine``: a :class:`cep_gpu.Engine` behind DARLING's per-type input buffers.
+
+Events arrive (each with an arrival time in seconds), pass the shedder (kept in their type's
+buffer or dropped), and the engine consumes the buffers in arrival order, one event at a time.
+The detection latency of a composite event is the time it was reported minus the arrival of its
+latest event (paper Eq. 2).
+
+Two clocks:
+
+* ``mode="virtual"``: each event's processing is charged from a :class:`CostModel` (Z(T) plus the
+  window work of a terminator); a run is a function of its input and the seed.
+* ``mode="real"``: each ``Engine.publish`` is timed (this thread's CPU time) and the shedder's
+  own work is charged too; arrivals follow the given schedule (trace-driven replay), so the
+  latency is what a single core running this engine would show under that schedule.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+
+import numpy as np
+import pandas as pd
+
+from .. import Engine, detect
+from ..errors import ArgumentError
+from . import _core
+from .shedder import UNIT_NS, Shedder, SheddingError, as_rules
+from .stats import CostModel, Statistics, _ts_ns
+
+MODES = ("virtual", "real")
+
+#: the engine's own processing time: this thread's CPU time, so that other processes on a shared
+#: machine do not count (the paper gives each engine a dedicated core)
+_cpu = time.thread_time
+
+
+class SheddingEngine:
+    """Streaming detection with DARLING input load shedding.
+
+    Parameters
+    ----------
+    rules:
+        A Rule, a list of Rules, or rule text.
+    shedding:
+        A :class:`Shedder` (its policy, bound, β and ξ).
+    backend:
+        The engine's backend (``"cpu"`` by default: ``"auto"`` plans per terminator, which adds
+        variance to real-time costs).
+    time_unit:
+        The unit of numeric ``ts`` values.
+    mode:
+        ``"virtual"`` or ``"real"`` (module docstring).
+    cost_model:
+        The virtual-time :class:`CostModel` (default ``CostModel()``: 1 ms per event).
+    drift_check:
+        Optional ``fn(recent_events: DataFrame) -> bool``, called after every ``drift_every``
+        events of a run with the events that arrived since the last check; ``True`` re-gathers
+        the statistics from them (paper Section 4.1: statistics are re-gathered on concept
+        drift).
+    """
+
+    def __init__(
+        self,
+        rules,
+        shedding: Shedder,
+        *,
+        backend: str = "cpu",
+        time_unit: str = "s",
+        mode: str = "virtual",
+        cost_model: CostModel | None = None,
+        drift_check: Callable[[pd.DataFrame], bool] | None = None,
+        drift_every: int = 10_000,
+    ) -> None:
+        if not isinstance(shedding, Shedder):
+            raise ArgumentError(f"shedding must be a Shedder, got {type(shedding).__name__}")
+        if mode not in MODES:
+            raise ArgumentError(f"mode must be 'virtual' or 'real', got {mode!r}")
+        if time_unit not in UNIT_NS:
+            raise ArgumentError(f"time_unit: unknown unit {time_unit!r}; use one of {sorted(UNIT_NS)}")
+        if cost_model is not None and not isinstance(cost_model, CostModel):
+            raise ArgumentError(f"cost_model must be a CostModel, got {type(cost_model).__name__}")
+        if mode == "real" and cost_model is not None:
+            raise ArgumentError("cost_model is for mode='virtual'; mode='real' measures the engine")
+        if drift_check is not None and not callable(drift_check):
+            raise ArgumentError("drift_check must be callable or None")
+        if not isinstance(drift_every, int) or drift_every < 1:
+            raise ArgumentError(f"drift_every must be an int >= 1, got {drift_every!r}")
+        self.rules = as_rules(rules)
+        self.shedder = shedding
+        self.backend = backend
+        self.time_unit = time_unit
+        self.mode = mode
+        self.cost_model = (cost_model or CostModel()) if mode == "virtual" else None
+        self.drift_check = drift_check
+        self.drift_every = drift_every
+        Engine(self.rules, backend=backend, time_unit=time_unit)  # fail early on a bad backend
+        self._report: dict = {}
+        self._found: pd.DataFrame | None = None
+        self._live = None  # the long-lived engine of publish()
+        self._live_counts: dict = {}
+
+    # -- statistics -------------------------------------------------------------------------------
+
+    def warm_up(self, events: pd.DataFrame, arrival=None) -> Statistics:
+        """Gather R(T), Z(T) and the attribute distributions on a warm-up prefix (nothing is
+        dropped) and set the shedder's constraints. In real time Z(T) and κ are measured on this
+        engine: per-event ``publish`` times, fitted as Z(T) + κ·(events the terminator reads)."""
+        frame, arr, ts_ns = self._input(events, arrival)
+        sh = self.shedder
+        if self.mode == "virtual":
+            sh.fit(self.rules, frame, arrival=arr, costs=self.cost_model, time_unit=self.time_unit)
+        else:
+            costs, kappa, ycost = self._measure(frame, ts_ns)
+            sh.fit(self.rules, frame, arrival=arr, costs=costs, window_cost=kappa, time_unit=self.time_unit)
+            sh.stats.utility_cost = ycost
+            sh._constraints()
+        return sh.stats
+
+    def regather(self, events: pd.DataFrame, arrival=None) -> Statistics:
+        """Re-gather the statistics from recent events (the concept-drift hook)."""
+        return self.warm_up(events, arrival)
+
+    def _measure(self, frame: pd.DataFrame, ts_ns: np.ndarray):
+        eng = Engine(self.rules, backend=self.backend, time_unit=self.time_unit)
+        recs = _records(frame, 0)
+        head = min(len(recs), 50)
+        for r in recs[:head]:  # compile the kernels outside the measurement
+            eng.publish(r, output="records")
+        eng = Engine(self.rules, backend=self.backend, time_unit=self.time_unit)
+        dt = np.empty(len(recs))
+        for i, r in enumerate(recs):
+            t0 = _cpu()
+            eng.publish(r, output="records")
+            dt[i] = _cpu() - t0
+        types = frame["type"].astype(str).to_numpy()
+        sh = self.shedder
+        sh.fit(self.rules, frame, costs={t: float(np.median(dt[types == t])) for t in np.unique(types)},
+               time_unit=self.time_unit)
+        core = sh.make_core(frame, ts_ns, None)
+        is_term = core.is_term[core.typ]
+        rel = core.relevant.astype(np.int64)
+        pref = np.concatenate([[0], np.cumsum(rel)])
+        w = (pref[np.arange(len(frame))] - pref[core.lo]) * is_term
+        names = sorted(np.unique(types))
+        x = np.zeros((len(frame), len(names) + 1))
+        x[np.arange(len(frame)), pd.Index(names).get_indexer(types)] = 1.0
+        x[:, -1] = w
+        # robust to the odd slow publish (a page fault, another process): fit on the body
+        keep = dt <= np.quantile(dt, 0.99)
+        coef = np.linalg.lstsq(x[keep], dt[keep], rcond=None)[0]
+        kappa = max(float(coef[-1]), 0.0)
+        costs = {t: max(float(coef[k]), float(np.min(dt[types == t]))) for k, t in enumerate(names)}
+        t0 = _cpu()
+        sh.utilities(frame)
+        per_event = (_cpu() - t0) / len(frame)
+        nconds = max(1, max((sh.utility.conditions_of(t) for t in names), default=1))
+        return costs, kappa, per_event / nconds
+
+    # -- runs -------------------------------------------------------------------------------------
+
+    def run(self, events: pd.DataFrame, arrival=None, *, reference: bool = True) -> pd.DataFrame:
+        """Replay ``events`` arriving at ``arrival`` (seconds; a column name, an array, or None:
+        the event timestamps) through the shedder and a fresh engine.
+
+        Returns the composite events found (``rule``, ``ts``, ``ids``: positions in ``events``
+        sorted by timestamp, ``detected_s``, ``latency_s``). ``reference=True`` also runs
+        :func:`cep_gpu.detect` on every event, for the measured recall in :meth:`stats`.
+        """
+        self.shedder._need()
+        frame, arr, ts_ns = self._input(events, arrival)
+        n = len(frame)
+        sh = self.shedder
+        t0 = _cpu()
+        util = sh.utilities(frame) if sh.policy == "darling" else None
+        alpha = (_cpu() - t0) / max(n, 1) if self.mode == "real" else 0.0  # utility time per event
+        real = self.mode == "real"
+        core = sh.make_core(frame, ts_ns, self.cost_model, utilities=util,
+                            guard=sh.beta if real else 1.0 - 1e-9)
+        eng = Engine(self.rules, backend=self.backend, time_unit=self.time_unit)
+        recs = _records(frame, 0)
+        clock = 0.0  # the engine's clock: when the event in service ends
+        start = np.full(n, np.nan)
+        done = np.full(n, np.nan)
+        found: list[tuple] = []  # (rule, ts, ids, detected, trigger start)
+        i = 0  # next arrival
+        last_check = 0
+        while True:
+            p = core.next_queued()
+            if p < 0:
+                if i >= n:
+                    break
+                clock = max(clock, arr[i])  # idle until the next arrival
+                hi = i + 1
+            else:
+                s = max(clock, arr[p])
+                c = core.begin(p)
+                if real:
+                    t1 = _cpu()
+                    out = eng.publish(recs[p], output="records")
+                    c = _cpu() - t1
+                else:
+                    out = eng.publish(recs[p], output="records")
+                clock = s + c
+                start[p], done[p] = s, clock
+                for m in out:
+                    found.append((m["rule"], m["ts"], tuple(m["ids"]), clock, s))
+                # the arrivals during its service (an arrival at the very end comes after the
+                # next event starts, as in the compiled simulation)
+                hi = int(np.searchsorted(arr, clock, "left"))
+            if hi > i:
+                core.F[_core.F_TFREE] = clock
+                t1 = _cpu()
+                core.arrive_range(i, hi, arr)
+                if real:  # the shedder's own work runs on the engine's core
+                    clock += _cpu() - t1 + alpha * (hi - i)
+                i = hi
+                if self.drift_check is not None and i - last_check >= self.drift_every:
+                    recent = frame.iloc[last_check:i]
+                    last_check = i
+                    if self.drift_check(recent):
+                        self.regather(recent, arr[last_check - len(recent):last_check])
+        for m in eng.flush(output="records"):
+            found.append((m["rule"], m["ts"], tuple(m["ids"]), clock, clock))
+        self._finish(frame, arr, core, found, start, done, reference)
+        return self._found
+
+    def publish(self, events: pd.DataFrame) -> pd.DataFrame:
+        """Live use: a micro-batch of events that arrived together. The shedder keeps the rows
+        whose estimated processing fits the latency bound (:meth:`Shedder.shed_batch`; earlier
+        batches' events do not count in the window work) and a long-lived engine processes them;
+        returns its new composite events (as :meth:`cep_gpu.Engine.publish`). Batches must come in
+        timestamp order; without an ``id`` column, ids are positions among the events the engine
+        received (the kept ones). ``live_stats()`` counts what was kept and dropped."""
+        self.shedder._need()
+        if not isinstance(events, pd.DataFrame):
+            raise ArgumentError(f"events must be a pandas DataFrame, got {type(events).__name__}")
+        if self._live is None:
+            self._live = Engine(self.rules, backend=self.backend, time_unit=self.time_unit)
+            self._live_counts = {"published": 0, "kept": 0, "dropped_per_type": {}}
+        keep = self.shedder.shed_batch(events) if len(events) else np.zeros(0, bool)
+        c = self._live_counts
+        c["published"] += len(events)
+        c["kept"] += int(keep.sum())
+        for t, k in pd.Series(events["type"].astype(str).to_numpy()[~keep]).value_counts().items():
+            c["dropped_per_type"][t] = c["dropped_per_type"].get(t, 0) + int(k)
+        return self._live.publish(events[keep])
+
+    def live_stats(self) -> dict:
+        """Counters of :meth:`publish`: events published, kept, dropped per type, and the live
+        engine's own ``stats()``."""
+        if self._live is None:
+            raise SheddingError("nothing published yet: call SheddingEngine.publish(events) first")
+        return dict(self._live_counts) | {"engine": self._live.stats()}
+
+    def _finish(self, frame, arr, core, found, start, done, reference: bool) -> None:
+        n = len(frame)
+        rows = []
+        for rule, ts, ids, det, trig in found:
+            prim = [i for i in ids if 0 <= i < n]
+            if core.IS[_core.I_EVICTED] and any(core.evicted[i] <= trig for i in prim):
+                continue  # the state-side baseline had evicted one of its events before the match
+            latest = max(prim) if prim else None
+            lat = det - arr[latest] if latest is not None else 0.0
+            rows.append((rule, ts, ids, det, lat))
+        out = pd.DataFrame(rows, columns=["rule", "ts", "ids", "detected_s", "latency_s"])
+        self._found = out
+        bound = self.shedder.latency_bound
+        lat = out["latency_s"].to_numpy(np.float64)
+        dropped = {t: int(v) for t, v in zip(core.type_names, core.dropped) if v}
+        rep = {
+            "policy": self.shedder.policy,
+            "mode": self.mode,
+            "latency_bound_s": bound,
+            "events": n,
+            "processed": int((core.status == 2).sum()),
+            "dropped": int((core.status == 3).sum()),
+            "dropped_per_type": dropped,
+            "composites": len(out),
+            "violations": int((lat > bound * (1 + 1e-9)).sum()),
+            "latency_s": _percentiles(lat),
+            "run_s": float(np.nanmax(done)) if np.isfinite(done).any() else 0.0,
+            "estimated_recall": self._estimated_recall(frame, core),
+        } | core.counters
+        if reference:
+            ref = detect(frame, self.rules, backend=self.backend, time_unit=self.time_unit)
+            want = set(zip(ref["rule"], (tuple(x) for x in ref["ids"])))
+            got = set(zip(out["rule"], out["ids"]))
+            rep["composites_reference"] = len(want)
+            rep["recall"] = len(got & want) / len(want) if want else 1.0
+            rep["false_positives"] = len(got - want)
+        self._report = rep | {"constraints": self.shedder.constraints()}
+
+    def _estimated_recall(self, frame, core) -> float:
+        """∏ over a rule's positions of the utility-weighted share of that type kept, averaged
+        over rules: a rough recall estimate that needs no reference run."""
+        sh = self.shedder
+        u = sh.utilities(frame)
+        kept = core.status == 2
+        types = frame["type"].astype(str).to_numpy()
+        est = []
+        for r in sh.rules:
+            p = 1.0
+            for pred in r.predicates:
+                m = types == pred.event_type
+                tot = u[m].sum()
+                p *= (u[m & kept].sum() / tot) if tot > 0 else 1.0
+            est.append(p)
+        return float(np.mean(est)) if est else 1.0
+
+    def stats(self) -> dict:
+        """The last run's report: events dropped (in total and per type), composite events found,
+        estimated and (with a reference run) measured recall, detection latency percentiles,
+        violations of the bound, the shedder's counters and its constraints."""
+        if not self._report:
+            raise SheddingError("no run yet: call SheddingEngine.run(events) first")
+        return dict(self._report)
+
+    # -- input ------------------------------------------------------------------------------------
+
+    def _input(self, events, arrival):
+        if not isinstance(events, pd.DataFrame):
+            raise ArgumentError(f"events must be a pandas DataFrame, got {type(events).__name__}")
+        for col in ("type", "ts"):
+            if col not in events.columns:
+                raise ArgumentError(f"events need a {col!r} column")
+        if len(events) == 0:
+            raise ArgumentError("events is empty")
+        if isinstance(arrival, str):
+            if arrival not in events.columns:
+                raise ArgumentError(f"arrival column {arrival!r} not in the events")
+            arrival = events[arrival].to_numpy(np.float64)
+        ts_ns = _ts_ns(events["ts"], UNIT_NS[self.time_unit])
+        order = np.argsort(ts_ns, kind="stable")
+        frame = events.iloc[order].reset_index(drop=True)
+        if "id" in frame.columns:
+            frame = frame.drop(columns="id")
+        ts_ns = ts_ns[order]
+        if arrival is None:
+            arr = ts_ns / 1e9
+        else:
+            arr = np.asarray(arrival, np.float64)
+            if arr.shape != (len(events),):
+                raise ArgumentError(f"arrival must have one time per event ({len(events)}), got shape {arr.shape}")
+            arr = arr[order]
+            if not np.all(np.isfinite(arr)):
+                raise ArgumentError("arrival times must be finite numbers of seconds")
+            if np.any(np.diff(arr) < 0):
+                raise ArgumentError("arrival times must not decrease in timestamp order (the engine "
+                                    "consumes events in timestamp order)")
+        return frame, arr, ts_ns
+
+
+def _records(frame: pd.DataFrame, offset: int) -> list[dict]:
+    recs = frame.to_dict("records")
+    for i, r in enumerate(recs):
+        r["id"] = offset + i
+        for k, v in list(r.items()):
+            if isinstance(v, float) and math.isnan(v):
+                del r[k]  # absent attribute
+    return recs
+
+
+def _percentiles(lat: np.ndarray) -> dict:
+    if len(lat) == 0:
+        return {"p50": None, "p95": None, "p99": None, "max": None, "mean": None}
+    q = np.percentile(lat, [50, 95, 99])
+    return {"p50": float(q[0]), "p95": float(q[1]), "p99": float(q[2]),
+            "max": float(lat.max()), "mean": float(lat.mean())}

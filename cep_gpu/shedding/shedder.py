@@ -1,0 +1,277 @@
+"""The :class:`Shedder`: DARLING's settings, its statistics and its constraints (paper Section 4.2).
+
+Global constraint (Section 4.2.1): N_in = L_max / z̄. Local constraints (Section 4.2.2):
+N_T = Z(T)·R(T) / Σ_T' Z(T')·R(T') · N_in · β. Buckets (Section 4.4): ξ = ``buckets`` arrays per
+type, built when the buffer reaches γ_T = N_T - ⌈N_T·α_T / Z(T)⌉.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+import numpy as np
+import pandas as pd
+
+from ..errors import ArgumentError, CepError
+from ..model import Rule
+from . import _core
+from .stats import CostModel, Empirical, Normal, Statistics, gather
+from .utility import UtilityModel
+
+POLICIES = ("darling", "random", "state", "none")
+#: nanoseconds per ``time_unit`` (the units of cep_gpu.detect)
+UNIT_NS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000, "sec": 1_000_000_000,
+           "min": 60_000_000_000, "h": 3_600_000_000_000}
+
+
+class SheddingError(CepError, RuntimeError):
+    """The shedder was used before it knew its statistics (call ``fit`` or ``warm_up`` first)."""
+
+
+class Shedder:
+    """Input load shedding that keeps the detection latency of composite events below a bound.
+
+    Parameters
+    ----------
+    latency_bound:
+        L_max in seconds (> 0).
+    beta:
+        The share of the global constraint after which events are dropped, in (0, 1] (paper: 0.8).
+    buckets:
+        ξ, the number of utility buckets per event type (>= 1; paper: 100).
+    policy:
+        ``"darling"`` (utility buckets), ``"random"`` (the same constraints, a random victim),
+        ``"state"`` (the state-side baseline: evicts random stored events from the columns) or
+        ``"none"`` (never drops).
+    seed:
+        Seeds every random choice: a run in virtual time is a function of its input and the seed.
+    distribution:
+        ``"auto"``, ``"normal"`` or ``"empirical"`` attribute distributions (docs/shedding.md).
+    utility_samples:
+        Value tuples of the Monte-Carlo utility estimate for conditions without a closed form.
+    """
+
+    def __init__(
+        self,
+        latency_bound: float,
+        beta: float = 0.8,
+        buckets: int = 100,
+        policy: str = "darling",
+        *,
+        seed: int = 0,
+        distribution: str = "auto",
+        utility_samples: int = 256,
+    ) -> None:
+        if isinstance(latency_bound, bool) or not isinstance(latency_bound, (int, float)) \
+                or not math.isfinite(latency_bound) or latency_bound <= 0:
+            raise ArgumentError(f"latency_bound must be a number of seconds > 0, got {latency_bound!r}")
+        if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not (0 < beta <= 1):
+            raise ArgumentError(f"beta must be in (0, 1], got {beta!r}")
+        if isinstance(buckets, bool) or not isinstance(buckets, (int, np.integer)) or buckets < 1:
+            raise ArgumentError(f"buckets must be an int >= 1, got {buckets!r}")
+        if policy not in POLICIES:
+            raise ArgumentError(f"policy must be one of {', '.join(POLICIES)}; got {policy!r}")
+        if distribution not in ("auto", "normal", "empirical"):
+            raise ArgumentError(f"distribution must be 'auto', 'normal' or 'empirical', got {distribution!r}")
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+            raise ArgumentError(f"seed must be an int, got {seed!r}")
+        self.latency_bound = float(latency_bound)
+        self.beta = float(beta)
+        self.buckets = int(buckets)
+        self.policy = policy
+        self.seed = int(seed)
+        self.distribution = distribution
+        self.utility_samples = utility_samples
+        self.rules: list[Rule] = []
+        self.stats: Statistics | None = None
+        self.utility: UtilityModel | None = None
+        self.types: list[str] = []
+        self.n_in = math.inf
+        self.n_t: dict[str, float] = {}
+        self.gamma_t: dict[str, float] = {}
+        self.time_unit = "s"
+
+    def __repr__(self) -> str:
+        return (f"Shedder(latency_bound={self.latency_bound}, beta={self.beta}, buckets={self.buckets}, "
+                f"policy={self.policy!r}, seed={self.seed})")
+
+    # -- statistics -------------------------------------------------------------------------------
+
+    def fit(
+        self,
+        rules,
+        sample: pd.DataFrame | None = None,
+        *,
+        arrival: np.ndarray | None = None,
+        costs: CostModel | Mapping[str, float] | None = None,
+        window_cost: float | None = None,
+        stats: Statistics | None = None,
+        distributions: Mapping[tuple[str, str], Normal | Empirical] | None = None,
+        time_unit: str = "s",
+    ) -> Shedder:
+        """Gather statistics from a warm-up ``sample`` (or take ``stats``) and set the constraints.
+
+        ``costs``: a :class:`CostModel` (virtual time) or measured seconds per type; ``window_cost``
+        overrides κ (seconds per event a terminator reads). Call again to re-gather after a drift.
+        """
+        self.rules = as_rules(rules)
+        if time_unit not in UNIT_NS:
+            raise ArgumentError(f"time_unit: unknown unit {time_unit!r}; use one of {sorted(UNIT_NS)}")
+        self.time_unit = time_unit
+        self._lookback_ns = max((r.lookback() for r in self.rules), default=0)
+        self._term_types = frozenset(p.predicates[p.terminator].event_type for r in self.rules for p in r.plans)
+        self._column_types = frozenset(p.event_type for r in self.rules for p in r.predicates)
+        if stats is None:
+            if sample is None:
+                raise ArgumentError("fit needs a warm-up sample (a DataFrame of events) or stats=")
+            stats = gather(sample, arrival, costs=costs, distribution=self.distribution,
+                           distributions=distributions, time_unit_ns=UNIT_NS[time_unit],
+                           lookback_ns=self._lookback_ns, terminator_types=self._term_types,
+                           column_types=self._column_types, seed=self.seed)
+        elif not isinstance(stats, Statistics):
+            raise ArgumentError(f"stats must be a Statistics, got {type(stats).__name__}")
+        if window_cost is not None:
+            stats.window_cost = float(window_cost)
+        self.stats = stats
+        self.utility = UtilityModel(self.rules, stats, self.utility_samples, self.seed)
+        self._constraints()
+        return self
+
+    def _constraints(self) -> None:
+        st = self.stats
+        self.types = sorted(set(st.rates) | set(st.costs))
+        zbar = st.z_mean()
+        self.z_mean = zbar
+        self.n_in = self.latency_bound / zbar if zbar > 0 else math.inf
+        # TYPES of Section 4.2.2 are the types of the patterns: a type no rule reads gets no share
+        # of the budget (N_T = 0), so under overload it is dropped on arrival
+        read = {t for r in self.rules for t in r.input_types}
+        weights = {t: st.z_full(t) * st.rates.get(t, 0.0) if t in read else 0.0 for t in self.types}
+        total = sum(weights.values())
+        self.n_t, self.gamma_t = {}, {}
+        for t in self.types:
+            share = weights[t] / total if total > 0 else float(t in read) / max(len(read), 1)
+            nt = share * self.n_in * self.beta
+            alpha = self.utility.conditions_of(t) * st.utility_cost
+            z = st.z_full(t)
+            lead = math.ceil(nt * alpha / z) if z > 0 and math.isfinite(nt) else 0
+            self.n_t[t] = nt
+            self.gamma_t[t] = max(nt - lead, 0.0)
+
+    def constraints(self) -> dict:
+        """N_in, z̄, and per type R(T), Z(T), N_T and γ_T."""
+        self._need()
+        return {
+            "N_in": self.n_in,
+            "z_mean_s": self.z_mean,
+            "per_type": {t: {"R": self.stats.rates.get(t, 0.0), "Z_s": self.stats.z_full(t),
+                             "N_T": self.n_t[t], "gamma_T": self.gamma_t[t]} for t in self.types},
+        }
+
+    def _need(self) -> None:
+        if self.stats is None or self.utility is None:
+            raise SheddingError("the shedder has no statistics yet: call Shedder.fit(rules, sample) "
+                                "or SheddingEngine.warm_up(sample) first")
+
+    # -- runs -------------------------------------------------------------------------------------
+
+    def utilities(self, events: pd.DataFrame) -> np.ndarray:
+        """U_T(e) of every row of ``events`` (Eq. 11; max over roles and rules)."""
+        self._need()
+        return self.utility.compute(events)
+
+    def make_core(self, events: pd.DataFrame, ts_ns: np.ndarray, cost_model: CostModel | None,
+                  utilities: np.ndarray | None = None, context: int = 0,
+                  guard: float = 1.0 - 1e-9) -> _core.Core:
+        """The compiled state of one run over ``events`` (arrival order; ``context`` leading rows
+        are already-processed events that terminators may read; ``guard``: the share of L_max
+        the hard guard keeps each event's estimated latency within)."""
+        self._need()
+        types = events["type"].astype(str).to_numpy()
+        names = list(self.types) + sorted(set(np.unique(types)) - set(self.types))
+        code = {t: i for i, t in enumerate(names)}
+        typ = np.array([code[t] for t in types], np.int64) if len(types) < 64 else \
+            pd.Index(names).get_indexer(types).astype(np.int64)
+        st = self.stats
+        zbar = self.z_mean
+        z_est = np.array([st.costs.get(t, zbar) for t in names], np.float64)
+        if cost_model is not None:
+            z_act = np.array([cost_model.z(t) for t in names], np.float64)
+            kappa_act = cost_model.window
+        else:
+            z_act, kappa_act = z_est.copy(), st.window_cost
+        is_term = np.array([t in self._term_types for t in names], np.bool_)
+        nt = np.array([self.n_t.get(t, 0.0) for t in names], np.float64)
+        gamma = np.array([self.gamma_t.get(t, 0.0) for t in names], np.float64)
+        relevant = np.isin(types, list(self._column_types))
+        lo = np.searchsorted(ts_ns, ts_ns - self._lookback_ns, "left")
+        if self.policy == "darling":
+            u = self.utilities(events) if utilities is None else utilities
+            bkt = np.clip(np.floor(u * self.buckets), 0, self.buckets).astype(np.int64)
+        else:  # one bucket: the victim is a random event of the buffer
+            bkt = np.zeros(len(events), np.int64)
+        core = _core.Core(typ, bkt, lo, relevant, z_est, z_act, is_term, nt, gamma,
+                          latency_bound=self.latency_bound, beta=self.beta,
+                          kappa_est=st.window_cost, kappa_act=kappa_act,
+                          policy=_core.POLICY_CODES[self.policy], buckets=self.buckets, seed=self.seed,
+                          guard=guard)
+        core.type_names = names
+        if context:
+            core.preload(context)
+        return core
+
+    def shed_batch(self, events: pd.DataFrame, context: pd.DataFrame | None = None,
+                   time_unit: str | None = None) -> np.ndarray:
+        """The rows of a micro-batch to keep (a boolean mask), all arriving at once.
+
+        The batch's events queue in timestamp order behind an idle engine; the shedder admits
+        them as in a stream (same constraints, same victims), so the kept rows' estimated
+        processing time stays within ``latency_bound``. ``context``: earlier events still in the
+        engine's buffer (terminators of the batch read them: they count in the window work).
+        This is the hook ``detect_stream(..., shedding=...)`` applies per key and micro-batch.
+        ``time_unit``: the unit of numeric ``ts`` (default: the one given to :meth:`fit`).
+        """
+        self._need()
+        n = len(events)
+        if n == 0:
+            return np.zeros(0, bool)
+        ctx = context if context is not None and len(context) else None
+        frame = events if ctx is None else pd.concat([ctx, events], ignore_index=True)
+        m = 0 if ctx is None else len(ctx)
+        unit = time_unit or self.time_unit
+        if unit not in UNIT_NS:
+            raise ArgumentError(f"time_unit: unknown unit {unit!r}; use one of {sorted(UNIT_NS)}")
+        ts_ns = _ts(frame["ts"], UNIT_NS[unit])
+        order = np.concatenate([np.arange(m), m + np.argsort(ts_ns[m:], kind="stable")])
+        frame = frame.iloc[order].reset_index(drop=True)
+        ts_ns = ts_ns[order]
+        # a batch event older than the newest context event (late, within a stream's watermark)
+        # counts its window from the newest context time: the lookback search needs sorted times
+        ts_ns = np.maximum.accumulate(ts_ns)
+        core = self.make_core(frame, ts_ns, None, context=m)
+        core.arrive_range(m, len(frame), np.zeros(len(frame)))
+        keep = np.zeros(n, bool)
+        keep[order[m:] - m] = core.status[m:] == 1
+        self.last_batch = core.counters | {"dropped": int(n - keep.sum())}
+        return keep
+
+
+def as_rules(rules) -> list[Rule]:
+    """A Rule, a list of Rules, or rule text, as a list of Rules."""
+    if isinstance(rules, Rule):
+        return [rules]
+    if isinstance(rules, str):
+        from .. import parse_rules
+
+        return parse_rules(rules)
+    out = list(rules) if isinstance(rules, (list, tuple)) else None
+    if not out or not all(isinstance(r, Rule) for r in out):
+        raise ArgumentError(f"rules must be a Rule, a non-empty list of Rules or rule text, got {rules!r:.80}")
+    return out
+
+
+def _ts(ts: pd.Series, unit_ns: int) -> np.ndarray:
+    from .stats import _ts_ns
+
+    return _ts_ns(ts, unit_ns)

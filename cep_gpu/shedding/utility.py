@@ -1,0 +1,346 @@
+"""Event utilities U_T(e) (paper Section 4.3, Eq. 11), computed for a batch of events at once.
+
+For a rule, a positive predicate ``p`` of type ``T`` and a condition ``c`` that reads ``p``:
+
+* ``c`` reads only ``p`` (a static filter): φ_c(e) is 1 if ``e`` passes it, else 0;
+* ``c`` is linear in one attribute ``x`` of ``p`` and one attribute ``y`` of one other predicate
+  ``q`` (``a·x + b·y + k  op  0``, the shape of every condition of the paper's workloads):
+  φ_c(e) = P(b·y op -(a·e.x + k)) from y's distribution: the normal CDF (``ndtr``) or the
+  empirical CDF (``searchsorted``); ``=``/``!=`` use y's value frequencies;
+* a string (in)equality between ``p`` and ``q``: the frequency of e's value among q's values;
+* anything else over plain attributes (products of attributes, several other predicates):
+  a Monte-Carlo estimate over ``samples`` value tuples drawn from the other predicates' samples;
+* conditions on aggregates or timestamps: φ = 1 (no distribution to read; the engine's window
+  check decides).
+
+The distributions of ``q`` are fitted on the sample events of q's type that pass q's own static
+filters (only those can fill ``q``). U for the role ``p`` is the product over its conditions
+(Eq. 11); an event of a type that fills several roles (or several rules) gets the maximum over
+them (Section 4.5, "multi-pattern"). A type that some negation or aggregate reads gets 1 (dropping
+it can create false matches or change an aggregate); a type no rule reads gets 0.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ..errors import ArgumentError
+from ..model import (
+    AggValue,
+    Arith,
+    Attr,
+    BoolOp,
+    Compare,
+    Const,
+    Expr,
+    Neg,
+    Not,
+    Rule,
+    Timestamp,
+    inputs,
+    static_conditions,
+    walk,
+)
+from .stats import Empirical, Normal, Statistics, fit
+
+_FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "=": "=", "!=": "!="}
+_CHUNK = 1 << 20  # values per Monte-Carlo evaluation chunk
+
+
+class UtilityModel:
+    """Utility functions of ``rules`` under ``stats``; :meth:`compute` scores a batch of events."""
+
+    def __init__(self, rules: list[Rule], stats: Statistics, samples: int = 256, seed: int = 0) -> None:
+        if not isinstance(samples, int) or samples < 1:
+            raise ArgumentError(f"utility samples must be an int >= 1, got {samples!r}")
+        self.rules = rules
+        self.stats = stats
+        self.samples = samples
+        self.seed = seed
+        self._filtered: dict[tuple[int, int], pd.DataFrame | None] = {}
+        self._dists: dict[tuple[int, int, str], Normal | Empirical | None] = {}
+        self.roles: dict[str, list[tuple[int, int]]] = {}  # type -> (rule, predicate)
+        self.protected: set[str] = set()  # read by a negation or an aggregate: utility 1
+        for ri, r in enumerate(rules):
+            for pi, p in enumerate(r.predicates):
+                self.roles.setdefault(p.event_type, []).append((ri, pi))
+            self.protected.update(n.event_type for n in r.negations)
+            self.protected.update(a.event_type for a in r.aggregates)
+
+    def conditions_of(self, event_type: str) -> int:
+        """|C_type(T)|: the condition factors evaluated for an event of this type (for α_T)."""
+        return sum(len(self._conditions(ri, pi)) for ri, pi in self.roles.get(event_type, []))
+
+    def compute(self, events: pd.DataFrame) -> np.ndarray:
+        """U_T(e) in [0, 1] for every row of ``events`` (a DataFrame with a ``type`` column)."""
+        types = events["type"].astype(str).to_numpy()
+        out = np.zeros(len(events))
+        for t in np.unique(types):
+            rows = np.flatnonzero(types == t)
+            if t in self.protected:
+                out[rows] = 1.0
+                continue
+            roles = self.roles.get(t)
+            if not roles:
+                continue  # no rule reads it: utility 0
+            sub = events.iloc[rows]
+            best = np.zeros(len(rows))
+            for ri, pi in roles:
+                u = np.ones(len(rows))
+                for c in self._conditions(ri, pi):
+                    u *= self._factor(ri, pi, c, sub)
+                np.maximum(best, u, out=best)
+            out[rows] = best
+        return out
+
+    # -- one condition ------------------------------------------------------------------------
+
+    def _conditions(self, ri: int, pi: int) -> list[Expr]:
+        rule = self.rules[ri]
+        out = []
+        for c in rule.conditions:
+            ins = inputs(c, rule)
+            if pi in ins and not any(isinstance(n, (AggValue, Timestamp)) for n in walk(c)):
+                out.append(c)
+        return out
+
+    def _factor(self, ri: int, pi: int, c: Expr, sub: pd.DataFrame) -> np.ndarray:
+        rule = self.rules[ri]
+        others = sorted(inputs(c, rule) - {pi})
+        n = len(sub)
+        if not others:
+            vals, valid = _eval(c, {pi: sub}, n)
+            return (valid & vals.astype(bool)).astype(np.float64)
+        samples = {q: self._filtered_sample(ri, q) for q in others}
+        if any(s is None or len(s) == 0 for s in samples.values()):
+            return np.ones(n)  # nothing known about the other side: no preference
+        if len(others) == 1 and isinstance(c, Compare):
+            q = others[0]
+            got = self._closed_form(ri, pi, q, c, sub, samples[q])
+            if got is not None:
+                return got
+        return self._monte_carlo(c, pi, sub, samples)
+
+    def _closed_form(self, ri, pi, q, c: Compare, sub, qsample) -> np.ndarray | None:
+        n = len(sub)
+        # string (in)equality between one attribute of each side
+        if c.op in ("=", "!=") and isinstance(c.left, Attr) and isinstance(c.right, Attr):
+            mine, theirs = (c.left, c.right) if c.left.pred == pi else (c.right, c.left)
+            if mine.pred == pi and theirs.pred == q:
+                x = sub[mine.name] if mine.name in sub.columns else pd.Series([None] * n)
+                y = qsample[theirs.name] if theirs.name in qsample.columns else pd.Series([], dtype=object)
+                if not (pd.api.types.is_numeric_dtype(x) and pd.api.types.is_numeric_dtype(y)):
+                    p = _frequency(x, y)
+                    return p if c.op == "=" else np.where(x.notna().to_numpy(), 1.0 - p, 0.0)
+        lin = _linear(c.left, c.right)
+        if lin is None:
+            return None
+        xs = [k for k in lin if k is not None and k[0] == pi]
+        ys = [k for k in lin if k is not None and k[0] == q]
+        if len(xs) > 1 or len(ys) != 1:
+            return None
+        b = lin[ys[0]]
+        if b == 0:
+            return None
+        yname = ys[0][1]
+        dist = self._distribution(ri, q, yname)
+        if dist is None:
+            return np.ones(n)
+        # a·x + b·y + k op 0  <=>  y op' t  with t = -(a·x + k)/b (op flipped when b < 0)
+        if xs:
+            x, valid = _column(sub, xs[0][1])
+            ax = lin[xs[0]] * x
+        else:
+            ax, valid = np.zeros(n), np.ones(n, bool)
+        t = -(ax + lin.get(None, 0.0)) / b
+        op = c.op if b > 0 else _FLIP[c.op]
+        if op in ("=", "!="):
+            emp = dist if isinstance(dist, Empirical) else self._distribution(ri, q, yname, "empirical")
+            p = emp.equal(t) if isinstance(emp, Empirical) else np.zeros(n)
+            p = p if op == "=" else 1.0 - p
+        elif op in ("<", "<="):  # y < t
+            p = dist.below(t, op == "<=")
+        else:  # y > t  = 1 - P(y <= t)
+            p = 1.0 - dist.below(t, op == ">")
+        return np.where(valid, np.clip(p, 0.0, 1.0), 0.0)
+
+    def _monte_carlo(self, c: Expr, pi: int, sub: pd.DataFrame, samples: dict[int, pd.DataFrame]) -> np.ndarray:
+        n, k = len(sub), self.samples
+        rng = np.random.default_rng(self.seed)
+        names = _attr_names(c)
+        draws = {q: s.iloc[rng.integers(0, len(s), k)] for q, s in samples.items()}
+        out = np.empty(n)
+        step = max(1, _CHUNK // k)
+        for lo in range(0, n, step):
+            part = sub.iloc[lo:lo + step]
+            m = len(part)
+            env = {pi: {a: np.repeat(_raw(part, a), k) for a in names.get(pi, ())}}
+            for q, d in draws.items():
+                env[q] = {a: np.tile(_raw(d, a), m) for a in names.get(q, ())}
+            vals, valid = _eval(c, env, m * k)
+            out[lo:lo + m] = (valid & vals.astype(bool)).reshape(m, k).mean(axis=1)
+        return out
+
+    # -- distributions --------------------------------------------------------------------------
+
+    def _filtered_sample(self, ri: int, q: int) -> pd.DataFrame | None:
+        key = (ri, q)
+        if key not in self._filtered:
+            rule = self.rules[ri]
+            sample = self.stats.samples.get(rule.predicates[q].event_type)
+            if sample is not None and len(sample):
+                keep = np.ones(len(sample), bool)
+                for ci in static_conditions(rule, q):
+                    vals, valid = _eval(rule.conditions[ci], {q: sample}, len(sample))
+                    keep &= valid & vals.astype(bool)
+                sample = sample[keep].reset_index(drop=True)
+            self._filtered[key] = sample
+        return self._filtered[key]
+
+    def _distribution(self, ri: int, q: int, attr: str, kind: str | None = None):
+        rule = self.rules[ri]
+        given = self.stats.distributions.get((rule.predicates[q].event_type, attr))
+        if given is not None and kind is None:
+            return given
+        key = (ri, q, attr + "|" + str(kind))
+        if key not in self._dists:
+            s = self._filtered_sample(ri, q)
+            if s is None or attr not in s.columns:
+                self._dists[key] = None
+            else:
+                v = pd.to_numeric(s[attr], errors="coerce").to_numpy(np.float64)
+                v = v[~np.isnan(v)]
+                self._dists[key] = fit(v, kind or self.stats.distribution) if len(v) else None
+        return self._dists[key]
+
+
+# -- expression helpers (over plain NumPy columns; no engine internals) ---------------------------
+
+
+def _raw(frame: pd.DataFrame, name: str) -> np.ndarray:
+    if name not in frame.columns:
+        return np.full(len(frame), np.nan)
+    return frame[name].to_numpy()
+
+
+def _column(frame: pd.DataFrame, name: str) -> tuple[np.ndarray, np.ndarray]:
+    if name not in frame.columns:
+        return np.zeros(len(frame)), np.zeros(len(frame), bool)
+    v = pd.to_numeric(frame[name], errors="coerce").to_numpy(np.float64)
+    return np.nan_to_num(v), ~np.isnan(v)
+
+
+def _frequency(x: pd.Series, y: pd.Series) -> np.ndarray:
+    """For each value of ``x``: its relative frequency among the non-null values of ``y``."""
+    y = y.dropna()
+    if len(y) == 0:
+        return np.zeros(len(x))
+    counts = y.astype(str).value_counts()
+    idx = pd.Index(counts.index).get_indexer(x.astype(str))
+    freq = counts.to_numpy(np.float64) / len(y)
+    return np.where((idx >= 0) & x.notna().to_numpy(), freq[np.maximum(idx, 0)], 0.0)
+
+
+def _attr_names(expr: Expr) -> dict[int, set[str]]:
+    out: dict[int, set[str]] = {}
+    for node in walk(expr):
+        if isinstance(node, Attr):
+            out.setdefault(node.pred, set()).add(node.name)
+    return out
+
+
+def _linear(left: Expr, right: Expr) -> dict | None:
+    """``left - right`` as ``{(pred, attr): coefficient, None: constant}``, or None if not linear."""
+    a, b = _lin(left), _lin(right)
+    if a is None or b is None:
+        return None
+    out = dict(a)
+    for k, v in b.items():
+        out[k] = out.get(k, 0.0) - v
+    return out
+
+
+def _lin(e: Expr) -> dict | None:
+    if isinstance(e, Const):
+        v = e.value
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            return None
+        return {None: float(v)}
+    if isinstance(e, Attr):
+        return {(e.pred, e.name): 1.0}
+    if isinstance(e, Neg):
+        a = _lin(e.arg)
+        return None if a is None else {k: -v for k, v in a.items()}
+    if isinstance(e, Arith):
+        a, b = _lin(e.left), _lin(e.right)
+        if a is None or b is None:
+            return None
+        if e.op in "+-":
+            s = 1.0 if e.op == "+" else -1.0
+            out = dict(a)
+            for k, v in b.items():
+                out[k] = out.get(k, 0.0) + s * v
+            return out
+        if e.op == "*":
+            if set(a) == {None}:
+                return {k: a[None] * v for k, v in b.items()}
+            if set(b) == {None}:
+                return {k: b[None] * v for k, v in a.items()}
+            return None
+        if e.op == "/" and set(b) == {None} and b[None] != 0:
+            return {k: v / b[None] for k, v in a.items()}
+    return None
+
+
+def _eval(expr: Expr, env: dict, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(values, valid) of ``expr`` over ``n`` rows; ``env[pred]`` maps attribute -> column."""
+    if isinstance(expr, Const):
+        return np.full(n, expr.value, dtype=object if isinstance(expr.value, str) else None), np.ones(n, bool)
+    if isinstance(expr, Attr):
+        cols = env.get(expr.pred)
+        if cols is None or expr.name not in cols:
+            return np.zeros(n), np.zeros(n, bool)
+        v = cols[expr.name]
+        v = v.to_numpy() if isinstance(v, pd.Series) else np.asarray(v)
+        valid = ~pd.isna(v)
+        return v, np.asarray(valid, bool)
+    if isinstance(expr, Neg):
+        v, ok = _eval(expr.arg, env, n)
+        return -_num(v), ok
+    if isinstance(expr, Arith):
+        a, oa = _eval(expr.left, env, n)
+        b, ob = _eval(expr.right, env, n)
+        a, b = _num(a), _num(b)
+        with np.errstate(all="ignore"):
+            if expr.op == "/":
+                return a / b, oa & ob & (b != 0)
+            out = a + b if expr.op == "+" else a - b if expr.op == "-" else a * b
+        return out, oa & ob
+    if isinstance(expr, Compare):
+        a, oa = _eval(expr.left, env, n)
+        b, ob = _eval(expr.right, env, n)
+        ok = oa & ob
+        if a.dtype.kind in "iufb" and b.dtype.kind in "iufb":
+            a, b = _num(a), _num(b)
+        fn = {"=": np.equal, "!=": np.not_equal, "<": np.less, "<=": np.less_equal,
+              ">": np.greater, ">=": np.greater_equal}[expr.op]
+        out = np.zeros(n, bool)
+        out[ok] = fn(a[ok], b[ok]).astype(bool)
+        return out, ok
+    if isinstance(expr, BoolOp):
+        parts = [_eval(a, env, n) for a in expr.args]
+        vals = [v.astype(bool) & ok for v, ok in parts]
+        out = np.logical_and.reduce(vals) if expr.op == "and" else np.logical_or.reduce(vals)
+        return out, np.ones(n, bool)
+    if isinstance(expr, Not):
+        v, ok = _eval(expr.arg, env, n)
+        return ~v.astype(bool), ok
+    # timestamps and aggregates have no per-event value here
+    return np.zeros(n), np.zeros(n, bool)
+
+
+def _num(v: np.ndarray) -> np.ndarray:
+    if v.dtype.kind in "iufb":
+        return v.astype(np.float64)
+    return pd.to_numeric(pd.Series(v), errors="coerce").to_numpy(np.float64)

@@ -1,0 +1,328 @@
+"""DARLING load shedding (issue 15): utilities, constraints, runs, errors (docs/shedding.md)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import cep_gpu
+from cep_gpu.errors import ArgumentError, CepError
+from cep_gpu.shedding import CostModel, Normal, Shedder, SheddingEngine, SheddingError, Statistics
+from cep_gpu.shedding.utility import UtilityModel
+
+RULE = "define Q pattern SEQ(A a, B b, C c) where a.price < b.price and b.price < c.price within 3 s"
+
+
+def stream(n: int, seed: int = 0, types=("A", "B", "C", "X"), p=None) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    ty = np.array(types)[rng.choice(len(types), n, p=p)]
+    return pd.DataFrame({"type": ty, "ts": np.arange(n) * 0.1, "price": rng.normal(100, 20, n).round(1)})
+
+
+def _stub_sample(*types):
+    return {t: pd.DataFrame({"type": [t], "ts": [0.0], "price": [1.0]}) for t in types}
+
+
+# -- utilities (Section 4.3) ----------------------------------------------------------------------
+
+
+def test_paper_worked_example():
+    """SEQ(A, B) where A.price < B.price, A ~ N(500, 300²), B ~ N(400, 200²) (Section 4.3)."""
+    rule = cep_gpu.parse_rule("define P pattern SEQ(A a, B b) where a.price < b.price within 1 min")
+    st = Statistics(distributions={("A", "price"): Normal(500, 300), ("B", "price"): Normal(400, 200)},
+                    samples=_stub_sample("A", "B"))
+    u = UtilityModel([rule], st).compute(pd.DataFrame({"type": ["A", "A", "B"], "ts": [0.0, 1, 2],
+                                                       "price": [200.0, 700.0, 500.0]}))
+    assert u[0] == pytest.approx(0.8413, abs=5e-5)
+    assert math.floor(u[1] * 1000) / 1000 == 0.066  # the paper prints 0.066 for 0.0668
+    assert u[1] == pytest.approx(1 - 0.5 * math.erfc(-1.5 / math.sqrt(2)), abs=1e-12)
+    # the other side: U_B(x) = CDF_A(x)
+    assert u[2] == pytest.approx(0.5 * math.erfc(0.0), abs=1e-12)
+    assert u[0] > u[1]
+
+
+def test_utilities_match_monte_carlo_on_generated_data():
+    rng = np.random.default_rng(3)
+    a = rng.lognormal(3, 0.5, 4000)
+    b = rng.gamma(3, 10, 4000)
+    sample = pd.concat([pd.DataFrame({"type": "A", "ts": np.arange(4000.0), "price": a}),
+                        pd.DataFrame({"type": "B", "ts": np.arange(4000.0), "price": b})], ignore_index=True)
+    probe = pd.DataFrame({"type": "A", "ts": 0.0, "price": [5.0, 20.0, 35.0, 60.0]})
+    linear = "define P pattern SEQ(A a, B b) where a.price < b.price * 2 + 3 within 1 min"
+    sh = Shedder(1.0, distribution="empirical").fit(linear, sample, costs=CostModel())
+    exact = np.array([(x < b * 2 + 3).mean() for x in probe["price"]])
+    np.testing.assert_allclose(sh.utilities(probe), exact, atol=1e-12)
+    # a condition with no closed form: the Monte-Carlo estimate against an independent one
+    square = "define P pattern SEQ(A a, B b) where a.price * a.price < b.price * 20 within 1 min"
+    sh = Shedder(1.0, utility_samples=4000).fit(square, sample, costs=CostModel())
+    want = np.array([(x * x < b * 20).mean() for x in probe["price"]])
+    np.testing.assert_allclose(sh.utilities(probe), want, atol=0.04)
+
+
+def test_static_filters_parameters_and_types_nobody_reads():
+    sample = pd.DataFrame({"type": ["B"] * 4 + ["A"] * 2, "ts": np.arange(6.0),
+                           "k": ["x", "x", "x", "y", "x", "z"], "v": [1.0, 2, 3, 4, 5, 6]})
+    rule = """define R(k: string) from B(k=$k and v>1.5) and each A(k=$k and v>4) within 5 s from B
+              where k=B.k
+              define N pattern SEQ(A a, NOT(Z z), B b) within 5 s"""
+    sh = Shedder(1.0).fit(rule, sample, costs=CostModel())
+    ev = pd.DataFrame({"type": ["A", "A", "A", "Q", "Z"], "ts": np.arange(5.0),
+                       "k": ["x", "y", "x", "x", "x"], "v": [5.0, 5.0, 1.0, 1.0, 1.0]})
+    u = sh.utilities(ev)
+    # A in R: v>4 holds; k frequency among the B that pass v>1.5 (x, x, y): x 2/3, y 1/3;
+    # A in N (no conditions): 1, and the maximum over the rules wins
+    assert u[0] == 1.0 and u[1] == 1.0
+    only_r = Shedder(1.0).fit(rule.split("define N")[0], sample, costs=CostModel())
+    np.testing.assert_allclose(only_r.utilities(ev)[:3], [2 / 3, 1 / 3, 0.0])
+    assert u[3] == 0.0  # Q: no rule reads it
+    assert u[4] == 1.0  # Z: a negation reads it, dropping it could create false matches
+
+
+def test_rule_without_conditions_gives_utility_one():
+    sh = Shedder(1.0).fit("define P pattern SEQ(A a, B b) within 1 s", stream(50), costs=CostModel())
+    u = sh.utilities(stream(50, seed=1))
+    types = stream(50, seed=1)["type"].to_numpy()
+    assert np.all(u[np.isin(types, ["A", "B"])] == 1.0) and np.all(u[~np.isin(types, ["A", "B"])] == 0.0)
+
+
+# -- constraints (Section 4.2) ---------------------------------------------------------------------
+
+
+def test_constraints_follow_the_paper():
+    ev = stream(400, p=[0.1, 0.2, 0.3, 0.4])
+    cm = CostModel(per_type={"A": 1e-3, "B": 2e-3, "C": 1e-3, "X": 5e-4}, utility=1e-5)
+    sh = Shedder(0.5, beta=0.8).fit(RULE, ev, costs=cm)
+    c = sh.constraints()
+    st = sh.stats
+    zbar = sum(st.rates[t] * st.z_full(t) for t in st.rates) / sum(st.rates.values())
+    assert c["N_in"] == pytest.approx(0.5 / zbar)
+    read = {"A", "B", "C"}  # TYPES: the types of the pattern; X, which no rule reads, gets N_X = 0
+    tot = sum(st.z_full(t) * st.rates[t] for t in read)
+    for t, row in c["per_type"].items():
+        nt = st.z_full(t) * st.rates[t] / tot * c["N_in"] * 0.8 if t in read else 0.0
+        assert row["N_T"] == pytest.approx(nt)
+        alpha = sh.utility.conditions_of(t) * 1e-5
+        assert row["gamma_T"] == pytest.approx(max(nt - math.ceil(nt * alpha / st.z_full(t)), 0))
+    assert sum(r["N_T"] for r in c["per_type"].values()) == pytest.approx(0.8 * c["N_in"])
+
+
+# -- runs ------------------------------------------------------------------------------------------
+
+
+def _engine(policy="darling", bound=0.05, seed=0, window=2e-4, **kw):
+    sh = Shedder(bound, policy=policy, seed=seed, **kw)
+    eng = SheddingEngine(RULE, sh, mode="virtual", cost_model=CostModel(default=2e-3, window=window))
+    eng.warm_up(stream(300, seed=99))
+    return eng
+
+
+def _peaked(n: int, seed: int = 0, factor: float = 200.0):
+    ev = stream(n, seed)
+    gap = np.full(n, 0.1)
+    gap[n // 4: n // 2] /= factor
+    return ev, np.cumsum(gap)
+
+
+def test_no_overload_no_drop_and_full_recall():
+    ev = stream(400, 1)
+    eng = _engine(bound=1.0)
+    out = eng.run(ev)  # arrivals = timestamps, 0.1 s apart: far below capacity
+    s = eng.stats()
+    assert s["dropped"] == 0 and s["recall"] == 1.0 and s["violations"] == 0
+    assert s["composites"] == s["composites_reference"] > 0
+    ref = cep_gpu.detect(ev, RULE, backend="cpu")
+    assert sorted(map(tuple, ref["ids"])) == sorted(out["ids"])
+
+
+def test_overload_keeps_the_bound_and_none_violates_it():
+    ev, arr = _peaked(500)
+    none = _engine("none")
+    none.run(ev, arr)
+    assert none.stats()["violations"] > 0 and none.stats()["dropped"] == 0
+    for policy in ("darling", "random"):
+        eng = _engine(policy)
+        eng.run(ev, arr)
+        s = eng.stats()
+        assert s["violations"] == 0 and s["dropped"] > 0, (policy, s)
+        assert s["latency_s"]["max"] <= 0.05 * (1 + 1e-9)
+        assert 0 < s["recall"] <= 1 and s["false_positives"] == 0
+
+
+def test_state_baseline_evicts_and_reports():
+    ev, arr = _peaked(500)
+    eng = _engine("state", window=2e-3)
+    eng.run(ev, arr)
+    s = eng.stats()
+    assert s["evicted"] > 0 and s["dropped"] == 0 and s["recall"] < 1.0
+
+
+def test_deterministic_for_a_seed():
+    ev, arr = _peaked(400)
+    runs = []
+    for _ in range(2):
+        eng = _engine("darling", seed=7)
+        out = eng.run(ev, arr)
+        s = eng.stats()
+        runs.append((sorted(out["ids"]), s["dropped_per_type"], s["latency_s"]))
+    assert runs[0] == runs[1]
+
+
+def test_engine_loop_equals_the_compiled_simulation():
+    """The run loop (engine in the loop) and the all-Numba virtual simulation decide alike."""
+    ev, arr = _peaked(400)
+    eng = _engine("darling", seed=3)
+    eng.run(ev, arr)
+    kept_loop = eng.stats()["processed"]
+    from cep_gpu.shedding.shedder import UNIT_NS
+    from cep_gpu.shedding.stats import _ts_ns
+
+    frame = ev.sort_values("ts", kind="stable").reset_index(drop=True)
+    core = eng.shedder.make_core(frame, _ts_ns(frame["ts"], UNIT_NS["s"]), eng.cost_model)
+    _, done, order = core.simulate(arr)
+    assert len(order) == kept_loop
+    lat = done[order] - arr[order]
+    assert np.all(lat <= 0.05 * (1 + 1e-9))
+
+
+def test_unread_types_are_dropped_first_and_cost_no_recall():
+    # a burst of X (no rule reads it) while A, B, C come at a low rate
+    rng = np.random.default_rng(5)
+    base = stream(300, 5, types=("A", "B", "C"))
+    burst = pd.DataFrame({"type": "X", "ts": 10.0 + np.arange(200) * 1e-4, "price": rng.normal(100, 20, 200)})
+    ev = pd.concat([base, burst], ignore_index=True).sort_values("ts", kind="stable").reset_index(drop=True)
+    sh = Shedder(0.05, policy="darling")
+    eng = SheddingEngine(RULE, sh, mode="virtual", cost_model=CostModel(default=2e-3))
+    eng.warm_up(stream(300, 9))
+    eng.run(ev)
+    s = eng.stats()
+    assert s["dropped"] > 0 and set(s["dropped_per_type"]) == {"X"}
+    assert s["recall"] == 1.0 and s["violations"] == 0
+
+
+def test_shed_batch_keeps_the_work_within_the_bound():
+    sh = Shedder(0.02, policy="darling").fit(RULE, stream(300, 2), costs=CostModel(default=1e-3))
+    batch = stream(100, 4)
+    keep = sh.shed_batch(batch)
+    assert keep.dtype == bool and len(keep) == 100
+    assert keep.sum() <= 20 and keep.sum() >= 15  # 0.02 s of 1 ms events
+    small = sh.shed_batch(batch.iloc[:10])
+    assert small.all()  # below the constraint: nothing dropped
+    # the lowest utilities go first
+    u = sh.utilities(batch)
+    assert u[keep].mean() > u[~keep].mean()
+    rnd = Shedder(0.02, policy="random").fit(RULE, stream(300, 2), costs=CostModel(default=1e-3))
+    assert rnd.shed_batch(batch).sum() == keep.sum()  # the same constraints, other victims
+
+
+# -- errors ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kw, match", [
+    ({"latency_bound": 0}, "latency_bound"), ({"latency_bound": -1.0}, "latency_bound"),
+    ({"latency_bound": float("nan")}, "latency_bound"), ({"latency_bound": "1"}, "latency_bound"),
+    ({"latency_bound": 1, "beta": 0}, "beta"), ({"latency_bound": 1, "beta": 1.5}, "beta"),
+    ({"latency_bound": 1, "buckets": 0}, "buckets"), ({"latency_bound": 1, "buckets": 2.5}, "buckets"),
+    ({"latency_bound": 1, "policy": "drop-all"}, "policy"),
+    ({"latency_bound": 1, "distribution": "cauchy"}, "distribution"),
+])
+def test_bad_settings(kw, match):
+    with pytest.raises(ArgumentError, match=match):
+        Shedder(**kw)
+
+
+def test_bad_use():
+    sh = Shedder(1.0)
+    with pytest.raises(SheddingError, match="statistics"):
+        sh.utilities(stream(5))
+    eng = SheddingEngine(RULE, Shedder(1.0), mode="virtual")
+    with pytest.raises(SheddingError):
+        eng.run(stream(5))
+    with pytest.raises(SheddingError, match="no run"):
+        eng.stats()
+    with pytest.raises(ArgumentError, match="mode"):
+        SheddingEngine(RULE, Shedder(1.0), mode="fast")
+    with pytest.raises(ArgumentError, match="Shedder"):
+        SheddingEngine(RULE, 1.5)
+    with pytest.raises(ArgumentError, match="cost_model"):
+        SheddingEngine(RULE, Shedder(1.0), mode="real", cost_model=CostModel())
+    with pytest.raises(ArgumentError, match="CostModel.window"):
+        CostModel(window=-1)
+    eng.warm_up(stream(100))
+    with pytest.raises(ArgumentError, match="arrival"):
+        eng.run(stream(10), arrival=np.arange(5.0))
+    with pytest.raises(ArgumentError, match="decrease"):
+        eng.run(stream(10), arrival=np.arange(10.0)[::-1])
+    with pytest.raises(ArgumentError, match="'type'"):
+        eng.run(pd.DataFrame({"ts": [1.0]}))
+    with pytest.raises(ArgumentError, match="at least 2"):
+        eng.warm_up(stream(1))
+    assert issubclass(SheddingError, CepError)
+
+
+# -- the Spark hook (no Spark needed: the per-key step's shedding function) --------------------------
+
+
+def test_spark_hook_sheds_a_micro_batch_with_its_buffer_as_context():
+    import inspect
+
+    import pyarrow as pa
+
+    from cep_gpu.shedding.spark import check_shedder, shed_parts
+
+    sh = Shedder(0.02, policy="darling").fit(RULE, stream(300, 2), costs=CostModel(default=1e-3, window=1e-4))
+    ev = stream(160, 6)
+    buffer = pa.Table.from_pandas(ev.iloc[:40], preserve_index=False)
+    new = pa.Table.from_pandas(ev.iloc[40:], preserve_index=False)
+    parts = shed_parts([new.slice(0, 60), new.slice(60)], buffer, sh, "s")
+    kept = pa.concat_tables(parts)
+    assert 0 < kept.num_rows < new.num_rows
+    want = sh.shed_batch(ev.iloc[40:].reset_index(drop=True), context=ev.iloc[:40])
+    assert kept.num_rows == want.sum()
+    assert shed_parts([], buffer, sh, "s") == []
+    # below the constraint nothing is dropped
+    assert pa.concat_tables(shed_parts([new.slice(0, 5)], buffer, sh, "s")).num_rows == 5
+    assert check_shedder(None) is None
+    with pytest.raises(ArgumentError, match="Shedder"):
+        check_shedder(0.5)
+    with pytest.raises(SheddingError):
+        check_shedder(Shedder(1.0))
+    from cep_gpu.spark_udfs import stream as spark_stream
+
+    assert "shedding" in inspect.signature(spark_stream.detect_stream).parameters
+    assert "shedding" in inspect.signature(spark_stream._step).parameters
+
+
+def test_bench_and_cli_smoke(tmp_path, capsys):
+    import json
+
+    from cep_gpu.cli import main
+
+    out, png = tmp_path / "s.json", tmp_path / "s.png"
+    rc = main(["shedding", "bench", "--mode", "virtual", "--lengths", "3", "--factors", "100",
+               "--events", "400", "--warmup", "200", "--out", str(out), "--plot", str(png)])
+    assert rc == 0 and png.stat().st_size > 0
+    res = json.loads(out.read_text())
+    for pol in ("none", "random", "state", "darling"):
+        assert set(res["summary"][pol]) >= {"recall", "violations", "p99_latency_s"}
+    assert res["summary"]["darling"]["violations"] == 0
+    assert res["summary"]["none"]["violations"] > 0  # the bound is set so that no shedding violates it
+    assert main(["shedding", "bench", "--noise", "1.5"]) == 2
+
+
+def test_live_publish_sheds_each_micro_batch():
+    eng = _engine("darling", bound=0.02)
+    ev = stream(400, 8)
+    small = eng.publish(ev.iloc[:5])  # below the constraint: all kept
+    assert eng.live_stats()["kept"] == 5
+    out = [small]
+    for lo in range(5, 400, 79):
+        out.append(eng.publish(ev.iloc[lo:lo + 79]))
+    s = eng.live_stats()
+    assert s["published"] == 400 and 0 < s["kept"] < 400
+    assert sum(s["dropped_per_type"].values()) == 400 - s["kept"]
+    assert s["engine"]["events"] == s["kept"]
+    with pytest.raises(SheddingError):
+        _engine("none").live_stats()
