@@ -58,6 +58,7 @@ from .model import (
 )
 from .output import OutputSchema, _value_kind, assemble
 from .stream_buffer import AppendBuffer, parse_record, table_from_record
+from .stream_match import AutoChoice, StreamMatcher, unsupported
 
 log = logging.getLogger("cep_gpu.engine")
 
@@ -173,6 +174,15 @@ class Engine:
         self._released = 0
         self._expired = 0
         self._late_events: list[dict] = []
+        # the streaming fast path (stream_match): why each rule takes the general path (None: fast)
+        composite = frozenset(r.name for r in self.rules)
+        self._fast_why = {
+            i: unsupported(self.rules[i], self._states[i].delay, composite) if backend in ("cpu", "auto")
+            else f"backend {backend!r}" for i in self._order
+        }
+        self._fast: dict = {}  # rule index -> (time format, StreamMatcher), made on first use
+        self._fast_calls = 0
+        self._fast_fallbacks = 0
 
     def _init_states(self) -> dict[int, _RuleState]:
         states: dict[int, _RuleState] = {}
@@ -318,6 +328,7 @@ class Engine:
         eng._empty_out = {}
         eng._timed = {}
         eng._callback_errors = []
+        eng._fast = {}  # rebuilt from the buffer on first use
         return eng
 
     def stats(self) -> dict:
@@ -346,6 +357,11 @@ class Engine:
             "callback_errors": self._n_callback_errors,
             "callback_error_list": list(self._callback_errors),
             "closed": self._closed,
+            "fast_path": {
+                "calls": self._fast_calls,
+                "fallbacks": self._fast_fallbacks,
+                "rules": {self.rules[i].name: why or "fast" for i, why in self._fast_why.items()},
+            },
         }
 
     def explain(self, events=None) -> str:
@@ -540,7 +556,9 @@ class Engine:
                 st = self._states[i]
                 if not (len(st.pending) or st.term_types & new_types):
                     continue  # no terminator to match: a non-terminator costs nothing here
-                res = self._run_rule(i, new_ids, final)
+                res = self._run_fast(i, new_ids) if self._fast_why[i] is None else None
+                if res is None:
+                    res = self._run_rule(i, new_ids, final)
                 if not len(res.ts):
                     continue
                 results.append(res)
@@ -573,6 +591,35 @@ class Engine:
         if rule is None:
             rule = self._timed[key] = in_time_units(self.rules[i], time)
         return rule
+
+    def _run_fast(self, i: int, new_ids: np.ndarray):
+        """Rule ``i``'s new terminators through its incremental matcher (one compiled call);
+        ``None`` when this call takes the general path (``auto`` chose the GPU, or the new rows
+        are not one run at the end of the buffer)."""
+        buf = self._buf
+        got = self._fast.get(i)
+        if got is None or got[0] != self._time:
+            got = self._fast[i] = (self._time, StreamMatcher(self._timed_rule(i, self._time)))
+        matcher = got[1]
+        if self.backend_name == "auto":
+            choice = self._fast.get("auto")
+            if choice is None:
+                choice = self._fast["auto"] = AutoChoice(self._backend)
+            n = len(buf)
+            if choice.device(i, matcher.rule, buf, max(0, n - len(new_ids)), n) != "cpu":
+                matcher.skip(buf)
+                return None
+        t0 = time.perf_counter()
+        matches = matcher.match(buf, new_ids)
+        if matches is None:
+            self._fast_fallbacks += 1
+            return None
+        self._backend_seconds += time.perf_counter() - t0
+        self._backend_calls += 1
+        self._fast_calls += 1
+        res = composite_events(matcher.rule, buf.table(), matches)
+        self._states[i].composites += len(res.ts)
+        return res
 
     def _run_rule(self, i: int, new_ids: np.ndarray, final: bool):
         """Match rule ``i`` on its terminators that are new or held back and now ready."""
@@ -744,7 +791,7 @@ _CHECKPOINT_MAGIC = b"cep-gpu engine checkpoint\n"
 _CHECKPOINT_VERSION = 1
 #: what a checkpoint leaves out: callables, the backend object (made anew), caches
 _NOT_CHECKPOINTED = frozenset(
-    {"_backend", "_on_late", "_subscribers", "_empty_out", "_timed", "_callback_errors"}
+    {"_backend", "_on_late", "_subscribers", "_empty_out", "_timed", "_callback_errors", "_fast"}
 )
 
 

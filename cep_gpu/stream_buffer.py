@@ -155,6 +155,15 @@ class AppendBuffer:
         """Rows the arrays can hold before they grow (for the memory tests)."""
         return 0 if self._store is None else len(self._store.ts)
 
+    def store(self) -> tuple[EventTable | None, int, int]:
+        """The arrays with their spare capacity and the live rows ``[start, end)`` in them.
+
+        Rows keep their numbers in these arrays while rows are appended or expired; a new
+        store object (after :meth:`set`: growth, compaction, a row in the middle) renumbers
+        them. For the streaming fast path (:mod:`cep_gpu.stream_match`); do not modify.
+        """
+        return self._store, self._start, self._end
+
     def table(self) -> EventTable | None:
         """The live rows as a table of views (valid until the next change), ``None`` if never filled."""
         if self._store is None:
