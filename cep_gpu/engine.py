@@ -614,10 +614,13 @@ class Engine:
         if matches is None:
             self._fast_fallbacks += 1
             return None
-        self._backend_seconds += time.perf_counter() - t0
+        dt = time.perf_counter() - t0
+        self._backend_seconds += dt
         self._backend_calls += 1
         self._fast_calls += 1
-        res = composite_events(matcher.rule, buf.table(), matches)
+        if self.backend_name == "auto":
+            self._fast["auto"].record(matcher.rule, matcher.terminators, dt)
+        res = matcher.composites(buf, matches)
         self._states[i].composites += len(res.ts)
         return res
 
@@ -677,10 +680,11 @@ class Engine:
             return
         self._buf.drop_front(n_old)
         self._expired += n_old
-        kept = self._buf.table().ids
-        for st in self._states.values():
-            if len(st.consumed):
-                st.consumed = st.consumed[np.isin(st.consumed, kept)]
+        if any(len(st.consumed) for st in self._states.values()):
+            kept = self._buf.table().ids
+            for st in self._states.values():
+                if len(st.consumed):
+                    st.consumed = st.consumed[np.isin(st.consumed, kept)]
 
     # -- output -----------------------------------------------------------------------------------
 

@@ -41,11 +41,12 @@ import numba
 import numpy as np
 
 from .backends import Matches
+from .detect import RuleResult, composite_events
 from .codegen import cache as kcache
 from .codegen import lower
 from .codegen.numba_src import _Body, _prologue, check_source, emit_source, literal
 from .events import EventTable
-from .model import SELF, Rule
+from .model import Attr, Neg, Rule
 
 _MIN_TS = -(2**63)
 
@@ -95,7 +96,7 @@ def s_lb_row(cr, p, x, lo, hi):
 '''
 
 _OWN_FUNC = re.compile(r"^(?:s_lb_ts|s_lb_row|s_filt\d+|s_sync|s_match)$")
-_OWN_LOCAL = re.compile(r"^(?:[a-z]\d+|j\d+|l\d+|h\d+|w\d+|cr|cs|ce|codes|types|start|lo|hi|x|mid|p|n|cap|out|seqs|nlo|nhi|ts|sc|r|t|env|e0|e1)$")
+_OWN_LOCAL = re.compile(r"^(?:[a-z]\d+|j\d+|l\d+|h\d+|w\d+|cr|cs|ce|nt|codes|types|start|lo|hi|x|mid|p|n|cap|out|seqs|nlo|nhi|ts|sc|r|t|env|e0|e1)$")
 
 
 def _check_own(source: str) -> None:
@@ -153,14 +154,15 @@ def _match_source(spec) -> list[str]:
     whose terminator is a row in ``[nlo, nhi)``, written to ``out`` while it has room; ``n`` is
     the number of matches (more than ``out`` holds: call again with a larger ``out``)."""
     n_pred = spec.rule.n_predicates
-    lines = ["@numba.njit(cache=True)", "def s_match(nlo, nhi, cr, cs, ce, env, out, seqs):",
-             "    ts = env[0]", "    n = 0", "    cap = out.shape[0]"]
+    lines = ["@numba.njit(cache=True)", "def s_match(nlo, nhi, cr, cs, ce, env, out, seqs, nt):",
+             "    ts = env[0]", "    n = 0", "    nt[0] = 0", "    cap = out.shape[0]"]
     for pi, plan in enumerate(spec.plans):
         steps = plan.steps
         tp = steps[0].pred
         lines += [f"    e0 = s_lb_row(cr, {tp}, nlo, cs[{tp}], ce[{tp}])",
                   f"    e1 = s_lb_row(cr, {tp}, nhi, e0, ce[{tp}])",
                   "    for j0 in range(e0, e1):",
+                  "        nt[0] += 1",
                   f"        for p in range({n_pred}):",
                   "            seqs[0, p] = -1",
                   f"        seqs[0, {tp}] = cr[{tp}, j0]"]
@@ -262,7 +264,10 @@ class StreamMatcher:
         self._ce = np.zeros(self.n_pred, np.int64)
         self._out = np.empty((16, self.n_pred), np.int64)
         self._seqs = np.empty((1, self.n_pred), np.int64)
+        self._nt = np.zeros(1, np.int64)  # terminators of the last call
         self.rebuilds = 0
+        self._store_ok = False
+        self._empty = RuleResult(rule, np.empty(0, np.int64), np.empty((0, self.n_pred), np.int64), {})
 
     def match(self, buf, new_ids: np.ndarray) -> Matches | None:
         """The matches of the rule's new terminators (rows of ``new_ids``) as rows of
@@ -281,12 +286,25 @@ class StreamMatcher:
             return None
         s_match = self._fns[1]
         while True:
-            n = s_match(lo, hi, self._cr, self._cs, self._ce, self._env, self._out, self._seqs)
+            n = s_match(lo, hi, self._cr, self._cs, self._ce, self._env, self._out, self._seqs, self._nt)
             if n <= len(self._out):
                 break
             self._out = np.empty((2 * n, self.n_pred), np.int64)  # grow and redo: never truncate
-        rows = self._out[:n] - start
-        return Matches(rows, np.empty((n, 0), np.float64))
+        return Matches(self._out[:n].copy(), np.empty((n, 0), np.float64))
+
+    @property
+    def terminators(self) -> int:
+        """How many terminators the last :meth:`match` took."""
+        return int(self._nt[0])
+
+    def composites(self, buf, matches: Matches) -> RuleResult:
+        """The composite events of ``matches`` (rows of the store, from :meth:`match`)."""
+        if not len(matches):
+            return self._empty
+        if self._store_ok:  # gathers by row: the store's arrays serve as well as the live view
+            return composite_events(self.rule, self._store, matches)
+        start = buf.store()[1]
+        return composite_events(self.rule, buf.table(), Matches(matches.rows - start, matches.aggs))
 
     # -- columns ----------------------------------------------------------------------------------
 
@@ -343,6 +361,7 @@ class StreamMatcher:
         self._env = tuple(env)
         self._n_cols = len(store.columns)
         self._n_strings = len(store.strings)
+        self._store_ok = _attributes_from_columns(self.rule, store)
         names = store.type_names
         self._n_types = len(names)
         self._codes = np.array(
@@ -361,6 +380,21 @@ class StreamMatcher:
             self._sync(self._synced, end, start)
 
 
+def _attributes_from_columns(rule: Rule, store: EventTable) -> bool:
+    """Whether :func:`composite_events` gives the same over the store's arrays as over the
+    live view: it only looks at values beyond the matched rows for an attribute whose declared
+    kind differs from its column's (is the column null throughout?), so not for these rules."""
+    for a in rule.attributes:
+        e = a.expr
+        while isinstance(e, Neg):
+            e = e.arg
+        if a.type is not None and isinstance(e, Attr):
+            col = store.columns.get(e.name)
+            if col is None or col.kind != a.type:
+                return False
+    return True
+
+
 class AutoChoice:
     """``backend="auto"``: CPU (the fast path) or GPU (the general path) for a rule's terminators,
     decided once per rule and window-occupancy bucket (live rows, by powers of two) and cached, so
@@ -369,6 +403,13 @@ class AutoChoice:
     def __init__(self, backend) -> None:
         self.backend = backend
         self._cache: dict[tuple[int, int], str] = {}
+
+    def record(self, rule: Rule, terminators: int, seconds: float) -> None:
+        """Count a fast-path (CPU) call in the auto backend's statistics."""
+        rec = getattr(self.backend, "record", None)
+        if callable(rec):
+            gpu = getattr(self.backend, "gpu_available", False)
+            rec(rule, "cpu", terminators, seconds, "stream fast path: CPU chosen" if gpu else "no usable GPU")
 
     def device(self, i: int, rule: Rule, buf, lo: int, hi: int) -> str:
         if not getattr(self.backend, "gpu_available", False):
