@@ -181,6 +181,7 @@ class Engine:
             else f"backend {backend!r}" for i in self._order
         }
         self._fast: dict = {}  # rule index -> (time format, StreamMatcher), made on first use
+        self._auto_choice: AutoChoice | None = None  # backend="auto": cached CPU/GPU decisions
         self._fast_calls = 0
         self._fast_fallbacks = 0
 
@@ -329,6 +330,7 @@ class Engine:
         eng._timed = {}
         eng._callback_errors = []
         eng._fast = {}  # rebuilt from the buffer on first use
+        eng._auto_choice = None
         return eng
 
     def stats(self) -> dict:
@@ -360,6 +362,7 @@ class Engine:
             "fast_path": {
                 "calls": self._fast_calls,
                 "fallbacks": self._fast_fallbacks,
+                "rebuilds": sum(m.rebuilds for _, m in self._fast.values()),
                 "rules": {self.rules[i].name: why or "fast" for i, why in self._fast_why.items()},
             },
         }
@@ -602,9 +605,9 @@ class Engine:
             got = self._fast[i] = (self._time, StreamMatcher(self._timed_rule(i, self._time)))
         matcher = got[1]
         if self.backend_name == "auto":
-            choice = self._fast.get("auto")
+            choice = self._auto_choice
             if choice is None:
-                choice = self._fast["auto"] = AutoChoice(self._backend)
+                choice = self._auto_choice = AutoChoice(self._backend)
             n = len(buf)
             if choice.device(i, matcher.rule, buf, max(0, n - len(new_ids)), n) != "cpu":
                 matcher.skip(buf)
@@ -619,7 +622,7 @@ class Engine:
         self._backend_calls += 1
         self._fast_calls += 1
         if self.backend_name == "auto":
-            self._fast["auto"].record(matcher.rule, matcher.terminators, dt)
+            self._auto_choice.record(matcher.rule, matcher.terminators, dt)
         res = matcher.composites(buf, matches)
         self._states[i].composites += len(res.ts)
         return res
@@ -795,7 +798,8 @@ _CHECKPOINT_MAGIC = b"cep-gpu engine checkpoint\n"
 _CHECKPOINT_VERSION = 1
 #: what a checkpoint leaves out: callables, the backend object (made anew), caches
 _NOT_CHECKPOINTED = frozenset(
-    {"_backend", "_on_late", "_subscribers", "_empty_out", "_timed", "_callback_errors", "_fast"}
+    {"_backend", "_on_late", "_subscribers", "_empty_out", "_timed", "_callback_errors", "_fast",
+     "_auto_choice"}
 )
 
 

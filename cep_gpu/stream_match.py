@@ -403,6 +403,7 @@ class AutoChoice:
     def __init__(self, backend) -> None:
         self.backend = backend
         self._cache: dict[tuple[int, int], str] = {}
+        self.decisions = 0  # times the planner was asked (the rest were cache hits)
 
     def record(self, rule: Rule, terminators: int, seconds: float) -> None:
         """Count a fast-path (CPU) call in the auto backend's statistics."""
@@ -417,10 +418,11 @@ class AutoChoice:
         key = (i, len(buf).bit_length())
         dev = self._cache.get(key)
         if dev is None:
-            from .planner import decide, estimate_work
+            from . import planner
 
-            work = estimate_work(rule, buf.table(), lo, hi)
-            dev = decide(self.backend.profile, work.batch_features(0, len(work.term_rows)), True)[0] \
+            self.decisions += 1
+            work = planner.estimate_work(rule, buf.table(), lo, hi)
+            dev = planner.decide(self.backend.profile, work.batch_features(0, len(work.term_rows)), True)[0] \
                 if len(work.term_rows) else "cpu"
             self._cache[key] = dev
         return dev
