@@ -57,7 +57,7 @@ from .model import (
     static_conditions,
 )
 from .output import OutputSchema, _value_kind, assemble
-from .stream_buffer import AppendBuffer, parse_record, table_from_record
+from .stream_buffer import AppendBuffer, parse_record, table_from_columns, table_from_record
 from .stream_match import AutoChoice, StreamMatcher, unsupported
 
 log = logging.getLogger("cep_gpu.engine")
@@ -436,6 +436,10 @@ class Engine:
         Changes no state (but the time format), so that a rejected publish leaves no trace.
         """
         if isinstance(events, Mapping) and _is_columnar(events):
+            fast = table_from_columns(events, self._next_id, self._time_unit, self._strings)
+            if fast is not None:  # plain NumPy columns: no Arrow, no pandas
+                self._check_time(fast.time)
+                return self._checked(fast), len(fast)
             events = _arrow_of_columns(events)
         if isinstance(events, dict):
             fast = table_from_record(events, self._next_id, self._time_unit, self._strings)

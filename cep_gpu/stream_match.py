@@ -41,10 +41,10 @@ import numba
 import numpy as np
 
 from .backends import Matches
-from .detect import RuleResult, composite_events
 from .codegen import cache as kcache
 from .codegen import lower
 from .codegen.numba_src import _Body, _prologue, check_source, emit_source, literal
+from .detect import RuleResult, composite_events
 from .events import EventTable
 from .model import Attr, Neg, Rule
 

@@ -225,3 +225,75 @@ def test_generated_kernels_are_cached_on_disk(policy, tmp_path, monkeypatch):
     files = list(tmp_path.rglob("k_*.py"))
     assert any("def s_match" in f.read_text() for f in files)
     assert _KERNELS is not None
+
+
+# -- columnar micro-batches without Arrow --------------------------------------------------------
+
+
+_column_batches = st.integers(1, 12).flatmap(lambda n: st.fixed_dictionaries(
+    {
+        "type": st.lists(st.sampled_from(["A", "B", "C"]), min_size=n, max_size=n),
+        "ts": st.one_of(
+            st.lists(st.integers(-5, 5), min_size=n, max_size=n).map(sorted),
+            st.lists(st.floats(-5, 5, allow_nan=False), min_size=n, max_size=n).map(sorted),
+        ),
+    },
+    optional={
+        "x": st.lists(st.integers(-3, 3), min_size=n, max_size=n),
+        "y": st.lists(st.sampled_from([0.5, -1.0, float("nan")]), min_size=n, max_size=n),
+        "s": st.lists(st.sampled_from(["u", "v", "ü"]), min_size=n, max_size=n),
+        "b": st.lists(st.booleans(), min_size=n, max_size=n),
+    },
+))
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck))
+@given(_column_batches, st.sampled_from(["s", "ms"]))
+def test_numpy_columns_without_arrow_equal_the_arrow_path(batch, unit):
+    import pyarrow as pa
+
+    from cep_gpu.events import EventTable, StringDictionary
+    from cep_gpu.stream_buffer import table_from_columns
+
+    cols = {k: np.array(v, dtype=object if k in ("type", "s") else None) for k, v in batch.items()}
+    fast_strings, slow_strings = StringDictionary(), StringDictionary()
+    fast = table_from_columns(cols, 7, unit, fast_strings)
+    assert fast is not None
+    n = len(batch["type"])
+    arrow = pa.table({**{k: pa.array(v) for k, v in cols.items()}, "id": pa.array(np.arange(7, 7 + n))})
+    slow = EventTable.from_arrow(arrow, time_unit=unit, strings=slow_strings, sort=True)
+    assert fast.ts.tolist() == slow.ts.tolist() and fast.ids.tolist() == slow.ids.tolist()
+    assert [fast.type_names[t] for t in fast.types] == [slow.type_names[t] for t in slow.types]
+    assert fast.time == slow.time
+    assert set(fast.columns) == set(slow.columns)
+    for k, a in fast.columns.items():
+        b = slow.columns[k]
+        assert (a.kind, a.valid.tolist()) == (b.kind, b.valid.tolist()), k
+        if a.kind == "string":
+            assert fast_strings.decode(a.values).tolist() == slow_strings.decode(b.values).tolist()
+        else:
+            assert a.values[a.valid].tolist() == b.values[b.valid].tolist()
+    assert {t: v for t, v in fast.schema.items()} == {t: v for t, v in slow.schema.items()}
+
+
+def test_columns_outside_the_plain_cases_take_the_arrow_path():
+    from cep_gpu.events import StringDictionary
+    from cep_gpu.stream_buffer import table_from_columns
+
+    ok = {"type": np.array(["A", "B"], object), "ts": np.array([1, 2])}
+    assert table_from_columns(ok, 0, "s", StringDictionary()) is not None
+    for bad in (
+        {"ts": np.array([2, 1])},  # unsorted: sorted by the general path
+        {"ts": np.array([1.0, np.inf])},
+        {"ts": np.array([1, 2], np.int32)},
+        {"x": np.array(["a", None], object)},  # nulls in strings
+        {"x": np.array([1, 2], np.int32)},
+        {"id": np.array([5, 4])},  # ids against their order at a tied ts? here ts differ: fine
+        {"type": ["A", "B"]},
+    ):
+        cols = {**ok, **bad}
+        got = table_from_columns(cols, 0, "s", StringDictionary())
+        if "id" in bad:
+            assert got is not None and got.ids.tolist() == [5, 4]
+        else:
+            assert got is None, bad
