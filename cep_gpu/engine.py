@@ -16,6 +16,7 @@ The results are those of batch ``detect`` over the concatenated input.
 from __future__ import annotations
 
 import datetime
+import itertools
 import logging
 import math
 import numbers
@@ -718,21 +719,21 @@ class Engine:
         the output frame (same order, keys, values and nulls), built straight from the results."""
         attrs = [(n, _value_kind(results, n, k) if n in self._schema.inferred else k)
                  for n, k in self._schema.attributes]
-        rows = []
+        keys = ("rule", "ts", "ids", *(a for a, _ in attrs))
+        rows: list = []
         for r in results:
             n = len(r.ts)
             ts = self._time.from_ns(r.ts)
             ts = list(ts) if isinstance(ts, pd.Series) else ts.tolist()
-            ids = [tuple(x) for x in r.ids.tolist()]
+            ids = list(map(tuple, r.ids.tolist()))
             cols = [_python_values(r.attributes.get(name), kind, self._strings, n) for name, kind in attrs]
             name = r.rule.name
-            for k in range(n):
-                rec = {"rule": name, "ts": ts[k], "ids": ids[k]}
-                for (a, _), vals in zip(attrs, cols):
-                    rec[a] = vals[k]
-                rows.append((int(r.ts[k]), name, ids[k], rec))
-        if len(results) > 1:  # one rule's results are sorted by (ts, ids) already
-            rows.sort(key=lambda row: row[:3])
+            # one dict per composite event, built by zip (no Python-level indexing per value)
+            recs = [dict(zip(keys, vals)) for vals in zip(itertools.repeat(name, n), ts, ids, *cols)]
+            if len(results) == 1:
+                return recs
+            rows.extend(zip(r.ts.tolist(), itertools.repeat(name, n), ids, recs))
+        rows.sort(key=lambda row: row[:3])  # one rule's results are sorted by (ts, ids) already
         return [row[3] for row in rows]
 
     def _call(self, callback: Callable, records: list[dict], what: str) -> None:
