@@ -49,6 +49,7 @@ from .events import EventTable
 from .model import Attr, Neg, Rule
 
 _MIN_TS = -(2**63)
+_NO_AGGS = np.empty((4096, 0), np.float64)  # Matches.aggs of rules without aggregates (views)
 
 
 def unsupported(rule: Rule, delay: int, composite_types: frozenset[str]) -> str | None:
@@ -104,7 +105,7 @@ def _check_own(source: str) -> None:
     :func:`cep_gpu.codegen.numba_src.check_source`)."""
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Name):
-            if not (node.id in {"numba", "np", "range", "True", "False"} or _OWN_LOCAL.match(node.id)
+            if not (node.id in {"numba", "np", "range", "float", "min", "max", "True", "False"} or _OWN_LOCAL.match(node.id)
                     or _OWN_FUNC.match(node.id) or re.match(r"^valid_\d+_\d+$", node.id)):
                 raise ValueError(f"stream kernel source uses an unexpected name {node.id!r}")
         elif isinstance(node, ast.Attribute) and node.attr not in {"njit", "nan", "isnan", "inf", "shape"}:
@@ -150,11 +151,15 @@ def _sync_source(spec) -> list[str]:
 
 
 def _match_source(spec) -> list[str]:
-    """``s_match(nlo, nhi, cr, cs, ce, env, out, seqs) -> n``: the complete matches of every plan
-    whose terminator is a row in ``[nlo, nhi)``, written to ``out`` while it has room; ``n`` is
-    the number of matches (more than ``out`` holds: call again with a larger ``out``)."""
+    """``s_match(lo, hi, types, codes, start, nlo, nhi, cr, cs, ce, env, out, seqs, nt) -> n``:
+    ``s_sync`` of rows ``[lo, hi)`` (one compiled call for both), then the complete matches of
+    every plan whose terminator is a row in ``[nlo, nhi)``, written to ``out`` while it has room;
+    ``n`` is the number of matches (more than ``out`` holds: call again with a larger ``out``,
+    and an empty sync range)."""
     n_pred = spec.rule.n_predicates
-    lines = ["@numba.njit(cache=True)", "def s_match(nlo, nhi, cr, cs, ce, env, out, seqs, nt):",
+    lines = ["@numba.njit(cache=True)",
+             "def s_match(lo, hi, types, codes, start, nlo, nhi, cr, cs, ce, env, out, seqs, nt):",
+             "    s_sync(lo, hi, types, codes, cr, cs, ce, env, start)",
              "    ts = env[0]", "    n = 0", "    nt[0] = 0", "    cap = out.shape[0]"]
     for pi, plan in enumerate(spec.plans):
         steps = plan.steps
@@ -255,6 +260,7 @@ class StreamMatcher:
         self._n_strings = -1
         self._n_types = -1
         self._synced = 0  # store rows below this are in the columns (or not theirs)
+        self._ce_bound = 0  # >= the largest column end (room check without a reduction)
         self._kernels: dict[tuple, tuple] = {}
         self._fns: tuple | None = None
         self._env: tuple = ()
@@ -277,20 +283,27 @@ class StreamMatcher:
         store, start, end = buf.store()
         if store is not self._store or len(store.columns) != self._n_cols:
             lo, hi = self._rebuild(buf, store, start, end, new_ids)
+            s_lo = s_hi = end  # synced by the rebuild
         else:
             if len(store.strings) != self._n_strings or len(store.type_names) != self._n_types:
                 self._set_env(store)  # a new string constant or event type may now occur
             lo, hi = self._synced, end
-            self._sync(lo, end, start)
+            s_lo, s_hi = lo, end  # synced by s_match itself
+            if self._ce_bound + (end - lo) > self._cr.shape[1]:
+                self._reserve(end - lo)
+            self._ce_bound += end - lo
+            self._synced = end
         if lo is None:
             return None
         s_match = self._fns[1]
         while True:
-            n = s_match(lo, hi, self._cr, self._cs, self._ce, self._env, self._out, self._seqs, self._nt)
+            n = s_match(s_lo, s_hi, store.types, self._codes, start, lo, hi, self._cr, self._cs, self._ce,
+                        self._env, self._out, self._seqs, self._nt)
             if n <= len(self._out):
                 break
             self._out = np.empty((2 * n, self.n_pred), np.int64)  # grow and redo: never truncate
-        return Matches(self._out[:n].copy(), np.empty((n, 0), np.float64))
+            s_lo = s_hi  # (synced already)
+        return Matches(self._out[:n].copy(), _NO_AGGS[:n] if n <= len(_NO_AGGS) else np.empty((n, 0)))
 
     @property
     def terminators(self) -> int:
@@ -309,10 +322,10 @@ class StreamMatcher:
     # -- columns ----------------------------------------------------------------------------------
 
     def _sync(self, lo: int, hi: int, start: int) -> None:
-        need = int(self._ce.max()) + (hi - lo)
-        if need > self._cr.shape[1]:
+        if self._ce_bound + (hi - lo) > self._cr.shape[1]:
             self._reserve(hi - lo)
         self._fns[0](lo, hi, self._store.types, self._codes, self._cr, self._cs, self._ce, self._env, start)
+        self._ce_bound += hi - lo
         self._synced = hi
 
     def _reserve(self, n_new: int) -> None:
@@ -323,6 +336,7 @@ class StreamMatcher:
         for p in range(self.n_pred):
             cr[p, : live[p]] = self._cr[p, self._cs[p]: self._ce[p]]
         self._cr, self._cs, self._ce = cr, np.zeros(self.n_pred, np.int64), live.astype(np.int64)
+        self._ce_bound = int(live.max())
 
     def _rebuild(self, buf, store: EventTable, start: int, end: int, new_ids: np.ndarray):
         """New buffer arrays: columns from the live rows; the new terminators' row run."""
@@ -331,6 +345,7 @@ class StreamMatcher:
         self._set_env(store)
         self._cs[:] = 0
         self._ce[:] = 0
+        self._ce_bound = 0
         self._synced = start
         self._sync(start, end, start)
         if not len(new_ids):

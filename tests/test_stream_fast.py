@@ -297,3 +297,11 @@ def test_columns_outside_the_plain_cases_take_the_arrow_path():
             assert got is not None and got.ids.tolist() == [5, 4]
         else:
             assert got is None, bad
+
+
+def test_static_filters_with_arithmetic_and_strings_are_compiled():
+    text = "define R from B(s != 'v') as b and each A(x + 1 > y and s = 'u') as a within 5 s from b"
+    events = pd.DataFrame({"type": ["A", "A", "A", "B", "B"], "ts": [0, 1, 2, 3, 4],
+                           "x": [1, 0, 3, 0, 0], "y": [1.5, 2.5, 0.5, 0.0, 0.0], "s": ["u", "u", "v", "u", "v"]})
+    eng = _same_as_batch(events, text, lambda e: [e.publish(r, output="records") for r in _records(events)])
+    assert eng.stats()["composites"] == {"R": 1} and eng.stats()["fast_path"]["calls"] == 2
