@@ -59,7 +59,7 @@ from .model import (
 )
 from .output import OutputSchema, _value_kind, assemble
 from .stream_buffer import AppendBuffer, parse_record, table_from_columns, table_from_record
-from .stream_match import AutoChoice, StreamMatcher, unsupported
+from .stream_match import FAST_PATH_MAX_ROWS, AutoChoice, StreamMatcher, unsupported
 
 log = logging.getLogger("cep_gpu.engine")
 
@@ -175,11 +175,15 @@ class Engine:
         self._released = 0
         self._expired = 0
         self._late_events: list[dict] = []
-        # the streaming fast path (stream_match): why each rule takes the general path (None: fast)
+        self._init_fast()
+
+    def _init_fast(self) -> None:
+        """The streaming fast path (stream_match): why each rule takes the general path (None:
+        it takes the fast path), and its counters."""
         composite = frozenset(r.name for r in self.rules)
         self._fast_why = {
-            i: unsupported(self.rules[i], self._states[i].delay, composite) if backend in ("cpu", "auto")
-            else f"backend {backend!r}" for i in self._order
+            i: unsupported(self.rules[i], self._states[i].delay, composite) if self.backend_name in ("cpu", "auto")
+            else f"backend {self.backend_name!r}" for i in self._order
         }
         self._fast: dict = {}  # rule index -> (time format, StreamMatcher), made on first use
         self._auto_choice: AutoChoice | None = None  # backend="auto": cached CPU/GPU decisions
@@ -330,6 +334,8 @@ class Engine:
         eng._empty_out = {}
         eng._timed = {}
         eng._callback_errors = []
+        if "_fast_why" not in eng.__dict__:  # a checkpoint of an engine without the fast path
+            eng._init_fast()
         eng._fast = {}  # rebuilt from the buffer on first use
         eng._auto_choice = None
         return eng
@@ -609,6 +615,9 @@ class Engine:
         if got is None or got[0] != self._time:
             got = self._fast[i] = (self._time, StreamMatcher(self._timed_rule(i, self._time)))
         matcher = got[1]
+        if len(new_ids) > FAST_PATH_MAX_ROWS:  # a large micro-batch: the indexed general path
+            matcher.skip(buf)
+            return None
         if self.backend_name == "auto":
             choice = self._auto_choice
             if choice is None:

@@ -48,6 +48,10 @@ from .detect import RuleResult, composite_events
 from .events import EventTable
 from .model import Attr, Neg, Rule
 
+#: Publishes that bring more new rows than this take the general path: the fast path scans each
+#: terminator's window (O(window) per terminator), which the CDP backend's parameter index beats
+#: once thousands of terminators come at once (measured: docs/performance.md, issue 12).
+FAST_PATH_MAX_ROWS = 4096
 _MIN_TS = -(2**63)
 _NO_AGGS = np.empty((4096, 0), np.float64)  # Matches.aggs of rules without aggregates (views)
 
@@ -443,4 +447,4 @@ class AutoChoice:
         return dev
 
 
-__all__ = ["AutoChoice", "StreamMatcher", "compile_stream", "stream_source", "unsupported"]
+__all__ = ["FAST_PATH_MAX_ROWS", "AutoChoice", "StreamMatcher", "compile_stream", "stream_source", "unsupported"]

@@ -305,3 +305,33 @@ def test_static_filters_with_arithmetic_and_strings_are_compiled():
                            "x": [1, 0, 3, 0, 0], "y": [1.5, 2.5, 0.5, 0.0, 0.0], "s": ["u", "u", "v", "u", "v"]})
     eng = _same_as_batch(events, text, lambda e: [e.publish(r, output="records") for r in _records(events)])
     assert eng.stats()["composites"] == {"R": 1} and eng.stats()["fast_path"]["calls"] == 2
+
+
+def test_restore_of_a_checkpoint_saved_before_the_fast_path_existed():
+    text = "define M from B(x = $k) as b and each A(x = $k) as a within 5 s from b"
+    eng = Engine(text, backend="cpu")
+    eng.publish({"type": "A", "ts": 0, "x": 1})
+    for old in ("_fast_why", "_fast_calls", "_fast_fallbacks"):  # what an older engine lacked
+        del eng.__dict__[old]
+    again = Engine.restore(eng.checkpoint())
+    assert [r["ids"] for r in again.publish({"type": "B", "ts": 1, "x": 1}, output="records")] == [(1, 0)]
+    assert again.stats()["fast_path"]["calls"] == 1
+
+
+def test_large_micro_batches_take_the_indexed_general_path_and_the_columns_keep_up():
+    from cep_gpu.benchmarks.workloads import seq3_events, seq3_rule
+    from cep_gpu.stream_match import FAST_PATH_MAX_ROWS
+
+    n = FAST_PATH_MAX_ROWS + 600
+    events = seq3_events(n, seed=4)
+    events["k"] %= 7
+    cols = {c: events[c].to_numpy() for c in events.columns}
+
+    def publish(eng):
+        big = FAST_PATH_MAX_ROWS + 1
+        out = [eng.publish({c: v[:big] for c, v in cols.items()}, output="records")]
+        return out + [eng.publish(r, output="records") for r in _records(events.iloc[big:])]
+
+    eng = _same_as_batch(events, seq3_rule(20, "last"), publish, time_unit="ms")
+    s = eng.stats()
+    assert s["fast_path"]["calls"] > 100 and s["backend_calls"] == s["fast_path"]["calls"] + 1
