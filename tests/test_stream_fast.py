@@ -31,7 +31,7 @@ def _fast_only(eng: Engine, rules) -> None:
         assert fast["calls"] == s["backend_calls"]
 
 
-@settings(max_examples=70, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=50, deadline=None, suppress_health_check=list(HealthCheck))
 @given(FAST_RULES, event_streams(min_events=1, max_events=30), st.data())
 def test_fast_path_equals_batch_over_random_chunkings(text, events, data):
     rules = cep_gpu.parse_rules(text)
@@ -195,7 +195,7 @@ def test_auto_decides_once_per_rule_and_occupancy_bucket(monkeypatch):
     assert 0 < s["fast_path"]["calls"] < terminators
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=7, deadline=None, suppress_health_check=list(HealthCheck))
 @given(FAST_RULES, event_streams(min_events=1, max_events=12))
 def test_restore_at_every_position_on_the_fast_path(text, events):
     rules = cep_gpu.parse_rules(text)
