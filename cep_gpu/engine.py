@@ -16,6 +16,7 @@ The results are those of batch ``detect`` over the concatenated input.
 from __future__ import annotations
 
 import datetime
+import itertools
 import logging
 import math
 import numbers
@@ -57,7 +58,8 @@ from .model import (
     static_conditions,
 )
 from .output import OutputSchema, _value_kind, assemble
-from .stream_buffer import AppendBuffer, parse_record, table_from_record
+from .stream_buffer import AppendBuffer, parse_record, table_from_columns, table_from_record
+from .stream_match import FAST_PATH_MAX_ROWS, AutoChoice, StreamMatcher, unsupported
 
 log = logging.getLogger("cep_gpu.engine")
 
@@ -173,6 +175,20 @@ class Engine:
         self._released = 0
         self._expired = 0
         self._late_events: list[dict] = []
+        self._init_fast()
+
+    def _init_fast(self) -> None:
+        """The streaming fast path (stream_match): why each rule takes the general path (None:
+        it takes the fast path), and its counters."""
+        composite = frozenset(r.name for r in self.rules)
+        self._fast_why = {
+            i: unsupported(self.rules[i], self._states[i].delay, composite) if self.backend_name in ("cpu", "auto")
+            else f"backend {self.backend_name!r}" for i in self._order
+        }
+        self._fast: dict = {}  # rule index -> (time format, StreamMatcher), made on first use
+        self._auto_choice: AutoChoice | None = None  # backend="auto": cached CPU/GPU decisions
+        self._fast_calls = 0
+        self._fast_fallbacks = 0
 
     def _init_states(self) -> dict[int, _RuleState]:
         states: dict[int, _RuleState] = {}
@@ -318,6 +334,10 @@ class Engine:
         eng._empty_out = {}
         eng._timed = {}
         eng._callback_errors = []
+        if "_fast_why" not in eng.__dict__:  # a checkpoint of an engine without the fast path
+            eng._init_fast()
+        eng._fast = {}  # rebuilt from the buffer on first use
+        eng._auto_choice = None
         return eng
 
     def stats(self) -> dict:
@@ -346,6 +366,12 @@ class Engine:
             "callback_errors": self._n_callback_errors,
             "callback_error_list": list(self._callback_errors),
             "closed": self._closed,
+            "fast_path": {
+                "calls": self._fast_calls,
+                "fallbacks": self._fast_fallbacks,
+                "rebuilds": sum(m.rebuilds for _, m in self._fast.values()),
+                "rules": {self.rules[i].name: why or "fast" for i, why in self._fast_why.items()},
+            },
         }
 
     def explain(self, events=None) -> str:
@@ -417,6 +443,10 @@ class Engine:
         Changes no state (but the time format), so that a rejected publish leaves no trace.
         """
         if isinstance(events, Mapping) and _is_columnar(events):
+            fast = table_from_columns(events, self._next_id, self._time_unit, self._strings)
+            if fast is not None:  # plain NumPy columns: no Arrow, no pandas
+                self._check_time(fast.time)
+                return self._checked(fast), len(fast)
             events = _arrow_of_columns(events)
         if isinstance(events, dict):
             fast = table_from_record(events, self._next_id, self._time_unit, self._strings)
@@ -540,7 +570,9 @@ class Engine:
                 st = self._states[i]
                 if not (len(st.pending) or st.term_types & new_types):
                     continue  # no terminator to match: a non-terminator costs nothing here
-                res = self._run_rule(i, new_ids, final)
+                res = self._run_fast(i, new_ids) if self._fast_why[i] is None else None
+                if res is None:
+                    res = self._run_rule(i, new_ids, final)
                 if not len(res.ts):
                     continue
                 results.append(res)
@@ -573,6 +605,41 @@ class Engine:
         if rule is None:
             rule = self._timed[key] = in_time_units(self.rules[i], time)
         return rule
+
+    def _run_fast(self, i: int, new_ids: np.ndarray):
+        """Rule ``i``'s new terminators through its incremental matcher (one compiled call);
+        ``None`` when this call takes the general path (``auto`` chose the GPU, or the new rows
+        are not one run at the end of the buffer)."""
+        buf = self._buf
+        got = self._fast.get(i)
+        if got is None or got[0] != self._time:
+            got = self._fast[i] = (self._time, StreamMatcher(self._timed_rule(i, self._time)))
+        matcher = got[1]
+        if len(new_ids) > FAST_PATH_MAX_ROWS:  # a large micro-batch: the indexed general path
+            matcher.skip(buf)
+            return None
+        if self.backend_name == "auto":
+            choice = self._auto_choice
+            if choice is None:
+                choice = self._auto_choice = AutoChoice(self._backend)
+            n = len(buf)
+            if choice.device(i, matcher.rule, buf, max(0, n - len(new_ids)), n) != "cpu":
+                matcher.skip(buf)
+                return None
+        t0 = time.perf_counter()
+        matches = matcher.match(buf, new_ids)
+        if matches is None:
+            self._fast_fallbacks += 1
+            return None
+        dt = time.perf_counter() - t0
+        self._backend_seconds += dt
+        self._backend_calls += 1
+        self._fast_calls += 1
+        if self.backend_name == "auto":
+            self._auto_choice.record(matcher.rule, matcher.terminators, dt)
+        res = matcher.composites(buf, matches)
+        self._states[i].composites += len(res.ts)
+        return res
 
     def _run_rule(self, i: int, new_ids: np.ndarray, final: bool):
         """Match rule ``i`` on its terminators that are new or held back and now ready."""
@@ -630,10 +697,11 @@ class Engine:
             return
         self._buf.drop_front(n_old)
         self._expired += n_old
-        kept = self._buf.table().ids
-        for st in self._states.values():
-            if len(st.consumed):
-                st.consumed = st.consumed[np.isin(st.consumed, kept)]
+        if any(len(st.consumed) for st in self._states.values()):
+            kept = self._buf.table().ids
+            for st in self._states.values():
+                if len(st.consumed):
+                    st.consumed = st.consumed[np.isin(st.consumed, kept)]
 
     # -- output -----------------------------------------------------------------------------------
 
@@ -660,28 +728,26 @@ class Engine:
         the output frame (same order, keys, values and nulls), built straight from the results."""
         attrs = [(n, _value_kind(results, n, k) if n in self._schema.inferred else k)
                  for n, k in self._schema.attributes]
-        rows = []
+        keys = ("rule", "ts", "ids", *(("id_counts",) if self._schema.kleene else ()), *(a for a, _ in attrs))
+        rows: list = []
         for r in results:
             n = len(r.ts)
             ts = self._time.from_ns(r.ts)
             ts = list(ts) if isinstance(ts, pd.Series) else ts.tolist()
-            ids = [tuple(x) for x in r.ids.tolist()]
-            counts = None
+            ids = list(map(tuple, r.ids.tolist()))
+            extra = []
             if self._schema.kleene:  # Kleene: ids padded after lengths[k]; id_counts per position
                 ids = ids if r.lengths is None else [t[:m] for t, m in zip(ids, r.lengths.tolist())]
-                counts = [1] * r.ids.shape[1] if r.sizes is None else None
-                counts = [counts] * n if counts is not None else r.sizes.tolist()
+                sizes = [[1] * r.ids.shape[1]] * n if r.sizes is None else r.sizes.tolist()
+                extra = [[list(c) for c in sizes]]
             cols = [_python_values(r.attributes.get(name), kind, self._strings, n) for name, kind in attrs]
             name = r.rule.name
-            for k in range(n):
-                rec = {"rule": name, "ts": ts[k], "ids": ids[k]}
-                if counts is not None:
-                    rec["id_counts"] = list(counts[k])
-                for (a, _), vals in zip(attrs, cols):
-                    rec[a] = vals[k]
-                rows.append((int(r.ts[k]), name, ids[k], rec))
-        if len(results) > 1:  # one rule's results are sorted by (ts, ids) already
-            rows.sort(key=lambda row: row[:3])
+            # one dict per composite event, built by zip (no Python-level indexing per value)
+            recs = [dict(zip(keys, vals)) for vals in zip(itertools.repeat(name, n), ts, ids, *extra, *cols)]
+            if len(results) == 1:
+                return recs
+            rows.extend(zip(r.ts.tolist(), itertools.repeat(name, n), ids, recs))
+        rows.sort(key=lambda row: row[:3])  # one rule's results are sorted by (ts, ids) already
         return [row[3] for row in rows]
 
     def _call(self, callback: Callable, records: list[dict], what: str) -> None:
@@ -753,7 +819,8 @@ _CHECKPOINT_MAGIC = b"cep-gpu engine checkpoint\n"
 _CHECKPOINT_VERSION = 1
 #: what a checkpoint leaves out: callables, the backend object (made anew), caches
 _NOT_CHECKPOINTED = frozenset(
-    {"_backend", "_on_late", "_subscribers", "_empty_out", "_timed", "_callback_errors"}
+    {"_backend", "_on_late", "_subscribers", "_empty_out", "_timed", "_callback_errors", "_fast",
+     "_auto_choice"}
 )
 
 

@@ -580,6 +580,16 @@ class AutoBackend:
             s.estimated_s += est
         return out
 
+    def record(self, rule: Rule, device: str, terminators: int, seconds: float, reason: str) -> None:
+        """Count a batch that someone else ran for this backend (the engine's streaming fast
+        path, :mod:`cep_gpu.stream_match`) in :meth:`stats` and the last decisions."""
+        with self._lock:
+            s = self._stats[device]
+            s.decisions += 1
+            s.terminators += terminators
+            s.seconds += seconds
+        self.last_decisions[rule.name] = [Decision(device, math.nan, math.nan, 0, terminators, reason)]
+
     # -- reporting --------------------------------------------------------------------------------
 
     def stats(self) -> dict[str, dict]:

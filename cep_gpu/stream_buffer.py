@@ -124,6 +124,91 @@ def table_from_record(
     )
 
 
+_NUMERIC_KIND = {np.dtype(np.int64): "int", np.dtype(np.float64): "float", np.dtype(np.bool_): "bool"}
+
+
+def table_from_columns(
+    cols, next_id: int, time_unit: str, strings: StringDictionary
+) -> EventTable | None:
+    """A columnar micro-batch (a mapping of NumPy arrays) as a table, as the Arrow path would
+    build it, without Arrow or pandas; ``None`` when it is not one of the plain cases handled
+    here (then the Arrow path reads it, errors included): ``type`` a str/object array of str,
+    ``ts`` int64 or float64 (finite) in non-decreasing order, optional ``id`` int64 (>= 0, and
+    increasing where ``ts`` ties), attributes int64 / float64 / bool arrays or object arrays of
+    str, all of one length."""
+    typ, ts = cols.get("type"), cols.get("ts")
+    if not isinstance(typ, np.ndarray) or not isinstance(ts, np.ndarray) or typ.ndim != 1:
+        return None
+    n = len(typ)
+    if n == 0 or typ.dtype.kind not in "OU" or ts.shape != (n,):
+        return None
+    if ts.dtype == np.int64:
+        lim = _INT64_MAX // _UNIT_NS[time_unit]
+        if n and (int(ts.min()) < -lim or int(ts.max()) > lim):
+            return None
+        ns = ts * _UNIT_NS[time_unit]
+        dtype = "int64"
+    elif ts.dtype == np.float64:
+        if not np.isfinite(ts).all():
+            return None
+        f = np.round(ts * _UNIT_NS[time_unit])
+        if not ((f > -9.2e18) & (f < 9.2e18)).all():
+            return None
+        ns = f.astype(np.int64)
+        dtype = "float64"
+    else:
+        return None
+    if n > 1 and (np.diff(ns) < 0).any():
+        return None  # unsorted: the general path sorts
+    if "id" in cols:
+        ids = cols["id"]
+        if not isinstance(ids, np.ndarray) or ids.dtype != np.int64 or ids.shape != (n,) or int(ids.min()) < 0:
+            return None
+        if n > 1 and ((np.diff(ns) == 0) & (np.diff(ids) <= 0)).any():
+            return None
+    else:
+        ids = np.arange(next_id, next_id + n, dtype=np.int64)
+    try:
+        names = list(dict.fromkeys(typ.tolist()))  # in order of first occurrence
+    except TypeError:
+        return None
+    if any(type(t) is not str for t in names):
+        return None
+    codes = np.zeros(n, np.int32)
+    for c in range(1, len(names)):
+        codes[typ == names[c]] = c
+    columns = {}
+    for name, v in cols.items():
+        if name in RESERVED:
+            continue
+        if type(name) is not str or not isinstance(v, np.ndarray) or v.shape != (n,):
+            return None
+        kind = _NUMERIC_KIND.get(v.dtype)
+        if kind is not None:
+            valid = ~np.isnan(v) if kind == "float" else np.ones(n, np.bool_)
+            columns[name] = AttributeColumn(kind, v.copy(), valid)
+        elif v.dtype.kind == "O":
+            values = v.tolist()
+            if any(type(x) is not str for x in values):
+                return None
+            codes_s = np.fromiter((strings.encode_one(x) for x in values), np.int32, n)
+            columns[name] = AttributeColumn("string", codes_s, np.ones(n, np.bool_))
+        else:
+            return None
+    full = {k for k, col in columns.items() if col.valid.all()}
+    if len(names) == 1 or len(full) == len(columns):  # no nulls: every type has every column
+        schema = {t: {k for k, col in columns.items() if k in full or col.valid.any()} for t in names}
+    else:
+        schema = {}
+        for c, t in enumerate(names):
+            rows = codes == c
+            schema[t] = {k for k, col in columns.items() if col.valid[rows].any()}
+    return EventTable(
+        ts=ns, ids=ids, types=codes, type_names=names, columns=columns, strings=strings,
+        time=TimeFormat("numeric", unit=time_unit, dtype=dtype), schema=schema,
+    )
+
+
 class AppendBuffer:
     """The engine's sliding buffer of rows in (ts, id) order (see the module docstring)."""
 
@@ -154,6 +239,15 @@ class AppendBuffer:
     def capacity(self) -> int:
         """Rows the arrays can hold before they grow (for the memory tests)."""
         return 0 if self._store is None else len(self._store.ts)
+
+    def store(self) -> tuple[EventTable | None, int, int]:
+        """The arrays with their spare capacity and the live rows ``[start, end)`` in them.
+
+        Rows keep their numbers in these arrays while rows are appended or expired; a new
+        store object (after :meth:`set`: growth, compaction, a row in the middle) renumbers
+        them. For the streaming fast path (:mod:`cep_gpu.stream_match`); do not modify.
+        """
+        return self._store, self._start, self._end
 
     def table(self) -> EventTable | None:
         """The live rows as a table of views (valid until the next change), ``None`` if never filled."""
@@ -299,9 +393,8 @@ class AppendBuffer:
             last_ts, last_id = st.ts[self._end - 1], st.ids[self._end - 1]
             if new.ts[0] < last_ts or (new.ts[0] == last_ts and new.ids[0] <= last_id):
                 return False
-        view = self.table()
-        for name, b in new.columns.items():
-            a = view.columns.get(name)
+        for name, b in new.columns.items():  # (the store's columns: same kinds as the view's)
+            a = st.columns.get(name)
             if a is not None and a.kind != b.kind:
                 return False
             if a is not None and a.values.dtype != b.values.dtype and b.valid.any():
@@ -321,4 +414,4 @@ def _grow(a: np.ndarray, cap: int) -> np.ndarray:
     return out
 
 
-__all__ = ["AppendBuffer", "Row", "parse_record", "table_from_record"]
+__all__ = ["AppendBuffer", "Row", "parse_record", "table_from_columns", "table_from_record"]

@@ -1,0 +1,337 @@
+"""The streaming fast path (issue 12, ``cep_gpu.stream_match``): the Engine's incremental
+per-rule matcher gives the composite events of batch ``detect``, and is the path actually taken."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from strategies import event_streams, seq_rules, tesla_rules
+from test_engine import _publish_as, _record_rows, _records
+
+import cep_gpu
+from cep_gpu import Engine
+
+#: rules the fast path covers (TESLA without negations/aggregates/consuming), and SEQ/AND
+#: patterns (those with a NOT take the general path: the differential covers both)
+FAST_RULES = st.one_of(
+    tesla_rules(negations=False, aggregates=False, consuming=False),
+    seq_rules(),
+)
+
+
+def _fast_only(eng: Engine, rules) -> None:
+    """Every rule the engine marks fast did all its matching on the fast path."""
+    s = eng.stats()
+    fast = s["fast_path"]
+    if all(why == "fast" for why in fast["rules"].values()):
+        assert fast["fallbacks"] == 0
+        assert fast["calls"] == s["backend_calls"]
+
+
+@settings(max_examples=50, deadline=None, suppress_health_check=list(HealthCheck))
+@given(FAST_RULES, event_streams(min_events=1, max_events=30), st.data())
+def test_fast_path_equals_batch_over_random_chunkings(text, events, data):
+    rules = cep_gpu.parse_rules(text)
+    batch = cep_gpu.detect(events, rules, backend="reference")
+    eng = Engine(rules, backend="cpu", allowed_lateness=data.draw(st.sampled_from([None, None, 0, 2])))
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(events)), max_size=6)))
+    parts, prev = [], 0
+    for c in cuts + [len(events)]:
+        if c > prev:
+            form = data.draw(st.sampled_from(["records", "records", "frame", "columns"]))
+            parts += _publish_as(eng, events.iloc[prev:c], form, data.draw(st.sampled_from(["pandas", "records"])))
+        prev = c
+    parts.append(eng.flush(output=data.draw(st.sampled_from(["pandas", "records"]))))
+    assert _record_rows(parts) == _record_rows([batch])
+    _fast_only(eng, rules)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.sampled_from(["each", "last", "first"]), st.integers(1, 6), st.integers(0, 3), st.data())
+def test_seq3_with_parameters_one_event_per_publish(policy, window, seed, data):
+    """seq3 with k-equality (the benchmark's rule), every event its own publish."""
+    from cep_gpu.benchmarks.workloads import seq3_events, seq3_rule
+
+    events = seq3_events(data.draw(st.integers(1, 120)), seed=seed)
+    events["k"] %= 3
+    text = seq3_rule(window, policy)
+    batch = cep_gpu.detect(events, text, backend="reference", time_unit="ms")
+    eng = Engine(text, backend="cpu", time_unit="ms")
+    parts = [eng.publish(r, output="records") for r in _records(events)] + [eng.flush(output="records")]
+    assert _record_rows(parts) == _record_rows([batch])
+    terminators = int((events["type"] == "C").sum())
+    s = eng.stats()["fast_path"]
+    assert s["rules"] == {"Seq3": "fast"} and s["fallbacks"] == 0
+    assert s["calls"] == terminators  # one compiled call per terminator publish
+
+
+def test_rules_outside_the_fast_path_say_why():
+    text = ("define N pattern SEQ(A a, NOT(C z), B b) within 3 s;\n"
+            "define G(n: int) from B() as b and n = Count(A() within 4 s from b) >= 1 where n = n;\n"
+            "define K from B(x = $k) as b and each A(x = $k) as a within 5 s from b consuming a;\n"
+            "define H from B() as b and each K() as k within 5 s from b;\n"
+            "define F pattern SEQ(A a, B b) within 2 s")
+    why = Engine(text, backend="cpu").stats()["fast_path"]["rules"]
+    assert why == {"N": "negations", "G": "aggregates", "K": "consuming",
+                   "H": "reads composite events (hierarchy)", "F": "fast"}
+    assert set(Engine(text, backend="reference").stats()["fast_path"]["rules"].values()) == {"backend 'reference'"}
+
+
+def _same_as_batch(events: pd.DataFrame, text: str, publish, **kw) -> Engine:
+    batch = cep_gpu.detect(events, text, backend="reference", **kw)
+    eng = Engine(text, backend="cpu", **kw)
+    parts = publish(eng) + [eng.flush(output="records")]
+    assert _record_rows(parts) == _record_rows([batch])
+    return eng
+
+
+def test_output_buffer_grows_instead_of_truncating():
+    # 30 A, 30 B then one C: 900 matches in one call (the output array starts at 16 rows)
+    events = pd.DataFrame({"type": ["A"] * 30 + ["B"] * 30 + ["C"], "ts": np.arange(61), "x": 1})
+    text = "define M pattern SEQ(A a, B b, C c) within 100 s"
+    eng = _same_as_batch(events, text, lambda e: [e.publish(r, output="records") for r in _records(events)])
+    assert eng.stats()["composites"] == {"M": 900}
+
+
+def test_long_stream_through_buffer_growth_compaction_and_column_reserve():
+    from cep_gpu.benchmarks.workloads import seq3_events, seq3_rule
+
+    events = seq3_events(6000, seed=3)
+    text = seq3_rule(40, "each")
+
+    def publish(eng):
+        recs = _records(events)
+        out = [eng.publish(r, output="records") for r in recs[:3000]]
+        cols = {c: events[c].to_numpy()[3000:] for c in events.columns}
+        for s in range(0, 3000, 37):  # columnar micro-batches
+            out.append(eng.publish({c: v[s:s + 37] for c, v in cols.items()}, output="records"))
+        return out
+
+    eng = _same_as_batch(events, text, publish, time_unit="ms")
+    s = eng.stats()
+    assert s["fast_path"]["calls"] > 1000 and s["fast_path"]["fallbacks"] == 0
+    assert s["fast_path"]["rebuilds"] >= 2  # the buffer compacted: columns rebuilt, results unchanged
+    assert s["buffer_capacity"] < 5000
+
+
+def test_rows_in_the_middle_of_the_window_take_the_general_path_once():
+    # ids out of order at one timestamp: the new rows 4 and 6 straddle the old row 5
+    text = "define M from B() as b and each A() as a within 5 s from b"
+
+    def publish(eng):
+        out = [eng.publish({"type": "A", "ts": 0, "id": 1}, output="records"),
+               eng.publish({"type": "B", "ts": 1, "id": 5}, output="records")]
+        out.append(eng.publish(pd.DataFrame({"type": ["B", "B"], "ts": [1, 1], "id": [4, 6]}), output="records"))
+        out.append(eng.publish({"type": "B", "ts": 2, "id": 7}, output="records"))
+        return out
+
+    events = pd.DataFrame({"type": ["A", "B", "B", "B", "B"], "ts": [0, 1, 1, 1, 2], "id": [1, 5, 4, 6, 7]})
+    eng = _same_as_batch(events, text, publish)
+    s = eng.stats()["fast_path"]
+    assert s["fallbacks"] == 1 and s["calls"] == 2
+
+
+def test_string_constants_and_types_that_appear_later():
+    text = "define W from B(s = 'late') as b and last Z(s = 'late') as z within 5 s from b"
+    events = pd.DataFrame({"type": ["B", "A", "B", "Z", "B", "Z", "B"], "ts": np.arange(7),
+                           "s": ["x", "y", "late", "late", "late", "y", "late"]})
+    eng = _same_as_batch(events, text, lambda e: [e.publish(r, output="records") for r in _records(events)])
+    assert eng.stats()["composites"] == {"W": 2} and eng.stats()["fast_path"]["calls"] == 4
+
+
+def test_float_timestamps_and_datetime_streams():
+    text = "define M from B(x = $k) as b and each A(x = $k) as a within 2 s from b"
+    events = pd.DataFrame({"type": ["A", "B", "A", "B"], "ts": [0.5, 1.0, 1.25, 2.75], "x": [1, 1, 1, 1]})
+    _same_as_batch(events, text, lambda e: [e.publish(r, output="records") for r in _records(events)])
+    dt = events.assign(ts=pd.to_datetime(events["ts"], unit="s"))
+    eng = _same_as_batch(dt, text, lambda e: [e.publish(dt.iloc[k:k + 1], output="records") for k in range(len(dt))])
+    assert eng.stats()["fast_path"]["calls"] == 2
+
+
+def test_auto_takes_the_fast_path_and_reports_it_to_the_planner():
+    from cep_gpu.benchmarks.workloads import seq3_events, seq3_rule
+
+    events = seq3_events(300, seed=1)
+    text = seq3_rule(50, "last")
+    batch = cep_gpu.detect(events, text, backend="reference", time_unit="ms")
+    eng = Engine(text, backend="auto", time_unit="ms")
+    parts = [eng.publish(r, output="records") for r in _records(events)] + [eng.flush(output="records")]
+    assert _record_rows(parts) == _record_rows([batch])
+    s = eng.stats()
+    terminators = int((events["type"] == "C").sum())
+    assert s["fast_path"]["calls"] == terminators
+    planner = s["backend_stats"]
+    assert planner["cpu"]["terminators"] + planner["gpu"]["terminators"] == terminators
+
+
+def test_auto_decides_once_per_rule_and_occupancy_bucket(monkeypatch):
+    """With a usable GPU, the planner is asked once per (rule, occupancy bucket); GPU answers
+    take the general path, and the results do not change."""
+    from cep_gpu import planner
+    from cep_gpu.benchmarks.workloads import seq3_events, seq3_rule
+
+    calls = []
+
+    def fake_decide(profile, features, usable):
+        calls.append(1)
+        return ("gpu" if len(calls) % 2 else "cpu"), 1.0, 1.0, "test"
+
+    monkeypatch.setattr(planner, "decide", fake_decide)
+    events = seq3_events(400, seed=2)
+    text = seq3_rule(30, "each")
+    batch = cep_gpu.detect(events, text, backend="reference", time_unit="ms")
+    eng = Engine(text, backend="auto", time_unit="ms")
+    eng._backend._gpu_available = True
+    eng._backend._gpu = cep_gpu.backends.get_backend("cpu")  # the "GPU" is the CPU backend here
+    parts = [eng.publish(r, output="records") for r in _records(events)] + [eng.flush(output="records")]
+    assert _record_rows(parts) == _record_rows([batch])
+    terminators = int((events["type"] == "C").sum())
+    choice = eng._auto_choice
+    assert 0 < choice.decisions == len(choice._cache) <= 12  # per occupancy bucket, not per terminator
+    s = eng.stats()
+    assert 0 < s["fast_path"]["calls"] < terminators
+
+
+@settings(max_examples=7, deadline=None, suppress_health_check=list(HealthCheck))
+@given(FAST_RULES, event_streams(min_events=1, max_events=12))
+def test_restore_at_every_position_on_the_fast_path(text, events):
+    rules = cep_gpu.parse_rules(text)
+    batch = cep_gpu.detect(events, rules, backend="reference")
+    recs = _records(events)
+    for k in range(len(recs) + 1):
+        eng = Engine(rules, backend="cpu")
+        parts = [eng.publish(r, output="records") for r in recs[:k]]
+        again = Engine.restore(eng.checkpoint())
+        parts += [again.publish(r, output="records") for r in recs[k:]]
+        parts.append(again.flush(output="records"))
+        assert _record_rows(parts) == _record_rows([batch]), f"restored after {k} events"
+
+
+@pytest.mark.parametrize("policy", ["each", "last", "first"])
+def test_generated_kernels_are_cached_on_disk(policy, tmp_path, monkeypatch):
+    """The fast path's kernels go through the kernel cache: a file per rule in the cache dir."""
+    from cep_gpu.benchmarks.workloads import seq3_rule
+    from cep_gpu.stream_match import _KERNELS
+
+    monkeypatch.setenv("CEP_GPU_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr("cep_gpu.stream_match._KERNELS", {})
+    eng = Engine(seq3_rule(7, policy), backend="cpu", time_unit="ms")
+    for r in ({"type": "A", "ts": 0, "k": 1}, {"type": "B", "ts": 1, "k": 1}, {"type": "C", "ts": 2, "k": 1}):
+        out = eng.publish(r, output="records")
+    assert [o["ids"] for o in out] == [(2, 1, 0)]
+    files = list(tmp_path.rglob("k_*.py"))
+    assert any("def s_match" in f.read_text() for f in files)
+    assert _KERNELS is not None
+
+
+# -- columnar micro-batches without Arrow --------------------------------------------------------
+
+
+_column_batches = st.integers(1, 12).flatmap(lambda n: st.fixed_dictionaries(
+    {
+        "type": st.lists(st.sampled_from(["A", "B", "C"]), min_size=n, max_size=n),
+        "ts": st.one_of(
+            st.lists(st.integers(-5, 5), min_size=n, max_size=n).map(sorted),
+            st.lists(st.floats(-5, 5, allow_nan=False), min_size=n, max_size=n).map(sorted),
+        ),
+    },
+    optional={
+        "x": st.lists(st.integers(-3, 3), min_size=n, max_size=n),
+        "y": st.lists(st.sampled_from([0.5, -1.0, float("nan")]), min_size=n, max_size=n),
+        "s": st.lists(st.sampled_from(["u", "v", "ü"]), min_size=n, max_size=n),
+        "b": st.lists(st.booleans(), min_size=n, max_size=n),
+    },
+))
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck))
+@given(_column_batches, st.sampled_from(["s", "ms"]))
+def test_numpy_columns_without_arrow_equal_the_arrow_path(batch, unit):
+    import pyarrow as pa
+
+    from cep_gpu.events import EventTable, StringDictionary
+    from cep_gpu.stream_buffer import table_from_columns
+
+    cols = {k: np.array(v, dtype=object if k in ("type", "s") else None) for k, v in batch.items()}
+    fast_strings, slow_strings = StringDictionary(), StringDictionary()
+    fast = table_from_columns(cols, 7, unit, fast_strings)
+    assert fast is not None
+    n = len(batch["type"])
+    arrow = pa.table({**{k: pa.array(v) for k, v in cols.items()}, "id": pa.array(np.arange(7, 7 + n))})
+    slow = EventTable.from_arrow(arrow, time_unit=unit, strings=slow_strings, sort=True)
+    assert fast.ts.tolist() == slow.ts.tolist() and fast.ids.tolist() == slow.ids.tolist()
+    assert [fast.type_names[t] for t in fast.types] == [slow.type_names[t] for t in slow.types]
+    assert fast.time == slow.time
+    assert set(fast.columns) == set(slow.columns)
+    for k, a in fast.columns.items():
+        b = slow.columns[k]
+        assert (a.kind, a.valid.tolist()) == (b.kind, b.valid.tolist()), k
+        if a.kind == "string":
+            assert fast_strings.decode(a.values).tolist() == slow_strings.decode(b.values).tolist()
+        else:
+            assert a.values[a.valid].tolist() == b.values[b.valid].tolist()
+    assert {t: v for t, v in fast.schema.items()} == {t: v for t, v in slow.schema.items()}
+
+
+def test_columns_outside_the_plain_cases_take_the_arrow_path():
+    from cep_gpu.events import StringDictionary
+    from cep_gpu.stream_buffer import table_from_columns
+
+    ok = {"type": np.array(["A", "B"], object), "ts": np.array([1, 2])}
+    assert table_from_columns(ok, 0, "s", StringDictionary()) is not None
+    for bad in (
+        {"ts": np.array([2, 1])},  # unsorted: sorted by the general path
+        {"ts": np.array([1.0, np.inf])},
+        {"ts": np.array([1, 2], np.int32)},
+        {"x": np.array(["a", None], object)},  # nulls in strings
+        {"x": np.array([1, 2], np.int32)},
+        {"id": np.array([5, 4])},  # ids against their order at a tied ts? here ts differ: fine
+        {"type": ["A", "B"]},
+    ):
+        cols = {**ok, **bad}
+        got = table_from_columns(cols, 0, "s", StringDictionary())
+        if "id" in bad:
+            assert got is not None and got.ids.tolist() == [5, 4]
+        else:
+            assert got is None, bad
+
+
+def test_static_filters_with_arithmetic_and_strings_are_compiled():
+    text = "define R from B(s != 'v') as b and each A(x + 1 > y and s = 'u') as a within 5 s from b"
+    events = pd.DataFrame({"type": ["A", "A", "A", "B", "B"], "ts": [0, 1, 2, 3, 4],
+                           "x": [1, 0, 3, 0, 0], "y": [1.5, 2.5, 0.5, 0.0, 0.0], "s": ["u", "u", "v", "u", "v"]})
+    eng = _same_as_batch(events, text, lambda e: [e.publish(r, output="records") for r in _records(events)])
+    assert eng.stats()["composites"] == {"R": 1} and eng.stats()["fast_path"]["calls"] == 2
+
+
+def test_restore_of_a_checkpoint_saved_before_the_fast_path_existed():
+    text = "define M from B(x = $k) as b and each A(x = $k) as a within 5 s from b"
+    eng = Engine(text, backend="cpu")
+    eng.publish({"type": "A", "ts": 0, "x": 1})
+    for old in ("_fast_why", "_fast_calls", "_fast_fallbacks"):  # what an older engine lacked
+        del eng.__dict__[old]
+    again = Engine.restore(eng.checkpoint())
+    assert [r["ids"] for r in again.publish({"type": "B", "ts": 1, "x": 1}, output="records")] == [(1, 0)]
+    assert again.stats()["fast_path"]["calls"] == 1
+
+
+def test_large_micro_batches_take_the_indexed_general_path_and_the_columns_keep_up():
+    from cep_gpu.benchmarks.workloads import seq3_events, seq3_rule
+    from cep_gpu.stream_match import FAST_PATH_MAX_ROWS
+
+    n = FAST_PATH_MAX_ROWS + 600
+    events = seq3_events(n, seed=4)
+    events["k"] %= 7
+    cols = {c: events[c].to_numpy() for c in events.columns}
+
+    def publish(eng):
+        big = FAST_PATH_MAX_ROWS + 1
+        out = [eng.publish({c: v[:big] for c, v in cols.items()}, output="records")]
+        return out + [eng.publish(r, output="records") for r in _records(events.iloc[big:])]
+
+    eng = _same_as_batch(events, seq3_rule(20, "last"), publish, time_unit="ms")
+    s = eng.stats()
+    assert s["fast_path"]["calls"] > 100 and s["backend_calls"] == s["fast_path"]["calls"] + 1
