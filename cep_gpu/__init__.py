@@ -22,8 +22,7 @@ from .errors import (
 )
 from .language import parse_rule, parse_rules
 from .model import Rule
-
-__version__ = "0.1.0"
+from .version import __version__ as __version__
 
 __all__ = [
     "ArgumentError",

@@ -99,7 +99,7 @@ _INSTANCES: dict[str, Backend] = {}
 _PROVIDERS = {
     "reference": "cep_gpu.reference",
     "cpu": "cep_gpu.cdp",
-    "gpu": "cep_gpu.cdp",
+    "gpu": "cep_gpu.kernels.gpu",
     # the GPU kernels compiled for the host and run serially (tests, no GPU needed)
     "gpu-host": "cep_gpu.kernels.host",
     # the same, with the threads of each launch running concurrently (docs/gpu.md)
@@ -120,8 +120,14 @@ def get_backend(name: str) -> Backend:
         if name not in _REGISTRY:
             known = sorted(set(_REGISTRY) | set(_PROVIDERS))
             raise ArgumentError(f"backend: unknown backend {name!r}; choose one of {known}")
-        try:
-            _INSTANCES[name] = _REGISTRY[name]()
-        except BackendUnavailableError:
-            raise
+        _INSTANCES[name] = _REGISTRY[name]()
     return _INSTANCES[name]
+
+
+def gpu_usable() -> bool:
+    """Whether the ``gpu`` backend can run here (a device and its kernels)."""
+    try:
+        get_backend("gpu")
+    except (BackendUnavailableError, ImportError, ValueError):
+        return False
+    return True

@@ -514,15 +514,3 @@ def register_combiner(name: str, factory: Callable[[], Combiner]) -> None:
 
 register_combiner("cpu", CpuCombiner)
 
-
-def _register_gpu() -> None:
-    # backends.py maps "gpu" to this module: pull in the GPU combiner where it exists
-    try:
-        import importlib
-
-        importlib.import_module("cep_gpu.kernels.gpu")
-    except ImportError:
-        pass
-
-
-_register_gpu()

@@ -29,17 +29,17 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from .analysis import rule_order
 from .backends import Matches
 from .detect import (
-    _table_of,
     as_rules,
     composite_events,
     composite_ids,
+    composite_table,
     in_time_units,
-    rule_order,
 )
 from .errors import ArgumentError, EngineClosedError, EventError, LateEventError
-from .events import _UNIT_NS, AttributeColumn, EventTable, StringDictionary, TimeFormat
+from .events import UNIT_NS, AttributeColumn, EventTable, StringDictionary, TimeFormat
 from .model import (
     SELF,
     AggValue,
@@ -56,7 +56,7 @@ from .model import (
     Timestamp,
     static_conditions,
 )
-from .output import OutputSchema, _value_kind, assemble
+from .output import OutputSchema, assemble, value_kind
 from .stream_buffer import AppendBuffer, parse_record, table_from_record
 
 log = logging.getLogger("cep_gpu.engine")
@@ -133,8 +133,8 @@ class Engine:
     ) -> None:
         from .planner import backend_for, check_max_batch_latency
 
-        if not isinstance(time_unit, str) or time_unit not in _UNIT_NS:
-            raise ArgumentError(f"time_unit: unknown unit {time_unit!r}; use one of {sorted(_UNIT_NS)}")
+        if not isinstance(time_unit, str) or time_unit not in UNIT_NS:
+            raise ArgumentError(f"time_unit: unknown unit {time_unit!r}; use one of {sorted(UNIT_NS)}")
         if not isinstance(backend, str):
             raise ArgumentError(f"backend must be a backend name (a str), got {backend!r}")
         if on_late is not None and not callable(on_late):
@@ -548,7 +548,7 @@ class Engine:
                     cids = composite_ids(res.rule.name, res.ids)
                     new_ids = np.concatenate([new_ids, cids])
                     new_types = new_types | {res.rule.name}
-                    self._buf.append(_table_of(res, cids, self._buf.table()))
+                    self._buf.append(composite_table(res, cids, self._buf.table()))
             self._expire()
         if not results:
             return [] if output == "records" else self._empty_output()
@@ -658,7 +658,7 @@ class Engine:
     def _records(self, results) -> list[dict]:
         """Composite events as dicts, without pandas: what :func:`composite_records` makes of
         the output frame (same order, keys, values and nulls), built straight from the results."""
-        attrs = [(n, _value_kind(results, n, k) if n in self._schema.inferred else k)
+        attrs = [(n, value_kind(results, n, k) if n in self._schema.inferred else k)
                  for n, k in self._schema.attributes]
         rows = []
         for r in results:
@@ -814,7 +814,7 @@ def _duration_ns(value, time_unit: str) -> int | None:
         ns = int(pd.Timedelta(value).value)
     elif (isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
           and math.isfinite(value)):
-        ns = int(round(float(value) * _UNIT_NS[time_unit]))
+        ns = int(round(float(value) * UNIT_NS[time_unit]))
     else:
         raise ArgumentError(
             f"allowed_lateness must be a number (in time_unit) or a pandas Timedelta, got {value!r}"

@@ -33,8 +33,8 @@ from .errors import EventError
 Kind = Literal["int", "float", "string", "bool"]
 RESERVED = ("type", "ts", "id")
 
-_UNIT_NS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000, "min": 60_000_000_000, "h": 3_600_000_000_000}
-_UNIT_NS["sec"] = _UNIT_NS["s"]  # rule text accepts `sec` too (docs/language.md)
+UNIT_NS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000, "min": 60_000_000_000, "h": 3_600_000_000_000}
+UNIT_NS["sec"] = UNIT_NS["s"]  # rule text accepts `sec` too (docs/language.md)
 
 
 class StringDictionary:
@@ -103,12 +103,12 @@ class TimeFormat:
 
     def scale_ns(self) -> int:
         """Nanoseconds per unit of the input's ``ts`` (1 for datetimes)."""
-        return 1 if self.kind == "datetime" else _UNIT_NS[self.unit]
+        return 1 if self.kind == "datetime" else UNIT_NS[self.unit]
 
     def to_ns(self, values: np.ndarray) -> np.ndarray:
         if self.kind == "datetime":
             return values.astype("datetime64[ns]").astype(np.int64)
-        scale = _UNIT_NS[self.unit]
+        scale = UNIT_NS[self.unit]
         if np.issubdtype(values.dtype, np.integer):
             return values.astype(np.int64) * scale
         return np.round(values.astype(np.float64) * scale).astype(np.int64)
@@ -118,7 +118,7 @@ class TimeFormat:
         if self.kind == "datetime":
             out = pd.Series(ns.astype("datetime64[ns]"))
             return out.dt.tz_localize("UTC").dt.tz_convert(self.tz) if self.tz else out
-        scale = _UNIT_NS[self.unit]
+        scale = UNIT_NS[self.unit]
         if np.issubdtype(np.dtype(self.dtype), np.integer):
             return (ns // scale).astype(self.dtype)
         return (ns / scale).astype(self.dtype)
@@ -273,7 +273,7 @@ class EventTable:
             columns={k: c.take(rows) for k, c in self.columns.items()},
         )
         if rows.ndim == 1 and len(rows) and _is_range(rows, len(self)):
-            _tag_slice(self, out, int(rows[0]))
+            tag_slice(self, out, int(rows[0]))
         return out
 
     def concat(self, other: EventTable) -> EventTable:
@@ -296,7 +296,7 @@ class EventTable:
             kind = _merge_kind(name, a, b)
             columns[name] = AttributeColumn(
                 kind,
-                np.concatenate([_values_as(a, kind, len(self)), _values_as(b, kind, len(other))]),
+                np.concatenate([values_as(a, kind, len(self)), values_as(b, kind, len(other))]),
                 np.concatenate([
                     a.valid if a else np.zeros(len(self), bool),
                     b.valid if b else np.zeros(len(other), bool),
@@ -323,7 +323,7 @@ class EventTable:
             k = min(len(self), len(order))
             moved = np.flatnonzero(order[:k] != np.arange(k))
             kept = int(moved[0]) if len(moved) else k
-        _tag_concat(self, merged, kept)
+        tag_concat(self, merged, kept)
         return merged
 
     def _order(self) -> np.ndarray | None:
@@ -447,10 +447,10 @@ def start_lineage(table: EventTable) -> None:
     """
     lineage = next(_LINEAGES)
     for role, arr, _ in tagged_arrays(table):
-        _set_tag(arr, RowTag(lineage, 0, role))
+        set_tag(arr, RowTag(lineage, 0, role))
 
 
-def _set_tag(arr: np.ndarray, tag: RowTag) -> None:
+def set_tag(arr: np.ndarray, tag: RowTag) -> None:
     _TAGS.set(arr, tag)
 
 
@@ -470,15 +470,15 @@ def _is_range(rows: np.ndarray, n: int) -> bool:
     return len(rows) < 2 or bool(np.all(np.diff(rows) == 1))
 
 
-def _tag_slice(src: EventTable, out: EventTable, start: int) -> None:
+def tag_slice(src: EventTable, out: EventTable, start: int) -> None:
     """``out`` holds rows ``start, start + 1, ...`` of ``src``: its arrays continue src's lineage."""
     for (role, a, _), (_, b, _) in zip(tagged_arrays(src), tagged_arrays(out), strict=True):
         tag = row_tag(a)
         if tag is not None and tag.role == role:
-            _set_tag(b, replace(tag, base=tag.base + start))
+            set_tag(b, replace(tag, base=tag.base + start))
 
 
-def _tag_concat(src: EventTable, out: EventTable, kept: int) -> None:
+def tag_concat(src: EventTable, out: EventTable, kept: int) -> None:
     """``out`` (a new lineage) equals ``src`` in its first ``kept`` rows, array by array where the
     array was carried over unchanged (values: same kind and dtype; concat converts values when an
     attribute's kind changes, never validity)."""
@@ -489,11 +489,11 @@ def _tag_concat(src: EventTable, out: EventTable, kept: int) -> None:
         tag = row_tag(a) if a is not None else None
         converted = role.startswith("values:") and a_kind != kind
         if tag is None or tag.role != role or converted or a.dtype != b.dtype:
-            _set_tag(b, RowTag(lineage, 0, role))
+            set_tag(b, RowTag(lineage, 0, role))
             continue
         cut = tag.base + kept
         ancestors = ((tag.lineage, cut),) + tuple((lin, min(c, cut)) for lin, c in tag.ancestors)
-        _set_tag(b, RowTag(lineage, tag.base, role, ancestors[:MAX_ANCESTORS]))
+        set_tag(b, RowTag(lineage, tag.base, role, ancestors[:MAX_ANCESTORS]))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -512,8 +512,8 @@ def _check_unique_columns(names: list[str]) -> None:
 
 
 def _check_time_unit(time_unit: str) -> None:
-    if time_unit not in _UNIT_NS:
-        raise EventError(f"unknown time_unit {time_unit!r}; use one of {sorted(_UNIT_NS)}")
+    if time_unit not in UNIT_NS:
+        raise EventError(f"unknown time_unit {time_unit!r}; use one of {sorted(UNIT_NS)}")
 
 
 def _null_error(name: str, isna: np.ndarray, what: str = "") -> EventError:
@@ -609,7 +609,7 @@ def _numeric_ts(values: np.ndarray, time_unit: str) -> tuple[TimeFormat, np.ndar
     if values.dtype.kind == "f" and not np.all(np.isfinite(values)):
         row = int(np.flatnonzero(~np.isfinite(values))[0])
         raise EventError(f"column 'ts' is not finite at row {row}")
-    _check_ts_range(values, time_unit)
+    check_ts_range(values, time_unit)
     np_dtype = "float64" if values.dtype.kind == "f" else "int64"
     fmt = TimeFormat("numeric", unit=time_unit, dtype=np_dtype)
     return fmt, fmt.to_ns(values.astype(np.int64, copy=False) if values.dtype.kind == "u" else values)
@@ -619,28 +619,28 @@ def _numeric_ts(values: np.ndarray, time_unit: str) -> tuple[TimeFormat, np.ndar
 TS_MIN_NS, TS_MAX_NS = -(2**63), 2**63 - 1
 
 
-def _ts_range_text(unit: str | None) -> str:
+def ts_range_text(unit: str | None) -> str:
     """The representable range of timestamps: numbers in ``unit``, or datetimes (``None``)."""
     if unit is None:
         lo, hi = pd.Timestamp(TS_MIN_NS + 1), pd.Timestamp(TS_MAX_NS)
         return f"datetimes from {lo:%Y-%m-%d %H:%M:%S} to {hi:%Y-%m-%d %H:%M:%S} UTC (int64 nanoseconds)"
-    scale = _UNIT_NS[unit]
+    scale = UNIT_NS[unit]
     return f"{-(2**63 // scale)} to {TS_MAX_NS // scale} with time_unit={unit!r} (int64 nanoseconds)"
 
 
 def _ts_range_error(row: int | str, value, unit: str | None) -> EventError:
     where = f"at row {row}" if isinstance(row, int) else row
     return EventError(
-        f"column 'ts' {where} holds {value}, outside the representable range: {_ts_range_text(unit)}"
+        f"column 'ts' {where} holds {value}, outside the representable range: {ts_range_text(unit)}"
     )
 
 
-def _check_ts_range(values: np.ndarray, unit: str, where: str | None = None) -> None:
+def check_ts_range(values: np.ndarray, unit: str, where: str | None = None) -> None:
     """Reject timestamps (in ``unit``) whose nanoseconds do not fit in an int64, naming the first
     row (or ``where`` the values come from, when they are not rows)."""
     if not len(values):
         return
-    scale = _UNIT_NS[unit]
+    scale = UNIT_NS[unit]
     if values.dtype.kind == "f":
         with np.errstate(over="ignore", invalid="ignore"):
             ns = values * float(scale)
@@ -942,7 +942,7 @@ def _merge_kind(name: str, a: AttributeColumn | None, b: AttributeColumn | None)
     raise EventError(f"attribute {name!r} has kinds {sorted(kinds)} in different events")
 
 
-def _values_as(col: AttributeColumn | None, kind: Kind, n: int) -> np.ndarray:
+def values_as(col: AttributeColumn | None, kind: Kind, n: int) -> np.ndarray:
     dtype = {"int": np.int64, "float": np.float64, "string": np.int32, "bool": np.bool_}[kind]
     if col is None:
         return np.full(n, -1 if kind == "string" else 0, dtype=dtype)

@@ -51,10 +51,9 @@ def wanted(backend: str, task_gpu: int | None) -> bool:
     kernels (``"gpu"``, or another backend over the GPU combiner), or is ``"auto"`` in a task
     that was given a GPU (``task_gpu``, see ``spark_udfs.rapids.use_task_gpu``) where the GPU
     backend can run."""
-    from .backends import get_backend
+    from .backends import get_backend, gpu_usable
     from .errors import CepError
     from .kernels.gpu import GpuBackend
-    from .planner import gpu_usable
 
     if backend == "auto":
         return task_gpu is not None and gpu_usable()

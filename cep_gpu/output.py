@@ -96,7 +96,7 @@ def assemble(results, schema: OutputSchema, table: EventTable, arrow: bool = Fal
     columns = {"rule": rule_arr, "ts": ts_arr, "ids": ids_arr}
     for name, kind in schema.attributes:
         if name in schema.inferred:
-            kind = _value_kind(results, name, kind)
+            kind = value_kind(results, name, kind)
         columns[name] = _attribute_array(results, name, kind, order, table, n_total)
     out = pa.table(columns)
     if arrow:
@@ -107,7 +107,7 @@ def assemble(results, schema: OutputSchema, table: EventTable, arrow: bool = Fal
     return df
 
 
-def _value_kind(results, name: str, default: str) -> str:
+def value_kind(results, name: str, default: str) -> str:
     """The kind of an undeclared attribute from its computed values (int + float -> float)."""
     kinds = {r.attributes[name].kind for r in results if name in r.attributes and len(r.ts)}
     if len(kinds) == 1:

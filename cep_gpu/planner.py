@@ -49,9 +49,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .backends import Backend, Matches, count_matches, get_backend, register
+from .backends import Backend, Matches, count_matches, get_backend, gpu_usable, register
 from .columns import filter_rows, type_rows
-from .errors import ArgumentError, BackendUnavailableError, CepError
+from .errors import ArgumentError, CepError
 from .events import EventTable
 from .model import AggValue, Attr, Compare, Plan, Rule, static_conditions, step_checks, walk
 
@@ -440,15 +440,6 @@ def plan_batches(
 
 # ----------------------------------------------------------------------------------------------
 # The auto backend
-
-
-def gpu_usable() -> bool:
-    """Whether the ``gpu`` backend can run here (a device and its kernels)."""
-    try:
-        get_backend("gpu")
-    except (BackendUnavailableError, ImportError, ValueError):
-        return False
-    return True
 
 
 @dataclass

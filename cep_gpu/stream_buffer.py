@@ -23,20 +23,20 @@ from dataclasses import dataclass
 import numpy as np
 
 from .events import (
-    _UNIT_NS,
     RESERVED,
+    UNIT_NS,
     AttributeColumn,
     EventTable,
     RowTag,
     StringDictionary,
     TimeFormat,
-    _set_tag,
-    _tag_concat,
-    _tag_slice,
-    _values_as,
     array_role,
     row_tag,
+    set_tag,
     start_lineage,
+    tag_concat,
+    tag_slice,
+    values_as,
 )
 
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
@@ -66,14 +66,14 @@ def parse_record(rec: dict, next_id: int, time_unit: str, strings: StringDiction
         if not _INT64_MIN <= ts <= _INT64_MAX:
             return None
         dtype = "int64"
-        ns = int(ts) * _UNIT_NS[time_unit]
+        ns = int(ts) * UNIT_NS[time_unit]
         if not _INT64_MIN <= ns <= _INT64_MAX:
             return None  # let the general path report it
     elif tts is float or tts is np.float64:
         if not math.isfinite(ts):
             return None
         dtype = "float64"
-        f = np.round(np.float64(ts) * _UNIT_NS[time_unit])
+        f = np.round(np.float64(ts) * UNIT_NS[time_unit])
         if not -9.2e18 < f < 9.2e18:
             return None
         ns = int(f)
@@ -168,7 +168,7 @@ class AppendBuffer:
             )
             # the views continue the store's row lineage, so that a device backend keeps the
             # rows it already holds and uploads only the new ones (see events.RowTag)
-            _tag_slice(st, self._view, s)
+            tag_slice(st, self._view, s)
         return self._view
 
     def set(self, table: EventTable, cap: int | None = None) -> None:
@@ -185,7 +185,7 @@ class AppendBuffer:
         # continues the rows of ``table`` (a view of the old store when compacting), so that a
         # device backend keeps what it holds across compactions
         if n and row_tag(table.ts) is not None:
-            _tag_concat(table, self._store, n)
+            tag_concat(table, self._store, n)
         else:
             start_lineage(self._store)
 
@@ -219,18 +219,18 @@ class AppendBuffer:
         cap = len(st.ts)
         for name, c in st.columns.items():
             b = new.columns.get(name)
-            c.values[s:e] = _values_as(b, c.kind, n)
+            c.values[s:e] = values_as(b, c.kind, n)
             c.valid[s:e] = b.valid if b is not None else False
         for name, b in new.columns.items():
             if name not in st.columns:
                 values = np.full(cap, -1 if b.kind == "string" else 0, _DTYPES[b.kind])
                 valid = np.zeros(cap, np.bool_)
-                values[s:e] = _values_as(b, b.kind, n)
+                values[s:e] = values_as(b, b.kind, n)
                 valid[s:e] = b.valid
                 st.columns[name] = AttributeColumn(b.kind, values, valid)
                 ts_tag = row_tag(st.ts)  # a new column: same lineage and row numbering as ts
-                _set_tag(values, RowTag(ts_tag.lineage, ts_tag.base, array_role("values", name)))
-                _set_tag(valid, RowTag(ts_tag.lineage, ts_tag.base, array_role("valid", name)))
+                set_tag(values, RowTag(ts_tag.lineage, ts_tag.base, array_role("values", name)))
+                set_tag(valid, RowTag(ts_tag.lineage, ts_tag.base, array_role("valid", name)))
         for t, names in new.schema.items():
             st.schema.setdefault(t, set()).update(names)
         self._end = e

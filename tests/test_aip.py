@@ -15,8 +15,8 @@ from strategies import event_streams, rules_and_streams, seq_rules, tesla_rules
 
 import cep_gpu
 from cep_gpu import aip
+from cep_gpu.analysis import rule_order
 from cep_gpu.backends import get_backend
-from cep_gpu.detect import rule_order
 from cep_gpu.errors import CepError
 from cep_gpu.events import EventTable
 
