@@ -1,6 +1,6 @@
 """cep-gpu: complex event detection with the Column Delayed Processing algorithm on CPU and GPU.
 
-Public API (DESIGN.md section 4)::
+Public API (docs/api.md)::
 
     rule = cep_gpu.parse_rule(text)
     rules = cep_gpu.parse_rules(text)

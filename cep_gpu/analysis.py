@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .errors import RuleError
-from .model import Rule
+from .model import AggValue, Expr, Rule, walk
 
 
 def producers(rules: Sequence[Rule]) -> dict[str, list[int]]:
@@ -45,6 +45,11 @@ def rule_order(rules: Sequence[Rule]) -> list[int]:
     for i in range(len(rules)):
         visit(i, [])
     return order
+
+
+def has_aggregate(expr: Expr) -> bool:
+    """Whether ``expr`` reads an aggregate's value (it can only be checked once that is known)."""
+    return any(isinstance(node, AggValue) for node in walk(expr))
 
 
 def unbounded_window(rule: Rule) -> bool:

@@ -7,7 +7,7 @@ lives in :mod:`cep_gpu.detect` and :mod:`cep_gpu.output`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -67,6 +67,14 @@ class Backend(Protocol):
         ``excluded`` (bool per row) marks events consumed by earlier calls: positive predicates
         must not bind them. For rules with ``consuming``, terminators are processed in row order
         and each terminator's composite events consume their bound events before the next one.
+        """
+        ...
+
+    def explain(self, rule: Rule, sample: EventTable | Mapping[str, float] | None = None) -> str:
+        """What this backend does for ``rule``, as text (``Engine.explain``, ``cep-gpu explain``).
+
+        ``sample``: events (an already ingested table) or event type -> events per second, for
+        backends whose plan depends on the input (``auto``); the others may ignore it.
         """
         ...
 

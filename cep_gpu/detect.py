@@ -36,8 +36,6 @@ from .model import (
 )
 from .output import OutputSchema, assemble
 
-RulesLike = "Rule | Sequence[Rule] | str"
-
 
 def as_rules(rules) -> list[Rule]:
     """Accept a Rule, a list of Rules, or rule text."""

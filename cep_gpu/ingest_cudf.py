@@ -22,7 +22,7 @@ on the device with a single ``cudf.DataFrame.from_arrow``:
 
 Columns of other types (the few that pandas decides, see ``EventTable.from_arrow``) are uploaded
 by the backend as before. The table's arrays get a row lineage of their own
-(:func:`cep_gpu.events.start_lineage`), so rules reading composite events, which extend the table,
+(:func:`cep_gpu.events.lineage.start_lineage`), so rules reading composite events, which extend the table,
 append only the composite rows to the adopted columns.
 """
 
@@ -34,7 +34,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .events import EventTable, array_role, start_lineage, tagged_arrays
+from .events import EventTable
+from .events.lineage import array_role, start_lineage, tagged_arrays
 
 
 def cudf_module() -> Any | None:

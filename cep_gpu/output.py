@@ -1,4 +1,4 @@
-"""Composite events -> Arrow / pandas, in the one output layout of DESIGN.md section 4."""
+"""Composite events -> Arrow / pandas, in the one output layout of docs/api.md."""
 
 from __future__ import annotations
 

@@ -30,14 +30,9 @@ from .events import (
     RowTag,
     StringDictionary,
     TimeFormat,
-    array_role,
-    row_tag,
-    set_tag,
-    start_lineage,
-    tag_concat,
-    tag_slice,
     values_as,
 )
+from .events.lineage import array_role, concat_lineage, row_tag, slice_lineage, start_lineage
 
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 _DTYPES = {"int": np.int64, "float": np.float64, "string": np.int32, "bool": np.bool_}
@@ -167,8 +162,8 @@ class AppendBuffer:
                 st.strings, st.time, {t: set(v) for t, v in st.schema.items()},
             )
             # the views continue the store's row lineage, so that a device backend keeps the
-            # rows it already holds and uploads only the new ones (see events.RowTag)
-            tag_slice(st, self._view, s)
+            # rows it already holds and uploads only the new ones (see cep_gpu.events.lineage)
+            self._view.lineage = slice_lineage(st, self._view, s)
         return self._view
 
     def set(self, table: EventTable, cap: int | None = None) -> None:
@@ -184,8 +179,8 @@ class AppendBuffer:
         # stored rows are written once and never change: the store is one lineage, which
         # continues the rows of ``table`` (a view of the old store when compacting), so that a
         # device backend keeps what it holds across compactions
-        if n and row_tag(table.ts) is not None:
-            tag_concat(table, self._store, n)
+        if n and row_tag(table) is not None:
+            self._store.lineage = concat_lineage(table, self._store, n)
         else:
             start_lineage(self._store)
 
@@ -228,9 +223,10 @@ class AppendBuffer:
                 values[s:e] = values_as(b, b.kind, n)
                 valid[s:e] = b.valid
                 st.columns[name] = AttributeColumn(b.kind, values, valid)
-                ts_tag = row_tag(st.ts)  # a new column: same lineage and row numbering as ts
-                set_tag(values, RowTag(ts_tag.lineage, ts_tag.base, array_role("values", name)))
-                set_tag(valid, RowTag(ts_tag.lineage, ts_tag.base, array_role("valid", name)))
+                ts_tag = row_tag(st)  # a new column: same lineage and row numbering as ts
+                for part, arr in (("values", values), ("valid", valid)):
+                    role = array_role(part, name)
+                    st.lineage.set(role, arr, RowTag(ts_tag.lineage, ts_tag.base, role))
         for t, names in new.schema.items():
             st.schema.setdefault(t, set()).update(names)
         self._end = e

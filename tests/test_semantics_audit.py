@@ -1,6 +1,6 @@
 """Semantics audit: small hand-worked cases of the contract, through the whole pipeline, per backend.
 
-Every expected result below was worked out by hand from DESIGN.md section 3 and docs/language.md
+Every expected result below was worked out by hand from docs/language.md
 ("Semantics", "Names and references") *before* running the code; the comment of each case says
 why. The cases go through the public API (rule text -> ``cep_gpu.detect``) on every backend of
 ``tests/conftest.py``. To keep the Numba compile cost of the ``cpu`` backend down, many cases share

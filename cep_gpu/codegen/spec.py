@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..analysis import has_aggregate
 from ..model import (
     SELF,
-    AggValue,
     Attr,
     Compare,
     Const,
@@ -120,10 +120,6 @@ class RuleSpec:
     agg_checks: tuple[tuple[int, ...], ...]
     layout: Layout
     use_index: bool
-
-
-def has_aggregate(expr: Expr) -> bool:
-    return any(isinstance(n, AggValue) for n in walk(expr))
 
 
 def _is_filter(rule: Rule, expr: Expr, pred: int) -> bool:
