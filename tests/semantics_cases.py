@@ -1,5 +1,17 @@
 """Helpers of the hand-worked semantic cases (tests/test_semantics_*.py): events from tuples, and
-the ids and rows of an output."""
+the ids and rows of an output.
+
+Every expected result in those files was worked out by hand from docs/language.md
+("Semantics", "Names and references") *before* running the code; the comment of each case says
+why. The cases go through the public API (rule text -> ``cep_gpu.detect``) on every backend of
+``tests/conftest.py``. To keep the Numba compile cost of the ``cpu`` backend down, many cases share
+one rule text (kernels are cached per rule) and vary only the events.
+
+Conventions: event ids are the row positions of the input frame (``id`` column only where a case
+says so); rows are written in timestamp order so that ids follow time. Times are seconds unless a
+case says otherwise. Expected ids are tuples in declaration order (TESLA: terminator first; SEQ:
+pattern order), listed in output order (ts, rule, ids).
+"""
 
 from __future__ import annotations
 

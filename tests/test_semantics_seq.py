@@ -1,15 +1,6 @@
 """Semantics, hand-worked: SEQ and AND patterns: order, windows, where/return, select policies, NOT positions.
 
-Every expected result below was worked out by hand from docs/language.md
-("Semantics", "Names and references") *before* running the code; the comment of each case says
-why. The cases go through the public API (rule text -> ``cep_gpu.detect``) on every backend of
-``tests/conftest.py``. To keep the Numba compile cost of the ``cpu`` backend down, many cases share
-one rule text (kernels are cached per rule) and vary only the events.
-
-Conventions: event ids are the row positions of the input frame (``id`` column only where a case
-says so); rows are written in timestamp order so that ids follow time. Times are seconds unless a
-case says otherwise. Expected ids are tuples in declaration order (TESLA: terminator first; SEQ:
-pattern order), listed in output order (ts, rule, ids).
+How the cases are written (worked out by hand first, every backend): tests/semantics_cases.py.
 """
 
 from __future__ import annotations
