@@ -5,17 +5,24 @@
 ``cep_gpu.cuda``.
 """
 
-from setuptools import setup
+from setuptools import find_packages, setup
+
+#: import name -> repository folder
+FOLDERS = {
+    "cep_gpu": "cep_gpu",
+    "cep_gpu.kernels": "kernels",
+    "cep_gpu.spark_udfs": "spark_udfs",
+    "cep_gpu.cuda": "cuda",
+}
 
 setup(
-    packages=["cep_gpu", "cep_gpu.codegen", "cep_gpu.language", "cep_gpu.benchmarks", "cep_gpu.kernels", "cep_gpu.spark_udfs", "cep_gpu.cuda",
-              "cep_gpu.parallel"],
-    package_dir={
-        "cep_gpu": "cep_gpu",
-        "cep_gpu.kernels": "kernels",
-        "cep_gpu.spark_udfs": "spark_udfs",
-        "cep_gpu.cuda": "cuda",
-    },
+    # every package under each folder (subpackages such as cep_gpu.events or cep_gpu.muse included)
+    packages=[
+        name
+        for top, folder in FOLDERS.items()
+        for name in [top, *(f"{top}.{sub}" for sub in find_packages(folder))]
+    ],
+    package_dir=FOLDERS,
     package_data={"cep_gpu": ["profiles/*.json"], "cep_gpu.language": ["*.lark"], "cep_gpu.cuda": ["*.cu", "*.cuh", "*.h"]},
     include_package_data=True,
 )

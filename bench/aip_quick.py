@@ -1,4 +1,4 @@
-"""Quick AIP throughput numbers on the DESIGN.md section 6 workloads, next to the other backends.
+"""Quick AIP throughput numbers on the benchmark workloads (docs/performance.md), next to the other backends.
 
 Usage: ``.venv/bin/python bench/aip_quick.py [--events N] [--backends aip,cpu] [--repeat 2]``.
 Prints events/s of batch detection (``detect_table``: ingestion excluded, best of ``--repeat``

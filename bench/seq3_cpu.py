@@ -1,4 +1,4 @@
-"""Quick seq3 sweep of the ``cpu`` backend (DESIGN.md section 6): events/s per window and policy.
+"""Quick seq3 sweep of the ``cpu`` backend (docs/performance.md): events/s per window and policy.
 
     .venv/bin/python bench/seq3_cpu.py [--events N] [--output count|arrow] [--windows 100,1000]
 

@@ -1,4 +1,4 @@
-"""GPU variants of the seq3 benchmark (DESIGN.md section 6): per-terminator and batched.
+"""GPU variants of the seq3 benchmark (docs/performance.md): per-terminator and batched.
 
     .venv/bin/python bench/seq3_gpu.py [--events N] [--windows 100,1000] [--policies each,last]
 

@@ -4,7 +4,7 @@
         [--sizes 1,10,100,1000,10000] [--rss-events 0] [--backend cpu] [--repeat 1]
         [--png latency.png] [--json out.json]
 
-Workload: seq3 (DESIGN.md section 6) with k-equality, event i at i ms, WIN in ms (= events per
+Workload: seq3 (docs/performance.md) with k-equality, event i at i ms, WIN in ms (= events per
 window). Latency: a fresh ``Engine`` is warmed with two windows of events, then every further
 event is published alone as a plain dict with ``output="records"``; each publish is timed
 (``time.perf_counter_ns``) and reported as percentiles, split into terminators (C) and the rest.

@@ -2,7 +2,7 @@
 ranges by binary search, event-table ingestion.
 
 Run with ``make bench`` (``pytest bench --benchmark-only``). Inputs are the seq3 events of
-DESIGN.md section 6 (100,000 events, 1 ms apart, k in [0, 100)); every benchmark first checks its
+docs/performance.md (100,000 events, 1 ms apart, k in [0, 100)); every benchmark first checks its
 result against an independent computation, so a fast wrong kernel cannot pass.
 """
 

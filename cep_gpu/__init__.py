@@ -1,6 +1,6 @@
 """cep-gpu: complex event detection with the Column Delayed Processing algorithm on CPU and GPU.
 
-Public API (DESIGN.md section 4)::
+Public API (docs/api.md)::
 
     rule = cep_gpu.parse_rule(text)
     rules = cep_gpu.parse_rules(text)
@@ -22,8 +22,7 @@ from .errors import (
 )
 from .language import parse_rule, parse_rules
 from .model import Rule
-
-__version__ = "0.1.0"
+from .version import __version__ as __version__
 
 __all__ = [
     "ArgumentError",

@@ -7,7 +7,7 @@ lives in :mod:`cep_gpu.detect` and :mod:`cep_gpu.output`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -88,6 +88,14 @@ class Backend(Protocol):
         """
         ...
 
+    def explain(self, rule: Rule, sample: EventTable | Mapping[str, float] | None = None) -> str:
+        """What this backend does for ``rule``, as text (``Engine.explain``, ``cep-gpu explain``).
+
+        ``sample``: events (an already ingested table) or event type -> events per second, for
+        backends whose plan depends on the input (``auto``); the others may ignore it.
+        """
+        ...
+
 
 def count_matches(impl: Backend, rule: Rule, table: EventTable, lo: int = 0, hi: int | None = None) -> int:
     """The number of matches of ``rule`` whose terminator is a row in ``[lo, hi)``, nothing
@@ -117,7 +125,7 @@ _INSTANCES: dict[str, Backend] = {}
 _PROVIDERS = {
     "reference": "cep_gpu.reference",
     "cpu": "cep_gpu.cdp",
-    "gpu": "cep_gpu.cdp",
+    "gpu": "cep_gpu.kernels.gpu",
     # the GPU kernels compiled for the host and run serially (tests, no GPU needed)
     "gpu-host": "cep_gpu.kernels.host",
     # the same, with the threads of each launch running concurrently (docs/gpu.md)
@@ -138,8 +146,14 @@ def get_backend(name: str) -> Backend:
         if name not in _REGISTRY:
             known = sorted(set(_REGISTRY) | set(_PROVIDERS))
             raise ArgumentError(f"backend: unknown backend {name!r}; choose one of {known}")
-        try:
-            _INSTANCES[name] = _REGISTRY[name]()
-        except BackendUnavailableError:
-            raise
+        _INSTANCES[name] = _REGISTRY[name]()
     return _INSTANCES[name]
+
+
+def gpu_usable() -> bool:
+    """Whether the ``gpu`` backend can run here (a device and its kernels)."""
+    try:
+        get_backend("gpu")
+    except (BackendUnavailableError, ImportError, ValueError):
+        return False
+    return True

@@ -29,6 +29,7 @@ from typing import Protocol
 
 import numpy as np
 
+from .analysis import unbounded_window
 from .backends import Matches, register
 from .codegen import RuleSpec, StepSpec, compile_numba, lower
 from .columns import Column, ColumnStore
@@ -37,6 +38,7 @@ from .events import EventTable
 from .jit import cached_njit
 from .model import Rule
 from .ranges import as_keys, step_keyed_ranges, step_ranges
+from .rule_text import aliases, duration, expr_text
 
 # ------------------------------------------------------------------------------------------------
 # The seam between the host loop and the kernels
@@ -47,7 +49,7 @@ class StepInput:
     """What a combination kernel gets for one step of one plan.
 
     ``seqs`` (n, P) partial sequences; ``lo``/``hi`` (n,) candidate ranges into ``cand`` (table
-    rows); ``excluded``/``use_excluded``: consumed rows to skip; ``env``: the kernel argument tuple
+    rows); ``excluded``/``use_excluded``: consumed rows to skip; ``kernel_args``: the kernel argument tuple
     (:class:`cep_gpu.codegen.Layout`); ``plan``/``spec``: which generated check applies.
     """
 
@@ -59,7 +61,7 @@ class StepInput:
     cand: np.ndarray
     excluded: np.ndarray
     use_excluded: bool
-    env: tuple
+    kernel_args: tuple
 
 
 class Combiner(Protocol):
@@ -71,18 +73,21 @@ class Combiner(Protocol):
         """Compile (or fetch from a cache) the rule's kernels; the result is passed back below."""
         ...
 
-    def each(self, kernels: object, step: StepInput) -> np.ndarray:
+    def each(self, compiled: object, step: StepInput) -> np.ndarray:
         """(n_out, P) new sequences: each sequence extended by every valid candidate, in order."""
         ...
 
-    def select(self, kernels: object, step: StepInput, last: bool) -> np.ndarray:
+    def select(self, compiled: object, step: StepInput, last: bool) -> np.ndarray:
         """(n,) the latest (``last``) or earliest valid candidate row per sequence, -1 if none."""
         ...
 
-    # Optional: ``count_each(kernels, step) -> int``, the number of sequences ``each`` would
+    # Optional: ``count_each(compiled, step) -> int``, the number of sequences ``each`` would
     # return, without building them (``detect(..., output="count")``); else ``len(each(...))``.
+    # Optional: ``bind_lineage(lineage)``, called with the table's row lineage
+    # (``EventTable.lineage``) before the steps of a call over that table (the GPU combiner
+    # keeps device columns across calls with it).
 
-    def aggregates(self, kernels: object, spec: RuleSpec, seqs: np.ndarray, env: tuple) -> np.ndarray:
+    def aggregates(self, compiled: object, spec: RuleSpec, seqs: np.ndarray, kernel_args: tuple) -> np.ndarray:
         """(n, n_aggregates) float64 aggregate values of complete sequences (NaN = null)."""
         ...
 
@@ -97,28 +102,28 @@ class CpuCombiner:
     def prepare(self, spec: RuleSpec, kinds: dict[str, str | None]):
         return compile_numba(spec, kinds)
 
-    def _valid(self, kernels, step: StepInput):
+    def _valid(self, compiled, step: StepInput):
         from .kernels.cpu import always_valid
 
-        return always_valid if step.spec.trivial else kernels.valid[step.plan][step.spec.step]
+        return always_valid if step.spec.trivial else compiled.valid[step.plan][step.spec.step]
 
-    def each(self, kernels, step: StepInput) -> np.ndarray:
+    def each(self, compiled, step: StepInput) -> np.ndarray:
         from .kernels.cpu import combine_each
 
         return combine_each(
-            self._valid(kernels, step), step.seqs, step.lo, step.hi, step.cand, step.spec.pred,
-            step.excluded, step.use_excluded, step.env, step.spec.trivial,
+            self._valid(compiled, step), step.seqs, step.lo, step.hi, step.cand, step.spec.pred,
+            step.excluded, step.use_excluded, step.kernel_args, step.spec.trivial,
         )
 
-    def count_each(self, kernels, step: StepInput) -> int:
+    def count_each(self, compiled, step: StepInput) -> int:
         from .kernels.cpu import count_each
 
         return count_each(
-            self._valid(kernels, step), step.seqs, step.lo, step.hi, step.cand,
-            step.excluded, step.use_excluded, step.env, step.spec.trivial,
+            self._valid(compiled, step), step.seqs, step.lo, step.hi, step.cand,
+            step.excluded, step.use_excluded, step.kernel_args, step.spec.trivial,
         )
 
-    def select(self, kernels, step: StepInput, last: bool) -> np.ndarray:
+    def select(self, compiled, step: StepInput, last: bool) -> np.ndarray:
         from .kernels.cpu import combine_select
 
         if step.spec.trivial and not step.use_excluded:
@@ -128,14 +133,14 @@ class CpuCombiner:
             edge = np.clip(step.hi - 1 if last else step.lo, 0, max(n - 1, 0))
             return np.where(has, step.cand[edge] if n else -1, -1).astype(np.int64)
         return combine_select(
-            self._valid(kernels, step), step.seqs, step.lo, step.hi, step.cand,
-            step.excluded, step.use_excluded, step.env, last,
+            self._valid(compiled, step), step.seqs, step.lo, step.hi, step.cand,
+            step.excluded, step.use_excluded, step.kernel_args, last,
         )
 
-    def aggregates(self, kernels, spec: RuleSpec, seqs: np.ndarray, env: tuple) -> np.ndarray:
+    def aggregates(self, compiled, spec: RuleSpec, seqs: np.ndarray, kernel_args: tuple) -> np.ndarray:
         from .kernels.cpu import compute_aggregates
 
-        return compute_aggregates(kernels.aggs_all, seqs, env, len(spec.rule.aggregates))
+        return compute_aggregates(compiled.aggs_all, seqs, kernel_args, len(spec.rule.aggregates))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -147,20 +152,20 @@ def attribute_kinds(spec: RuleSpec, table: EventTable) -> dict[str, str | None]:
     return {a: (table.columns[a].kind if a in table.columns else None) for a in spec.layout.attrs}
 
 
-def build_env(spec: RuleSpec, table: EventTable, store: ColumnStore) -> tuple:
+def kernel_args(spec: RuleSpec, table: EventTable, store: ColumnStore) -> tuple:
     """The kernel argument tuple of :class:`cep_gpu.codegen.Layout`."""
-    env: list = [table.ts]
+    args: list = [table.ts]
     for a in spec.layout.attrs:
         col = table.columns.get(a)
         if col is None:  # never read: the generator emits a constant null for it
-            env += [np.zeros(1, np.float64), np.zeros(1, np.bool_)]
+            args += [np.zeros(1, np.float64), np.zeros(1, np.bool_)]
         else:
-            env += [col.values, col.valid]
+            args += [col.values, col.valid]
     codes = [table.strings.lookup(s) for s in spec.layout.strings]
-    env.append(np.array(codes or [-2], dtype=np.int64))
+    args.append(np.array(codes or [-2], dtype=np.int64))
     for col in store.negations + store.aggregates:
-        env += [col.rows, col.ts]
-    return tuple(env)
+        args += [col.rows, col.ts]
+    return tuple(args)
 
 
 def _conds(rule: Rule, idx: tuple[int, ...]):
@@ -196,8 +201,9 @@ class CDPBackend:
 
             require_support(rule, self.name)
 
-    def explain(self, rule: Rule) -> str:
-        """What CDP does for ``rule`` (for ``Engine.explain`` and the CLI): see :func:`describe`."""
+    def explain(self, rule: Rule, sample=None) -> str:
+        """What CDP does for ``rule`` (for ``Engine.explain`` and the CLI): see :func:`describe`;
+        ``sample`` plays no part (the steps do not depend on the input)."""
         return describe(rule, self.use_index)
 
     # -- the backend contract ---------------------------------------------------------------------
@@ -226,7 +232,7 @@ class CDPBackend:
         if rule.kleene_positions:
             return run.kleene_matches(seqs)
         aggs = (
-            self.combiner.aggregates(run.kernels, spec, seqs, run.env)
+            self.combiner.aggregates(run.compiled, spec, seqs, run.kernel_args)
             if rule.aggregates and len(seqs)
             else np.full((len(seqs), len(rule.aggregates)), np.nan)
         )
@@ -250,13 +256,11 @@ class CDPBackend:
     def _run(
         self, rule: Rule, spec: RuleSpec, table: EventTable, lo: int, hi: int, excluded: np.ndarray | None
     ) -> _Run:
-        """Columns, kernel arguments and compiled kernels of one call over terminators ``[lo, hi)``."""
+        """Columns, kernel arguments and the compiled rule of one call over terminators ``[lo, hi)``."""
         ts = table.ts
         # only rows that some window of a terminator in [lo, hi) can reach
         # a predicate without a window (never made by the parser) can reach back to the start
-        unbounded = any(
-            p.window is None and p.policy is not None for pl in rule.plans for p in pl.predicates
-        )
+        unbounded = unbounded_window(rule)
         # bounds as Python ints clamped to int64: no wrap-around for timestamps near the range's ends
         start = 0 if unbounded else int(np.searchsorted(ts, max(int(ts[lo]) - rule.lookback(), _TS_MIN), "left"))
         horizon = rule.trailing_horizon()
@@ -269,9 +273,13 @@ class CDPBackend:
             start, hi, max(stop_ext, hi),
             excluded=None if rule.consuming else excluded,
         )
-        env = build_env(spec, table, store)
-        kernels = self.combiner.prepare(spec, attribute_kinds(spec, table))
-        return _Run(self.combiner, kernels, spec, table, store, env)
+        args = kernel_args(spec, table, store)
+        combiner = self.combiner
+        bind = getattr(combiner, "bind_lineage", None)
+        if bind is not None:
+            bind(table.lineage)
+        compiled = combiner.prepare(spec, attribute_kinds(spec, table))
+        return _Run(combiner, compiled, spec, table, store, args)
 
 
 def _kleene_filters(rule: Rule, pred: int) -> tuple:
@@ -314,11 +322,11 @@ class _Run:
     """One ``match`` call: the step loop over a batch of partial sequences."""
 
     combiner: Combiner
-    kernels: object
+    compiled: object
     spec: RuleSpec
     table: EventTable
     store: ColumnStore
-    env: tuple
+    kernel_args: tuple
     #: the matches so far estimated for the Kleene sets of this call (checked against max_matches)
     estimate: float = 0.0
     #: Kleene position -> the flat set store its step wrote (sequences point into it)
@@ -348,23 +356,23 @@ class _Run:
                     continue
                 # the terminator's own checks (aggregates, negations): a one-candidate `each`
                 lo = np.arange(len(terms), dtype=np.int64)
-                step = StepInput(st, p, seqs, lo, lo + 1, terms, excl, False, self.env)
+                step = StepInput(st, p, seqs, lo, lo + 1, terms, excl, False, self.kernel_args)
             else:
                 lo, hi, cand = self.ranges(st, seqs)
                 kleene = plan.plan.predicates[st.pred].kleene
                 if kleene is not None:
                     seqs = self._kleene_step(p, st, kleene, seqs, lo, hi, cand)
                     continue
-                step = StepInput(st, p, seqs, lo, hi, cand, excl, use_excl, self.env)
+                step = StepInput(st, p, seqs, lo, hi, cand, excl, use_excl, self.kernel_args)
                 if st.policy != "each":
-                    chosen = self.combiner.select(self.kernels, step, st.policy == "last")
+                    chosen = self.combiner.select(self.compiled, step, st.policy == "last")
                     keep = chosen >= 0
                     seqs = seqs[keep]
                     seqs[:, st.pred] = chosen[keep]
                     continue
             if count and st is plan.steps[-1]:
                 return self._count_each(step)
-            seqs = self.combiner.each(self.kernels, step)
+            seqs = self.combiner.each(self.compiled, step)
         return len(seqs) if count else seqs
 
     # -- Kleene closure (docs/language.md) -----------------------------------------------------
@@ -387,11 +395,11 @@ class _Run:
             lo = np.maximum(lo, np.searchsorted(col.ts, self.table.ts[seqs[:, kl.after]], "right"))
             hi = np.maximum(hi, lo)
         elem, pair = self.kernels.kleene[k]
-        e_off, e_rows = kk.elements(elem, seqs, lo, hi, cand, self.env)
+        e_off, e_rows = kk.elements(elem, seqs, lo, hi, cand, self.kernel_args)
         self.estimate += kk.subset_estimate(np.diff(e_off), kl.min_size, kl.max_size, kl.greedy)
         check_estimate(rule, k, self.estimate)
         set_seq, set_start, set_len, flat = kk.enumerate_sets(
-            pair, seqs, e_off, e_rows, self.env, kl.min_size, kl.max_size, kl.greedy
+            pair, seqs, e_off, e_rows, self.kernel_args, kl.min_size, kl.max_size, kl.greedy
         )
         out = seqs[set_seq]
         base = self.spec.kleene_base(k)
@@ -415,7 +423,7 @@ class _Run:
 
             mask = np.empty(len(out), np.bool_)
             valid = self.kernels.valid[p][st.step]
-            _launch("_pair_mask", 0, valid, out, np.arange(len(out), dtype=np.int64), out[:, k].copy(), self.env, mask)
+            _launch("_pair_mask", 0, valid, out, np.arange(len(out), dtype=np.int64), out[:, k].copy(), self.kernel_args, mask)
             out = out[mask]
         return out
 
@@ -461,8 +469,8 @@ class _Run:
     def _count_each(self, step: StepInput) -> int:
         counter = getattr(self.combiner, "count_each", None)
         if counter is None:
-            return len(self.combiner.each(self.kernels, step))
-        return int(counter(self.kernels, step))
+            return len(self.combiner.each(self.compiled, step))
+        return int(counter(self.compiled, step))
 
     def ranges(self, st: StepSpec, seqs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Each sequence's candidate range in the step's column (or its parameter index)."""
@@ -512,8 +520,7 @@ class _Run:
         newest = np.array([np.iinfo(np.int64).min], np.int64)  # latest consumed timestamp
         ts = self.table.ts
         term_ts = ts[terms]
-        unbounded = any(p.window is None and p.policy is not None for pl in rule.plans for p in pl.predicates)
-        lookback = np.int64(2**62 if unbounded else rule.lookback())
+        lookback = np.int64(2**62 if unbounded_window(rule) else rule.lookback())
         redone = []
         i = 0
         while i < len(terms):
@@ -573,9 +580,10 @@ def _contains(sorted_rows: np.ndarray, row: int) -> bool:
 def describe(rule: Rule, use_index: bool = True) -> str:
     """How CDP evaluates ``rule``: columns and their filters, windows, and the checks per step."""
     spec = lower(rule, use_index)
+    names = aliases(rule)
     lines = [f"CDP ({len(spec.plans)} plan(s)):"]
     for p, pred in enumerate(rule.predicates):
-        filters = ", ".join(_show(rule.conditions[i], rule) for i in spec.filters[p]) or "none"
+        filters = ", ".join(expr_text(rule.conditions[i], names) for i in spec.filters[p]) or "none"
         lines.append(f"  column {p} {pred.alias} ({pred.event_type}): filters {filters}")
     for pi, plan in enumerate(spec.plans):
         lines.append(f"  plan {pi}: binding order {list(plan.plan.order)}")
@@ -584,7 +592,7 @@ def describe(rule: Rule, use_index: bool = True) -> str:
             if st.step == 0:
                 head = f"    step 0: terminator {pred.alias}"
             else:
-                win = "unbounded" if st.window is None else _duration(int(st.window))
+                win = duration(None if st.window is None else int(st.window))
                 anchor = plan.plan.predicates[st.anchor].alias
                 before = plan.plan.predicates[st.before].alias
                 head = (
@@ -592,7 +600,7 @@ def describe(rule: Rule, use_index: bool = True) -> str:
                     f"[{anchor}.ts - {win}, {before}.ts)"
                 )
                 if st.key is not None:
-                    head += f", parameter index on {st.key.attr} = {_show(st.key.expr, rule)}"
+                    head += f", parameter index on {st.key.attr} = {expr_text(st.key.expr, names)}"
                 kl = pred.kleene
                 if kl is not None:
                     after = "" if kl.after is None else f", after {plan.plan.predicates[kl.after].alias}"
@@ -602,7 +610,7 @@ def describe(rule: Rule, use_index: bool = True) -> str:
                                      f"({'greedy' if kl.greedy else 'each subset'})") + after
                     )
                     head += f"; {len(kl.conditions)} per-element, {len(kl.consecutive)} consecutive check(s)"
-            checks = [_show(rule.conditions[i], rule) for i in st.conditions]
+            checks = [expr_text(rule.conditions[i], names) for i in st.conditions]
             checks += [f"not {rule.negations[i].event_type} (negation {i})" for i in st.negations]
             lines.append(head + (f"; checks {', '.join(checks)}" if checks else ""))
     for k, agg in enumerate(rule.aggregates):
@@ -610,39 +618,6 @@ def describe(rule: Rule, use_index: bool = True) -> str:
     if rule.consuming:
         lines.append(f"  consuming {list(rule.consuming)}: terminators one by one, in order")
     return "\n".join(lines)
-
-
-def _duration(ns: int) -> str:
-    for unit, size in (("h", 3_600_000_000_000), ("min", 60_000_000_000), ("s", 1_000_000_000),
-                       ("ms", 1_000_000), ("us", 1_000)):
-        if ns % size == 0:
-            return f"{ns // size} {unit}"
-    return f"{ns} ns"
-
-
-def _show(expr, rule: Rule) -> str:
-    from .model import AggValue, Arith, Attr, BoolOp, Compare, Const, Neg, Not, Timestamp
-
-    def name(pred: int) -> str:
-        return "self" if pred < 0 else rule.predicates[pred].alias
-
-    if isinstance(expr, Const):
-        return repr(expr.value)
-    if isinstance(expr, Attr):
-        return f"{name(expr.pred)}.{expr.name}"
-    if isinstance(expr, Timestamp):
-        return f"{name(expr.pred)}.ts"
-    if isinstance(expr, AggValue):
-        return f"aggregate {expr.index}"
-    if isinstance(expr, (Arith, Compare)):
-        return f"({_show(expr.left, rule)} {expr.op} {_show(expr.right, rule)})"
-    if isinstance(expr, Neg):
-        return f"-{_show(expr.arg, rule)}"
-    if isinstance(expr, Not):
-        return f"not {_show(expr.arg, rule)}"
-    if isinstance(expr, BoolOp):
-        return "(" + f" {expr.op} ".join(_show(a, rule) for a in expr.args) + ")"
-    return "?"
 
 
 # ------------------------------------------------------------------------------------------------
@@ -655,15 +630,3 @@ def register_combiner(name: str, factory: Callable[[], Combiner]) -> None:
 
 register_combiner("cpu", CpuCombiner)
 
-
-def _register_gpu() -> None:
-    # backends.py maps "gpu" to this module: pull in the GPU combiner where it exists
-    try:
-        import importlib
-
-        importlib.import_module("cep_gpu.kernels.gpu")
-    except ImportError:
-        pass
-
-
-_register_gpu()

@@ -115,7 +115,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .events import EventTable
     from .io import read_table, write_output
     from .output import OutputSchema, assemble
-    from .planner import AutoBackend, backend_for
+    from .planner import backend_for
 
     console = Console(stderr=True)
     rules = _read_rules(args.rules)
@@ -139,7 +139,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         _print_table(out.to_pandas(), args.limit)
         console.print(f"{out.num_rows} composite events from {events.num_rows} events in {elapsed:.2f} s")
-    if isinstance(backend, AutoBackend):
+    if args.backend == "auto":  # the planner's statistics (see AutoBackend.stats)
         st = backend.stats()
         console.print("planner: " + ", ".join(
             f"{st[d]['decisions']} batch(es) of {st[d]['terminators']} terminator(s) on {d} "

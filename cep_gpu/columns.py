@@ -28,7 +28,7 @@ class KeyIndex:
 
     ``uniq``: the sorted distinct values (int64 for int/bool/string codes, float64 for floats);
     entries of ``uniq[g]`` are ``rows[seg[g]:seg[g + 1]]`` (table rows) with timestamps
-    ``ts[seg[g]:seg[g + 1]]``. See :func:`cep_gpu.ranges.keyed_window_ranges`.
+    ``ts[seg[g]:seg[g + 1]]``. See :func:`cep_gpu.ranges.step_keyed_ranges`.
     """
 
     uniq: np.ndarray

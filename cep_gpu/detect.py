@@ -15,8 +15,9 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from .analysis import rule_order
 from .backends import Matches, count_matches
-from .errors import EventError, RuleError
+from .errors import EventError
 from .evaluate import Values, evaluate
 from .events import AttributeColumn, EventTable, TimeFormat
 from .jit import cached_njit
@@ -36,8 +37,6 @@ from .model import (
 )
 from .output import OutputSchema, assemble
 
-RulesLike = "Rule | Sequence[Rule] | str"
-
 
 def _no_limit():
     import contextlib
@@ -50,7 +49,7 @@ def as_rules(rules) -> list[Rule]:
     if isinstance(rules, Rule):
         return [rules]
     if isinstance(rules, str):
-        from . import parse_rules
+        from .language import parse_rules
 
         return parse_rules(rules)
     out = list(rules)
@@ -58,35 +57,6 @@ def as_rules(rules) -> list[Rule]:
         if not isinstance(r, Rule):
             raise TypeError(f"rules must be Rule objects or rule text, got {type(r).__name__}")
     return out
-
-
-def rule_order(rules: Sequence[Rule]) -> list[int]:
-    """Indices of ``rules`` in dependency order (producers before consumers); stable otherwise.
-
-    Raises :class:`RuleError` on a cycle in the composite-event hierarchy.
-    """
-    producers: dict[str, list[int]] = {}
-    for i, r in enumerate(rules):
-        producers.setdefault(r.name, []).append(i)
-    deps = {i: sorted({p for t in r.input_types for p in producers.get(t, [])}) for i, r in enumerate(rules)}
-    order: list[int] = []
-    state: dict[int, int] = {}
-
-    def visit(i: int, path: list[int]) -> None:
-        if state.get(i) == 2:
-            return
-        if state.get(i) == 1:
-            cycle = " -> ".join(rules[j].name for j in path[path.index(i):] + [i])
-            raise RuleError(f"cycle in composite-event hierarchy: {cycle}")
-        state[i] = 1
-        for d in deps[i]:
-            visit(d, path + [i])
-        state[i] = 2
-        order.append(i)
-
-    for i in range(len(rules)):
-        visit(i, [])
-    return order
 
 
 def check_schema(rules: Sequence[Rule], table: EventTable) -> None:
@@ -333,11 +303,11 @@ def append_composites(table: EventTable, results: Iterable[RuleResult]) -> Event
     for res in results:
         if len(res.ts):
             ids = composite_ids(res.rule.name, res.ids, res.lengths)
-            table = table.concat(_table_of(res, ids, table))
+            table = table.concat(composite_table(res, ids, table))
     return table
 
 
-def _table_of(res: RuleResult, ids: np.ndarray, like: EventTable) -> EventTable:
+def composite_table(res: RuleResult, ids: np.ndarray, like: EventTable) -> EventTable:
     n = len(res.ts)
     return EventTable(
         ts=res.ts.copy(),

@@ -30,50 +30,26 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from .analysis import producers, rule_order, unbounded_window
 from .backends import Matches
 from .detect import (
-    _table_of,
     as_rules,
     composite_events,
     composite_ids,
+    composite_table,
     in_time_units,
-    rule_order,
 )
 from .errors import ArgumentError, EngineClosedError, EventError, LateEventError
-from .events import _UNIT_NS, AttributeColumn, EventTable, StringDictionary, TimeFormat
+from .events import UNIT_NS, AttributeColumn, EventTable, StringDictionary, TimeFormat
 from .model import (
-    SELF,
-    AggValue,
-    Arith,
-    Attr,
-    BoolOp,
-    Compare,
-    Const,
-    Expr,
-    Neg,
-    Not,
     Rule,
-    Span,
-    Timestamp,
-    static_conditions,
 )
-from .output import OutputSchema, _value_kind, assemble
+from .output import OutputSchema, assemble, value_kind
+from .rule_text import duration, rule_lines
 from .stream_buffer import AppendBuffer, parse_record, table_from_columns, table_from_record
 from .stream_match import FAST_PATH_MAX_ROWS, AutoChoice, StreamMatcher, unsupported
 
 log = logging.getLogger("cep_gpu.engine")
-
-#: Callables ``hook(engine, rule) -> str | list[str] | None`` whose lines :meth:`Engine.explain`
-#: appends under each rule (the planner adds its decisions this way).
-ExplainHook = Callable[["Engine", Rule], "str | list[str] | None"]
-_EXPLAIN_HOOKS: list[ExplainHook] = []
-
-
-def register_explain_hook(hook: ExplainHook) -> None:
-    """Add ``hook`` to what :meth:`Engine.explain` reports for every rule (idempotent)."""
-    if hook not in _EXPLAIN_HOOKS:
-        _EXPLAIN_HOOKS.append(hook)
-
 
 @dataclass
 class _RuleState:
@@ -87,7 +63,7 @@ class _RuleState:
 
 
 class Engine:
-    """Streaming complex event detection (DESIGN.md section 4).
+    """Streaming complex event detection (docs/api.md).
 
     Parameters
     ----------
@@ -135,8 +111,8 @@ class Engine:
     ) -> None:
         from .planner import backend_for, check_max_batch_latency
 
-        if not isinstance(time_unit, str) or time_unit not in _UNIT_NS:
-            raise ArgumentError(f"time_unit: unknown unit {time_unit!r}; use one of {sorted(_UNIT_NS)}")
+        if not isinstance(time_unit, str) or time_unit not in UNIT_NS:
+            raise ArgumentError(f"time_unit: unknown unit {time_unit!r}; use one of {sorted(UNIT_NS)}")
         if not isinstance(backend, str):
             raise ArgumentError(f"backend must be a backend name (a str), got {backend!r}")
         if on_late is not None and not callable(on_late):
@@ -192,13 +168,11 @@ class Engine:
 
     def _init_states(self) -> dict[int, _RuleState]:
         states: dict[int, _RuleState] = {}
-        producers: dict[str, list[int]] = {}
-        for i, r in enumerate(self.rules):
-            producers.setdefault(r.name, []).append(i)
+        made_by = producers(self.rules)
         for i in self._order:
             rule = self.rules[i]
             # a terminator may only be matched once every composite event it can read is known
-            upstream = [states[p].delay for t in rule.input_types for p in producers.get(t, [])]
+            upstream = [states[p].delay for t in rule.input_types for p in made_by.get(t, [])]
             states[i] = _RuleState(
                 term_types=frozenset(p.predicates[p.terminator].event_type for p in rule.plans),
                 delay=rule.trailing_horizon() + max(upstream, default=0),
@@ -376,8 +350,8 @@ class Engine:
 
     def explain(self, events=None) -> str:
         """Per rule: its plans (columns with their filters, windows, binding order), negations,
-        aggregates, lookback and delay; what the backend says about it (``auto``: the planner's
-        profile and its last decisions); plus whatever registered explain hooks add.
+        aggregates, lookback and delay; what the backend says about it (its ``explain``; ``auto``:
+        the planner's profile and its last decisions).
 
         ``events`` (optional): a DataFrame or Arrow table of sample events (in ``time_unit``), or
         a mapping event type -> events per second of event time. Then the planner also reports,
@@ -385,32 +359,28 @@ class Engine:
         estimates behind it (for backends other than ``auto``: what ``auto`` would decide).
         Nothing is published.
         """
-        from .planner import AutoBackend, explain_plan
+        from .planner import explain_plan
 
         sample = self._explain_sample(events)
         lines = [f"Engine: {len(self.rules)} rule(s), backend={self.backend_name!r}, "
-                 f"lookback={_fmt_duration(self._lookback)}"]
+                 f"lookback={duration(self._lookback)}"]
         if self._lateness is not None:
-            lines.append(f"allowed lateness: {_fmt_duration(self._lateness)}")
+            lines.append(f"allowed lateness: {duration(self._lateness)}")
         for i in self._order:
             rule = self.rules[i]
-            lines.extend(_explain_rule(rule, self._states[i]))
-            explain_backend = getattr(self._backend, "explain", None)
+            head, *rest = rule_lines(rule)
+            lines.append(head)
+            if self._states[i].delay:
+                lines.append(f"  matches held back {duration(self._states[i].delay)} (trailing negation)")
+            lines.extend(rest)
             timed = in_time_units(rule, sample.time) if isinstance(sample, EventTable) else rule
-            extra = []
-            if isinstance(self._backend, AutoBackend):
-                extra.append(self._backend.explain(timed, sample))
-            else:
-                if callable(explain_backend):
-                    extra.append(explain_backend(rule))
-                if sample is not None:
-                    extra.append("planner (what backend='auto' would do):")
-                    extra.append(explain_plan(timed, sample))
-            extra += [hook(self, rule) for hook in _EXPLAIN_HOOKS]
+            extra = [self._backend.explain(timed, sample)]
+            if sample is not None and self.backend_name != "auto":
+                extra.append("planner (what backend='auto' would do):")
+                extra.append(explain_plan(timed, sample))
             for part in extra:
                 if part:
-                    parts = [part] if isinstance(part, str) else part
-                    lines.extend("  " + s for p in parts for s in str(p).splitlines())
+                    lines.extend("  " + s for s in str(part).splitlines())
         return "\n".join(lines)
 
     def _explain_sample(self, events):
@@ -580,7 +550,7 @@ class Engine:
                     cids = composite_ids(res.rule.name, res.ids, res.lengths)
                     new_ids = np.concatenate([new_ids, cids])
                     new_types = new_types | {res.rule.name}
-                    self._buf.append(_table_of(res, cids, self._buf.table()))
+                    self._buf.append(composite_table(res, cids, self._buf.table()))
             self._expire()
         if not results:
             return [] if output == "records" else self._empty_output()
@@ -726,7 +696,7 @@ class Engine:
     def _records(self, results) -> list[dict]:
         """Composite events as dicts, without pandas: what :func:`composite_records` makes of
         the output frame (same order, keys, values and nulls), built straight from the results."""
-        attrs = [(n, _value_kind(results, n, k) if n in self._schema.inferred else k)
+        attrs = [(n, value_kind(results, n, k) if n in self._schema.inferred else k)
                  for n, k in self._schema.attributes]
         keys = ("rule", "ts", "ids", *(("id_counts",) if self._schema.kleene else ()), *(a for a, _ in attrs))
         rows: list = []
@@ -890,7 +860,7 @@ def _duration_ns(value, time_unit: str) -> int | None:
         ns = int(pd.Timedelta(value).value)
     elif (isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
           and math.isfinite(value)):
-        ns = int(round(float(value) * _UNIT_NS[time_unit]))
+        ns = int(round(float(value) * UNIT_NS[time_unit]))
     else:
         raise ArgumentError(
             f"allowed_lateness must be a number (in time_unit) or a pandas Timedelta, got {value!r}"
@@ -902,10 +872,8 @@ def _duration_ns(value, time_unit: str) -> int | None:
 
 def _max_lookback(rules: Sequence[Rule]) -> int | None:
     """The longest lookback of any rule (ns), or None when some window is unbounded."""
-    for r in rules:
-        for plan in r.plans:
-            if any(p.window is None for i, p in enumerate(plan.predicates) if i != plan.terminator):
-                return None
+    if any(unbounded_window(r) for r in rules):
+        return None
     return max((r.lookback() for r in rules), default=0)
 
 
@@ -932,82 +900,4 @@ def _describe(table: EventTable, row: int) -> str:
 # -- explain --------------------------------------------------------------------------------------
 
 
-def _explain_rule(rule: Rule, st: _RuleState) -> list[str]:
-    names = [p.alias or p.event_type for p in rule.predicates]
-    lines = [f"rule {rule.name} ({rule.syntax}): {len(rule.plans)} plan(s), "
-             f"lookback {_fmt_duration(rule.lookback())}"]
-    if st.delay:
-        lines.append(f"  matches held back {_fmt_duration(st.delay)} (trailing negation)")
-    for k, plan in enumerate(rule.plans):
-        if len(rule.plans) > 1:
-            lines.append(f"  plan {k}: binding order {' -> '.join(names[i] for i in plan.order)}")
-        for i in plan.order:
-            p = plan.predicates[i]
-            filters = [_fmt_expr(rule.conditions[c], names) for c in static_conditions(rule, i)]
-            where = f" [{' and '.join(filters)}]" if filters else ""
-            if i == plan.terminator:
-                lines.append(f"    column {names[i]}: {p.event_type}{where} (terminator)")
-            else:
-                before = "" if p.before == p.anchor else f", before {names[p.before]}"
-                lines.append(
-                    f"    column {names[i]}: {p.policy} {p.event_type}{where} within "
-                    f"{_fmt_duration(p.window)} from {names[p.anchor]}{before}"
-                )
-    cross = [c for c in range(len(rule.conditions))
-             if not any(c in static_conditions(rule, i) for i in range(rule.n_predicates))]
-    for c in cross:
-        lines.append(f"  condition: {_fmt_expr(rule.conditions[c], names)}")
-    for n in rule.negations:
-        conds = " and ".join(_fmt_expr(c, names) for c in n.conditions)
-        lines.append(f"  not {n.event_type}({conds}) in {_fmt_span(n.span, names)}")
-    for a in rule.aggregates:
-        conds = " and ".join(_fmt_expr(c, names) for c in a.conditions)
-        attr = f".{a.attribute}" if a.attribute else ""
-        lines.append(f"  {a.name or 'aggregate'} = {a.function}({a.event_type}({conds}) "
-                     f"in {_fmt_span(a.span, names)}){attr}")
-    if rule.consuming:
-        lines.append(f"  consuming {', '.join(names[i] for i in rule.consuming)}")
-    for a in rule.attributes:
-        lines.append(f"  attribute {a.name}: {a.type or '?'} := {_fmt_expr(a.expr, names)}")
-    return lines
-
-
-def _fmt_duration(ns: int | None) -> str:
-    if ns is None:
-        return "unbounded"
-    for unit, scale in (("h", 3_600_000_000_000), ("min", 60_000_000_000), ("s", 1_000_000_000),
-                        ("ms", 1_000_000)):
-        if ns and ns % scale == 0:
-            return f"{ns // scale} {unit}"
-    return f"{ns} ns"
-
-
-def _fmt_span(span: Span, names: list[str]) -> str:
-    def end(ref: int, off: int) -> str:
-        return names[ref] + (f" {'+' if off > 0 else '-'} {_fmt_duration(abs(off))}" if off else "")
-
-    lo = ("[" if span.lo_inclusive else "(") + end(span.lo_ref, span.lo_offset)
-    return f"{lo}, {end(span.hi_ref, span.hi_offset)}" + ("]" if span.hi_inclusive else ")")
-
-
-def _fmt_expr(e: Expr, names: list[str]) -> str:
-    if isinstance(e, Const):
-        return repr(e.value) if isinstance(e.value, str) else str(e.value)
-    if isinstance(e, Attr):
-        return e.name if e.pred == SELF else f"{names[e.pred]}.{e.name}"
-    if isinstance(e, Timestamp):
-        return "ts" if e.pred == SELF else f"{names[e.pred]}.ts"
-    if isinstance(e, AggValue):
-        return f"agg{e.index}"
-    if isinstance(e, (Arith, Compare)):
-        return f"({_fmt_expr(e.left, names)} {e.op} {_fmt_expr(e.right, names)})"
-    if isinstance(e, Neg):
-        return f"-{_fmt_expr(e.arg, names)}"
-    if isinstance(e, BoolOp):
-        return "(" + f" {e.op} ".join(_fmt_expr(a, names) for a in e.args) + ")"
-    if isinstance(e, Not):
-        return f"not {_fmt_expr(e.arg, names)}"
-    return repr(e)
-
-
-__all__ = ["Engine", "composite_records", "register_explain_hook"]
+__all__ = ["Engine", "composite_records"]

@@ -22,7 +22,7 @@ on the device with a single ``cudf.DataFrame.from_arrow``:
 
 Columns of other types (the few that pandas decides, see ``EventTable.from_arrow``) are uploaded
 by the backend as before. The table's arrays get a row lineage of their own
-(:func:`cep_gpu.events.start_lineage`), so rules reading composite events, which extend the table,
+(:func:`cep_gpu.events.lineage.start_lineage`), so rules reading composite events, which extend the table,
 append only the composite rows to the adopted columns.
 """
 
@@ -34,7 +34,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .events import EventTable, array_role, start_lineage, tagged_arrays
+from .events import EventTable
+from .events.lineage import array_role, start_lineage, tagged_arrays
 
 
 def cudf_module() -> Any | None:
@@ -51,10 +52,9 @@ def wanted(backend: str, task_gpu: int | None) -> bool:
     kernels (``"gpu"``, or another backend over the GPU combiner), or is ``"auto"`` in a task
     that was given a GPU (``task_gpu``, see ``spark_udfs.rapids.use_task_gpu``) where the GPU
     backend can run."""
-    from .backends import get_backend
+    from .backends import get_backend, gpu_usable
     from .errors import CepError
     from .kernels.gpu import GpuBackend
-    from .planner import gpu_usable
 
     if backend == "auto":
         return task_gpu is not None and gpu_usable()

@@ -1,4 +1,4 @@
-"""The museum example: the rules of DESIGN.md section 3.1 and a seeded generator of museum events.
+"""The museum example: the rules of examples/museum.tesla and a seeded generator of museum events.
 
 Rooms hold paintings; vibration sensors on the paintings report ``Vibration(room, painting, value)``,
 presence sensors report ``PeopleNear(room, painting)`` and badge readers ``StaffAt(room)``. The

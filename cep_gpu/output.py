@@ -1,4 +1,4 @@
-"""Composite events -> Arrow / pandas, in the one output layout of DESIGN.md section 4."""
+"""Composite events -> Arrow / pandas, in the one output layout of docs/api.md."""
 
 from __future__ import annotations
 
@@ -110,7 +110,7 @@ def assemble(results, schema: OutputSchema, table: EventTable, arrow: bool = Fal
         columns[ID_COUNTS] = _id_counts(results, order)
     for name, kind in schema.attributes:
         if name in schema.inferred:
-            kind = _value_kind(results, name, kind)
+            kind = value_kind(results, name, kind)
         columns[name] = _attribute_array(results, name, kind, order, table, n_total)
     out = pa.table(columns)
     if arrow:
@@ -145,7 +145,7 @@ def _id_counts(results, order: np.ndarray) -> pa.Array:
     return pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat.astype(np.int32), type=pa.int32()))
 
 
-def _value_kind(results, name: str, default: str) -> str:
+def value_kind(results, name: str, default: str) -> str:
     """The kind of an undeclared attribute from its computed values (int + float -> float)."""
     kinds = {r.attributes[name].kind for r in results if name in r.attributes and len(r.ts)}
     if len(kinds) == 1:

@@ -87,7 +87,7 @@ def keyed_ranges_numpy(
     """Ranges ``[lo_i, hi_i)`` in a parameter index (entries grouped by key, time-sorted inside a
     group) of the entries with key ``keys[i]`` and ``lo_ts[i] <= ts < hi_ts[i]``.
 
-    The plain NumPy definition; :func:`keyed_window_ranges` is the fast path used by the engine.
+    The plain NumPy definition; :func:`step_keyed_ranges` is the fast path used by the engine.
     """
     n = len(keys)
     lo = np.zeros(n, np.int64)

@@ -56,6 +56,11 @@ class ReferenceBackend:
 
     name = "reference"
 
+    def explain(self, rule: Rule, sample=None) -> str:
+        """What the reference does for ``rule`` (the same for every input)."""
+        return ("reference: for each terminator and plan, every candidate of every window, one "
+                "binding at a time (the definition of the semantics; not fast)")
+
     def match(
         self,
         rule: Rule,

@@ -23,21 +23,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from .events import (
-    _UNIT_NS,
     RESERVED,
+    UNIT_NS,
     AttributeColumn,
     EventTable,
     RowTag,
     StringDictionary,
     TimeFormat,
-    _set_tag,
-    _tag_concat,
-    _tag_slice,
-    _values_as,
-    array_role,
-    row_tag,
-    start_lineage,
+    values_as,
 )
+from .events.lineage import array_role, concat_lineage, row_tag, slice_lineage, start_lineage
 
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 _DTYPES = {"int": np.int64, "float": np.float64, "string": np.int32, "bool": np.bool_}
@@ -66,14 +61,14 @@ def parse_record(rec: dict, next_id: int, time_unit: str, strings: StringDiction
         if not _INT64_MIN <= ts <= _INT64_MAX:
             return None
         dtype = "int64"
-        ns = int(ts) * _UNIT_NS[time_unit]
+        ns = int(ts) * UNIT_NS[time_unit]
         if not _INT64_MIN <= ns <= _INT64_MAX:
             return None  # let the general path report it
     elif tts is float or tts is np.float64:
         if not math.isfinite(ts):
             return None
         dtype = "float64"
-        f = np.round(np.float64(ts) * _UNIT_NS[time_unit])
+        f = np.round(np.float64(ts) * UNIT_NS[time_unit])
         if not -9.2e18 < f < 9.2e18:
             return None
         ns = int(f)
@@ -143,15 +138,15 @@ def table_from_columns(
     if n == 0 or typ.dtype.kind not in "OU" or ts.shape != (n,):
         return None
     if ts.dtype == np.int64:
-        lim = _INT64_MAX // _UNIT_NS[time_unit]
+        lim = _INT64_MAX // UNIT_NS[time_unit]
         if n and (int(ts.min()) < -lim or int(ts.max()) > lim):
             return None
-        ns = ts * _UNIT_NS[time_unit]
+        ns = ts * UNIT_NS[time_unit]
         dtype = "int64"
     elif ts.dtype == np.float64:
         if not np.isfinite(ts).all():
             return None
-        f = np.round(ts * _UNIT_NS[time_unit])
+        f = np.round(ts * UNIT_NS[time_unit])
         if not ((f > -9.2e18) & (f < 9.2e18)).all():
             return None
         ns = f.astype(np.int64)
@@ -261,8 +256,8 @@ class AppendBuffer:
                 st.strings, st.time, {t: set(v) for t, v in st.schema.items()},
             )
             # the views continue the store's row lineage, so that a device backend keeps the
-            # rows it already holds and uploads only the new ones (see events.RowTag)
-            _tag_slice(st, self._view, s)
+            # rows it already holds and uploads only the new ones (see cep_gpu.events.lineage)
+            self._view.lineage = slice_lineage(st, self._view, s)
         return self._view
 
     def set(self, table: EventTable, cap: int | None = None) -> None:
@@ -278,8 +273,8 @@ class AppendBuffer:
         # stored rows are written once and never change: the store is one lineage, which
         # continues the rows of ``table`` (a view of the old store when compacting), so that a
         # device backend keeps what it holds across compactions
-        if n and row_tag(table.ts) is not None:
-            _tag_concat(table, self._store, n)
+        if n and row_tag(table) is not None:
+            self._store.lineage = concat_lineage(table, self._store, n)
         else:
             start_lineage(self._store)
 
@@ -313,18 +308,19 @@ class AppendBuffer:
         cap = len(st.ts)
         for name, c in st.columns.items():
             b = new.columns.get(name)
-            c.values[s:e] = _values_as(b, c.kind, n)
+            c.values[s:e] = values_as(b, c.kind, n)
             c.valid[s:e] = b.valid if b is not None else False
         for name, b in new.columns.items():
             if name not in st.columns:
                 values = np.full(cap, -1 if b.kind == "string" else 0, _DTYPES[b.kind])
                 valid = np.zeros(cap, np.bool_)
-                values[s:e] = _values_as(b, b.kind, n)
+                values[s:e] = values_as(b, b.kind, n)
                 valid[s:e] = b.valid
                 st.columns[name] = AttributeColumn(b.kind, values, valid)
-                ts_tag = row_tag(st.ts)  # a new column: same lineage and row numbering as ts
-                _set_tag(values, RowTag(ts_tag.lineage, ts_tag.base, array_role("values", name)))
-                _set_tag(valid, RowTag(ts_tag.lineage, ts_tag.base, array_role("valid", name)))
+                ts_tag = row_tag(st)  # a new column: same lineage and row numbering as ts
+                for part, arr in (("values", values), ("valid", valid)):
+                    role = array_role(part, name)
+                    st.lineage.set(role, arr, RowTag(ts_tag.lineage, ts_tag.base, role))
         for t, names in new.schema.items():
             st.schema.setdefault(t, set()).update(names)
         self._end = e

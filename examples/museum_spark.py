@@ -4,7 +4,7 @@
                                     [--backend auto] [--out out/museum_spark]
 
 1. generates the museum events (rooms, paintings, visitors, staff) and writes them as Parquet;
-2. reads them with Spark and detects Touch, Theft and Alarm (DESIGN.md section 3.1) with
+2. reads them with Spark and detects Touch, Theft and Alarm (examples/museum.tesla) with
    ``detect_spark``: the rules are not all tied to one attribute (Theft's StaffAt negation is tied
    to the room, its PeopleNear to the painting), so the run is time-sliced, with each slice reading
    the 5 minutes before it as context;

@@ -1,6 +1,6 @@
 """The host build of ``cuda/``: the GPU kernels compiled as plain C++ and run on the CPU (tests).
 
-DESIGN.md section 5: the kernel sources also build for the host (``cuda/portable.cuh`` supplies
+docs/gpu.md: the kernel sources also build for the host (``cuda/portable.cuh`` supplies
 thread indices and atomics), and a host build runs every kernel over its whole grid.
 :class:`HostRuntime` implements the runtime interface of :mod:`cep_gpu.kernels.gpu` with NumPy
 arrays as "device" buffers and a g++-built shared library loaded through ``ctypes`` as the
@@ -47,6 +47,7 @@ from .gpu import (
     cuda_dir,
     nvrtc_source,
     register_gpu_backend,
+    sources_digest,
 )
 
 #: Compiler command (the source file and output are appended). -fno-strict-aliasing: the kernels
@@ -96,10 +97,7 @@ def build(source: str, flags: tuple[str, ...] = (), include: Path | None = None)
     h = hashlib.sha256()
     h.update(source.encode())
     h.update(" ".join((cxx, *CXXFLAGS, *flags)).encode())
-    for p in sorted(inc.iterdir()):
-        if p.suffix in (".cu", ".cuh", ".h"):
-            h.update(p.name.encode())
-            h.update(p.read_bytes())
+    h.update(sources_digest(inc).encode())
     out = cache_dir() / f"cdp-host-{h.hexdigest()[:32]}.so"
     if out.exists():
         return out

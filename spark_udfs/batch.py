@@ -28,7 +28,8 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from cep_gpu.detect import as_rules, rule_order
+from cep_gpu.analysis import rule_order
+from cep_gpu.detect import as_rules
 from cep_gpu.errors import EventError
 
 from .parquet_scan import parquet_layout, run_parquet

@@ -28,7 +28,7 @@ from pyspark.sql import types as T
 from cep_gpu.decopa.errors import DecompositionError
 from cep_gpu.decopa.execute import PlanRules
 from cep_gpu.decopa.optimize import Plan
-from cep_gpu.events import _UNIT_NS
+from cep_gpu.events import UNIT_NS
 
 from .batch import slice_bounds, slice_of, with_row_ids
 from .schema import T_NS, engine_columns, output_struct, time_spec
@@ -57,8 +57,8 @@ def execute_plan_spark(df: DataFrame, plan: Plan, time_unit: str = "s", backend:
     pattern.require_executable()
     spec = time_spec(df.schema, time_unit)
     attrs_in = engine_columns(df, [plan.rule])  # unknown attributes fail here, as in detect_spark
-    scale = _UNIT_NS[spec.engine_unit]
-    ts_scale = None if spec.kind == "timestamp" or scale == 1 else float(_UNIT_NS[time_unit])
+    scale = UNIT_NS[spec.engine_unit]
+    ts_scale = None if spec.kind == "timestamp" or scale == 1 else float(UNIT_NS[time_unit])
     rules = PlanRules(plan, ts_scale)
     if "id" not in df.columns:
         df = with_row_ids(df)
@@ -190,7 +190,7 @@ def _final_task(batches, *, rule, k, name, kind, unit, backend, out_struct):
     from .task import conform
 
     schema = to_arrow_schema(out_struct)
-    scale = _UNIT_NS[unit]
+    scale = UNIT_NS[unit]
     for batch in batches:
         table = pa.Table.from_batches([batch])
         n = table.num_rows

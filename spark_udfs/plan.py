@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from cep_gpu.analysis import unbounded_window
 from cep_gpu.errors import RuleError
 from cep_gpu.model import SELF, Attr, BoolOp, Compare, Expr, Rule
 
@@ -154,12 +155,6 @@ def _chain(rules: Sequence[Rule], own) -> int:
         return memo[id(r)]
 
     return max((total(r) for r in rules), default=0)
-
-
-def unbounded_window(rule: Rule) -> bool:
-    """Whether a predicate of ``rule`` has no window (``Rule`` objects built by hand may have one;
-    the parser never makes one): it can then bind events arbitrarily far back."""
-    return any(p.window is None and p.policy is not None for pl in rule.plans for p in pl.predicates)
 
 
 def rule_lookback(rule: Rule) -> int:

@@ -13,9 +13,9 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from cep_gpu.detect import rule_order
+from cep_gpu.analysis import rule_order
 from cep_gpu.errors import EventError, RuleError
-from cep_gpu.events import _UNIT_NS, TS_MAX_NS, _ts_range_text
+from cep_gpu.events import TS_MAX_NS, UNIT_NS, ts_range_text
 from cep_gpu.model import AggValue, Arith, Attr, Const, Expr, Neg, Rule, Timestamp, walk
 from cep_gpu.output import OutputSchema
 
@@ -54,7 +54,7 @@ class TimeSpec:
 
     def to_engine(self, col: Column) -> Column:
         """``ts`` as the engine reads it in the UDFs; a row whose nanoseconds overflow int64 fails
-        the job with the message of :func:`cep_gpu.events._check_ts_range` (Spark cannot name a row
+        the job with the message of :func:`cep_gpu.events.check_ts_range` (Spark cannot name a row
         position, so the message names the value)."""
         if self.kind == "timestamp":
             if isinstance(self.spark_type, T.TimestampNTZType):
@@ -67,7 +67,7 @@ class TimeSpec:
 
     def _in_range(self, engine: Column, original: Column) -> Column:
         """``engine`` where its nanoseconds fit in an int64, else a ``raise_error`` naming the value."""
-        scale = _UNIT_NS[self.engine_unit]
+        scale = UNIT_NS[self.engine_unit]
         if self.kind == "fractional":
             ns = engine * F.lit(float(scale))
             # NaN passes: the task names the row of a non-finite ts
@@ -77,7 +77,7 @@ class TimeSpec:
         unit = None if self.kind == "timestamp" else self.unit
         message = F.concat(
             F.lit("column 'ts' holds "), original.cast("string"),
-            F.lit(f", outside the representable range: {_ts_range_text(unit)}"),
+            F.lit(f", outside the representable range: {ts_range_text(unit)}"),
         )
         return F.when(ok | engine.isNull(), engine).otherwise(F.raise_error(message).cast(engine_type_name(self)))
 
@@ -92,7 +92,7 @@ class TimeSpec:
 
     def nanos(self, engine_ts: Column) -> Column:
         """Engine ``ts`` as int64 ns, the same arithmetic as :meth:`cep_gpu.events.TimeFormat.to_ns`."""
-        scale = _UNIT_NS[self.engine_unit]
+        scale = UNIT_NS[self.engine_unit]
         if self.kind == "fractional":
             return F.round(engine_ts * F.lit(float(scale))).cast("long")
         return engine_ts.cast("long") * F.lit(scale)
@@ -109,8 +109,8 @@ def time_spec(schema: T.StructType, time_unit: str) -> TimeSpec:
     for col in ("type", "ts"):
         if col not in names:
             raise EventError(f"events have no {col!r} column (columns: {names})")
-    if time_unit not in _UNIT_NS:
-        raise EventError(f"unknown time_unit {time_unit!r}; use one of {sorted(_UNIT_NS)}")
+    if time_unit not in UNIT_NS:
+        raise EventError(f"unknown time_unit {time_unit!r}; use one of {sorted(UNIT_NS)}")
     ttype = schema["type"].dataType
     if not isinstance(ttype, T.StringType):
         raise EventError(f"column 'type' must be a string column, got {ttype.simpleString()}")

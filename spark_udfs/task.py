@@ -125,11 +125,11 @@ def engine_nanos(
     """Engine ``ts`` values as int64 ns: the arithmetic of :meth:`TimeSpec.nanos` in NumPy.
 
     Values whose ns overflow int64 are an ``EventError`` naming the row (or ``where``)."""
-    from cep_gpu.events import _UNIT_NS, _check_ts_range
+    from cep_gpu.events import UNIT_NS, check_ts_range
 
     values = np.asarray(ts)
-    scale = _UNIT_NS[unit]
-    _check_ts_range(values, unit, where)  # the ns must fit in an int64 (files read by the tasks themselves)
+    scale = UNIT_NS[unit]
+    check_ts_range(values, unit, where)  # the ns must fit in an int64 (files read by the tasks themselves)
     if kind == "fractional":
         return np.round(values.astype(np.float64) * scale).astype(np.int64)
     return values.astype(np.int64) * scale

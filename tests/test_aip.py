@@ -4,8 +4,6 @@ CPU backend when it exists) on random rules and streams."""
 
 from __future__ import annotations
 
-import importlib.util
-
 import numpy as np
 import pandas as pd
 import pytest
@@ -15,8 +13,8 @@ from strategies import event_streams, rules_and_streams, seq_rules, tesla_rules
 
 import cep_gpu
 from cep_gpu import aip
+from cep_gpu.analysis import rule_order
 from cep_gpu.backends import get_backend
-from cep_gpu.detect import rule_order
 from cep_gpu.errors import CepError
 from cep_gpu.events import EventTable
 
@@ -177,8 +175,8 @@ def test_trailing_not_waits_for_later_events():
 
 
 def test_supersede_deletes_older_last_candidates(monkeypatch):
-    monkeypatch.setattr(aip._Run, "SUPERSEDE_GROWTH", 0)
-    monkeypatch.setattr(aip._Run, "SUPERSEDE_SLACK", 0)
+    monkeypatch.setattr(aip.AipRun, "SUPERSEDE_GROWTH", 0)
+    monkeypatch.setattr(aip.AipRun, "SUPERSEDE_SLACK", 0)
     rule = cep_gpu.parse_rule("define R from B(x=$k) and last A(x=$k) within 10 s from B")
     auto = aip.compile_automaton(rule)
     assert [m.supersede for m in auto.models] == [True]
@@ -274,8 +272,6 @@ def test_aip_with_early_deletion_equals_reference(text, events):
 
 # -- differential tests ----------------------------------------------------------------------------
 
-_HAS_CPU = importlib.util.find_spec("cep_gpu.cdp") is not None
-
 
 def _rows(df: pd.DataFrame) -> list:
     """Output rows as comparable tuples (NaN-safe)."""
@@ -300,29 +296,18 @@ def _same_as_others(text: str, events: pd.DataFrame, others: tuple[str, ...] = (
         assert _rows(got) == _rows(cep_gpu.detect(events, text, backend=other)), (other, text)
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck))
-@given(rules_and_streams())
-def test_aip_equals_reference(case):
-    _same_as_others(*case)
-
-
-@pytest.mark.skipif(not _HAS_CPU, reason="the cpu backend (cep_gpu.cdp) is not in this checkout")
-@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
-@given(rules_and_streams())
-def test_aip_equals_reference_and_cpu(case):
-    # fewer examples: the cpu backend compiles a kernel per rule
-    _same_as_others(*case, others=("cpu",))
+# (the plain differential against the reference and the other backends: tests/test_differential.py)
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.one_of(tesla_rules(), seq_rules()), event_streams(max_events=60, max_ts=25))
 def test_aip_equals_reference_longer_streams_with_eager_supersede(text, events):
-    old = aip._Run.SUPERSEDE_GROWTH, aip._Run.SUPERSEDE_SLACK
-    aip._Run.SUPERSEDE_GROWTH, aip._Run.SUPERSEDE_SLACK = 0, 0
+    old = aip.AipRun.SUPERSEDE_GROWTH, aip.AipRun.SUPERSEDE_SLACK
+    aip.AipRun.SUPERSEDE_GROWTH, aip.AipRun.SUPERSEDE_SLACK = 0, 0
     try:
         _same_as_others(text, events)
     finally:
-        aip._Run.SUPERSEDE_GROWTH, aip._Run.SUPERSEDE_SLACK = old
+        aip.AipRun.SUPERSEDE_GROWTH, aip.AipRun.SUPERSEDE_SLACK = old
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck))

@@ -198,7 +198,7 @@ def test_empty_tables():
 
 
 def test_no_pandas_frame_is_built(monkeypatch):
-    import cep_gpu.events as events
+    from cep_gpu.events import from_arrow as arrow_in
 
     def boom(*args, **kwargs):
         raise AssertionError("a pandas conversion ran")
@@ -209,8 +209,8 @@ def test_no_pandas_frame_is_built(monkeypatch):
         "f": [1.0, None, float("nan")], "b": [True, None, False], "z": pa.nulls(3),
     })
     want = pandas_path(table)
-    monkeypatch.setattr(events, "_pandas_column", boom)
-    monkeypatch.setattr(events, "frame_from_arrow", boom)
+    monkeypatch.setattr(arrow_in, "_pandas_column", boom)
+    monkeypatch.setattr(arrow_in, "frame_from_arrow", boom)
     monkeypatch.setattr(pd, "DataFrame", boom)
     assert_same_table(EventTable.from_arrow(table), want)
 

@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 
 from cep_gpu import EventError
-from cep_gpu.events import EventTable, StringDictionary, from_arrow
+from cep_gpu.events import EventTable, StringDictionary
 
 
 def _frame(**cols) -> pd.DataFrame:
@@ -127,7 +127,7 @@ def test_concat_of_int_and_float_is_float():
 
 
 def test_from_arrow():
-    t = from_arrow(pa.table({"type": ["A", "B"], "ts": [2.0, 1.0]}))
+    t = EventTable.from_arrow(pa.table({"type": ["A", "B"], "ts": [2.0, 1.0]}))
     assert t.ids.tolist() == [1, 0]
 
 

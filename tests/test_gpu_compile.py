@@ -1,6 +1,6 @@
 """nvcc compiles every cuda/ source, and the generated rule kernels, for sm_80 and sm_90.
 
-DESIGN.md section 5, point 1. Skipped (with the reason printed) only where nvcc is absent. The same
+docs/gpu.md ("What is proven where"). Skipped (with the reason printed) only where nvcc is absent. The same
 sources also pass g++ with -Wall -Wextra -Werror (the host build of kernels/host.py).
 """
 
@@ -23,7 +23,7 @@ needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc is not installed on t
 ARCHS = ("-gencode", "arch=compute_80,code=sm_80", "-gencode", "arch=compute_90,code=sm_90")
 SOURCES = sorted(p for p in cuda_dir().iterdir() if p.suffix in (".cu", ".cuh"))
 
-# Rules whose generated kernels must compile: the museum rules of DESIGN.md 3.1, and rules that use
+# Rules whose generated kernels must compile: the museum rules (examples/museum.tesla), and rules that use
 # every expression node, both kinds of negation span, every aggregate, strings, bools and floats.
 RULES = {
     "touch": "define Touch(room: string, painting: string) from Vibration(painting=$p and value>3.0) and "

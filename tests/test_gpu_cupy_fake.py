@@ -132,7 +132,7 @@ def test_fake_catches_a_launch_off_the_runtime_stream(cupy, monkeypatch):
         with self._device:  # no `with self._stream`
             self._funcs[name]((gpu_mod.launch_grid(n_threads, self._block, self._max_blocks),), (self._block,), conv)
 
-    monkeypatch.setattr(gpu_mod._CupyModule, "launch", launch)
+    monkeypatch.setattr(gpu_mod.CupyModule, "launch", launch)
     table = EventTable.from_pandas(seq3_events(300, seed=4), time_unit="ms")
     rule = cep_gpu.parse_rule(SEQ3.format(p="each", w=30))
     got = CDPBackend(GpuCombiner(CupyRuntime(0), "gpu"), "gpu").match(rule, table)
@@ -144,7 +144,7 @@ def test_fake_catches_a_launch_on_the_wrong_device(cupy, monkeypatch):
         conv = tuple(np.int64(a) if k == "i" else a for k, a in zip(gpu_mod.KERNELS[name], args))
         self._funcs[name]((1,), (self._block,), conv)  # neither device nor stream entered
 
-    monkeypatch.setattr(gpu_mod._CupyModule, "launch", launch)
+    monkeypatch.setattr(gpu_mod.CupyModule, "launch", launch)
     table = EventTable.from_pandas(seq3_events(200, seed=4), time_unit="ms")
     rule = cep_gpu.parse_rule(SEQ3.format(p="each", w=30))
     backend = CDPBackend(GpuCombiner(CupyRuntime(0), "gpu"), "gpu")

@@ -1,6 +1,6 @@
 """The GPU kernels (cuda/) built for the host and run serially, through the GPU launcher.
 
-DESIGN.md section 5, points 2 and 3: host-built kernels == CPU backend == reference matcher on
+docs/gpu.md ("What is proven where"): host-built kernels == CPU backend == reference matcher on
 random rules and streams, and the launch path (atomic output index, overflow -> exact regrow ->
 relaunch, out-of-memory -> batch split) runs against the host build through the same interface as
 the CuPy launch.
@@ -408,7 +408,7 @@ def test_unrelated_and_sibling_tables_are_uploaded_in_full():
 
 
 def test_expired_prefix_interleaved_rows_and_changed_kinds():
-    from cep_gpu.events import row_tag
+    from cep_gpu.events.lineage import row_tag
 
     rule = cep_gpu.parse_rule(SEQ3.format(p="first", w=30))
     backend = host_backend(check_columns=True)
@@ -417,7 +417,7 @@ def test_expired_prefix_interleaved_rows_and_changed_kinds():
     _match_both(backend, rule, table)
     # the engine's expiry: a contiguous slice keeps the lineage; the device drops the prefix
     table = table.take(np.arange(60, len(table)))
-    assert row_tag(table.ts).base == 60
+    assert row_tag(table).base == 60
     table = table.concat(_part(ev, 250, 320))
     before = backend.stats()
     _match_both(backend, rule, table)
@@ -434,11 +434,11 @@ def test_expired_prefix_interleaved_rows_and_changed_kinds():
     assert after["column_rows_reused"] - before["column_rows_reused"] == 3 * kept
     # a non-contiguous take starts no lineage: copied in full
     holes = table.take(np.flatnonzero(np.arange(len(table)) % 7 != 3))
-    assert row_tag(holes.ts) is None
+    assert row_tag(holes) is None and holes.lineage is None
     _match_both(backend, rule, holes)
     # k becomes a float column (int64 -> float64 on the device): its values are copied in full
     floats = table.concat(_table(ev.iloc[330:400].assign(id=np.arange(330, 400), k=lambda d: d["k"] + 0.0)))
-    assert row_tag(floats.columns["k"].values).ancestors == ()
+    assert row_tag(floats, "values:k").ancestors == ()
     before = backend.stats()
     _match_both(backend, rule, floats)
     after = backend.stats()

@@ -213,9 +213,9 @@ def test_a_cpu_task_does_not_touch_cudf(cudf):
 
 
 def test_auto_with_a_task_gpu_goes_through_cudf_and_copies_only_when_the_gpu_runs(cudf, monkeypatch):
-    import cep_gpu.planner as planner
+    import cep_gpu.backends as backends
 
-    monkeypatch.setattr(planner, "gpu_usable", lambda: True)
+    monkeypatch.setattr(backends, "gpu_usable", lambda: True)
     assert ingest_cudf.wanted("auto", 0) and not ingest_cudf.wanted("auto", None)
     assert ingest_cudf.wanted("gpu-host", None) and not ingest_cudf.wanted("cpu", 0)
     assert not ingest_cudf.wanted("no-such-backend", 0)

@@ -99,7 +99,9 @@ def test_env_profile_is_used_and_checked(tmp_path, monkeypatch):
 def test_malformed_user_profile_falls_back_to_default(tmp_path, monkeypatch):
     monkeypatch.delenv("CEP_GPU_PROFILE", raising=False)
     user = tmp_path / "profile.json"
-    monkeypatch.setattr(pl, "user_profile_path", lambda: user)
+    import cep_gpu.planner.profile as profiles
+
+    monkeypatch.setattr(profiles, "user_profile_path", lambda: user)
     user.write_text(json.dumps(profile({"launches": 3e-6}).to_json()))
     assert pl.load_profile().cpu["launches"] == 3e-6
     user.write_text("{broken")
@@ -134,7 +136,7 @@ def test_window_sweep_flips_once_at_the_crossing():
     for w in (30, 100, 300, 1000, 3000):
         (rule,) = cep_gpu.parse_rules(wl.seq3_rule(w))
         work = pl.estimate_work(rule, table, 2 * w, len(table))
-        f = pl._average_launch(work, True)
+        f = pl.average_launch(work, True)
         dev, c, g, _ = pl.decide(prof, f, True)
         decisions.append(dev)
         assert (dev == "gpu") == (g < c)

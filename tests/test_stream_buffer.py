@@ -116,7 +116,7 @@ def test_capacity_stays_proportional_to_the_live_rows():
 
 
 def test_views_continue_one_row_lineage_until_the_store_is_rebuilt():
-    from cep_gpu.events import row_tag
+    from cep_gpu.events.lineage import row_tag
 
     strings = StringDictionary()
     buf = AppendBuffer()
@@ -125,9 +125,23 @@ def test_views_continue_one_row_lineage_until_the_store_is_rebuilt():
     buf.append(table_from_record({"type": "A", "ts": 1, "x": 2}, 1, "s", strings))
     buf.drop_front(1)
     second = buf.table()
-    a, b = row_tag(first.ts), row_tag(second.ts)
+    a, b = row_tag(first), row_tag(second)
     assert a is not None and b is not None and a.lineage == b.lineage
     assert (a.base, b.base) == (0, 1)  # global row 1 is row 0 of the second view
-    assert row_tag(second.columns["x"].values).base == 1
+    assert row_tag(second, "values:x").base == 1
     buf.set(buf.table())  # compaction: a new lineage
-    assert row_tag(buf.table().ts).lineage != a.lineage
+    assert row_tag(buf.table()).lineage != a.lineage
+
+
+def test_a_pickled_table_keeps_no_lineage():
+    import pickle
+
+    from cep_gpu.events.lineage import row_tag
+
+    strings = StringDictionary()
+    buf = AppendBuffer()
+    buf.append(table_from_record({"type": "A", "ts": 0, "x": 1}, 0, "s", strings))
+    table = buf.table()
+    assert row_tag(table) is not None
+    again = pickle.loads(pickle.dumps(table))
+    assert row_tag(again) is None and again.ts.tolist() == table.ts.tolist()

@@ -1,4 +1,4 @@
-"""Benchmark workloads (DESIGN.md section 6), the sweep runner, plots and calibration.
+"""Benchmark workloads (docs/performance.md), the sweep runner, plots and calibration.
 
 Installed with the package so that ``cep-gpu bench`` and ``cep-gpu calibrate`` work anywhere::
 

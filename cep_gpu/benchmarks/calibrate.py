@@ -107,7 +107,7 @@ def seq3_launch_features(window_ms: int, policy: str, n_events: int = 30_000, se
     table = EventTable.from_pandas(wl.seq3_events(n, seed), time_unit="ms")
     lo = int(np.searchsorted(table.ts, table.ts[0] + 2 * window_ms * 1_000_000))  # full windows only
     work = pl.estimate_work(rule, table, lo, len(table))
-    return pl._average_launch(work, True)
+    return pl.average_launch(work, True)
 
 
 def derive_gpu(cpu: dict[str, float], crossover_ms: int = CROSSOVER_WINDOW_MS) -> tuple[dict, dict]:

@@ -72,7 +72,7 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
     defaults = "; ".join(f"{w}: {','.join(b)}" for w, b in DEFAULT_BACKENDS.items())
     p = subparsers.add_parser(
         "bench", help="run a benchmark workload (seq3, rules1000, museum)",
-        description="Run a benchmark workload of DESIGN.md section 6 (seq3: the chapter's Figure 7;\n"
+        description="Run a benchmark workload of docs/performance.md (seq3: the chapter's Figure 7;\n"
         "rules1000: its Figure 6; museum) on several backends; print a summary table, record\n"
         "min/median/max events/s and us per terminator, and the machine, as JSON.",
         epilog=EPILOG % {"ref": REFERENCE_MAX_EVENTS},

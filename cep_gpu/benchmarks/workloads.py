@@ -1,4 +1,4 @@
-"""The benchmark workloads of DESIGN.md section 6: seq3, rules1000 and museum.
+"""The benchmark workloads of docs/performance.md: seq3, rules1000 and museum.
 
 Each generator is seeded and vectorised, so a sweep regenerates its input in milliseconds and two
 runs with the same seed see the same events.
@@ -10,7 +10,7 @@ runs with the same seed see the same events.
 * **rules1000** (Figure 6): 1000 rules, each a chain of length L with 15 s windows, all ``each`` or
   all ``last``, no parameters; 100 * L event types, each in exactly one state of exactly 10 rules
   (every event is relevant to 1% of the rules); 1000 events/s of event time, type uniform.
-* **museum**: the rules of DESIGN.md section 3.1 over :func:`cep_gpu.museum.generate_museum`.
+* **museum**: the rules of examples/museum.tesla over :func:`cep_gpu.museum.generate_museum`.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Rule model -> specialised kernels: lowering (:mod:`.spec`), Numba source (:mod:`.numba_src`),
 and a cache keyed by a hash of the rule's structure and the kinds of its attribute arrays.
 
-``compile_numba(spec, kinds)`` returns a :class:`NumbaKernels` with the generated njit functions.
+``compile_numba(spec, kinds)`` returns a :class:`NumbaRule` with the generated njit functions.
 The source is checked (:func:`.numba_src.check_source`) and executed in a fresh namespace that
 holds only NumPy, Numba and the two binary-search helpers: no builtins beyond what it needs.
 """
@@ -23,7 +23,7 @@ __all__ = [
     "CodegenError",
     "KeySpec",
     "Layout",
-    "NumbaKernels",
+    "NumbaRule",
     "PlanSpec",
     "RuleSpec",
     "StepSpec",
@@ -34,7 +34,7 @@ __all__ = [
 
 
 @dataclass
-class NumbaKernels:
+class NumbaRule:
     """The generated functions of one rule: ``valid[plan][step]``, ``aggs_all``, and the source."""
 
     valid: list[list]
@@ -55,10 +55,10 @@ def rule_key(spec: RuleSpec, kinds: dict[str, str | None]) -> str:
     return hashlib.blake2b(repr(parts).encode("utf-8"), digest_size=16).hexdigest()
 
 
-_CACHE: dict[str, NumbaKernels] = {}
+_CACHE: dict[str, NumbaRule] = {}
 
 
-def compile_numba(spec: RuleSpec, kinds: dict[str, str | None]) -> NumbaKernels:
+def compile_numba(spec: RuleSpec, kinds: dict[str, str | None]) -> NumbaRule:
     """Generate, check and compile the rule's kernels (cached by :func:`rule_key`)."""
     key = rule_key(spec, kinds)
     hit = _CACHE.get(key)
@@ -89,7 +89,7 @@ def compile_numba(spec: RuleSpec, kinds: dict[str, str | None]) -> NumbaKernels:
         [namespace[f"valid_{p}_{s.step}"] for s in plan.steps] for p, plan in enumerate(spec.plans)
     ]
     kleene = {k: (namespace[f"kel{k}"], namespace[f"kpair{k}"]) for k in spec.rule.kleene_positions}
-    out = NumbaKernels(valid, namespace["aggs_all"], source, kleene)
+    out = NumbaRule(valid, namespace["aggs_all"], source, kleene)
     if len(_CACHE) >= 4096:  # bounded; compiled code of evicted rules is freed with them
         _CACHE.clear()
     _CACHE[key] = out

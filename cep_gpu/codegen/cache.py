@@ -59,8 +59,8 @@ def versions_key() -> str:
     """What every cached kernel depends on besides its own source (see the module docs)."""
     global _VERSIONS
     if _VERSIONS is None:
-        from .. import __version__
         from ..kernels import cpu
+        from ..version import __version__
         from . import numba_src
 
         parts = [__version__, numba.__version__, np.__version__, sys.version, sys.platform]

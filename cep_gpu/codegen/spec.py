@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..analysis import has_aggregate
 from ..model import (
     SELF,
-    AggValue,
     Attr,
     Compare,
     Const,
@@ -133,10 +133,6 @@ class RuleSpec:
     def width(self) -> int:
         """Columns of the CDP partial sequences (the predicates, then the Kleene hidden ones)."""
         return self.rule.n_predicates + 3 * len(self.kleene_cols)
-
-
-def has_aggregate(expr: Expr) -> bool:
-    return any(isinstance(n, AggValue) for n in walk(expr))
 
 
 def _is_filter(rule: Rule, expr: Expr, pred: int) -> bool:

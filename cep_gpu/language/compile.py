@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from lark import Tree
 
+from ..analysis import rule_order
 from ..errors import RuleError
 from ..model import Rule
 from .common import Source
@@ -71,8 +72,6 @@ def _check_unique_names(src: Source, tree: Tree) -> None:
 
 def _check_hierarchy(src: Source, tree: Tree, rules: list[Rule]) -> None:
     """Reject cycles among the rules' composite types, pointing at the first rule of the cycle."""
-    from ..detect import rule_order  # detect imports the language lazily; avoid a cycle at import
-
     try:
         rule_order(rules)
     except RuleError as exc:

@@ -185,12 +185,12 @@ def _bool(src: Source, tree: Tree, res: Resolver) -> Expr:
     return compile_comparison(src, tree, res)
 
 
-def _conjuncts(tree: Tree) -> list[Tree]:
+def conjuncts(tree: Tree) -> list[Tree]:
     """The top-level ``and`` operands of a ``where`` tree (nested ands flattened)."""
     if tree.data in ("or_expr", "and_expr") and len(tree.children) == 1:
-        return _conjuncts(tree.children[0])
+        return conjuncts(tree.children[0])
     if tree.data == "and_expr":
-        return [c for child in tree.children for c in _conjuncts(child)]
+        return [c for child in tree.children for c in conjuncts(child)]
     return [tree]
 
 
@@ -266,7 +266,7 @@ def compile_seq(src: Source, tree: Tree) -> Rule:
     conditions: list[Expr] = []
     neg_conditions: dict[str, list[Expr]] = {i.alias: [] for i in order if i.negated}
     if "where_cond" in clauses:
-        for conj in _conjuncts(clauses["where_cond"].children[0]):
+        for conj in conjuncts(clauses["where_cond"].children[0]):
             res = _SeqResolver(src, items, aggregates)
             expr = _bool(src, conj, res)
             if len(res.negated) > 1:

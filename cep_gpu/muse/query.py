@@ -195,9 +195,9 @@ class Query:
             elif clause.data == "return_clause":
                 raise MuseError(f"query {rule.name}: 'return' is not supported by MuSE planning")
             elif clause.data == "where_cond":
-                from ..language.seq import _conjuncts
+                from ..language.seq import conjuncts
 
-                for conj in _conjuncts(clause.children[0]):
+                for conj in conjuncts(clause.children[0]):
                     ctext = text[conj.meta.start_pos : conj.meta.end_pos]
                     mentioned = {
                         alias_type[str(q.children[0])]

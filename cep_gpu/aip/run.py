@@ -1,407 +1,42 @@
-"""AIP: the automata-based incremental processing of the T-Rex chapter (section 3.1), ``backend="aip"``.
-
-A second, independent implementation of the semantics of docs/language.md, built the way the
-chapter describes T-Rex's automaton engine rather than around columns:
-
-* **Automaton model.** Each rule compiles to an :class:`Automaton` made of linear
-  :class:`SequenceModel` s. A sequence model lists the predicates of a plan in the order their
-  events *arrive* (the binding order reversed); its last, accepting transition is the terminator.
-  A plan whose ``from`` references form a tree (``each B within 5 s from T and each C within 5 s
-  from T``) admits several arrival orders, so it gets one sequence model per order (a linear
-  extension of "X happens before the predicate it is bound relative to"); a match is accepted by
-  exactly one of them (the one that sorts its events by row, ties by declaration index).
-* **Sequence instances.** The initial instance of every model waits in its initial state and never
-  expires. An event that satisfies the type, content (static filters), timing and cross-event
-  constraints of an instance's next transition *clones* the instance into the next state; the
-  original stays. An instance is deleted when the time limit of a transition it still needs has
-  passed (an event bound with ``within D from Y`` whose ``Y`` has not arrived after ``D``).
-  Reaching the accepting state (the terminator) produces a complete instance, which is removed.
-* **Selection.** ``last``/``first`` choose among the candidates that pass every check whose inputs
-  are bound at that binding step (docs/language.md). The candidates of step ``k`` are exactly the
-  complete instances of the *sub-plan* made of binding steps ``0..k``, so a plan gets one extra
-  family of sequence models per ``last``/``first`` step. When the terminator arrives the complete
-  instances are resolved step by step: per prefix (the rows of steps ``0..k-1``) the latest/earliest
-  complete instance of sub-plan ``k`` is chosen, and deeper instances must agree with every choice.
-  Early deletion (the chapter: "other composition operators (e.g., last-within) may enable early
-  deletion of sequences"): in such a model the chosen predicate X arrives first, so when the next
-  event clones several first-state instances whose X events are interchangeable (the same values
-  of every attribute of X that a check reads; nothing reads X's timestamp), only the clone of the
-  latest (``last``) / earliest (``first``) X is made; the others could never be chosen
-  (:meth:`_Run._prune`; in the chapter's Figure 2 with ``last``, V2 makes Seq31 and not Seq21).
-  For ``last``, an older instance in the first state is also deleted once a newer instance with
-  identical relevant attributes supersedes it (see :meth:`_Run._supersede`). ``first`` allows no
-  such deletion in the first state: the older event is preferred, but it leaves the window first.
-* **Negations and aggregates** are checked when the instances are resolved, against a per-rule
-  store of the negated/aggregated events (time-sorted, filtered by their static conditions). A rule
-  whose spans reach past the terminator (a trailing ``SEQ`` ``NOT``) keeps the terminator pending
-  until an event later than the span (or the end of the input) has arrived.
-
-:func:`trace` runs a rule and records the sequence instances alive after each event, named as in
-the chapter's Figure 2 (``Seq``, its clones ``Seq1``, ``Seq2``, their clones ``Seq21``, ...).
-
-Performance: the per-event loop is Python; each transition checks all instances of a state at once
-with NumPy (timing and attribute comparisons against the new event are vectorised before any clone
-is made; other conditions go through :mod:`cep_gpu.evaluate`), so no Python runs per candidate
-comparison, but there is Python per event and per transition (tens of microseconds). Measured with
-``bench/aip_quick.py`` on a 2-core x86_64 box (20,000 events; warm): seq3 ``each`` 58,000 events/s at
-WIN=100, 27,000 at WIN=1000, 8,000 at WIN=4000; seq3 ``last`` 13,000-28,000; the CPU CDP backend is
-10x to 1000x faster on the same inputs, as the chapter's Figure 6 leads one to expect.
-"""
+"""The AIP run loop: sequence instances cloned, expired and resolved event by event."""
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator
-from dataclasses import dataclass, field
 
 import numpy as np
 
-from .backends import Matches, register
-from .evaluate import condition_mask, evaluate
-from .events import EventTable
-from .model import (
+from ..analysis import has_aggregate
+from ..backends import Matches
+from ..evaluate import condition_mask, evaluate
+from ..events import EventTable
+from ..model import (
     SELF,
     Aggregate,
-    AggValue,
     Attr,
-    Compare,
     Expr,
     Negation,
-    Plan,
-    Rule,
     Span,
-    Timestamp,
-    aggregate_inputs,
     inputs,
-    negation_inputs,
-    ready_step,
-    walk,
 )
+from .automaton import Automaton, FastCompare, read_attributes
+from .trace import InstanceView, TraceStep
 
 _NEVER = np.iinfo(np.int64).max  # deadline of instances that cannot expire
+
 
 
 def _deadline(ts: np.ndarray, window: int) -> np.ndarray:
     """``ts + window``, saturated at ``_NEVER`` (no wrap-around for timestamps near the int64 end)."""
     return np.where(ts > _NEVER - np.int64(window), _NEVER, ts + np.int64(window))
+
+
+
 _OPS = {
     "=": np.equal, "!=": np.not_equal, "<": np.less,
     "<=": np.less_equal, ">": np.greater, ">=": np.greater_equal,
 }
 
-# ------------------------------------------------------------------------------------------------
-# The automaton model (compiled once per rule; plain data)
-
-
-@dataclass(frozen=True)
-class Transition:
-    """The transition that binds ``pred`` (declaration index) at ``position`` of a sequence model.
-
-    ``lower``: ``(x, anchor, window)`` checks ``ts(x) >= ts(anchor) - window``; ``upper``:
-    ``(x, before, ties)`` checks ``ts(x) < ts(before)``, or ``row(x) < row(before)`` with ``ties``
-    (:attr:`cep_gpu.model.Predicate.ties`: (ts, id) order); ``conditions``: indices into ``Rule.conditions``
-    whose inputs are all bound once this transition fires (static filters excepted: they are the
-    content test of the event itself). ``expiry``: ``(x, window)`` of the bound predicates whose
-    anchor is still to come after this transition; the instance expires once
-    ``min(ts(x) + window)`` has passed. ``same_row``: the event that fired the previous transition
-    may fire this one too (two predicates may bind one event; ties go by declaration index).
-    """
-
-    pred: int
-    position: int
-    conditions: tuple[int, ...]
-    lower: tuple[tuple[int, int, int], ...]
-    upper: tuple[tuple[int, int, bool], ...]
-    expiry: tuple[tuple[int, int], ...]
-    same_row: bool
-    accepting: bool
-    #: attribute comparisons between the new event and a bound one, checked without building
-    #: the clones first (a subset of ``conditions``, or equalities they imply, see :class:`FastCompare`)
-    fast: tuple[FastCompare, ...] = ()
-
-
-@dataclass(frozen=True)
-class FastCompare:
-    """``Attr(left) op Attr(right)`` where one side is the predicate the transition binds.
-
-    ``implied_by`` is empty for a condition of the rule. Otherwise the comparison is an equality
-    implied by a chain of equality conditions over the attributes ``implied_by`` (a parameter
-    shared by several predicates: ``A.k = C.k`` and ``B.k = C.k`` give ``A.k = B.k``, checkable
-    when B arrives instead of when C does). Such a check is used only when all those attributes
-    have the same kind in the table, where equality is transitive; it removes only instances that
-    would fail the rule's own conditions later.
-    """
-
-    op: str
-    left: tuple[int, str]
-    right: tuple[int, str]
-    implied_by: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class SequenceModel:
-    """A linear automaton for binding steps ``0..depth`` of plan ``plan``, in arrival order ``order``."""
-
-    plan: int
-    depth: int
-    order: tuple[int, ...]
-    transitions: tuple[Transition, ...]
-    #: ``last`` early deletion applies to the first state (see :meth:`_Run._supersede`).
-    supersede: bool = False
-    #: ``"last"``/``"first"``: the second transition clones, per group of first-state instances
-    #: whose events are interchangeable, only the latest / earliest one (see :meth:`_Run._prune`).
-    prune: str | None = None
-
-    def state_name(self, rule: Rule, state: int) -> str:
-        """The name of ``state``: the alias bound last (as in Figure 1), or ``init``."""
-        return "init" if state == 0 else rule.predicates[self.order[state - 1]].alias
-
-
-@dataclass(frozen=True)
-class ResolveStep:
-    """What resolving the complete instances of sub-plan ``depth`` of a plan checks and chooses."""
-
-    depth: int
-    negations: tuple[int, ...]
-    conditions: tuple[int, ...]  # conditions that read aggregate values (checked here, not per event)
-    aggregates: tuple[int, ...]  # aggregates those conditions need
-    policy: str | None  # "last"/"first" of step ``depth``; None for "each" and the terminator
-    prefix: tuple[int, ...]  # declaration indices bound at steps 0..depth-1
-    pred: int  # declaration index bound at step ``depth``
-    final: bool
-
-
-@dataclass(frozen=True)
-class Automaton:
-    """A rule compiled for AIP: its sequence models and how to resolve their complete instances."""
-
-    rule: Rule
-    models: tuple[SequenceModel, ...]
-    steps: tuple[tuple[ResolveStep, ...], ...]  # per plan, ascending depth
-    static: tuple[tuple[int, ...], ...]  # per predicate: its static filters (condition indices)
-    waits_for_future: bool  # some span reaches past the terminator: resolve later
-
-    def describe(self) -> str:
-        """The sequence models as text (one line per model)."""
-        lines = []
-        for m in self.models:
-            names = " -> ".join(self.rule.predicates[p].alias for p in m.order)
-            lines.append(f"plan {m.plan} steps 0..{m.depth}: init -> {names} (accept)")
-        return "\n".join(lines)
-
-
-def _has_agg(expr: Expr) -> bool:
-    return any(isinstance(node, AggValue) for node in walk(expr))
-
-
-def compile_automaton(rule: Rule) -> Automaton:
-    """Build the automaton model of ``rule`` (see the module docstring)."""
-    static = []
-    for pred in range(rule.n_predicates):
-        static.append(tuple(
-            i for i, c in enumerate(rule.conditions)
-            if not _has_agg(c) and inputs(c) == frozenset((pred,))
-        ))
-    models: list[SequenceModel] = []
-    steps: list[tuple[ResolveStep, ...]] = []
-    for p, plan in enumerate(rule.plans):
-        n = len(plan.order)
-        chosen = {k for k in range(1, n) if plan.predicates[plan.order[k]].policy in ("last", "first")}
-        depths = sorted(chosen | {n - 1})
-        plan_steps = []
-        for k in depths:
-            for order in _arrival_orders(plan, plan.order[: k + 1]):
-                models.append(_sequence_model(rule, plan, p, k, order, static))
-            plan_steps.append(_resolve_step(rule, plan, k, chosen, final=k == n - 1))
-        steps.append(tuple(plan_steps))
-    return Automaton(rule, tuple(models), tuple(steps), tuple(static), _waits_for_future(rule))
-
-
-def _arrival_orders(plan: Plan, sub: tuple[int, ...]) -> Iterator[tuple[int, ...]]:
-    """Every order in which the events of ``sub`` can arrive: each before its ``before``."""
-    members = set(sub)
-    children = {x: [y for y in sub if plan.predicates[y].before == x] for x in sub}
-
-    def extend(done: tuple[int, ...]) -> Iterator[tuple[int, ...]]:
-        if len(done) == len(members):
-            yield done
-            return
-        for x in sub:
-            if x not in done and all(c in done for c in children[x]):
-                yield from extend(done + (x,))
-
-    yield from extend(())
-
-
-def _sequence_model(
-    rule: Rule, plan: Plan, p: int, k: int, order: tuple[int, ...], static
-) -> SequenceModel:
-    members = frozenset(order)
-    pos = {x: i for i, x in enumerate(order)}
-    term = plan.terminator
-    conds: list[list[int]] = [[] for _ in order]
-    for i, c in enumerate(rule.conditions):
-        ins = inputs(c) if not _has_agg(c) else None
-        if ins is None or not ins <= members or (len(ins) == 1 and i in static[next(iter(ins))]):
-            continue
-        conds[max((pos[x] for x in ins), default=pos[term])].append(i)
-    lower: list[list[tuple[int, int, int]]] = [[] for _ in order]
-    upper: list[list[tuple[int, int, bool]]] = [[] for _ in order]
-    for x in order:
-        pr = plan.predicates[x]
-        if x == term:
-            continue
-        if pr.window is not None:
-            lower[max(pos[x], pos[pr.anchor])].append((x, pr.anchor, pr.window))
-        upper[max(pos[x], pos[pr.before])].append((x, pr.before, pr.ties))
-    fast: list[list[FastCompare]] = [[] for _ in order]
-    for i, cs in enumerate(conds):
-        for c in list(cs):
-            fc = _as_fast(rule.conditions[c])
-            if fc is not None:
-                fast[i].append(fc)
-                cs.remove(c)
-    for fc in _implied_equalities(rule, members):
-        i = max(pos[fc.left[0]], pos[fc.right[0]])
-        fast[i].append(fc)
-    transitions = []
-    for i, x in enumerate(order):
-        bound = set(order[: i + 1])
-        expiry = tuple(
-            (y, plan.predicates[y].window) for y in order[: i + 1]
-            if y != term and plan.predicates[y].window is not None
-            and plan.predicates[y].anchor not in bound
-        )
-        transitions.append(Transition(
-            pred=x, position=i, conditions=tuple(conds[i]), lower=tuple(lower[i]),
-            upper=tuple(upper[i]), expiry=expiry, same_row=i > 0 and x > order[i - 1],
-            accepting=i == len(order) - 1, fast=tuple(fast[i]),
-        ))
-    first = order[0]
-    policy = plan.predicates[first].policy
-    chosen_first = (
-        len(order) > 1 and first == plan.order[k] and policy in ("last", "first")
-        and not rule.consuming and _supersedable(rule, first)
-    )
-    supersede = chosen_first and policy == "last"
-    prune = None
-    if chosen_first:
-        pr = plan.predicates[first]
-        # the timing check that could favour the *other* event must already be done at the
-        # second transition: `last` keeps the newer event (it may fail a later `< ts(before)`),
-        # `first` keeps the older one (it may fail a later `>= ts(anchor) - window`)
-        if policy == "last" and pos[pr.before] == 1:
-            prune = "last"
-        elif policy == "first" and (pr.window is None or pos[pr.anchor] == 1):
-            prune = "first"
-    return SequenceModel(p, k, order, tuple(transitions), supersede, prune)
-
-
-def _as_fast(expr: Expr) -> FastCompare | None:
-    """``expr`` as a :class:`FastCompare` when it compares attributes of two predicates."""
-    if (isinstance(expr, Compare) and isinstance(expr.left, Attr) and isinstance(expr.right, Attr)
-            and SELF not in (expr.left.pred, expr.right.pred) and expr.left.pred != expr.right.pred):
-        return FastCompare(expr.op, (expr.left.pred, expr.left.name), (expr.right.pred, expr.right.name))
-    return None
-
-
-def _implied_equalities(rule: Rule, members: frozenset[int]) -> list[FastCompare]:
-    """Equalities between attributes of two predicates implied by the rule's equality conditions
-    among ``members`` (and not conditions themselves)."""
-    parent: dict[tuple[int, str], tuple[int, str]] = {}
-
-    def find(u):
-        while parent.setdefault(u, u) != u:
-            u = parent[u]
-        return u
-
-    direct = set()
-    for c in rule.conditions:
-        fc = _as_fast(c)
-        if fc is None or fc.op != "=" or not {fc.left[0], fc.right[0]} <= members:
-            continue
-        direct.add(frozenset((fc.left, fc.right)))
-        parent[find(fc.left)] = find(fc.right)
-    classes: dict[tuple[int, str], list[tuple[int, str]]] = {}
-    for u in list(parent):
-        classes.setdefault(find(u), []).append(u)
-    out = []
-    for nodes in classes.values():
-        names = tuple(sorted({n for _, n in nodes}))
-        nodes = sorted(nodes)
-        for a, u in enumerate(nodes):
-            for v in nodes[a + 1:]:
-                if u[0] != v[0] and frozenset((u, v)) not in direct:
-                    out.append(FastCompare("=", u, v, names))
-    return out
-
-
-def _supersedable(rule: Rule, pred: int) -> bool:
-    """Whether two events bound to ``pred`` are interchangeable for everything but their time order.
-
-    True when nothing reads ``pred``'s timestamp (besides the window itself) and no negation or
-    aggregate span is fixed by it; then only the attributes that conditions read distinguish them.
-    """
-    exprs = list(rule.conditions)
-    for part in list(rule.negations) + list(rule.aggregates):
-        if pred in part.span.refs:
-            return False
-        exprs.extend(part.conditions)
-    return not any(
-        isinstance(node, Timestamp) and node.pred == pred for e in exprs for node in walk(e)
-    )
-
-
-def _read_attributes(rule: Rule, pred: int) -> tuple[str, ...]:
-    """The attributes of ``pred`` read by any condition, negation or aggregate condition."""
-    exprs = list(rule.conditions)
-    for part in list(rule.negations) + list(rule.aggregates):
-        exprs.extend(part.conditions)
-    names = {n.name for e in exprs for n in walk(e) if isinstance(n, Attr) and n.pred == pred}
-    return tuple(sorted(names))
-
-
-def _resolve_step(rule: Rule, plan: Plan, k: int, chosen: set[int], final: bool) -> ResolveStep:
-    negs = tuple(
-        i for i, n in enumerate(rule.negations) if ready_step(plan, negation_inputs(n)) <= k
-    )
-    conds = tuple(
-        i for i, c in enumerate(rule.conditions)
-        if _has_agg(c) and ready_step(plan, inputs(c, rule)) <= k
-    )
-    aggs = tuple(
-        i for i, a in enumerate(rule.aggregates) if ready_step(plan, aggregate_inputs(a)) <= k
-    )
-    policy = plan.predicates[plan.order[k]].policy if k in chosen else None
-    return ResolveStep(k, negs, conds, aggs, policy, plan.order[:k], plan.order[k], final)
-
-
-def _waits_for_future(rule: Rule) -> bool:
-    """Whether some negation or aggregate span may include events after the terminator."""
-    for span in [n.span for n in rule.negations] + [a.span for a in rule.aggregates]:
-        for off, incl in ((span.lo_offset, span.lo_inclusive), (span.hi_offset, span.hi_inclusive)):
-            if off > 0 or (off == 0 and incl):
-                return True
-    return False
-
-
-_CACHE: dict[int, tuple[Rule, Automaton]] = {}
-
-
-def automaton_of(rule: Rule) -> Automaton:
-    """The (cached) automaton of ``rule``."""
-    hit = _CACHE.get(id(rule))
-    if hit is not None and hit[0] is rule:
-        return hit[1]
-    auto = compile_automaton(rule)
-    if len(_CACHE) > 4096:
-        _CACHE.clear()
-    _CACHE[id(rule)] = (rule, auto)
-    return auto
-
-
-# ------------------------------------------------------------------------------------------------
-# Sequence instances
 
 
 class _States:
@@ -452,34 +87,8 @@ class _States:
             self.keep(self.deadline[: self.n] >= now)
 
 
-@dataclass
-class InstanceView:
-    """One live sequence instance, for :func:`trace`."""
 
-    name: str
-    model: int
-    state: str
-    ids: dict[str, int]  # alias -> id of the bound event
-
-
-@dataclass
-class TraceStep:
-    """What happened when one event arrived (see :func:`trace`)."""
-
-    row: int
-    id: int
-    ts: int
-    type: str
-    alive: list[InstanceView]
-    accepted: list[InstanceView]
-    composite: list[tuple[int, ...]] = field(default_factory=list)  # ids, declaration order
-
-
-# ------------------------------------------------------------------------------------------------
-# Running the automaton over a table
-
-
-class _Run:
+class AipRun:
     """One pass of an :class:`Automaton` over an event table (rows in order)."""
 
     #: ``last`` early deletion runs once the first state holds ``GROWTH * n + SLACK`` instances,
@@ -503,7 +112,7 @@ class _Run:
             [None] + [_States(self.width, tracing) for _ in m.order[:-1]] for m in auto.models
         ]
         self.super_cols = [
-            _read_attributes(rule, m.order[0]) if m.supersede or m.prune else ()
+            read_attributes(rule, m.order[0]) if m.supersede or m.prune else ()
             for m in auto.models
         ]
         self.super_models = [m for m, model in enumerate(auto.models) if model.supersede]
@@ -542,7 +151,7 @@ class _Run:
         alone, and the conditions left to check against each instance."""
         t = self.table
         rows = t.rows_of_type(event_type)
-        own = [c for c in conditions if not inputs(c) and not _has_agg(c)]
+        own = [c for c in conditions if not inputs(c) and not has_aggregate(c)]
         rest = tuple(c for c in conditions if c not in own)
         if len(rows) and own:
             empty = np.empty((len(rows), 0), np.int64)
@@ -915,6 +524,11 @@ class _Run:
 
     # -- tracing ---------------------------------------------------------------------------------
 
+    @property
+    def trace_steps(self) -> list[TraceStep]:
+        """What a run with ``tracing=True`` recorded, one step per event (see :func:`cep_gpu.aip.trace`)."""
+        return self._trace_steps
+
     def _clone_name(self, parent: str) -> str:
         k = self.children.get(parent, 0) + 1
         self.children[parent] = k
@@ -948,6 +562,7 @@ class _Run:
         return Matches(np.concatenate(self.out_rows), np.concatenate(self.out_aggs))
 
 
+
 def _choose(rows: np.ndarray, prefix: tuple[int, ...], pred: int, policy: str) -> np.ndarray:
     """Indices of the latest (``last``) / earliest (``first``) row of ``pred`` per prefix."""
     keys = [rows[:, pred]] + [rows[:, c] for c in reversed(prefix)]
@@ -963,6 +578,7 @@ def _choose(rows: np.ndarray, prefix: tuple[int, ...], pred: int, policy: str) -
     return order[ends]
 
 
+
 def _isin_rows(rows: np.ndarray, keys: np.ndarray) -> np.ndarray:
     """For each row of ``rows``: whether it equals some row of ``keys`` (same width)."""
     if not len(keys):
@@ -973,46 +589,3 @@ def _isin_rows(rows: np.ndarray, keys: np.ndarray) -> np.ndarray:
     inv = inv.ravel()
     return np.isin(inv[len(keys):], inv[: len(keys)])
 
-
-# ------------------------------------------------------------------------------------------------
-# Public entry points
-
-
-class AipBackend:
-    """The automaton backend, implementing :class:`cep_gpu.backends.Backend`."""
-
-    name = "aip"
-
-    def match(
-        self,
-        rule: Rule,
-        table: EventTable,
-        lo: int = 0,
-        hi: int | None = None,
-        excluded: np.ndarray | None = None,
-    ) -> Matches:
-        """Matches of ``rule`` whose terminator is a row in ``[lo, hi)`` (see the backend contract)."""
-        from .kleene import require_support
-
-        require_support(rule, "aip")  # Kleene closure: not in the automaton yet (issue 19)
-        hi = len(table) if hi is None else hi
-        if hi <= lo or len(table) == 0:
-            return Matches.empty(rule)
-        run = _Run(automaton_of(rule), table, lo, hi, excluded)
-        run.run()
-        return run.matches()
-
-
-def trace(rule: Rule, table: EventTable) -> list[TraceStep]:
-    """Run ``rule`` over ``table`` with AIP, recording the instances alive after each event.
-
-    Every event (row) gives one :class:`TraceStep`: the instances alive after it (the initial
-    instance of each model, which never changes, is left out as in Figure 2), the instances that
-    reached the accepting state on it, and the composite events (ids) produced on it.
-    """
-    run = _Run(automaton_of(rule), table, 0, len(table), None, tracing=True)
-    run.run()
-    return run._trace_steps
-
-
-register("aip", AipBackend)

@@ -1,0 +1,131 @@
+"""Checks of input events shared by the pandas and the Arrow ingestion: required and unique
+columns, nulls, ids, and timestamps that must fit int64 nanoseconds (errors name the first bad row)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ..errors import EventError
+from .values import UNIT_NS, TimeFormat
+
+#: Timestamps are int64 nanoseconds: the representable instants, in ns.
+TS_MIN_NS, TS_MAX_NS = -(2**63), 2**63 - 1
+
+
+def require_columns(names: list[str]) -> None:
+    for col in ("type", "ts"):
+        if col not in names:
+            raise EventError(f"events have no {col!r} column (columns: {names})")
+
+
+def check_unique_columns(names: list[str]) -> None:
+    if len(set(names)) != len(names):
+        dup = next(c for c in names if names.count(c) > 1)
+        raise EventError(f"events have more than one column named {dup!r} (columns: {names})")
+
+
+def check_time_unit(time_unit: str) -> None:
+    if time_unit not in UNIT_NS:
+        raise EventError(f"unknown time_unit {time_unit!r}; use one of {sorted(UNIT_NS)}")
+
+
+def null_error(name: str, isna: np.ndarray, what: str = "") -> EventError:
+    row = int(np.flatnonzero(isna)[0])
+    return EventError(f"column {name!r} is null at row {row}{what}")
+
+
+def check_unsigned(what: str, name: str, values: np.ndarray) -> None:
+    """Reject unsigned values above the int64 maximum (they would wrap to negative numbers)."""
+    big = values > np.uint64(TS_MAX_NS)
+    if big.any():
+        row = int(np.flatnonzero(big)[0])
+        raise EventError(
+            f"{what} {name!r} holds {int(values[row])} at row {row}, above the int64 maximum {TS_MAX_NS}"
+        )
+
+
+def check_ids(ids: np.ndarray) -> np.ndarray:
+    """``ids`` (int64), or an error naming the first negative or repeated id."""
+    n = len(ids)
+    if n and ids.min() < 0:
+        row = int(np.flatnonzero(ids < 0)[0])
+        raise EventError(
+            f"column 'id' is negative ({ids[row]}) at row {row}: ids must be >= 0 "
+            "(negative ids are reserved for composite events)"
+        )
+    if not (n < 2 or bool(np.all(ids[1:] > ids[:-1]))) and len(np.unique(ids)) != n:
+        dup = pd.Series(ids)[pd.Series(ids).duplicated()].iloc[0]
+        raise EventError(f"column 'id' has duplicate id {int(dup)}")
+    return ids
+
+
+def numeric_ts(values: np.ndarray, time_unit: str) -> tuple[TimeFormat, np.ndarray]:
+    """Numeric timestamps (int64, uint64 or float64 in ``time_unit``) as int64 ns, range-checked."""
+    if values.dtype.kind == "f" and not np.all(np.isfinite(values)):
+        row = int(np.flatnonzero(~np.isfinite(values))[0])
+        raise EventError(f"column 'ts' is not finite at row {row}")
+    check_ts_range(values, time_unit)
+    np_dtype = "float64" if values.dtype.kind == "f" else "int64"
+    fmt = TimeFormat("numeric", unit=time_unit, dtype=np_dtype)
+    return fmt, fmt.to_ns(values.astype(np.int64, copy=False) if values.dtype.kind == "u" else values)
+
+
+def ts_range_text(unit: str | None) -> str:
+    """The representable range of timestamps: numbers in ``unit``, or datetimes (``None``)."""
+    if unit is None:
+        lo, hi = pd.Timestamp(TS_MIN_NS + 1), pd.Timestamp(TS_MAX_NS)
+        return f"datetimes from {lo:%Y-%m-%d %H:%M:%S} to {hi:%Y-%m-%d %H:%M:%S} UTC (int64 nanoseconds)"
+    scale = UNIT_NS[unit]
+    return f"{-(2**63 // scale)} to {TS_MAX_NS // scale} with time_unit={unit!r} (int64 nanoseconds)"
+
+
+def _ts_range_error(row: int | str, value, unit: str | None) -> EventError:
+    where = f"at row {row}" if isinstance(row, int) else row
+    return EventError(
+        f"column 'ts' {where} holds {value}, outside the representable range: {ts_range_text(unit)}"
+    )
+
+
+def check_ts_range(values: np.ndarray, unit: str, where: str | None = None) -> None:
+    """Reject timestamps (in ``unit``) whose nanoseconds do not fit in an int64, naming the first
+    row (or ``where`` the values come from, when they are not rows)."""
+    if not len(values):
+        return
+    scale = UNIT_NS[unit]
+    if values.dtype.kind == "f":
+        with np.errstate(over="ignore", invalid="ignore"):
+            ns = values * float(scale)
+        # 2**63 is exact in float64; the largest float below it converts to int64 safely
+        bad = ~((ns >= -(2.0**63)) & (ns < 2.0**63))
+    elif values.dtype.kind == "u":
+        bad = values > np.uint64(TS_MAX_NS // scale)
+    else:
+        bad = (values > TS_MAX_NS // scale) | (values < -(2**63 // scale))
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        raise _ts_range_error(where or row, values[row], unit)
+
+
+def datetime_ns(values: np.ndarray) -> np.ndarray:
+    """datetime64 values of any unit as int64 ns; an error for instants outside that range."""
+    unit, count = np.datetime_data(values.dtype)
+    if unit == "ns":
+        return values.view(np.int64) if values.dtype == np.dtype("datetime64[ns]") else values.astype(np.int64)
+    ticks = values.astype(np.int64)
+    scale = np.timedelta64(count, unit) // np.timedelta64(1, "ns")
+    check_datetime_ticks(ticks, int(scale), ~np.isnat(values))
+    return ticks * np.int64(scale)
+
+
+def check_datetime_ticks(ticks: np.ndarray, scale: int, valid: np.ndarray | None = None) -> None:
+    """Reject datetimes of ``scale`` ns per tick outside the int64 ns range, naming the first row."""
+    if scale == 1 or not len(ticks):
+        return
+    bad = (ticks > TS_MAX_NS // scale) | (ticks < -(2**63 // scale))
+    if valid is not None:
+        bad &= valid
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        value = np.datetime64(int(ticks[row]) * scale // 1_000, "us")  # microseconds reach year 294247
+        raise _ts_range_error(row, value, None)

@@ -1,0 +1,137 @@
+"""The values of an event table: event kinds and time units, the string dictionary, attribute
+columns and the time format (how input timestamps map to int64 nanoseconds)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+
+from ..errors import EventError
+
+Kind = Literal["int", "float", "string", "bool"]
+RESERVED = ("type", "ts", "id")
+
+UNIT_NS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000, "min": 60_000_000_000, "h": 3_600_000_000_000}
+UNIT_NS["sec"] = UNIT_NS["s"]  # rule text accepts `sec` too (docs/language.md)
+
+
+class StringDictionary:
+    """Interns strings to int32 codes; grows as new strings arrive (codes never change)."""
+
+    def __init__(self) -> None:
+        self._codes: dict[str, int] = {}
+        self._strings: list[str] = []
+
+    def encode_one(self, s: str) -> int:
+        code = self._codes.get(s)
+        if code is None:
+            code = len(self._strings)
+            self._codes[s] = code
+            self._strings.append(s)
+        return code
+
+    def lookup(self, s: str) -> int:
+        """The code of ``s``, or -2 (matches nothing) when it never occurred."""
+        return self._codes.get(s, -2)
+
+    def encode(self, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Codes and validity for an object array of str/None."""
+        uniq, inverse = _unique_objects(values)
+        table = np.array([-1 if u is None else self.encode_one(u) for u in uniq], dtype=np.int32)
+        codes = table[inverse] if len(values) else np.empty(0, np.int32)
+        return codes.astype(np.int32), codes >= 0
+
+    def decode(self, codes: np.ndarray) -> np.ndarray:
+        """An object array of str (None where the code is negative)."""
+        lut = np.array(self._strings + [None], dtype=object)
+        codes = np.asarray(codes)
+        return lut[np.where(codes < 0, len(self._strings), codes)]
+
+    def __len__(self) -> int:
+        return len(self._strings)
+
+
+def _unique_objects(values: np.ndarray) -> tuple[list, np.ndarray]:
+    codes, uniq = pd.factorize(pd.Series(values, dtype=object), use_na_sentinel=True)
+    uniq_list = list(uniq) + [None]
+    codes = np.where(codes < 0, len(uniq_list) - 1, codes)
+    return uniq_list, codes
+
+
+@dataclass
+class AttributeColumn:
+    """One attribute over all rows: ``values`` (int64, float64, int32 string codes or bool) and ``valid``."""
+
+    kind: Kind
+    values: np.ndarray
+    valid: np.ndarray
+
+    def take(self, rows: np.ndarray) -> AttributeColumn:
+        return AttributeColumn(self.kind, self.values[rows], self.valid[rows])
+
+
+@dataclass(frozen=True)
+class TimeFormat:
+    """How input timestamps map to int64 ns, so output ``ts`` gets the input's dtype back."""
+
+    kind: Literal["datetime", "numeric"]
+    unit: str = "s"
+    dtype: str = "float64"
+    tz: str | None = None
+
+    def scale_ns(self) -> int:
+        """Nanoseconds per unit of the input's ``ts`` (1 for datetimes)."""
+        return 1 if self.kind == "datetime" else UNIT_NS[self.unit]
+
+    def to_ns(self, values: np.ndarray) -> np.ndarray:
+        if self.kind == "datetime":
+            return values.astype("datetime64[ns]").astype(np.int64)
+        scale = UNIT_NS[self.unit]
+        if np.issubdtype(values.dtype, np.integer):
+            return values.astype(np.int64) * scale
+        return np.round(values.astype(np.float64) * scale).astype(np.int64)
+
+    def from_ns(self, ns: np.ndarray) -> pd.Series | np.ndarray:
+        ns = np.asarray(ns, dtype=np.int64)
+        if self.kind == "datetime":
+            out = pd.Series(ns.astype("datetime64[ns]"))
+            return out.dt.tz_localize("UTC").dt.tz_convert(self.tz) if self.tz else out
+        scale = UNIT_NS[self.unit]
+        if np.issubdtype(np.dtype(self.dtype), np.integer):
+            return (ns // scale).astype(self.dtype)
+        return (ns / scale).astype(self.dtype)
+
+
+def column_to_python(col: AttributeColumn, strings: StringDictionary) -> pd.Series:
+    """An attribute column as a pandas Series with nulls (strings decoded)."""
+    if col.kind == "string":
+        return pd.Series(strings.decode(np.where(col.valid, col.values, -1)), dtype=object)
+    if col.kind == "float":
+        return pd.Series(np.where(col.valid, col.values, np.nan))
+    dtype = "Int64" if col.kind == "int" else "boolean"
+    return pd.Series(pd.array(col.values, dtype=dtype)).mask(~col.valid)
+
+
+def merge_kind(name: str, a: AttributeColumn | None, b: AttributeColumn | None) -> Kind:
+    kinds = {c.kind for c in (a, b) if c is not None and c.valid.any()}
+    if not kinds:
+        return (a or b).kind  # type: ignore[union-attr]
+    if len(kinds) == 1:
+        return kinds.pop()
+    if kinds == {"int", "float"}:
+        return "float"
+    raise EventError(f"attribute {name!r} has kinds {sorted(kinds)} in different events")
+
+
+def values_as(col: AttributeColumn | None, kind: Kind, n: int) -> np.ndarray:
+    dtype = {"int": np.int64, "float": np.float64, "string": np.int32, "bool": np.bool_}[kind]
+    if col is None:
+        return np.full(n, -1 if kind == "string" else 0, dtype=dtype)
+    values = col.values
+    if values.dtype.kind == "f" and kind != "float":
+        # an all-null column read as float (e.g. one event without the attribute): NaN -> filler
+        values = np.where(col.valid, values, -1 if kind == "string" else 0)
+    return values.astype(dtype, copy=False)

@@ -1,0 +1,387 @@
+"""The GPU side of the Combiner seam of :mod:`cep_gpu.cdp` (see :mod:`cep_gpu.kernels.gpu`)."""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ...cdp import StepInput
+from ...codegen import RuleSpec
+from ...codegen.cuda import CudaRule, generate, step_id
+from ...events.lineage import MAX_ANCESTORS, Lineage, array_role
+from .columns import (
+    I64_MAX,
+    ArrayNotes,
+    DeviceColumn,
+    as_device_dtype,
+    column_capacity,
+    column_dtype,
+    provided_copy,
+)
+from .runtime import (
+    DeviceMemoryError,
+    DeviceOutOfMemory,
+    GrowingBuffer,
+    LaunchStats,
+    Module,
+    Runtime,
+)
+
+
+@dataclass
+class GpuRule:
+    """One rule compiled for a runtime."""
+
+    spec: RuleSpec
+    code: CudaRule
+    module: Module
+    kinds: dict[str, str | None]
+
+
+
+class GpuCombiner:
+    """The GPU combination step for :class:`cep_gpu.cdp.CDPBackend` (see module docstring).
+
+    ``initial_capacity``: sequences a fresh output buffer holds (small values force the overflow
+    path in tests).
+    """
+
+    def __init__(
+        self, runtime: Runtime, name: str = "gpu", initial_capacity: int = 1 << 14, check_columns: bool = False
+    ) -> None:
+        self.runtime = runtime
+        self.name = name
+        self.initial_capacity = max(int(initial_capacity), 1)
+        #: compare every device column with its host array after each update (tests; costs a download)
+        self.check_columns = check_columns
+        self.stats = LaunchStats()
+        self._codes: dict[tuple, CudaRule] = {}
+        self._buffers: dict[str, GrowingBuffer] = {}
+        self._arrays = ArrayNotes()  # host array -> its device copy
+        self._columns: dict[str, DeviceColumn] = {}  # role -> table column on the device
+        self._version = 0  # table versions seen (new lineages of the "ts" column)
+        self._ts_lineage = -1
+        self._zeros: Any = None  # zero flags (no row consumed), grown by doubling
+        self._lineage: Lineage | None = None  # row lineage of the table of the current call
+
+    # -- the Combiner protocol ---------------------------------------------------------------------
+
+    def prepare(self, spec: RuleSpec, kinds: dict[str, str | None]) -> GpuRule:
+        """Generate and compile (cached by source hash, and by architecture on a device)."""
+        key = (spec, tuple(sorted(kinds.items())))
+        code = self._codes.get(key)
+        if code is None:
+            code = self._codes[key] = generate(spec, kinds)
+        return GpuRule(spec, code, self.runtime.compile(code), dict(kinds))
+
+    def bind_lineage(self, lineage: Lineage | None) -> None:
+        """The row lineage (``EventTable.lineage``) of the table the next steps read: which rows
+        of the device columns are still those of the table's arrays (see module docstring)."""
+        self._lineage = lineage
+
+    def each(self, compiled: GpuRule, step: StepInput) -> np.ndarray:
+        """Every valid (sequence, candidate) pair, extended, in (sequence, candidate) order."""
+        return self._split(self._each, compiled, step)
+
+    def select(self, compiled: GpuRule, step: StepInput, last: bool) -> np.ndarray:
+        """The latest/earliest valid candidate row per sequence, -1 where none."""
+        return self._split(lambda k, s: self._select(k, s, last), compiled, step)
+
+    def aggregates(self, compiled: GpuRule, spec: RuleSpec, seqs: np.ndarray, kernel_args: tuple) -> np.ndarray:
+        """(n, n_aggregates) aggregate values of complete sequences (NaN = null)."""
+        n, n_agg = len(seqs), len(spec.rule.aggregates)
+        if n == 0 or n_agg == 0:
+            return np.full((n, n_agg), np.nan)
+        rt = self.runtime
+        tab, scal, _keep = self._context(compiled, kernel_args, None)
+        seq_dev = self._upload(np.ascontiguousarray(seqs, np.int64).ravel())
+        out = rt.empty(n * n_agg, np.float64)
+        self._launch(compiled, "cdp_aggregates", n, tab, scal, seq_dev, n, out)
+        return rt.to_host(out).reshape(n, n_agg)
+
+    def memory_in_use(self) -> int:
+        """Bytes of device memory held (reported by ``Engine.stats()`` where it asks)."""
+        return self.runtime.bytes_in_use()
+
+    def stats_dict(self) -> dict:
+        """Device memory, launch and transfer counters (see :class:`LaunchStats`), as a dict."""
+        out = {
+            "device": self.name,
+            "device_memory_bytes": self.runtime.bytes_in_use(),
+            "column_memory_bytes": sum(c.nbytes for c in self._columns.values()),
+            "columns_on_device": len(self._columns),
+        }
+        out.update(vars(self.stats))
+        return out
+
+    def release(self) -> None:
+        """Drop every device buffer this combiner holds (columns, caches, output buffers)."""
+        self._columns.clear()
+        self._arrays.clear()
+        self._buffers.clear()
+        self._zeros = None
+
+    # -- device data ---------------------------------------------------------------------------------
+
+    def _upload(self, host: np.ndarray) -> Any:
+        """A new device array holding ``host`` (counted in ``stats.bytes_uploaded``)."""
+        host = np.ascontiguousarray(host)
+        self.stats.bytes_uploaded += host.nbytes
+        return self.runtime.to_device(host)
+
+    def _device(self, arr: np.ndarray, dtype: Any) -> Any:
+        """Device copy of a host array without a row lineage, cached while the array lives."""
+        dev = self._arrays.get(arr)
+        if dev is None:
+            dev = self._upload(as_device_dtype(arr, dtype))
+            self._arrays.set(arr, dev)
+        return dev
+
+    def _column(self, arr: np.ndarray, role: str, dtype: Any) -> Any:
+        """The device copy of table array ``arr`` (role ``role``), updated incrementally.
+
+        The array's row tag says which lineage and global rows it holds; the rows the device column
+        holds that the tag proves unchanged stay, the expired prefix is dropped, and only the rows
+        after them are copied. Anything the tag cannot prove is uploaded in full.
+        """
+        tag = self._lineage.tag(role, arr) if self._lineage is not None else None
+        if tag is None:
+            return self._device(arr, dtype)
+        dtype = np.dtype(dtype)
+        rt = self.runtime
+        if role == "ts" and tag.lineage != self._ts_lineage:
+            self._ts_lineage = tag.lineage
+            self._version += 1
+            self._evict()
+        col = self._columns.get(role)
+        n = len(arr)
+        if col is not None and col.dtype == dtype and col.host is not None and col.host() is arr:
+            col.used = self._version
+            return rt.view(col.buf, col.head, col.head + n)
+        keep = 0
+        relatives = {tag.lineage: I64_MAX, **dict(tag.ancestors)}
+        if col is not None and col.dtype == dtype and tag.base >= col.start:
+            # the rows below `cut` are those of a lineage both descend from (or share)
+            cut = max((min(c, col.relatives[lin]) for lin, c in relatives.items() if lin in col.relatives), default=0)
+            keep = max(min(col.start + col.n, cut, tag.base + n) - tag.base, 0)
+        if keep > 0:
+            self._append(col, tag.base - col.start, keep, as_device_dtype(arr[keep:], dtype))
+        else:
+            col = self._adopt(role, dtype, arr) or self._fill(col, role, dtype, as_device_dtype(arr, dtype))
+        col.n, col.start, col.relatives = n, tag.base, relatives
+        col.host, col.used = weakref.ref(arr), self._version
+        view = rt.view(col.buf, col.head, col.head + n)
+        if self.check_columns:
+            got = rt.to_host(view)
+            if not np.array_equal(got, as_device_dtype(arr, dtype), equal_nan=dtype.kind == "f"):
+                raise AssertionError(f"device column {role!r} differs from its host array")
+        return view
+
+    def _adopt(self, role: str, dtype: np.dtype, arr: np.ndarray) -> DeviceColumn | None:
+        """The whole column from the device copy provided for ``arr`` at ingestion, if there is
+        one this runtime can use (else None: the caller uploads ``arr``)."""
+        dev = provided_copy(arr) if len(arr) else None
+        dev = None if dev is None else self.runtime.adopt(dev)
+        if dev is None or len(dev) != len(arr) or np.dtype(dev.dtype) != dtype:
+            return None
+        self._drop_column(role)
+        col = self._columns[role] = DeviceColumn(role, dtype, dev, len(dev))
+        self.stats.column_adoptions += 1
+        return col
+
+    def _fill(self, col: DeviceColumn | None, role: str, dtype: np.dtype, host: np.ndarray) -> DeviceColumn:
+        """Upload ``host`` as the whole column (reusing the buffer when its size suits)."""
+        n = len(host)
+        if col is None or col.dtype != dtype or column_capacity(col.capacity, n) != col.capacity:
+            cap = column_capacity(0 if col is None or col.dtype != dtype else col.capacity, n)
+            self._drop_column(role)
+            col = self._columns[role] = DeviceColumn(role, dtype, self.runtime.empty(cap, dtype), cap)
+        col.head = 0
+        self._copy_in(col.buf, 0, host)
+        self.stats.column_full_uploads += 1
+        return col
+
+    def _append(self, col: DeviceColumn, drop: int, keep: int, tail: np.ndarray) -> None:
+        """Drop ``drop`` expired rows, keep the next ``keep``, copy ``tail`` in after them."""
+        rt = self.runtime
+        head = col.head + drop
+        need = keep + len(tail)
+        cap = column_capacity(col.capacity, 2 * need)
+        if head + need > col.capacity or cap < col.capacity:
+            # no room behind the live rows, or the buffer is far too large after expiry: move the
+            # live rows to the front of this buffer (when the two places do not overlap and the
+            # size suits) or of one sized for twice the live rows
+            if cap == col.capacity and head >= keep:
+                rt.copy_within(col.buf, 0, col.buf, head, keep)
+            else:
+                new = rt.empty(cap, col.dtype)
+                rt.copy_within(new, 0, col.buf, head, keep)
+                col.buf, col.capacity = new, cap
+            head = 0
+            self.stats.column_compactions += 1
+        col.head = head
+        self._copy_in(col.buf, head + keep, tail)
+        self.stats.column_appends += 1
+        self.stats.column_rows_reused += keep
+
+    def _drop_column(self, role: str) -> None:
+        """Forget the device column of ``role`` and release its buffer now (callers may still hold
+        the column object), so that a new allocation can reuse the memory."""
+        col = self._columns.pop(role, None)
+        if col is not None:
+            col.buf = None
+
+    def _copy_in(self, buf: Any, offset: int, host: np.ndarray) -> None:
+        if len(host):
+            self.runtime.copy_in(buf, offset, host)
+        self.stats.bytes_uploaded += host.nbytes
+        self.stats.column_bytes_uploaded += host.nbytes
+
+    def _evict(self) -> None:
+        """Drop columns no table version since ``MAX_ANCESTORS`` versions ago has used: no tag
+        can lead back to them any more."""
+        old = [r for r, c in self._columns.items() if c.used < self._version - MAX_ANCESTORS - 1]
+        for r in old:
+            del self._columns[r]
+
+    def _excluded(self, n_rows: int, excluded: np.ndarray | None) -> Any:
+        if excluded is None:
+            # no row is consumed: a view of a zero buffer that grows by doubling
+            n = max(n_rows, 1)
+            if self._zeros is None or len(self._zeros) < n:
+                cap = column_capacity(0 if self._zeros is None else len(self._zeros), n)
+                self._zeros = None
+                self._zeros = self.runtime.full(cap, 0, np.uint8)
+            return self.runtime.view(self._zeros, 0, n)
+        # consumption edits the mask between calls: copy it each time
+        return self._upload(np.ascontiguousarray(excluded).view(np.uint8))
+
+    def _context(self, compiled: GpuRule, kernel_args: tuple, excluded: np.ndarray | None) -> tuple[Any, Any, list]:
+        """The pointer and scalar tables of cdp.cuh's Ctx for this kernel_args (see codegen.cuda)."""
+        lay = compiled.spec.layout
+        keep = [self._column(kernel_args[0], "ts", column_dtype("ts")), self._excluded(len(kernel_args[0]), excluded)]
+        for e in range(1, len(kernel_args)):
+            if e == lay.strings_at:
+                keep.append(keep[0])  # codes travel in the scalar table; keep slots aligned
+                continue
+            arr = kernel_args[e]
+            if e < lay.strings_at:
+                attr = lay.attrs[(e - 1) // 2]
+                kind = compiled.kinds.get(attr)
+                part = "valid" if (e - 1) % 2 == 1 else "values"
+                dtype = column_dtype(part, kind)
+                if kind is None:  # no such column: a constant null stand-in
+                    keep.append(self._device(arr, dtype))
+                else:
+                    keep.append(self._column(arr, array_role(part, attr), dtype))
+            else:
+                keep.append(self._device(arr, np.int64))  # negation/aggregate columns of this call
+        tab = self._upload(np.array([self.runtime.pointer(b) for b in keep], dtype=np.uint64))
+        cols = [len(kernel_args[lay.neg_at + 2 * k]) for k in range(lay.n_negations)]
+        cols += [len(kernel_args[lay.agg_at + 2 * k]) for k in range(lay.n_aggregates)]
+        codes = list(np.asarray(kernel_args[lay.strings_at], np.int64)[: len(lay.strings)])
+        scal = self._upload(np.array(codes + cols + [0], dtype=np.int64))
+        return tab, scal, keep
+
+    # -- launches ------------------------------------------------------------------------------------
+
+    def _launch(self, compiled: GpuRule, name: str, n_threads: int, *args: Any) -> None:
+        if n_threads > 0:
+            self.stats.launches += 1
+            compiled.module.launch(name, n_threads, *args)
+
+    def _buffer(self, name: str, dtype: Any, n: int) -> GrowingBuffer:
+        buf = self._buffers.get(name)
+        if buf is None:
+            buf = self._buffers[name] = GrowingBuffer(self.runtime, dtype, max(n, 1))
+        else:
+            buf.ensure(n)
+        return buf
+
+    def _split(self, fn, compiled: GpuRule, step: StepInput):
+        """Run ``fn`` on the step; on device OOM split the sequences in halves and retry."""
+        try:
+            return fn(compiled, step)
+        except DeviceOutOfMemory as err:
+            # leave the except block first: its traceback would keep the failed buffers alive
+            failed = err.nbytes
+        self._buffers.clear()
+        n = len(step.seqs)
+        if n <= 1:
+            raise DeviceMemoryError(
+                f"rule {compiled.spec.rule.name!r}: the device ran out of memory for a "
+                f"single partial sequence (step {step.spec.step}, {int(np.sum(step.hi - step.lo))} "
+                f"candidates); the failed allocation asked for {failed} bytes with "
+                f"{self.runtime.bytes_in_use()} bytes in use"
+            )
+        self.stats.splits += 1
+        mid = n // 2
+        halves = [
+            StepInput(step.spec, step.plan, step.seqs[a:b], step.lo[a:b], step.hi[a:b], step.cand,
+                      step.excluded, step.use_excluded, step.kernel_args)
+            for a, b in ((0, mid), (mid, n))
+        ]
+        return np.concatenate([self._split(fn, compiled, h) for h in halves])
+
+    def _pairs(self, step: StepInput) -> tuple[np.ndarray, np.ndarray, int]:
+        """Range starts, exclusive prefix sum of range sizes (n + 1), and the number of pairs."""
+        lo = np.ascontiguousarray(step.lo, np.int64)
+        sizes = np.maximum(np.asarray(step.hi, np.int64) - lo, 0)
+        offsets = np.zeros(len(lo) + 1, np.int64)
+        np.cumsum(sizes, out=offsets[1:])
+        return lo, offsets, int(offsets[-1])
+
+    def _each(self, compiled: GpuRule, step: StepInput) -> np.ndarray:
+        rt = self.runtime
+        seqs = np.ascontiguousarray(step.seqs, np.int64)
+        n, np_ = seqs.shape
+        lo, offsets, total = self._pairs(step)
+        if total == 0:
+            return np.empty((0, np_), np.int64)
+        tab, scal, _keep = self._context(compiled, step.kernel_args, step.excluded if step.use_excluded else None)
+        args = (
+            tab, scal, step_id(step.plan, step.spec.step), step.spec.pred, self._upload(seqs.ravel()), n,
+            self._device(step.cand, np.int64), self._upload(lo), self._upload(offsets), total,
+        )
+        out = self._buffer("seqs", np.int64, self.initial_capacity * np_)
+        keys = self._buffer("keys", np.int64, self.initial_capacity)
+        cap = min(out.capacity // np_, keys.capacity)
+        counter = rt.full(1, 0, np.uint64)
+        self._launch(compiled, "cdp_each", total, *args, out.data, keys.data, counter, cap)
+        count = int(rt.to_host(counter)[0])
+        if count > cap:
+            # the atomic index ran past the buffer: grow to the exact count and launch again
+            self.stats.relaunches += 1
+            out.grow_exact(count * np_)
+            keys.grow_exact(count)
+            counter = rt.full(1, 0, np.uint64)
+            self._launch(compiled, "cdp_each", total, *args, out.data, keys.data, counter, count)
+            assert int(rt.to_host(counter)[0]) == count, "a relaunch must find the same pairs"
+        if count == 0:
+            return np.empty((0, np_), np.int64)
+        rows = rt.to_host(out.data, count * np_).reshape(count, np_)
+        order = np.argsort(rt.to_host(keys.data, count), kind="stable")
+        return rows[order]
+
+    def _select(self, compiled: GpuRule, step: StepInput, last: bool) -> np.ndarray:
+        rt = self.runtime
+        seqs = np.ascontiguousarray(step.seqs, np.int64)
+        n = len(seqs)
+        lo, offsets, total = self._pairs(step)
+        if total == 0:
+            return np.full(n, -1, np.int64)
+        tab, scal, _keep = self._context(compiled, step.kernel_args, step.excluded if step.use_excluded else None)
+        best = rt.full(n, -1 if last else int(I64_MAX), np.int64)
+        self._launch(
+            compiled, "cdp_select", total, tab, scal, step_id(step.plan, step.spec.step), step.spec.pred,
+            int(last), self._upload(seqs.ravel()), n, self._device(step.cand, np.int64),
+            self._upload(lo), self._upload(offsets), total, best,
+        )
+        idx = rt.to_host(best)
+        found = (idx >= 0) & (idx != I64_MAX)
+        cand = np.asarray(step.cand)
+        return np.where(found, cand[np.where(found, idx, 0)] if len(cand) else -1, -1).astype(np.int64)
+
