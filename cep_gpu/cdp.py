@@ -419,11 +419,11 @@ class _Run:
                 keep &= condition_mask(rule.conditions[c], self.table, out[:, : rule.n_predicates], aggs)
             out = out[keep]
         if len(out) and st.negations:
-            from .kernels.cpu import _launch
+            from .kernels.cpu import launch
 
             mask = np.empty(len(out), np.bool_)
             valid = self.kernels.valid[p][st.step]
-            _launch("_pair_mask", 0, valid, out, np.arange(len(out), dtype=np.int64), out[:, k].copy(), self.kernel_args, mask)
+            launch("_pair_mask", 0, valid, out, np.arange(len(out), dtype=np.int64), out[:, k].copy(), self.kernel_args, mask)
             out = out[mask]
         return out
 

@@ -87,7 +87,7 @@ def _add_optional(sub, module: str, adders: tuple[str, ...]) -> None:
             adder(sub)
 
 
-def _read_rules(path: str):
+def read_rules(path: str):
     from . import parse_rules
 
     p = Path(path)
@@ -118,7 +118,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .planner import backend_for
 
     console = Console(stderr=True)
-    rules = _read_rules(args.rules)
+    rules = read_rules(args.rules)
     backend = backend_for(args.backend, args.max_batch_latency, private=True)
     t0 = time.perf_counter()
     events = read_table(args.events)
@@ -151,7 +151,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     from . import Engine
     from .io import read_table
 
-    rules = _read_rules(args.rules)
+    rules = read_rules(args.rules)
     # explain what `run` does: run is a batch call, unbounded unless --max-batch-latency is given
     # (an Engine's own default, 0, is for streaming publish calls)
     engine = Engine(rules, backend=args.backend, time_unit=args.time_unit,

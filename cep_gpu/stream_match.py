@@ -43,7 +43,7 @@ import numpy as np
 from .backends import Matches
 from .codegen import cache as kcache
 from .codegen import lower
-from .codegen.numba_src import _Body, _prologue, check_source, emit_source, literal
+from .codegen.numba_src import Body, check_source, emit_source, literal, prologue
 from .detect import RuleResult, composite_events
 from .events import EventTable
 from .model import Attr, Neg, Rule
@@ -130,12 +130,12 @@ def _filter_source(spec, kinds) -> list[str]:
     for p in range(rule.n_predicates):
         if not spec.filters[p]:
             continue
-        b = _Body(spec.layout, kinds, lambda q: "r")
+        b = Body(spec.layout, kinds, lambda q: "r")
         b.agg_inputs = []
         for c in spec.filters[p]:
             b.check(rule.conditions[c], "return False")
         out.append(f"@numba.njit(cache=True)\ndef s_filt{p}(r, env):")
-        out += _prologue(spec.layout, kinds) + b.lines + ["    return True", ""]
+        out += prologue(spec.layout, kinds) + b.lines + ["    return True", ""]
     return out
 
 

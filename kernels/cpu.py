@@ -142,7 +142,7 @@ def _pairs(seqs, lo, hi, cand, excl, use_excl, valid, env, trivial):
     if not trivial and total:
         sel = np.flatnonzero(mask)
         sub = np.empty(len(sel), np.bool_)
-        _launch("_pair_mask", 0, valid, seqs, pair_seq[sel], rows[sel], env, sub)
+        launch("_pair_mask", 0, valid, seqs, pair_seq[sel], rows[sel], env, sub)
         mask[sel] = sub
     return pair_seq, rows, mask
 
@@ -160,7 +160,7 @@ def specialise(valid, table: dict) -> None:
     _SPECIALISED[id(valid)] = (valid, table)
 
 
-def _launch(name: str, work: int, valid, *args) -> None:
+def launch(name: str, work: int, valid, *args) -> None:
     """Run generic kernel ``name`` (serial or parallel by ``work``) with ``valid``."""
     parallel = work >= PARALLEL_WORK and name != "_pair_mask"
     own = _SPECIALISED.get(id(valid))
@@ -177,7 +177,7 @@ def _valid_counts(valid, seqs, lo, hi, cand, excl, use_excl, env, trivial: bool,
     if trivial and not use_excl:
         return hi - lo
     counts = np.empty(len(seqs), np.int64)
-    _launch("_each_count", work, valid, seqs, lo, hi, cand, excl, use_excl, env, counts)
+    launch("_each_count", work, valid, seqs, lo, hi, cand, excl, use_excl, env, counts)
     return counts
 
 
@@ -199,7 +199,7 @@ def combine_each(valid, seqs, lo, hi, cand, pred, excl, use_excl, env, trivial: 
     out = np.empty((int(counts.sum()), seqs.shape[1]), np.int64)
     if len(out):
         check = not (trivial and not use_excl)
-        _launch("_each_fill", work, valid, seqs, lo, hi, cand, excl, use_excl, env, check, offsets, pred, out)
+        launch("_each_fill", work, valid, seqs, lo, hi, cand, excl, use_excl, env, check, offsets, pred, out)
     return out
 
 
@@ -227,7 +227,7 @@ def combine_select(valid, seqs, lo, hi, cand, excl, use_excl, env, last: bool) -
                 edge = np.r_[s[1:] != s[:-1], True] if last else np.r_[True, s[1:] != s[:-1]]
                 chosen[s[edge]] = r[edge]
             return chosen
-        _launch("_select", work, valid, seqs, lo, hi, cand, excl, use_excl, env, last, chosen)
+        launch("_select", work, valid, seqs, lo, hi, cand, excl, use_excl, env, last, chosen)
     return chosen
 
 
@@ -235,5 +235,5 @@ def compute_aggregates(aggs_all, seqs, env, n_aggregates: int) -> np.ndarray:
     """(n, n_aggregates) float64 aggregate values of complete sequences (NaN = null)."""
     out = np.full((len(seqs), n_aggregates), np.nan)
     if len(seqs) and n_aggregates:
-        _launch("_aggregates", len(seqs) * 64, aggs_all, seqs, env, out)
+        launch("_aggregates", len(seqs) * 64, aggs_all, seqs, env, out)
     return out

@@ -177,10 +177,10 @@ def test_engine_loop_equals_the_compiled_simulation():
     eng.run(ev, arr)
     kept_loop = eng.stats()["processed"]
     from cep_gpu.shedding.shedder import UNIT_NS
-    from cep_gpu.shedding.stats import _ts_ns
+    from cep_gpu.shedding.stats import times_ns
 
     frame = ev.sort_values("ts", kind="stable").reset_index(drop=True)
-    core = eng.shedder.make_core(frame, _ts_ns(frame["ts"], UNIT_NS["s"]), eng.cost_model)
+    core = eng.shedder.make_core(frame, times_ns(frame["ts"], UNIT_NS["s"]), eng.cost_model)
     _, done, order = core.simulate(arr)
     assert len(order) == kept_loop
     lat = done[order] - arr[order]

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from cep_gpu.shedding import CostModel, Shedder, SheddingEngine, _core
 from cep_gpu.shedding.shedder import UNIT_NS
-from cep_gpu.shedding.stats import _ts_ns
+from cep_gpu.shedding.stats import times_ns
 
 TYPES = ("A", "B", "C", "D", "X")
 PATTERNS = [
@@ -73,7 +73,7 @@ def test_compiled_simulation_keeps_the_bound_and_its_buffers_consistent(load, co
     ev, arr, seed = load
     sh = Shedder(bound, beta=beta, buckets=buckets, policy=policy, seed=seed)
     sh.fit(rule, ev.iloc[: max(2, len(ev) // 3)], costs=costs)
-    core = sh.make_core(ev, _ts_ns(ev["ts"], UNIT_NS["s"]), costs)
+    core = sh.make_core(ev, times_ns(ev["ts"], UNIT_NS["s"]), costs)
     start, done, order = core.simulate(arr)
     assert np.all(done[order] - arr[order] <= bound * (1 + 1e-9))
     assert np.all(np.diff(order) > 0)  # FIFO: the engine consumes events in arrival order

@@ -78,7 +78,7 @@ def literal(value) -> str:
     raise CodegenError(f"unsupported literal of type {type(value).__name__}")
 
 
-class _Body:
+class Body:
     """Statements of one function; ``emit`` lowers an expression to (value, valid, kind)."""
 
     def __init__(self, layout: Layout, kinds: dict[str, str | None], row: Callable[[int], str]):
@@ -177,7 +177,7 @@ def _truth(part: tuple[str, str, str]) -> str:
     return f"({v})" if kind == "bool" else f"({v} != 0)"
 
 
-def _prologue(layout: Layout, kinds: dict[str, str | None]) -> list[str]:
+def prologue(layout: Layout, kinds: dict[str, str | None]) -> list[str]:
     lines = ["    ts = env[0]", f"    sc = env[{layout.strings_at}]"]
     for s, name in enumerate(layout.attrs):
         if kinds.get(name) is not None:
@@ -193,8 +193,8 @@ def emit_source(spec: RuleSpec, kinds: dict[str, str | None]) -> str:
     neg_inputs = [sorted(negation_inputs(n)) for n in rule.negations]
     out: list[str] = []
 
-    def body(row: Callable[[int], str]) -> _Body:
-        b = _Body(layout, kinds, row)
+    def body(row: Callable[[int], str]) -> Body:
+        b = Body(layout, kinds, row)
         b.agg_inputs = agg_inputs
         return b
 
@@ -203,7 +203,7 @@ def emit_source(spec: RuleSpec, kinds: dict[str, str | None]) -> str:
         sig = "".join(f", p{p}" for p in preds)
         span = part.span
         lines = [f"@numba.njit(cache=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)\ndef {kind}{k}(env{sig}):"]
-        lines += _prologue(layout, kinds)
+        lines += prologue(layout, kinds)
         lines.append(f"    nr = env[{base}]")
         lines.append(f"    nt = env[{base + 1}]")
         lines.append(f"    lo = ts[p{span.lo_ref}] + {literal(int(span.lo_offset))}")
@@ -228,7 +228,7 @@ def emit_source(spec: RuleSpec, kinds: dict[str, str | None]) -> str:
             for c in checks[k]:
                 b.check(part.conditions[c], "return False")
             out.append(f"@numba.njit(cache=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)\ndef {kind}{k}_cond(env, q{sig}):")
-            out += _prologue(layout, kinds) + b.lines + ["    return True", ""]
+            out += prologue(layout, kinds) + b.lines + ["    return True", ""]
 
     for k, neg in enumerate(rule.negations):
         lines, sig = span_part("neg", k, neg, neg_inputs[k], layout.neg_at + 2 * k)
@@ -291,7 +291,7 @@ def emit_source(spec: RuleSpec, kinds: dict[str, str | None]) -> str:
                 b.add(f"if not neg{n}(env{args}):")
                 b.add("return False", 2)
             out.append(f"@numba.njit(cache=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)\ndef valid_{pi}_{st.step}(seqs, i, r, env):")
-            out += _prologue(layout, kinds) + b.lines + ["    return True", ""]
+            out += prologue(layout, kinds) + b.lines + ["    return True", ""]
 
     # Kleene positions: per-element (r = the element) and consecutive (r = b[i], q = b[i+1]) checks
     for k in rule.kleene_positions:
@@ -302,7 +302,7 @@ def emit_source(spec: RuleSpec, kinds: dict[str, str | None]) -> str:
                 b.check(c, "return False")
             args = "seqs, i, r, env" if fname.startswith("kel") else "seqs, i, r, q, env"
             out.append(f"@numba.njit(cache=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)\ndef {fname}({args}):")
-            out += _prologue(layout, kinds) + b.lines + ["    return True", ""]
+            out += prologue(layout, kinds) + b.lines + ["    return True", ""]
 
     out.append("@numba.njit(cache=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)\ndef aggs_all(seqs, i, env, out):")
     for k in range(len(rule.aggregates)):

@@ -31,6 +31,7 @@ import pyarrow as pa
 from ..events import AttributeColumn, EventTable, TimeFormat
 from ..model import Arith, Attr, Compare, Const, Timestamp, map_expr, walk
 from .errors import DecompositionError
+from .ingest import ingest
 from .optimize import Operator, Plan
 from .query import Pattern, pattern_rule, renumber
 
@@ -432,15 +433,6 @@ def execute_stream(events, plan: Plan, time_unit: str = "s", backend: str = "aut
             new[frozenset(op.positions)] = Matches(op.positions, rows)
         root_parts.append(new[frozenset(plan.root.positions)])
     return ctx.finalize(Matches.concat(root_parts, plan.root.positions), backend)
-
-
-def ingest(events, time_unit: str) -> EventTable:
-    """``events`` (pandas, Arrow or an ingested table) as one time-sorted table, as ``detect`` reads it."""
-    if isinstance(events, EventTable):
-        return events
-    if isinstance(events, (pa.Table, pa.RecordBatch)):
-        return EventTable.from_arrow(events, time_unit=time_unit)
-    return EventTable.from_pandas(events, time_unit=time_unit)
 
 
 def _empty(positions) -> Matches:

@@ -93,7 +93,7 @@ class Stats:
         independence assumption, paper §5.3.1).
         """
         from .. import detect
-        from .execute import ingest
+        from .ingest import ingest
 
         pattern = analyse(rule)
         table = ingest(events, time_unit)

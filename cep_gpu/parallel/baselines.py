@@ -25,7 +25,7 @@ import pandas as pd
 from ..errors import ArgumentError
 from . import _compat
 from .compile import compile_rules
-from .engine import HybridEngine, _check_units, as_rule_list, auto_batch, auto_chunk
+from .engine import HybridEngine, as_rule_list, auto_batch, auto_chunk, check_units
 from .kernels import llsf_assign
 from .runtime import Layout, Runtime, Store
 
@@ -55,9 +55,9 @@ def run(method: str, rules, events: pd.DataFrame, units: int = 1, *, time_unit: 
     """Run ``method`` (one of :data:`METHODS`) over ``events`` with ``units`` units."""
     if method not in METHODS:
         raise ArgumentError(f"method must be one of {METHODS}, got {method!r}")
-    units = _check_units(units)
+    units = check_units(units)
     rule_list = as_rule_list(rules)
-    chunk_size = chunk_size or _auto_chunk(rule_list, events, time_unit)
+    chunk_size = chunk_size or baseline_chunk(rule_list, events, time_unit)
     if batch_size is None:
         length = max(len(r.predicates) for r in rule_list)
         # data-parallel units each run the whole chain alone; state-parallel has one unit per agent
@@ -66,7 +66,7 @@ def run(method: str, rules, events: pd.DataFrame, units: int = 1, *, time_unit: 
     if method in ("hybrid", "hybrid-equal"):
         eng = HybridEngine(rule_list, units=units, allocation="equal" if method == "hybrid-equal" else "cost-model",
                            dynamic=dynamic, fusion=fusion, time_unit=time_unit, stats=stats,
-                           batch_size=batch_size, chunk_size=chunk_size or _auto_chunk(rule_list, events, time_unit),
+                           batch_size=batch_size, chunk_size=chunk_size or baseline_chunk(rule_list, events, time_unit),
                            jitter=jitter, seed=seed)
         try:
             t0 = time.perf_counter()
@@ -100,13 +100,13 @@ def run(method: str, rules, events: pd.DataFrame, units: int = 1, *, time_unit: 
         plan = (_rip_plan(store, rows, window, units, rip_batch or _auto_rip_batch(store, rows, window))
                 if method == "rip" else _llsf_plan(specs, store, rows, strcodes, window, units))
         results, st = _data_parallel(specs, store, plan, strcodes, batch_size,
-                                     chunk_size or _auto_chunk(rule_list, events, time_unit))
+                                     chunk_size or baseline_chunk(rule_list, events, time_unit))
     out = _compat.build_output(rule_list, results, store, strings, table.time)
     sec = time.perf_counter() - t0
     return RunResult(method, units if method != "state-parallel" else st["units"], out, sec, len(events), st)
 
 
-def _auto_chunk(rules, events: pd.DataFrame, time_unit: str) -> int:
+def baseline_chunk(rules, events: pd.DataFrame, time_unit: str) -> int:
     """Events per quiescent point: about two windows' worth, within [4096, 65536]."""
     n = len(events)
     if n < 2:

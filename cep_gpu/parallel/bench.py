@@ -142,10 +142,10 @@ def bench_point(workload: str, length: int, window: float, events: int, seed: in
 
 
 def _chunk_of(rule, ev) -> int:
-    from .baselines import _auto_chunk
+    from .baselines import baseline_chunk
     from .engine import as_rule_list
 
-    return _auto_chunk(as_rule_list(rule), ev, "s")
+    return baseline_chunk(as_rule_list(rule), ev, "s")
 
 
 def run_bench(*, events: int = 30_000, windows=(0.25, 0.5, 1.0, 1.5), lengths=(3, 4, 5, 6),
@@ -294,12 +294,12 @@ def plot(result: dict, path: str) -> None:
 def write(result: dict, out: str | None, png: str | None) -> None:
     if out:
         with open(out, "w") as f:
-            json.dump(result, f, indent=1, default=_json_default)
+            json.dump(result, f, indent=1, default=json_default)
     if png:
         plot(result, png)
 
 
-def _json_default(o):
+def json_default(o):
     return o.item() if hasattr(o, "item") else float(o)
 
 

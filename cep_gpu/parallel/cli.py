@@ -72,9 +72,9 @@ def cmd_run(args) -> int:
     from .engine import HybridEngine
 
     try:
-        from ..cli import _read_rules
+        from ..cli import read_rules
 
-        rules = _read_rules(args.rules)
+        rules = read_rules(args.rules)
         events = read_events(args.events)
         eng = HybridEngine(rules, units=args.units, allocation=args.allocation, dynamic=not args.no_dynamic,
                            fusion=not args.no_fusion, time_unit=args.time_unit)
@@ -103,7 +103,7 @@ def cmd_run(args) -> int:
 def cmd_bench(args) -> int:
     from rich.console import Console
 
-    from .bench import _json_default, run_bench, write
+    from .bench import json_default, run_bench, write
 
     console = Console(stderr=True)
     kw = {}
@@ -113,7 +113,7 @@ def cmd_bench(args) -> int:
     res = run_bench(events=kw.pop("events", args.events), repeat=kw.pop("repeat", args.repeat), seed=args.seed,
                     progress=lambda s: console.print(s, highlight=False), **kw)
     write(res, args.out, args.plot)
-    console.print_json(json.dumps(res["summary"], default=_json_default))
+    console.print_json(json.dumps(res["summary"], default=json_default))
     return 0
 
 

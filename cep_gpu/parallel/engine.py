@@ -57,7 +57,7 @@ def as_rule_list(rules) -> list[Rule]:
     return out
 
 
-def _check_units(units) -> int:
+def check_units(units) -> int:
     if isinstance(units, bool) or not isinstance(units, (int, np.integer)):
         raise ArgumentError(f"units must be an int >= 1, got {units!r}")
     if units < 1:
@@ -96,7 +96,7 @@ class HybridEngine:
                  fusion: bool = True, *, time_unit: str = "s", stats: Sequence[ChainStats] | None = None,
                  calibration_events: int = 20_000, batch_size: int | None = None, chunk_size: int | None = None,
                  jitter: float = 0.0, seed: int = 0) -> None:
-        self.units = _check_units(units)
+        self.units = check_units(units)
         if allocation not in ALLOCATIONS:
             raise ArgumentError(f"allocation must be one of {ALLOCATIONS}, got {allocation!r}")
         for name, v in (("dynamic", dynamic), ("fusion", fusion)):
@@ -405,7 +405,7 @@ def measure_stats(spec: ChainSpec, table, strcodes: np.ndarray) -> ChainStats:
     total_pairs = sum(pairs)
     c_default = total_k / total_pairs if total_pairs else 1e-8
     sel, comp, lock, queue = [0.0], [0.0], [0.0], [0.0]
-    q = _queue_cost()
+    q = queue_cost()
     for p in range(1, n):
         s = st[p]
         sel.append(s.outputs / pairs[p] if pairs[p] else 0.0)
@@ -420,7 +420,7 @@ def measure_stats(spec: ChainSpec, table, strcodes: np.ndarray) -> ChainStats:
 _QCOST: list[float] = []
 
 
-def _queue_cost() -> float:
+def queue_cost() -> float:
     """Seconds per queue hand-over (append under the condition lock + notify), measured once."""
     if not _QCOST:
         import threading

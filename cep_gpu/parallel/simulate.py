@@ -237,9 +237,9 @@ def _access_cost(spec, store, strcodes) -> float:
 
 
 def _push_cost() -> float:
-    from .engine import _queue_cost
+    from .engine import queue_cost
 
-    return _queue_cost()
+    return queue_cost()
 
 
 @dataclass

@@ -27,7 +27,7 @@ from .. import Engine, detect
 from ..errors import ArgumentError
 from . import _core
 from .shedder import UNIT_NS, Shedder, SheddingError, as_rules
-from .stats import CostModel, Statistics, _ts_ns
+from .stats import CostModel, Statistics, times_ns
 
 MODES = ("virtual", "real")
 
@@ -331,7 +331,7 @@ class SheddingEngine:
             if arrival not in events.columns:
                 raise ArgumentError(f"arrival column {arrival!r} not in the events")
             arrival = events[arrival].to_numpy(np.float64)
-        ts_ns = _ts_ns(events["ts"], UNIT_NS[self.time_unit])
+        ts_ns = times_ns(events["ts"], UNIT_NS[self.time_unit])
         order = np.argsort(ts_ns, kind="stable")
         frame = events.iloc[order].reset_index(drop=True)
         if "id" in frame.columns:

@@ -272,6 +272,6 @@ def as_rules(rules) -> list[Rule]:
 
 
 def _ts(ts: pd.Series, unit_ns: int) -> np.ndarray:
-    from .stats import _ts_ns
+    from .stats import times_ns
 
-    return _ts_ns(ts, unit_ns)
+    return times_ns(ts, unit_ns)

@@ -182,7 +182,7 @@ def gather(
     if len(events) < 2:
         raise ArgumentError(f"statistics need a sample of at least 2 events, got {len(events)}")
     types = events["type"].astype(str).to_numpy()
-    ts = _ts_ns(events["ts"], time_unit_ns)
+    ts = times_ns(events["ts"], time_unit_ns)
     arr = ts / 1e9 if arrival is None else np.asarray(arrival, np.float64)
     span = float(arr.max() - arr.min())
     if not span > 0:
@@ -215,7 +215,7 @@ def gather(
     return st
 
 
-def _ts_ns(ts: pd.Series, time_unit_ns: int) -> np.ndarray:
+def times_ns(ts: pd.Series, time_unit_ns: int) -> np.ndarray:
     if pd.api.types.is_datetime64_any_dtype(ts):
         return ts.to_numpy("datetime64[ns]").astype(np.int64)
     v = ts.to_numpy()
