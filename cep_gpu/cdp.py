@@ -394,7 +394,7 @@ class _Run:
         if kl.after is not None:  # strictly after the previous position
             lo = np.maximum(lo, np.searchsorted(col.ts, self.table.ts[seqs[:, kl.after]], "right"))
             hi = np.maximum(hi, lo)
-        elem, pair = self.kernels.kleene[k]
+        elem, pair = self.compiled.kleene[k]
         e_off, e_rows = kk.elements(elem, seqs, lo, hi, cand, self.kernel_args)
         self.estimate += kk.subset_estimate(np.diff(e_off), kl.min_size, kl.max_size, kl.greedy)
         check_estimate(rule, k, self.estimate)
@@ -422,7 +422,7 @@ class _Run:
             from .kernels.cpu import launch
 
             mask = np.empty(len(out), np.bool_)
-            valid = self.kernels.valid[p][st.step]
+            valid = self.compiled.valid[p][st.step]
             launch("_pair_mask", 0, valid, out, np.arange(len(out), dtype=np.int64), out[:, k].copy(), self.kernel_args, mask)
             out = out[mask]
         return out
