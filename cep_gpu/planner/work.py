@@ -74,12 +74,12 @@ def column_rows(
     """Rows of ``event_type`` in ``[lo, hi)`` that pass the static filters of predicate ``pred``."""
     rows = type_rows(table, event_type, lo, len(table) if hi is None else hi)
     for ci in static_conditions(rule, pred):
-        if any(isinstance(node, AggValue) for node in walk(rule.conditions[ci])):
+        nodes = list(walk(rule.conditions[ci]))
+        if any(isinstance(node, AggValue) for node in nodes):
             continue  # an aggregate's value is known only once its span is bound: an upper bound
-        try:
-            rows = filter_rows(table, rows, (rule.conditions[ci],), pred, rule.n_predicates)
-        except (KeyError, IndexError, TypeError):  # cannot evaluate here: do not filter (upper bound)
-            pass
+        if any(isinstance(node, Attr) and node.name not in table.columns for node in nodes):
+            continue  # a sample without that attribute (explain): no filter, an upper bound
+        rows = filter_rows(table, rows, (rule.conditions[ci],), pred, rule.n_predicates)
     return rows
 
 
