@@ -16,6 +16,8 @@ import json
 import sys
 from pathlib import Path
 
+from ..benchmarks.save import save_results
+
 EPILOG = """examples:
   cep-gpu decompose q.rules --rates a=1000,b=1000,c=30 --selectivity a:b=0.01,a:c=0.01,b:c=0.01 \\
       --units 4 --iota 6000 --kappa 60000
@@ -158,15 +160,7 @@ def cmd_bench(args) -> int:
                        progress=progress)
     print(file=sys.stderr)
     print(bench.summary_table(result))
-    print(json.dumps(result["summary"], indent=2))
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
-        print(f"results -> {args.out}", file=sys.stderr)
-    if args.plot:
-        Path(args.plot).parent.mkdir(parents=True, exist_ok=True)
-        bench.plot(result, args.plot)
-        print(f"plot -> {args.plot}", file=sys.stderr)
+    save_results(result, args.out, args.plot, bench.plot)
     return 0
 
 

@@ -16,6 +16,8 @@ import json
 import sys
 from pathlib import Path
 
+from ..benchmarks.save import save_results
+
 EPILOG = """examples:
   cep-gpu muse network --nodes 8 --types 4 --ratio 0.5 --skew 1.5 --out net.json
   cep-gpu muse plan queries.txt net.json --algorithm amuse
@@ -169,14 +171,7 @@ def cmd_bench(args) -> int:
     result = bench.run(sweeps, seeds, args.queries, args.size, args.simulate_events,
                        args.backend, on_step=lambda s: print(f"  {s}", file=sys.stderr),
                        max_rate=getattr(args, "max_rate", None))
-    print(json.dumps(result["summary"], indent=2))
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
-        print(f"results -> {args.out}", file=sys.stderr)
-    if args.plot:
-        bench.plot(result, args.plot)
-        print(f"plot -> {args.plot}", file=sys.stderr)
+    save_results(result, args.out, args.plot, bench.plot)
     return 0
 
 

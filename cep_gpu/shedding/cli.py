@@ -7,9 +7,9 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-from pathlib import Path
+
+from ..benchmarks.save import save_results
 
 EPILOG = """examples:
   cep-gpu shedding bench --quick --out shedding.json --plot shedding.png
@@ -92,15 +92,7 @@ def cmd_bench(args) -> int:
                        mode=args.mode, seeds=range(args.seeds), backend=args.backend, noise=args.noise,
                        bound_fraction=args.bound_fraction,
                        on_step=lambda s: print(f"  {s}", file=sys.stderr, flush=True))
-    print(json.dumps(result["summary"], indent=2))
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
-        print(f"results -> {args.out}", file=sys.stderr)
-    if args.plot:
-        Path(args.plot).parent.mkdir(parents=True, exist_ok=True)
-        bench.plot(result, args.plot)
-        print(f"plot -> {args.plot}", file=sys.stderr)
+    save_results(result, args.out, args.plot, bench.plot)
     return 0
 
 
