@@ -295,32 +295,11 @@ def begin(p, F, IS, typ, bkt, est, status, lo, relevant, ring, z_act, is_term,
 
 
 @numba.njit(cache=True)
-def simulate_virtual(arr, F, IS, typ, bkt, est, status, lo, relevant, evicted, ring,
-                     z_est, z_act, is_term, nt, gamma, size, active, minb, nxt, prv, head, cnt,
-                     fen, dropped, start, done, order):
-    """The whole virtual-time run without an engine in the loop: fills ``start``/``done`` and
-    ``order`` (the events in processing order); returns how many were processed."""
-    n = arr.shape[0]
-    k = 0
-    for i in range(n):
-        now = arr[i]
-        while True:
-            if F[F_TFREE] > now:
-                break
-            p = next_queued(IS, status)
-            if p < 0:
-                break
-            s = max(F[F_TFREE], arr[p])
-            c = begin(p, F, IS, typ, bkt, est, status, lo, relevant, ring, z_act, is_term,
-                      size, active, nxt, prv, head, cnt, fen)
-            start[p] = s
-            done[p] = s + c
-            F[F_TFREE] = s + c
-            order[k] = p
-            k += 1
-        arrive(i, now, F, IS, typ, bkt, est, status, lo, relevant, evicted, ring,
-               z_est, is_term, nt, gamma, size, active, minb, nxt, prv, head, cnt, fen, dropped)
-    while True:
+def _serve(until, k, arr, F, IS, typ, bkt, est, status, lo, relevant, ring, z_act, is_term,
+           size, active, nxt, prv, head, cnt, fen, start, done, order):
+    """Process queued events in order while the engine is free by ``until``; returns the new
+    count of processed events ``k``."""
+    while F[F_TFREE] <= until:
         p = next_queued(IS, status)
         if p < 0:
             break
@@ -333,6 +312,23 @@ def simulate_virtual(arr, F, IS, typ, bkt, est, status, lo, relevant, evicted, r
         order[k] = p
         k += 1
     return k
+
+
+@numba.njit(cache=True)
+def simulate_virtual(arr, F, IS, typ, bkt, est, status, lo, relevant, evicted, ring,
+                     z_est, z_act, is_term, nt, gamma, size, active, minb, nxt, prv, head, cnt,
+                     fen, dropped, start, done, order):
+    """The whole virtual-time run without an engine in the loop: fills ``start``/``done`` and
+    ``order`` (the events in processing order); returns how many were processed."""
+    k = 0
+    for i in range(arr.shape[0]):
+        now = arr[i]
+        k = _serve(now, k, arr, F, IS, typ, bkt, est, status, lo, relevant, ring, z_act, is_term,
+                   size, active, nxt, prv, head, cnt, fen, start, done, order)
+        arrive(i, now, F, IS, typ, bkt, est, status, lo, relevant, evicted, ring,
+               z_est, is_term, nt, gamma, size, active, minb, nxt, prv, head, cnt, fen, dropped)
+    return _serve(np.inf, k, arr, F, IS, typ, bkt, est, status, lo, relevant, ring, z_act, is_term,
+                  size, active, nxt, prv, head, cnt, fen, start, done, order)
 
 
 class Core:
