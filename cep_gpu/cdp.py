@@ -394,22 +394,36 @@ class _Run:
         if kl.after is not None:  # strictly after the previous position
             lo = np.maximum(lo, np.searchsorted(col.ts, self.table.ts[seqs[:, kl.after]], "right"))
             hi = np.maximum(hi, lo)
-        elem, pair = self.compiled.kleene[k]
-        e_off, e_rows = kk.elements(elem, seqs, lo, hi, cand, self.kernel_args)
+        device = getattr(self.combiner, "kleene_sets", None)  # the GPU kernels (cuda/cdp.cuh)
+        if device is not None:
+            e_off, e_rows = self.combiner.kleene_elements(self.compiled, k, seqs, lo, hi, cand, self.kernel_args)
+        else:
+            elem, pair = self.compiled.kleene[k]
+            e_off, e_rows = kk.elements(elem, seqs, lo, hi, cand, self.kernel_args)
         self.estimate += kk.subset_estimate(np.diff(e_off), kl.min_size, kl.max_size, kl.greedy)
         check_estimate(rule, k, self.estimate)
-        set_seq, set_start, set_len, flat = kk.enumerate_sets(
-            pair, seqs, e_off, e_rows, self.kernel_args, kl.min_size, kl.max_size, kl.greedy
-        )
-        out = seqs[set_seq]
-        base = self.spec.kleene_base(k)
         if k in self._sets:  # a second step of this position cannot happen (one plan, one step)
             raise RuleError(f"rule {rule.name!r}: Kleene position {k} bound twice")  # pragma: no cover
+        if device is not None:
+            # consecutive and set conditions and negations are checked in the kernel; it reads
+            # the aggregates over the sets bound before this one from aggs_in
+            aggs_in = self._kleene_aggs(seqs)
+            set_seq, set_start, set_len, flat = device(
+                self.compiled, p, st.step, k, seqs, e_off, e_rows, aggs_in, self.kernel_args
+            )
+        else:
+            set_seq, set_start, set_len, flat = kk.enumerate_sets(
+                pair, seqs, e_off, e_rows, self.kernel_args, kl.min_size, kl.max_size, kl.greedy
+            )
+        out = seqs[set_seq]
+        base = self.spec.kleene_base(k)
         self._sets[k] = flat
         out[:, k] = flat[set_start] if len(flat) else -1
         out[:, base] = set_start
         out[:, base + 1] = set_len
         out[:, base + 2] = flat[set_start + set_len - 1] if len(flat) else -1
+        if device is not None:
+            return out
         if len(out) and st.conditions:
             from .evaluate import condition_mask
 

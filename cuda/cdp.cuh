@@ -96,6 +96,40 @@ CEP_DEVICE cep_i64 cep_pair_sequence(const cep_i64* offsets, cep_i64 n, cep_i64 
 CEP_DEVICE bool cep_rule_check(int step_id, const Ctx& c, const cep_i64* s);
 CEP_DEVICE void cep_rule_aggregates(const Ctx& c, const cep_i64* s, double* out);
 
+// Kleene closure (docs/language.md): running count/sum/min/max of one aggregate over a set.
+struct CepAcc {
+    cep_i64 cnt, nv;
+    double tot, mn, mx;
+};
+// One element: counted always; its value (ok: present, not NaN) summed in element order.
+CEP_DEVICE void cep_acc_add(CepAcc* a, bool ok, double x) {
+    a->cnt += 1;
+    if (!ok || cep_isnan(x)) return;
+    a->nv += 1;
+    a->tot += x;
+    if (a->nv == 1 || x < a->mn) a->mn = x;
+    if (a->nv == 1 || x > a->mx) a->mx = x;
+}
+// fn: 0 count, 1 sum, 2 avg, 3 min, 4 max (avg/min/max of no values: null = NaN).
+CEP_DEVICE double cep_acc_value(const CepAcc* a, int fn) {
+    if (fn == 0) return (double)a->cnt;
+    if (fn == 1) return a->tot;
+    if (a->nv == 0) return cep_nan();
+    if (fn == 2) return a->tot / (double)a->nv;
+    return fn == 3 ? a->mn : a->mx;
+}
+// Kleene hooks of the rule header, `k` the Kleene position (declaration index):
+//   cep_kleene_elem:   the per-element conditions of element row `self`;
+//   cep_kleene_pair:   the consecutive conditions of elements `self`, `nxt` (in this order);
+//   cep_kleene_add:    adds element `self` to the accumulators of k's aggregates (acc[aggregate]);
+//   cep_kleene_values: writes the values of k's aggregates into ka[aggregate];
+//   cep_kleene_check:  the set conditions and negations of step `step_id` (aggregate values ka).
+CEP_DEVICE bool cep_kleene_elem(int k, const Ctx& c, const cep_i64* s, cep_i64 self);
+CEP_DEVICE bool cep_kleene_pair(int k, const Ctx& c, const cep_i64* s, cep_i64 self, cep_i64 nxt);
+CEP_DEVICE void cep_kleene_add(int k, const Ctx& c, cep_i64 self, CepAcc* acc);
+CEP_DEVICE void cep_kleene_values(int k, const CepAcc* acc, double* ka);
+CEP_DEVICE bool cep_kleene_check(int step_id, const Ctx& c, const cep_i64* s, const double* ka);
+
 template <int NP>
 CEP_DEVICE void cep_load(const cep_i64* seq, cep_i64 i, cep_i64* s) {
     for (int j = 0; j < NP; ++j) s[j] = seq[i * NP + j];
@@ -160,6 +194,121 @@ CEP_DEVICE void cdp_aggregates_body(const cep_u64* tab, const cep_i64* scal, con
         cep_i64 s[NP];
         cep_load<NP>(seq, i, s);
         cep_rule_aggregates(c, s, out + i * (NAGG > 0 ? NAGG : 1));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Kleene closure: the combination step of a Kleene position k (docs/language.md).
+//
+// Elements: one thread per (sequence, candidate) pair of the step's ranges (the layout of `each`);
+// mask[t] says whether candidate t passes k's per-element conditions. The host compacts the mask
+// into each sequence's element list e_rows[e_off[i] .. e_off[i + 1]) (row order).
+template <int NP>
+CEP_DEVICE void cdp_kleene_elements_body(const cep_u64* tab, const cep_i64* scal, cep_i64 kpos,
+                                         const cep_i64* seq_in, cep_i64 n_in,
+                                         const cep_i64* col_rows, const cep_i64* lo,
+                                         const cep_i64* offsets, cep_i64 total, cep_u8* mask) {
+    Ctx c = {tab, scal};
+    for (cep_i64 t = cep_thread_id(); t < total; t += cep_thread_count()) {
+        cep_i64 i = cep_pair_sequence(offsets, n_in, t);
+        cep_i64 row = col_rows[lo[i] + (t - offsets[i])];
+        cep_i64 s[NP];
+        cep_load<NP>(seq_in, i, s);
+        mask[t] = cep_kleene_elem((int)kpos, c, s, row) ? 1 : 0;
+    }
+}
+
+// The elements (indices 0..n) of set u of n elements, in the depth-first (lexicographic) order
+// of the CPU kernel: {0}, {0,1}, {0,1,2}, {0,2}, {1}, ... restricted to sizes [min_s, max_s].
+// ftab[m * fw + d] = the sets in the subtree of a prefix of d chosen elements with m elements
+// left after its last one (the prefix itself included when its size is allowed), computed by the
+// host. visit(j, x) is called for the j-th element x of the set; returns the set's size.
+template <class V>
+CEP_DEVICE cep_i64 cep_kleene_unrank(const cep_i64* ftab, cep_i64 fw, cep_i64 n, cep_i64 min_s,
+                                     cep_i64 max_s, cep_i64 u, V& visit) {
+    cep_i64 d = 0;
+    for (cep_i64 x = 0; x < n; ++x) {
+        cep_i64 sub = ftab[(n - x - 1) * fw + d + 1];
+        if (u >= sub) {  // not in the subtree of x: skip it
+            u -= sub;
+            continue;
+        }
+        visit(d, x);
+        ++d;
+        if (d >= min_s && d <= max_s) {
+            if (u == 0) return d;
+            --u;
+        }
+    }
+    return d;  // not reached for u below the sequence's set count
+}
+
+// Sets: one thread per (sequence, set index) pair, numbered through the exclusive prefix sum
+// `offsets` of the per-sequence set counts (each: the subsets of allowed size, see
+// cep_kleene_unrank; greedy: 1 where the element count is allowed). A thread walks its set, checks
+// the consecutive conditions and accumulates k's aggregates, then checks the step's set conditions
+// and negations with the set's first element at s[k] and its last at s[last_col] (other Kleene
+// positions' aggregates come from aggs_in, n_in x NAGG, computed by the host). A set that passes
+// takes output slot atomicAdd(&count[0], 1) and elements atomicAdd(&count[1], size); it is written
+// where both fit below cap / ecap, and the launcher relaunches with exact sizes otherwise (as for
+// `each`). keys[slot] = t orders the sets as the CPU kernel does.
+template <int NP, int NAGG>
+CEP_DEVICE void cdp_kleene_sets_body(const cep_u64* tab, const cep_i64* scal, cep_i64 step_id,
+                                     cep_i64 kpos, cep_i64 last_col, cep_i64 greedy,
+                                     cep_i64 min_s, cep_i64 max_s, const cep_i64* seq_in,
+                                     cep_i64 n_in, const cep_i64* e_off, const cep_i64* e_rows,
+                                     const cep_i64* ftab, cep_i64 fw, const cep_i64* offsets,
+                                     cep_i64 total, const double* aggs_in, cep_i64* set_seq,
+                                     cep_i64* set_start, cep_i64* set_len, cep_i64* keys,
+                                     cep_i64* flat, cep_u64* count, cep_i64 cap, cep_i64 ecap) {
+    Ctx c = {tab, scal};
+    for (cep_i64 t = cep_thread_id(); t < total; t += cep_thread_count()) {
+        cep_i64 i = cep_pair_sequence(offsets, n_in, t);
+        cep_i64 u = t - offsets[i];
+        const cep_i64* elems = e_rows + e_off[i];
+        cep_i64 n = e_off[i + 1] - e_off[i];
+        cep_i64 s[NP];
+        cep_load<NP>(seq_in, i, s);
+        CepAcc acc[NAGG > 0 ? NAGG : 1];
+        for (int a = 0; a < (NAGG > 0 ? NAGG : 1); ++a) acc[a] = CepAcc{0, 0, 0.0, 0.0, 0.0};
+        bool ok = true;
+        cep_i64 first = -1, prev = -1;
+        auto walk = [&](cep_i64 j, cep_i64 x) {
+            cep_i64 r = elems[x];
+            if (j == 0) {
+                first = r;
+            } else if (ok && !cep_kleene_pair((int)kpos, c, s, prev, r)) {
+                ok = false;
+            }
+            if (ok) cep_kleene_add((int)kpos, c, r, acc);
+            prev = r;
+        };
+        cep_i64 size = n;
+        if (greedy) {
+            for (cep_i64 x = 0; x < n; ++x) walk(x, x);
+        } else {
+            size = cep_kleene_unrank(ftab, fw, n, min_s, max_s, u, walk);
+        }
+        if (!ok || size == 0) continue;
+        s[kpos] = first;
+        s[last_col] = prev;
+        double ka[NAGG > 0 ? NAGG : 1];
+        for (int a = 0; a < NAGG; ++a) ka[a] = aggs_in[i * NAGG + a];
+        cep_kleene_values((int)kpos, acc, ka);
+        if (!cep_kleene_check((int)step_id, c, s, ka)) continue;
+        cep_u64 k = cep_atomic_add(&count[0], 1ULL);
+        cep_u64 e = cep_atomic_add(&count[1], (cep_u64)size);
+        if ((cep_i64)k >= cap || (cep_i64)e + size > ecap) continue;  // relaunched with room
+        set_seq[k] = i;
+        set_start[k] = (cep_i64)e;
+        set_len[k] = size;
+        keys[k] = t;
+        auto put = [&](cep_i64 j, cep_i64 x) { flat[(cep_i64)e + j] = elems[x]; };
+        if (greedy) {
+            for (cep_i64 x = 0; x < n; ++x) put(x, x);
+        } else {
+            cep_kleene_unrank(ftab, fw, n, min_s, max_s, u, put);
+        }
     }
 }
 

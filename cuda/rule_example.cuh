@@ -37,4 +37,24 @@ CEP_DEVICE bool cep_rule_check(int step_id, const Ctx& c, const cep_i64* s) {
 CEP_DEVICE void cep_rule_aggregates(const Ctx& c, const cep_i64* s, double* out) {
     (void)c; (void)s; (void)out;
 }
+
+// No Kleene position: the Kleene hooks are never called.
+CEP_DEVICE bool cep_kleene_elem(int k, const Ctx& c, const cep_i64* s, cep_i64 self) {
+    (void)k; (void)c; (void)s; (void)self;
+    return true;
+}
+CEP_DEVICE bool cep_kleene_pair(int k, const Ctx& c, const cep_i64* s, cep_i64 self, cep_i64 nxt) {
+    (void)k; (void)c; (void)s; (void)self; (void)nxt;
+    return true;
+}
+CEP_DEVICE void cep_kleene_add(int k, const Ctx& c, cep_i64 self, CepAcc* acc) {
+    (void)k; (void)c; (void)self; (void)acc;
+}
+CEP_DEVICE void cep_kleene_values(int k, const CepAcc* acc, double* ka) {
+    (void)k; (void)acc; (void)ka;
+}
+CEP_DEVICE bool cep_kleene_check(int step_id, const Ctx& c, const cep_i64* s, const double* ka) {
+    (void)step_id; (void)c; (void)s; (void)ka;
+    return true;
+}
 #endif

@@ -213,3 +213,47 @@ def subset_estimate(n: np.ndarray, min_s: int, max_s: int | None, greedy: bool) 
                 c = c * (m - s) / (s + 1)
         total += per * times_m
     return total
+
+
+#: The largest number of sets one call may number on the GPU (int64 thread indices and offsets).
+MAX_INDEXED_SETS = 2**62
+
+
+def subset_table(n_max: int, min_s: int, max_s: int | None) -> np.ndarray:
+    """The unranking table of the GPU Kleene kernel (``cep_kleene_unrank`` in cuda/cdp.cuh).
+
+    ``table[m, d]`` (d in ``0..h + 1``, ``h = min(max_s, n_max)``): the sets of an allowed size in
+    the depth-first subtree of a prefix of ``d`` chosen elements followed by ``m`` more elements,
+    the prefix itself included when its size is allowed. ``F(m, d) = [min_s <= d <= h] +
+    sum_{m' < m} F(m', d + 1)``, ``F(., h + 1) = 0``. Exact (Python ints), saturated at int64's
+    maximum (entries that large are never read for a sequence whose count fits)."""
+    h = n_max if max_s is None else min(max_s, n_max)
+    width = h + 2
+    f = np.zeros((n_max + 1, width), dtype=object)
+    f[:, :] = 0
+    for d in range(h, 0, -1):
+        shifted = np.zeros(n_max + 1, dtype=object)
+        shifted[:] = 0
+        if n_max:
+            shifted[1:] = np.cumsum(f[:-1, d + 1])
+        f[:, d] = shifted + (1 if d >= min_s else 0)
+    cap = np.iinfo(np.int64).max
+    return np.array([[min(int(x), cap) for x in row] for row in f], dtype=np.int64).reshape(n_max + 1, width)
+
+
+def subset_counts(n: np.ndarray, min_s: int, max_s: int | None, greedy: bool) -> np.ndarray:
+    """Per sequence, the sets the GPU kernel numbers for its ``n`` elements (before consecutive
+    and set conditions): ``greedy``: 1 when ``n`` is an allowed size; else every subset of an
+    allowed size (:func:`subset_estimate` per sequence, exact). int64; the caller has checked
+    that the total fits (:data:`MAX_INDEXED_SETS`)."""
+    n = np.asarray(n, np.int64)
+    if greedy:
+        ok = (n >= min_s) & (n >= 1) & ((n <= max_s) if max_s is not None else True)
+        return ok.astype(np.int64)
+    n_max = int(n.max()) if len(n) else 0
+    table = subset_table(n_max, min_s, max_s)
+    roots = np.zeros(n_max + 1, np.int64)
+    if n_max:
+        # the root's subtree: its children are the first elements 0..n-1 (size-1 prefixes)
+        roots[1:] = np.minimum(np.cumsum(table[:-1, 1].astype(object)), np.iinfo(np.int64).max).astype(np.int64)
+    return roots[n]

@@ -11,6 +11,7 @@ import numpy as np
 from ...cdp import StepInput
 from ...codegen import RuleSpec
 from ...codegen.cuda import CudaRule, generate, step_id
+from ...errors import MatchLimitError
 from ...events.lineage import MAX_ANCESTORS, Lineage, array_role
 from .columns import (
     I64_MAX,
@@ -76,6 +77,9 @@ class GpuCombiner:
         if code is None:
             code = self._codes[key] = generate(spec, kinds)
         return GpuRule(spec, code, self.runtime.compile(code), dict(kinds))
+
+    #: evaluates Kleene positions (:meth:`kleene_elements`, :meth:`kleene_sets`)
+    supports_kleene = True
 
     def bind_lineage(self, lineage: Lineage | None) -> None:
         """The row lineage (``EventTable.lineage``) of the table the next steps read: which rows
@@ -384,4 +388,110 @@ class GpuCombiner:
         found = (idx >= 0) & (idx != I64_MAX)
         cand = np.asarray(step.cand)
         return np.where(found, cand[np.where(found, idx, 0)] if len(cand) else -1, -1).astype(np.int64)
+
+    # -- Kleene closure (docs/language.md) ------------------------------------------------------------
+
+    def kleene_elements(
+        self, compiled: GpuRule, k: int, seqs: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+        cand: np.ndarray, kernel_args: tuple,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(offsets (n+1,), rows): each sequence's candidates in ``[lo, hi)`` of ``cand`` that
+        pass Kleene position ``k``'s per-element conditions (``cdp_kleene_elements``, one thread
+        per (sequence, candidate) pair), in row order."""
+        seqs = np.ascontiguousarray(seqs, np.int64)
+        n = len(seqs)
+        lo = np.ascontiguousarray(lo, np.int64)
+        sizes = np.maximum(np.asarray(hi, np.int64) - lo, 0)
+        offsets = np.zeros(n + 1, np.int64)
+        np.cumsum(sizes, out=offsets[1:])
+        total = int(offsets[-1])
+        cand = np.asarray(cand, np.int64)
+        pos = np.arange(total, dtype=np.int64) - np.repeat(offsets[:-1] - lo, sizes)
+        rows = cand[pos] if total else np.empty(0, np.int64)
+        if total and compiled.spec.rule.predicates[k].kleene.conditions:
+            rt = self.runtime
+            tab, scal, _keep = self._context(compiled, kernel_args, None)
+            mask = rt.empty(total, np.uint8)
+            self._launch(
+                compiled, "cdp_kleene_elements", total, tab, scal, k, self._upload(seqs.ravel()), n,
+                self._device(cand, np.int64), self._upload(lo), self._upload(offsets), total, mask,
+            )
+            keep = rt.to_host(mask).view(np.bool_)
+            kept = np.zeros(total + 1, np.int64)
+            np.cumsum(keep, out=kept[1:])
+            return kept[offsets], rows[keep]
+        return offsets, rows  # no per-element condition: every candidate is an element
+
+    def kleene_sets(
+        self, compiled: GpuRule, plan: int, step: int, k: int, seqs: np.ndarray, e_off: np.ndarray,
+        e_rows: np.ndarray, aggs_in: np.ndarray, kernel_args: tuple,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The sets of Kleene position ``k`` that pass its consecutive conditions and the step's
+        set conditions and negations, as ``(set_seq, set_start, set_len, flat)`` (set ``s`` of
+        sequence ``set_seq[s]`` is ``flat[set_start[s]:set_start[s] + set_len[s]]``), sets in the
+        CPU kernel's order (:func:`cep_gpu.kernels.kleene.enumerate_sets`).
+
+        ``cdp_kleene_sets`` runs one thread per (sequence, set index) pair over the exclusive
+        prefix sum of the per-sequence set counts; the output (sets and their elements) goes
+        through two atomic indices, and an overflow of either buffer grows both to the exact
+        counts and relaunches. ``aggs_in`` (n, n_aggregates): the values of the aggregates over
+        the other Kleene positions' sets (NaN where unbound), for set conditions that read them.
+        """
+        from ..kleene import MAX_INDEXED_SETS, subset_counts, subset_table
+
+        rule = compiled.spec.rule
+        kl = rule.predicates[k].kleene
+        rt = self.runtime
+        seqs = np.ascontiguousarray(seqs, np.int64)
+        n = len(seqs)
+        sizes = np.diff(e_off)
+        counts = subset_counts(sizes, kl.min_size, kl.max_size, kl.greedy)
+        offsets = np.zeros(n + 1, np.int64)
+        if sum(int(c) for c in counts) >= MAX_INDEXED_SETS:
+            raise MatchLimitError(
+                f"rule {rule.name!r}: Kleene position {rule.predicates[k].alias!r} has more than "
+                f"2^62 candidate sets in one call, more than the GPU kernels can number; bound the "
+                f"set size or use 'select greedy'"
+            )
+        np.cumsum(counts, out=offsets[1:])
+        total = int(offsets[-1])
+        none = np.empty(0, np.int64)
+        if total == 0:
+            return none, none, none, none
+        n_max = int(sizes.max())
+        table = np.zeros((1, 1), np.int64) if kl.greedy else subset_table(n_max, kl.min_size, kl.max_size)
+        max_s = n_max if kl.max_size is None else int(kl.max_size)
+        n_agg = len(rule.aggregates)
+        aggs = np.ascontiguousarray(aggs_in, np.float64).ravel() if n_agg and n else np.full(1, np.nan)
+        tab, scal, _keep = self._context(compiled, kernel_args, None)
+        args = (
+            tab, scal, step_id(plan, step), k, compiled.spec.kleene_base(k) + 2, int(kl.greedy),
+            int(kl.min_size), max_s, self._upload(seqs.ravel()), n, self._upload(np.asarray(e_off, np.int64)),
+            self._upload(np.r_[np.asarray(e_rows, np.int64), -1]), self._upload(table.ravel()), table.shape[1],
+            self._upload(offsets), total, self._upload(aggs),
+        )
+        names = ("kl_seq", "kl_start", "kl_len", "kl_keys")
+        bufs = [self._buffer(b, np.int64, self.initial_capacity) for b in names]
+        flat = self._buffer("kl_flat", np.int64, self.initial_capacity)
+        cap = min(b.capacity for b in bufs)
+        ecap = flat.capacity
+        counter = rt.full(2, 0, np.uint64)
+        self._launch(compiled, "cdp_kleene_sets", total, *args, *(b.data for b in bufs), flat.data, counter, cap, ecap)
+        count, ecount = (int(x) for x in rt.to_host(counter))
+        if count > cap or ecount > ecap:
+            # an atomic index ran past its buffer: grow both to the exact counts and launch again
+            self.stats.relaunches += 1
+            for b in bufs:
+                b.grow_exact(count)
+            flat.grow_exact(ecount)
+            counter = rt.full(2, 0, np.uint64)
+            self._launch(compiled, "cdp_kleene_sets", total, *args, *(b.data for b in bufs), flat.data, counter,
+                         count, ecount)
+            again = tuple(int(x) for x in rt.to_host(counter))
+            assert again == (count, ecount), "a relaunch must find the same sets"
+        if count == 0:
+            return none, none, none, none
+        set_seq, set_start, set_len, keys = (rt.to_host(b.data, count) for b in bufs)
+        order = np.argsort(keys, kind="stable")
+        return set_seq[order], set_start[order], set_len[order], rt.to_host(flat.data, ecount)
 

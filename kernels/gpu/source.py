@@ -13,6 +13,8 @@ KERNELS: dict[str, str] = {
     "cdp_each": "ppiipipppipppi",
     "cdp_select": "ppiiipipppip",
     "cdp_aggregates": "pppip",
+    "cdp_kleene_elements": "ppipipppip",
+    "cdp_kleene_sets": "ppiiiiiipipppipipppppppii",
 }
 
 
