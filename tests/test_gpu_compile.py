@@ -36,6 +36,9 @@ RULES = {
     "everything": "define E pattern SEQ(A a, NOT(D z), B b, C c) "
     "where (a.s = 'u' or not (a.x * 2 - c.x >= -3)) and b.y / 2 < c.y + 1.5 and z.x = a.x and c.f = true "
     "within 5 s select last return t := a.x, w := c.y",
+    "kleene": "define K pattern SEQ(A a, NOT(D z), KL(B b)[2..4], NOT(D w), C c, KL(B d), E e) "
+    "where b.x != 2 and b[i].y <= b[i+1].y and sum(b.x) >= c.x and avg(d.y) > min(b.y) and z.x = a.x "
+    "and count(d) < 3 and max(b.f) >= 0 within 5 s return n := count(b), m := max(d.y)",
 }
 KINDS = {"value": "float", "room": "string", "painting": "string", "s": "string", "x": "int", "y": "float", "f": "bool"}
 
