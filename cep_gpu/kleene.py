@@ -74,5 +74,5 @@ def require_support(rule: Rule, backend: str) -> None:
     if rule.kleene_positions:
         raise UnsupportedFeatureError(
             f"rule {rule.name!r} uses Kleene closure (KL(...)), which backend {backend!r} does not "
-            f"support yet; use one of {', '.join(KLEENE_BACKENDS)} (auto runs it on the CPU)"
+            f"support yet; use one of {', '.join(KLEENE_BACKENDS)} (auto picks cpu or gpu)"
         )

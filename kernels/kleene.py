@@ -190,11 +190,20 @@ def set_aggregates(function: str, values, valid, flat, start, length) -> np.ndar
 def subset_estimate(n: np.ndarray, min_s: int, max_s: int | None, greedy: bool) -> float:
     """The number of sets ``enumerate_sets`` may produce for element counts ``n`` (an upper bound:
     before consecutive and set conditions). One loop per distinct count, not per candidate."""
+    return float(subsets_per_span(n, min_s, max_s, greedy).sum())
+
+
+def subsets_per_span(n: np.ndarray, min_s: int, max_s: int | None, greedy: bool) -> np.ndarray:
+    """Per entry of ``n`` (element counts of spans, rounded down if fractional), the sets of an
+    allowed size: ``greedy``: 1 when some element is there (the set's size is checked later);
+    ``each``: ``sum(C(n, s))`` over the allowed sizes ``s`` (``2^n - 1`` without bounds); float64,
+    ``inf`` past 2^1023. The Kleene match estimate and the planner's cost model use it."""
+    n = np.asarray(n)
     if greedy:
-        return float(np.count_nonzero(n))
-    total = 0.0
-    values, times = np.unique(n, return_counts=True)
-    for m, times_m in zip(values.tolist(), times.tolist()):
+        return (n >= 1).astype(np.float64)
+    values, inverse = np.unique(np.floor(n).astype(np.int64), return_inverse=True)
+    per_value = np.zeros(len(values), np.float64)
+    for v, m in enumerate(values.tolist()):
         hi = m if max_s is None else min(max_s, m)
         if hi < min_s:
             continue
@@ -211,8 +220,8 @@ def subset_estimate(n: np.ndarray, min_s: int, max_s: int | None, greedy: bool) 
                 if s >= min_s:
                     per += c
                 c = c * (m - s) / (s + 1)
-        total += per * times_m
-    return total
+        per_value[v] = per
+    return per_value[inverse].reshape(n.shape)
 
 
 #: The largest number of sets one call may number on the GPU (int64 thread indices and offsets).

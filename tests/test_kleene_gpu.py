@@ -144,3 +144,92 @@ def _fake_gpu(**combiner) -> str:
 def test_cupy_runtime_on_async_streams_equals_reference(cupy, text, events):
     name = _fake_gpu(initial_capacity=1)  # every Kleene step overflows and relaunches
     assert records(events, text, name) == records(events, text, "reference")
+
+
+# -- the planner's cost model learns the Kleene subset counts ---------------------------------------
+
+
+def _spans(n_b: int, terms: int = 3) -> pd.DataFrame:
+    """Each C terminator sees exactly ``n_b`` Bs in its 10 s window (and one A before them)."""
+    rows = []
+    for t in range(terms):
+        base = 100 * t
+        rows.append(("A", base, {"x": 1}))
+        rows += [("B", base + 1 + i * 0.1, {"x": i}) for i in range(n_b)]
+        rows.append(("C", base + 5, {"x": 1}))
+    return stream(*rows)
+
+
+@pytest.mark.parametrize(("bounds", "select", "per_span"), [
+    ("", "select greedy", lambda n: 1),
+    ("[1..2]", "", lambda n: n + math.comb(n, 2)),
+    ("[2..3]", "", lambda n: math.comb(n, 2) + math.comb(n, 3)),
+    ("", "", lambda n: 2**n - 1),
+])
+def test_work_estimate_counts_the_sets_per_span(bounds, select, per_span):
+    from cep_gpu.planner.profile import FEATURES
+    from cep_gpu.planner.work import estimate_work
+
+    n = 6
+    rule = cep_gpu.parse_rule(f"define K pattern SEQ(A a, KL(B b){bounds}, C c) within 10 s {select}")
+    table = EventTable.from_pandas(_spans(n), time_unit="s")
+    work = estimate_work(rule, table)
+    k = rule.kleene_positions[0]
+    (step,) = [s for s in work.steps if s.pred == k]
+    assert step.events_per_window == n
+    assert step.sets_per_span == per_span(n)
+    # per terminator: the a step (one A) gives one partial sequence; the Kleene step's work is one
+    # thread per candidate and one per set, and every set is an expected output
+    f = dict(zip(FEATURES, work.per_terminator[0].tolist()))
+    a_step = [s for s in work.steps if s.pred == 0][0]
+    assert f["outputs"] == pytest.approx(a_step.partials_out * per_span(n))
+    assert f["pairs"] == pytest.approx(a_step.pairs + a_step.partials_out * (n + per_span(n)))
+    # and the match count the planner expects is the exact one here (no conditions)
+    exact = len(cep_gpu.detect(_spans(n), rule, backend="reference"))
+    assert exact == 3 * per_span(n) == pytest.approx(work.per_terminator[:, FEATURES.index("outputs")].sum())
+
+
+def test_conditions_scale_the_expected_sets():
+    from cep_gpu.planner.work import estimate_work
+
+    table = EventTable.from_pandas(_spans(8), time_unit="s")
+    plain = cep_gpu.parse_rule("define K pattern SEQ(A a, KL(B b)[1..2], C c) within 10 s")
+    cond = cep_gpu.parse_rule("define K pattern SEQ(A a, KL(B b)[1..2], C c) where b.x > a.x "
+                              "and b[i].x < b[i+1].x within 10 s")
+    s_plain = [s for s in estimate_work(plain, table).steps if s.pred == 1][0]
+    s_cond = [s for s in estimate_work(cond, table).steps if s.pred == 1][0]
+    assert s_plain.sets_per_span == 8 + 28
+    assert s_cond.sets_per_span == 4 + 6  # half the elements pass the per-element condition
+    assert s_cond.partials_out == pytest.approx(s_cond.partials_in * 10 * 0.5)  # consecutive: 0.5
+
+
+def test_explain_shows_the_sets_per_span():
+    from cep_gpu.planner import explain_plan
+
+    rule = cep_gpu.parse_rule("define K pattern SEQ(A a, KL(B b)[1..2], C c) within 10 s")
+    text = explain_plan(rule, EventTable.from_pandas(_spans(5), time_unit="s"), gpu_available=False)
+    assert "15 Kleene set(s) per span" in text
+    assert "Kleene set(s) per span" in explain_plan(rule, {"A": 1.0, "B": 2.0, "C": 1.0}, gpu_available=False)
+
+
+def test_auto_sends_kleene_rules_to_the_gpu_when_the_model_says_so():
+    import cep_gpu.planner as pl
+    from cep_gpu.planner import AutoBackend
+
+    zero = dict.fromkeys(pl.FEATURES, 0.0)
+    cheap_gpu = pl.Profile({**zero, "pairs": 1e-6}, {**zero, "pairs": 1e-9}, "test")
+    gpu = host_backend()
+    auto = AutoBackend(profile=cheap_gpu, cpu=get_backend("cpu"), gpu=gpu, gpu_available=True)
+    rule = cep_gpu.parse_rule("define K pattern SEQ(A a, KL(B b)[1..2], C c) where b.x != 3 within 10 s "
+                              "return s := sum(b.x)")
+    table = EventTable.from_pandas(_spans(6), time_unit="s")
+    got = auto.match(rule, table)
+    want = get_backend("reference").match(rule, table)
+    assert [d.device for d in auto.last_decisions["K"]] == ["gpu"]
+    assert gpu.combiner.stats.launches > 0
+    assert sorted(map(tuple, got.rows)) == sorted(map(tuple, want.rows))
+    # a GPU that costs more per set: the CPU
+    dear_gpu = pl.Profile({**zero, "pairs": 1e-9}, {**zero, "pairs": 1e-6}, "test")
+    auto = AutoBackend(profile=dear_gpu, cpu=get_backend("cpu"), gpu=gpu, gpu_available=True)
+    auto.match(rule, table)
+    assert [d.device for d in auto.last_decisions["K"]] == ["cpu"]

@@ -114,13 +114,12 @@ class AutoBackend:
         return int(sum(self._dispatch(rule, table, lo, hi, None, counting=True)))
 
     def _dispatch(self, rule, table, lo, hi, excluded, counting: bool) -> list:
-        if not self.gpu_available or rule.kleene_positions:  # Kleene closure: CPU only
+        if not self.gpu_available:
             # Nothing to choose: one CPU call over the whole range (splitting it could not lower
             # the latency of events handed over together), and no estimate (it could not change
             # the choice; `explain` shows it). Still counted as one decision.
             n_term = count_terminators(rule, table, lo, hi)
-            why = "no usable GPU" if not self.gpu_available else "Kleene closure runs on the CPU"
-            self.last_decisions[rule.name] = [Decision("cpu", math.nan, math.nan, 0, n_term, why)]
+            self.last_decisions[rule.name] = [Decision("cpu", math.nan, math.nan, 0, n_term, "no usable GPU")]
             return [self._run("cpu", rule, table, lo, hi, excluded, n_term, 0.0, counting)]
         hi = len(table) if hi is None else hi
         work = estimate_work(rule, table, lo, hi)

@@ -14,7 +14,14 @@ from ..model import Rule, static_conditions, step_checks
 from ..rule_text import duration
 from .batches import decide
 from .profile import FEATURES, Profile, load_profile
-from .work import OTHER_SELECTIVITY, RuleWork, StepEstimate, average_launch, estimate_work
+from .work import (
+    OTHER_SELECTIVITY,
+    RuleWork,
+    StepEstimate,
+    average_launch,
+    estimate_work,
+    step_work,
+)
 
 
 def fmt_seconds(s: float) -> str:
@@ -65,6 +72,8 @@ def explain_plan(
                     f"; expected {st.events_per_window:.1f} events per window, selectivity "
                     f"{st.selectivity:.3g}, {st.partials_out:.3g} partial sequences out"
                 )
+                if pred.kleene is not None:
+                    line += f", {st.sets_per_span:.3g} Kleene set(s) per span"
             lines.append(line)
     for neg in rule.negations:
         lines.append(f"  not {neg.event_type} ({len(neg.conditions)} condition(s))")
@@ -110,12 +119,11 @@ def _work_from_rates(rule: Rule, rates: Mapping[str, float]) -> RuleWork:
             events += r
             nonstatic = [c for c in checks[s].conditions if c not in static_conditions(rule, p)]
             sel = OTHER_SELECTIVITY ** len(nonstatic)
-            pairs = partials * r
-            matches = pairs * sel
-            out = matches if pred.policy == "each" else partials * min(1.0, r * sel)
+            pairs, matches, out, sets = (float(x) for x in step_work(pred, partials, r, sel))
             per[0, idx["pairs"]] += pairs
             per[0, idx["matches"]] += matches
-            steps.append(StepEstimate(p, pred.event_type, pred.policy or "each", w, r, sel, partials, pairs, matches, out))
+            steps.append(StepEstimate(p, pred.event_type, pred.policy or "each", w, r, sel, partials, pairs,
+                                      matches, out, sets))
             partials = out
         per[0, idx["outputs"]] += partials
     per[0, idx["events"]] = events

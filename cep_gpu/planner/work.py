@@ -9,7 +9,17 @@ import numpy as np
 
 from ..columns import filter_rows, type_rows
 from ..events import EventTable
-from ..model import AggValue, Attr, Compare, Plan, Rule, static_conditions, step_checks, walk
+from ..model import (
+    AggValue,
+    Attr,
+    Compare,
+    Plan,
+    Predicate,
+    Rule,
+    static_conditions,
+    step_checks,
+    walk,
+)
 from .profile import FEATURES
 
 #: selectivity assumed for a condition that is not an equality with a known number of values
@@ -36,6 +46,9 @@ class StepEstimate:
     pairs: float
     matches: float
     partials_out: float
+    #: a Kleene step: the expected sets per (partial sequence, span) before set conditions
+    #: (greedy 1, ``[lo..hi]`` the sum of C(n, j), unbounded 2^n - 1, n the expected elements)
+    sets_per_span: float = 1.0
 
 
 
@@ -153,9 +166,7 @@ def _plan_work(rule: Rule, plan: Plan, table: EventTable, lo: int, hi: int):
         w = int(pred.window or 0)
         r = (np.searchsorted(cts, t, "left") - np.searchsorted(cts, t - w, "left")).astype(np.float64)
         sel = _selectivity(rule, table, p, checks[s].conditions, col)
-        pairs = partials * r
-        matches = pairs * sel
-        out = matches if pred.policy == "each" else partials * np.minimum(1.0, r * sel)
+        pairs, matches, out, sets = step_work(pred, partials, r, sel)
         per[:, idx["pairs"]] += pairs
         per[:, idx["matches"]] += matches
         steps.append(
@@ -163,12 +174,39 @@ def _plan_work(rule: Rule, plan: Plan, table: EventTable, lo: int, hi: int):
                 p, pred.event_type, pred.policy or "each", w, float(r.mean()) if n else 0.0, sel,
                 float(partials.mean()) if n else 0.0, float(pairs.mean()) if n else 0.0,
                 float(matches.mean()) if n else 0.0, float(out.mean()) if n else 0.0,
+                float(sets.mean()) if n else 1.0,
             )
         )
         partials = out
     per[:, idx["outputs"]] = partials
     return term_rows, per, steps, col_ts
 
+
+
+def step_work(pred: Predicate, partials, r, sel: float):
+    """(pairs, matches, partials out, sets per span) of one binding step, per terminator, from the
+    partial sequences in, the candidates per window ``r`` and the conditions' selectivity ``sel``.
+
+    A Kleene step (docs/language.md, "Kleene closure") expects ``n = r * 0.5^c`` elements per
+    span (``c`` per-element conditions; ``r`` counts the whole window, so it is an upper bound of
+    the span between the neighbours) and, per partial sequence, the sets of
+    :func:`~cep_gpu.kernels.kleene.subsets_per_span`: greedy 1, ``[lo..hi]`` the sum of
+    ``C(n, j)``, unbounded ``2^n - 1``. Its work is one thread per candidate (the per-element
+    check) plus one per set (the GPU kernel's (sequence, set index) pairs; the CPU's walk), and
+    a set passes the consecutive conditions (0.5 each) and the set conditions (``sel``)."""
+    kl = pred.kleene
+    if kl is None:
+        pairs = partials * r
+        matches = pairs * sel
+        out = matches if pred.policy == "each" else partials * np.minimum(1.0, r * sel)
+        return pairs, matches, out, np.ones_like(np.asarray(r, np.float64))
+    from ..kernels.kleene import subsets_per_span
+
+    elements = np.asarray(r, np.float64) * OTHER_SELECTIVITY ** len(kl.conditions)
+    sets = subsets_per_span(elements, kl.min_size, kl.max_size, kl.greedy)
+    pairs = partials * (r + sets)
+    matches = partials * sets * (sel * OTHER_SELECTIVITY ** len(kl.consecutive))
+    return pairs, matches, matches, sets
 
 
 def average_launch(work: RuleWork, from_table: bool) -> dict[str, float]:
