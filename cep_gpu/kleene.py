@@ -22,7 +22,7 @@ from .model import Rule
 DEFAULT_MAX_MATCHES = 10_000_000
 
 #: Backends that evaluate Kleene positions.
-KLEENE_BACKENDS = ("reference", "cpu", "auto", "gpu", "gpu-host", "gpu-host-threads")
+KLEENE_BACKENDS = ("reference", "cpu", "auto", "aip", "gpu", "gpu-host", "gpu-host-threads")
 
 _LIMIT: ContextVar[int] = ContextVar("cep_gpu_max_matches", default=DEFAULT_MAX_MATCHES)
 

@@ -17,7 +17,7 @@ from cep_gpu.engine import composite_records
 from cep_gpu.errors import MatchLimitError, RuleError, RuleSyntaxError, UnsupportedFeatureError
 from cep_gpu.model import NEXT, SELF, Attr, Compare
 
-KLEENE_BACKENDS = ("reference", "cpu", "auto", "gpu-host")
+KLEENE_BACKENDS = ("reference", "cpu", "auto", "aip", "gpu-host")
 
 
 def records(events, rule, backend="reference", **kw):
@@ -282,12 +282,18 @@ def test_engine_limit_and_bad_limit():
 # ------------------------------------------------------------------------------------ backends
 
 
-@pytest.mark.parametrize("backend", ["aip"])
-def test_unsupported_backends_refuse_clearly(backend):
+def test_a_combiner_without_kleene_support_refuses_clearly():
+    from cep_gpu.cdp import CDPBackend
+
+    class Plain:  # a combiner of a backend that does not evaluate Kleene positions
+        name = "plain"
+
+    rule = cep_gpu.parse_rule("define R pattern SEQ(A a, KL(B b), C c) within 10 s")
+    table = cep_gpu.events.EventTable.from_pandas(_four_bs(), time_unit="s")
     with pytest.raises(UnsupportedFeatureError) as err:
-        cep_gpu.detect(_four_bs(), "define R pattern SEQ(A a, KL(B b), C c) within 10 s", backend=backend)
+        CDPBackend(Plain(), "plain").match(rule, table)
     msg = str(err.value)
-    assert "Kleene closure" in msg and repr(backend) in msg and "reference, cpu, auto, gpu" in msg
+    assert "Kleene closure" in msg and "'plain'" in msg and "reference, cpu, auto, aip, gpu" in msg
 
 
 @st.composite
@@ -346,17 +352,18 @@ SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=list(H
 
 @SETTINGS
 @given(kleene_rules(), KLEENE_STREAMS)
-def test_cpu_and_auto_equal_reference(text, events):
+def test_cpu_auto_and_aip_equal_reference(text, events):
     expected = records(events, text, "reference")
     assert records(events, text, "cpu") == expected
     assert records(events, text, "auto") == expected
+    assert records(events, text, "aip") == expected
 
 
 @SETTINGS
 @given(kleene_rules(), KLEENE_STREAMS, st.data())
 def test_streaming_engine_equals_reference(text, events, data):
     expected = records(events, text, "reference")
-    eng = cep_gpu.Engine(text, backend=data.draw(st.sampled_from(["cpu", "reference"])))
+    eng = cep_gpu.Engine(text, backend=data.draw(st.sampled_from(["cpu", "reference", "aip"])))
     got, i = [], 0
     while i < len(events):
         step = data.draw(st.integers(1, 4))
@@ -423,3 +430,5 @@ def _outcome(events, text, backend, limit):
 def test_limit_decision_equals_reference(text, events, limit):
     # the estimate is the same on every backend: both raise, or both return the same rows
     assert _outcome(events, text, "cpu", limit) == _outcome(events, text, "reference", limit)
+    assert _outcome(events, text, "aip", limit) == _outcome(events, text, "reference", limit)
+    assert _outcome(events, text, "gpu-host", limit) == _outcome(events, text, "reference", limit)

@@ -83,9 +83,6 @@ class AipBackend:
         excluded: np.ndarray | None = None,
     ) -> Matches:
         """Matches of ``rule`` whose terminator is a row in ``[lo, hi)`` (see the backend contract)."""
-        from ..kleene import require_support
-
-        require_support(rule, "aip")  # Kleene closure: not in the automaton yet
         hi = len(table) if hi is None else hi
         if hi <= lo or len(table) == 0:
             return Matches.empty(rule)

@@ -20,6 +20,7 @@ from ..model import (
     ready_step,
     walk,
 )
+from .kleene import KleeneStep
 
 
 @dataclass(frozen=True)
@@ -113,13 +114,19 @@ class Automaton:
     steps: tuple[tuple[ResolveStep, ...], ...]  # per plan, ascending depth
     static: tuple[tuple[int, ...], ...]  # per predicate: its static filters (condition indices)
     waits_for_future: bool  # some span reaches past the terminator: resolve later
+    #: per plan, its Kleene positions in binding order, bound at resolution after the plain
+    #: positions (:mod:`cep_gpu.aip.kleene`); empty for rules without Kleene closure
+    kleene: tuple[tuple[KleeneStep, ...], ...] = ()
 
     def describe(self) -> str:
         """The sequence models as text (one line per model)."""
         lines = []
         for m in self.models:
             names = " -> ".join(self.rule.predicates[p].alias for p in m.order)
-            lines.append(f"plan {m.plan} steps 0..{m.depth}: init -> {names} (accept)")
+            sets = self.kleene[m.plan] if self.kleene else ()
+            tail = "".join(f", then Kleene set {self.rule.predicates[k.pred].alias} from its span"
+                           for k in sets)
+            lines.append(f"plan {m.plan} steps 0..{m.depth}: init -> {names} (accept){tail}")
         return "\n".join(lines)
 
 
@@ -135,17 +142,34 @@ def compile_automaton(rule: Rule) -> Automaton:
         ))
     models: list[SequenceModel] = []
     steps: list[tuple[ResolveStep, ...]] = []
+    kleene: list[tuple[KleeneStep, ...]] = []
     for p, plan in enumerate(rule.plans):
         n = len(plan.order)
-        chosen = {k for k in range(1, n) if plan.predicates[plan.order[k]].policy in ("last", "first")}
-        depths = sorted(chosen | {n - 1})
+        # Kleene positions are bound last (after every plain position): the models take the
+        # plain ones, the sets are bound at resolution
+        n_plain = sum(1 for x in plan.order if plan.predicates[x].kleene is None)
+        chosen = {k for k in range(1, n_plain) if plan.predicates[plan.order[k]].policy in ("last", "first")}
+        depths = sorted(chosen | {n_plain - 1})
         plan_steps = []
         for k in depths:
             for order in _arrival_orders(plan, plan.order[: k + 1]):
                 models.append(_sequence_model(rule, plan, p, k, order, static))
             plan_steps.append(_resolve_step(rule, plan, k, chosen, final=k == n - 1))
         steps.append(tuple(plan_steps))
-    return Automaton(rule, tuple(models), tuple(steps), tuple(static), _waits_for_future(rule))
+        kleene.append(tuple(_kleene_step(rule, plan, k) for k in range(n_plain, n)))
+    return Automaton(rule, tuple(models), tuple(steps), tuple(static), _waits_for_future(rule),
+                     tuple(kleene) if rule.kleene_positions else ())
+
+
+def _kleene_step(rule: Rule, plan: Plan, k: int) -> KleeneStep:
+    """The checks of binding step ``k`` (a Kleene position): those ready exactly there."""
+    pred = plan.order[k]
+    return KleeneStep(
+        pred,
+        tuple(i for i, n in enumerate(rule.negations) if ready_step(plan, negation_inputs(n)) == k),
+        tuple(i for i, c in enumerate(rule.conditions) if ready_step(plan, inputs(c, rule)) == k),
+        tuple(i for i, a in enumerate(rule.aggregates) if a.kleene == pred),
+    )
 
 
 

@@ -20,6 +20,7 @@ from ..model import (
     inputs,
 )
 from .automaton import Automaton, FastCompare, read_attributes
+from .kleene import KleeneSets, bind_sets
 from .trace import InstanceView, TraceStep
 
 _NEVER = np.iinfo(np.int64).max  # deadline of instances that cannot expire
@@ -127,6 +128,11 @@ class AipRun:
         self.pending: deque[tuple[int, int, dict]] = deque()  # (deadline, term row, complete instances)
         self.last_accepted: list[InstanceView] = []
         self.last_composite: list[tuple[int, ...]] = []
+        #: Kleene rules: the matches of each resolution (with their sets), and the matches
+        #: estimated so far in this call (checked against max_matches)
+        self.out_parts: list[Matches] = []
+        self.estimate = 0.0
+        self._kleene_rows: dict[str, np.ndarray] = {}
 
     # -- set-up --------------------------------------------------------------------------------
 
@@ -450,6 +456,9 @@ class AipRun:
                             aggs[:, a] = self._aggregate(a, rows)
                     found_rows.append(rows)
                     found_aggs.append(aggs)
+            else:  # every plain step has instances left: bind the Kleene positions' sets
+                if self.auto.kleene:
+                    self._bind_kleene(p, rows, aggs)
         if not found_rows:
             return
         rows = np.concatenate(found_rows)
@@ -460,6 +469,39 @@ class AipRun:
         # all composite events of this terminator exist before its consumption applies
         for pred in self.rule.consuming:
             self.consumed[rows[:, pred]] = True
+
+    def kleene_rows(self, event_type: str) -> np.ndarray:
+        """Rows of ``event_type`` (time order): the store Kleene sets are taken from."""
+        hit = self._kleene_rows.get(event_type)
+        if hit is None:
+            hit = self._kleene_rows[event_type] = self.table.rows_of_type(event_type)
+        return hit
+
+    def _bind_kleene(self, p: int, rows: np.ndarray, aggs: np.ndarray) -> None:
+        """Extend the resolved instances of plan ``p`` by the sets of its Kleene positions
+        (:mod:`cep_gpu.aip.kleene`), check what the sets make checkable, keep the matches."""
+        plan = self.rule.plans[p]
+        sets = KleeneSets(self.rule, self.table)
+        rows = sets.widen(rows)
+        for ks in self.auto.kleene[p]:
+            rows, aggs = bind_sets(self, plan, ks, sets, rows, aggs)
+            for ni in ks.negations:
+                if len(rows):
+                    probe = rows
+                    if self.rule.negations[ni].span.lo_ref == ks.pred:
+                        probe = rows.copy()  # a span that starts at the set starts at its last element
+                        probe[:, ks.pred] = sets.last(rows, ks.pred)
+                    sel = self._negation_ok(ni, probe)
+                    rows, aggs = rows[sel], aggs[sel]
+            for c in ks.conditions:
+                if len(rows):
+                    sel = condition_mask(self.rule.conditions[c], self.table, rows, aggs)
+                    rows, aggs = rows[sel], aggs[sel]
+            if not len(rows):
+                return
+        self.out_parts.append(sets.matches(rows, aggs))
+        if self.tracing:
+            self.last_composite.extend(tuple(int(v) for v in self.table.ids[r]) for r in rows[:, : self.width])
 
     def _span_members(self, span: Span, rows: np.ndarray, store) -> tuple[np.ndarray, np.ndarray]:
         """(instance index, stored row) pairs: the stored events inside each instance's span."""
@@ -557,6 +599,8 @@ class AipRun:
         ))
 
     def matches(self) -> Matches:
+        if self.rule.kleene_positions:
+            return Matches.concat(self.rule, self.out_parts)
         if not self.out_rows:
             return Matches.empty(self.rule)
         return Matches(np.concatenate(self.out_rows), np.concatenate(self.out_aggs))
