@@ -233,3 +233,20 @@ def test_auto_sends_kleene_rules_to_the_gpu_when_the_model_says_so():
     auto = AutoBackend(profile=dear_gpu, cpu=get_backend("cpu"), gpu=gpu, gpu_available=True)
     auto.match(rule, table)
     assert [d.device for d in auto.last_decisions["K"]] == ["cpu"]
+
+
+def test_device_out_of_memory_splits_the_kleene_step():
+    rule = cep_gpu.parse_rule("define K pattern SEQ(A a, KL(B b)[1..3], C c) where b.x != 7 within 20 s")
+    table = EventTable.from_pandas(_many_bs(), time_unit="s")
+    whole = host_backend(initial_capacity=1)
+    want = whole.match(rule, table)
+    peak = whole.combiner.runtime.peak_bytes
+    tight = host_backend(initial_capacity=1, memory_limit=peak * 3 // 4)
+    got = tight.match(rule, table)
+    assert tight.combiner.stats.splits >= 1
+    assert np.array_equal(got.rows, want.rows)
+    assert all(np.array_equal(a, b) for a, b in zip(got.sets[1], want.sets[1]))
+    from cep_gpu.kernels.gpu import DeviceMemoryError
+
+    with pytest.raises(DeviceMemoryError, match="Kleene sets of position 'b'"):
+        host_backend(initial_capacity=1, memory_limit=peak // 6).match(rule, table)

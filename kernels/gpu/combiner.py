@@ -391,13 +391,41 @@ class GpuCombiner:
 
     # -- Kleene closure (docs/language.md) ------------------------------------------------------------
 
+    def _kleene_oom(self, compiled: GpuRule, k: int, n: int, failed: int) -> None:
+        """After a device OOM in a Kleene step: forget the output buffers, and raise
+        :class:`DeviceMemoryError` when a single sequence cannot be split further."""
+        self._buffers.clear()
+        if n <= 1:
+            raise DeviceMemoryError(
+                f"rule {compiled.spec.rule.name!r}: the device ran out of memory for the Kleene "
+                f"sets of position {compiled.spec.rule.predicates[k].alias!r} of a single partial "
+                f"sequence; the failed allocation asked for {failed} bytes with "
+                f"{self.runtime.bytes_in_use()} bytes in use (bound the set size)"
+            )
+        self.stats.splits += 1
+
     def kleene_elements(
         self, compiled: GpuRule, k: int, seqs: np.ndarray, lo: np.ndarray, hi: np.ndarray,
         cand: np.ndarray, kernel_args: tuple,
     ) -> tuple[np.ndarray, np.ndarray]:
         """(offsets (n+1,), rows): each sequence's candidates in ``[lo, hi)`` of ``cand`` that
         pass Kleene position ``k``'s per-element conditions (``cdp_kleene_elements``, one thread
-        per (sequence, candidate) pair), in row order."""
+        per (sequence, candidate) pair), in row order. On device OOM the sequences are split in
+        halves and retried, as for ``each``."""
+        try:
+            return self._kleene_elements(compiled, k, seqs, lo, hi, cand, kernel_args)
+        except DeviceOutOfMemory as err:
+            failed = err.nbytes  # (outside the except block: its traceback holds the buffers)
+        n = len(seqs)
+        self._kleene_oom(compiled, k, n, failed)
+        mid = n // 2
+        (off_a, rows_a), (off_b, rows_b) = (
+            self.kleene_elements(compiled, k, seqs[a:b], lo[a:b], hi[a:b], cand, kernel_args)
+            for a, b in ((0, mid), (mid, n))
+        )
+        return np.concatenate([off_a, off_b[1:] + off_a[-1]]), np.concatenate([rows_a, rows_b])
+
+    def _kleene_elements(self, compiled, k, seqs, lo, hi, cand, kernel_args):
         seqs = np.ascontiguousarray(seqs, np.int64)
         n = len(seqs)
         lo = np.ascontiguousarray(lo, np.int64)
@@ -436,7 +464,25 @@ class GpuCombiner:
         through two atomic indices, and an overflow of either buffer grows both to the exact
         counts and relaunches. ``aggs_in`` (n, n_aggregates): the values of the aggregates over
         the other Kleene positions' sets (NaN where unbound), for set conditions that read them.
+        On device OOM the sequences are split in halves and retried, as for ``each``.
         """
+        try:
+            return self._kleene_sets(compiled, plan, step, k, seqs, e_off, e_rows, aggs_in, kernel_args)
+        except DeviceOutOfMemory as err:
+            failed = err.nbytes  # (outside the except block: its traceback holds the buffers)
+        n = len(seqs)
+        self._kleene_oom(compiled, k, n, failed)
+        parts, seq_base, flat_base = [], 0, 0
+        for a, b in ((0, n // 2), (n // 2, n)):
+            off = np.asarray(e_off[a:b + 1], np.int64)
+            s_seq, s_start, s_len, flat = self.kleene_sets(
+                compiled, plan, step, k, seqs[a:b], off - off[0], e_rows[off[0]:off[-1]], aggs_in[a:b], kernel_args
+            )
+            parts.append((s_seq + seq_base, s_start + flat_base, s_len, flat))
+            seq_base, flat_base = seq_base + (b - a), flat_base + len(flat)
+        return tuple(np.concatenate([p[j] for p in parts]) for j in range(4))
+
+    def _kleene_sets(self, compiled, plan, step, k, seqs, e_off, e_rows, aggs_in, kernel_args):
         from ..kleene import MAX_INDEXED_SETS, subset_counts, subset_table
 
         rule = compiled.spec.rule
