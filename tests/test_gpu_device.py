@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from cep_gpu.kernels.gpu import GpuCombiner, gpu_available
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from strategies import rules_and_streams
 
 import cep_gpu
@@ -111,3 +112,20 @@ def test_device_backend_runs_on_the_current_device():
             got = backend.match(rule, table)
             assert backend.combiner.runtime.device.id == dev
             assert np.array_equal(got.rows, get_backend("cpu").match(rule, table).rows)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_device_kleene_rules_match_the_reference(data):
+    """Kleene closure on the device (cdp_kleene_elements / cdp_kleene_sets), one-slot output
+    buffers so that every Kleene step overflows and relaunches; sets in the CPU kernel's order."""
+    from cep_gpu.kernels.gpu import CupyRuntime
+    from test_kleene import KLEENE_STREAMS, kleene_rules, records
+
+    text, events = data.draw(kleene_rules()), data.draw(KLEENE_STREAMS)
+    assert records(events, text, "gpu") == records(events, text, "reference")
+    rule = cep_gpu.parse_rule(text)
+    table = EventTable.from_pandas(events, time_unit="s")
+    tight = CDPBackend(GpuCombiner(CupyRuntime(), "gpu", initial_capacity=1), "gpu")
+    got, want = tight.match(rule, table), get_backend("cpu").match(rule, table)
+    assert np.array_equal(got.rows, want.rows)
