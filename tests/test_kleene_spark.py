@@ -40,11 +40,11 @@ def _events(n: int = 300, seed: int = 7) -> pd.DataFrame:
     })
 
 
-@pytest.mark.parametrize("partition_by", [None, "k"])
-def test_detect_spark_equals_detect(spark, partition_by):  # noqa: F811
+@pytest.mark.parametrize(("partition_by", "backend"), [(None, "cpu"), ("k", "cpu"), ("k", "gpu-host"), (None, "aip")])
+def test_detect_spark_equals_detect(spark, partition_by, backend):  # noqa: F811
     ev = _events()
     expected = cep_gpu.detect(ev, RULES, backend="reference")
     assert len(expected) > 20 and "id_counts" in expected.columns
     df = spark.createDataFrame(ev).repartition(3)
-    got = detect_spark(df, RULES, partition_by=partition_by, backend="cpu", num_slices=4).toPandas()
+    got = detect_spark(df, RULES, partition_by=partition_by, backend=backend, num_slices=4).toPandas()
     assert sorted(rows(got, list(expected.columns))) == sorted(rows(expected))
