@@ -331,6 +331,9 @@ class _Run:
     estimate: float = 0.0
     #: Kleene position -> the flat set store its step wrote (sequences point into it)
     _sets: dict = field(default_factory=dict)
+    #: Kleene position -> (set starts sorted, aggregate values per set) computed by a device
+    #: combiner's kernel (``kleene_sets``); the host computes them where it is absent
+    _set_values: dict = field(default_factory=dict)
 
     def plan(self, p: int, terms: np.ndarray, excl: np.ndarray, use_excl: bool) -> np.ndarray:
         """Complete sequences of plan ``p`` for the terminator rows ``terms``."""
@@ -408,9 +411,12 @@ class _Run:
             # consecutive and set conditions and negations are checked in the kernel; it reads
             # the aggregates over the sets bound before this one from aggs_in
             aggs_in = self._kleene_aggs(seqs)
-            set_seq, set_start, set_len, flat = device(
+            set_seq, set_start, set_len, flat, set_aggs = device(
                 self.compiled, p, st.step, k, seqs, e_off, e_rows, aggs_in, self.kernel_args
             )
+            # the kernel's values of k's aggregates, found again by set start (unique per set)
+            by_start = np.argsort(set_start, kind="stable")
+            self._set_values[k] = (set_start[by_start], set_aggs[by_start])
         else:
             set_seq, set_start, set_len, flat = kk.enumerate_sets(
                 pair, seqs, e_off, e_rows, self.kernel_args, kl.min_size, kl.max_size, kl.greedy
@@ -452,6 +458,10 @@ class _Run:
             if k is None or k not in self._sets:
                 continue
             base = self.spec.kleene_base(k)
+            if k in self._set_values:  # computed on the device with the set's checks
+                starts, values = self._set_values[k]
+                out[:, a] = values[np.searchsorted(starts, seqs[:, base]), a] if len(seqs) else np.nan
+                continue
             col = self.table.columns.get(agg.attribute) if agg.attribute else None
             if col is None or col.kind not in ("int", "float"):  # never a value: count only
                 values, valid = np.zeros(len(self.table), np.float64), np.zeros(len(self.table), np.bool_)

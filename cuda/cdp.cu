@@ -45,8 +45,8 @@ CEP_KERNEL(cdp_kleene_sets,
             cep_i64 n_in, const cep_i64* e_off, const cep_i64* e_rows, const cep_i64* ftab,
             cep_i64 fw, const cep_i64* offsets, cep_i64 total, const double* aggs_in,
             cep_i64* set_seq, cep_i64* set_start, cep_i64* set_len, cep_i64* keys, cep_i64* flat,
-            cep_u64* count, cep_i64 cap, cep_i64 ecap),
+            double* set_aggs, cep_u64* count, cep_i64 cap, cep_i64 ecap),
            (cdp_kleene_sets_body<CEP_NPRED, CEP_NAGG>(
                tab, scal, step_id, kpos, last_col, greedy, min_s, max_s, seq_in, n_in, e_off,
                e_rows, ftab, fw, offsets, total, aggs_in, set_seq, set_start, set_len, keys, flat,
-               count, cap, ecap)))
+               set_aggs, count, cap, ecap)))

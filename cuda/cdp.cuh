@@ -251,7 +251,8 @@ CEP_DEVICE cep_i64 cep_kleene_unrank(const cep_i64* ftab, cep_i64 fw, cep_i64 n,
 // positions' aggregates come from aggs_in, n_in x NAGG, computed by the host). A set that passes
 // takes output slot atomicAdd(&count[0], 1) and elements atomicAdd(&count[1], size); it is written
 // where both fit below cap / ecap, and the launcher relaunches with exact sizes otherwise (as for
-// `each`). keys[slot] = t orders the sets as the CPU kernel does.
+// `each`). keys[slot] = t orders the sets as the CPU kernel does; set_aggs[slot * NAGG + a] gets
+// the aggregate values the set was checked with (those of `return` come from there).
 template <int NP, int NAGG>
 CEP_DEVICE void cdp_kleene_sets_body(const cep_u64* tab, const cep_i64* scal, cep_i64 step_id,
                                      cep_i64 kpos, cep_i64 last_col, cep_i64 greedy,
@@ -260,7 +261,8 @@ CEP_DEVICE void cdp_kleene_sets_body(const cep_u64* tab, const cep_i64* scal, ce
                                      const cep_i64* ftab, cep_i64 fw, const cep_i64* offsets,
                                      cep_i64 total, const double* aggs_in, cep_i64* set_seq,
                                      cep_i64* set_start, cep_i64* set_len, cep_i64* keys,
-                                     cep_i64* flat, cep_u64* count, cep_i64 cap, cep_i64 ecap) {
+                                     cep_i64* flat, double* set_aggs, cep_u64* count, cep_i64 cap,
+                                     cep_i64 ecap) {
     Ctx c = {tab, scal};
     for (cep_i64 t = cep_thread_id(); t < total; t += cep_thread_count()) {
         cep_i64 i = cep_pair_sequence(offsets, n_in, t);
@@ -303,6 +305,7 @@ CEP_DEVICE void cdp_kleene_sets_body(const cep_u64* tab, const cep_i64* scal, ce
         set_start[k] = (cep_i64)e;
         set_len[k] = size;
         keys[k] = t;
+        for (int a = 0; a < NAGG; ++a) set_aggs[(cep_i64)k * NAGG + a] = ka[a];
         auto put = [&](cep_i64 j, cep_i64 x) { flat[(cep_i64)e + j] = elems[x]; };
         if (greedy) {
             for (cep_i64 x = 0; x < n; ++x) put(x, x);

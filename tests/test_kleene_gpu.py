@@ -250,3 +250,20 @@ def test_device_out_of_memory_splits_the_kleene_step():
 
     with pytest.raises(DeviceMemoryError, match="Kleene sets of position 'b'"):
         host_backend(initial_capacity=1, memory_limit=peak // 6).match(rule, table)
+
+
+def test_set_aggregates_come_from_the_kernel(monkeypatch):
+    """Aggregates over sets (in where and in return) are the kernel's: the host's Numba
+    aggregate kernel is never called on the GPU path."""
+    from cep_gpu.kernels import kleene as kk
+
+    def refuse(*args, **kw):
+        raise AssertionError("host set aggregates called on the GPU path")
+
+    text = ("define K pattern SEQ(A a, KL(B b)[1..3], C c, KL(B d)[1..2], C e) where sum(b.x) >= 1 and "
+            "count(d) <= count(b) within 20 s return s := sum(b.x), lo := min(d.y), m := avg(b.y)")
+    ev = stream(("A", 0, {"x": 1}), *[("B", 1 + i, {"x": i % 3, "y": float(i)}) for i in range(4)],
+                ("C", 6, {}), *[("B", 7 + i, {"x": 1, "y": 2.0 - i}) for i in range(3)], ("C", 11, {}))
+    want = records(ev, text, "cpu")
+    monkeypatch.setattr(kk, "set_aggregates", refuse)
+    assert records(ev, text, TIGHT) == want and len(want) > 10

@@ -453,11 +453,13 @@ class GpuCombiner:
     def kleene_sets(
         self, compiled: GpuRule, plan: int, step: int, k: int, seqs: np.ndarray, e_off: np.ndarray,
         e_rows: np.ndarray, aggs_in: np.ndarray, kernel_args: tuple,
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """The sets of Kleene position ``k`` that pass its consecutive conditions and the step's
-        set conditions and negations, as ``(set_seq, set_start, set_len, flat)`` (set ``s`` of
-        sequence ``set_seq[s]`` is ``flat[set_start[s]:set_start[s] + set_len[s]]``), sets in the
-        CPU kernel's order (:func:`cep_gpu.kernels.kleene.enumerate_sets`).
+        set conditions and negations, as ``(set_seq, set_start, set_len, flat, set_aggs)`` (set
+        ``s`` of sequence ``set_seq[s]`` is ``flat[set_start[s]:set_start[s] + set_len[s]]``;
+        ``set_aggs[s]`` the values of every aggregate the set was checked with: this set's
+        computed on the device, the others from ``aggs_in``), sets in the CPU kernel's order
+        (:func:`cep_gpu.kernels.kleene.enumerate_sets`).
 
         ``cdp_kleene_sets`` runs one thread per (sequence, set index) pair over the exclusive
         prefix sum of the per-sequence set counts; the output (sets and their elements) goes
@@ -475,12 +477,12 @@ class GpuCombiner:
         parts, seq_base, flat_base = [], 0, 0
         for a, b in ((0, n // 2), (n // 2, n)):
             off = np.asarray(e_off[a:b + 1], np.int64)
-            s_seq, s_start, s_len, flat = self.kleene_sets(
+            s_seq, s_start, s_len, flat, s_aggs = self.kleene_sets(
                 compiled, plan, step, k, seqs[a:b], off - off[0], e_rows[off[0]:off[-1]], aggs_in[a:b], kernel_args
             )
-            parts.append((s_seq + seq_base, s_start + flat_base, s_len, flat))
+            parts.append((s_seq + seq_base, s_start + flat_base, s_len, flat, s_aggs))
             seq_base, flat_base = seq_base + (b - a), flat_base + len(flat)
-        return tuple(np.concatenate([p[j] for p in parts]) for j in range(4))
+        return tuple(np.concatenate([p[j] for p in parts]) for j in range(5))
 
     def _kleene_sets(self, compiled, plan, step, k, seqs, e_off, e_rows, aggs_in, kernel_args):
         from ..kleene import MAX_INDEXED_SETS, subset_counts, subset_table
@@ -501,13 +503,13 @@ class GpuCombiner:
             )
         np.cumsum(counts, out=offsets[1:])
         total = int(offsets[-1])
-        none = np.empty(0, np.int64)
+        n_agg = len(rule.aggregates)
+        none = (*(np.empty(0, np.int64),) * 4, np.empty((0, n_agg)))
         if total == 0:
-            return none, none, none, none
+            return none
         n_max = int(sizes.max())
         table = np.zeros((1, 1), np.int64) if kl.greedy else subset_table(n_max, kl.min_size, kl.max_size)
         max_s = n_max if kl.max_size is None else int(kl.max_size)
-        n_agg = len(rule.aggregates)
         aggs = np.ascontiguousarray(aggs_in, np.float64).ravel() if n_agg and n else np.full(1, np.nan)
         tab, scal, _keep = self._context(compiled, kernel_args, None)
         args = (
@@ -519,10 +521,13 @@ class GpuCombiner:
         names = ("kl_seq", "kl_start", "kl_len", "kl_keys")
         bufs = [self._buffer(b, np.int64, self.initial_capacity) for b in names]
         flat = self._buffer("kl_flat", np.int64, self.initial_capacity)
-        cap = min(b.capacity for b in bufs)
+        width = max(n_agg, 1)
+        values = self._buffer("kl_aggs", np.float64, self.initial_capacity * width)
+        cap = min(min(b.capacity for b in bufs), values.capacity // width)
         ecap = flat.capacity
         counter = rt.full(2, 0, np.uint64)
-        self._launch(compiled, "cdp_kleene_sets", total, *args, *(b.data for b in bufs), flat.data, counter, cap, ecap)
+        self._launch(compiled, "cdp_kleene_sets", total, *args, *(b.data for b in bufs), flat.data, values.data,
+                     counter, cap, ecap)
         count, ecount = (int(x) for x in rt.to_host(counter))
         if count > cap or ecount > ecap:
             # an atomic index ran past its buffer: grow both to the exact counts and launch again
@@ -530,14 +535,16 @@ class GpuCombiner:
             for b in bufs:
                 b.grow_exact(count)
             flat.grow_exact(ecount)
+            values.grow_exact(count * width)
             counter = rt.full(2, 0, np.uint64)
-            self._launch(compiled, "cdp_kleene_sets", total, *args, *(b.data for b in bufs), flat.data, counter,
-                         count, ecount)
+            self._launch(compiled, "cdp_kleene_sets", total, *args, *(b.data for b in bufs), flat.data, values.data,
+                         counter, count, ecount)
             again = tuple(int(x) for x in rt.to_host(counter))
             assert again == (count, ecount), "a relaunch must find the same sets"
         if count == 0:
-            return none, none, none, none
+            return none
         set_seq, set_start, set_len, keys = (rt.to_host(b.data, count) for b in bufs)
         order = np.argsort(keys, kind="stable")
-        return set_seq[order], set_start[order], set_len[order], rt.to_host(flat.data, ecount)
+        set_aggs = rt.to_host(values.data, count * width).reshape(count, width)[order, :n_agg]
+        return set_seq[order], set_start[order], set_len[order], rt.to_host(flat.data, ecount), set_aggs
 

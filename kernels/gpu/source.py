@@ -14,7 +14,7 @@ KERNELS: dict[str, str] = {
     "cdp_select": "ppiiipipppip",
     "cdp_aggregates": "pppip",
     "cdp_kleene_elements": "ppipipppip",
-    "cdp_kleene_sets": "ppiiiiiipipppipipppppppii",
+    "cdp_kleene_sets": "ppiiiiiipipppipippppppppii",
 }
 
 
