@@ -209,7 +209,7 @@ def test_differential_subset_under_thread_sanitizer_has_zero_reports():
     proc = _tsan_run()
     assert "ThreadSanitizer" not in proc.stderr, proc.stderr[-6000:]
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "TSAN-SUBSET-OK 12" in proc.stdout
+    assert "TSAN-SUBSET-OK 14" in proc.stdout
 
 
 @needs_tsan

@@ -1,6 +1,7 @@
 """The subset of the GPU differential tests that tests/test_gpu_emulation.py runs under
 ThreadSanitizer: the kernels' concurrent host build (``HostRuntime(mode="tsan")``) on fixed rules
-that reach every kernel (each / last / first, negations, aggregates, hierarchies, consuming) over
+that reach every kernel (each / last / first, negations, aggregates, hierarchies, consuming,
+Kleene sets) over
 seeded random streams, with tiny output buffers (many concurrent writers, overflow relaunches) and
 small thread groups. Every result must equal the reference matcher's.
 
@@ -44,6 +45,8 @@ define P(k: int, v: float) from B(k=$k) as b and last A(k=$k) as a within 20 ms 
 define Q from C(k=$k) as c and each P(k=$k) as p within 30 ms from c
 """,
     "consuming": "define S from B(k=$k) and each A(k=$k) within 15 ms from B consuming A",
+    "kleene": "define K pattern SEQ(A a, NOT(D x), KL(B b)[1..3], C c) where a.k = c.k and b.k = a.k "
+    "and b[i].v < b[i+1].v and sum(b.v) > 0.5 within 12 ms return s := sum(b.v)",
 }
 
 
