@@ -432,3 +432,14 @@ def test_limit_decision_equals_reference(text, events, limit):
     assert _outcome(events, text, "cpu", limit) == _outcome(events, text, "reference", limit)
     assert _outcome(events, text, "aip", limit) == _outcome(events, text, "reference", limit)
     assert _outcome(events, text, "gpu-host", limit) == _outcome(events, text, "reference", limit)
+
+
+def test_aip_explains_and_traces_kleene_sets():
+    from cep_gpu.aip import trace
+    from cep_gpu.events import EventTable
+
+    rule = cep_gpu.parse_rule("define R pattern SEQ(A a, KL(B b)[1..2], C c) within 10 s")
+    assert "then Kleene set b from its span" in cep_gpu.Engine(rule, backend="aip").explain()
+    ev = stream(("A", 1, {}), ("B", 2, {}), ("B", 3, {}), ("C", 4, {}))
+    steps = trace(rule, EventTable.from_pandas(ev, time_unit="s"))
+    assert sorted(steps[-1].composite) == [(0, 1, 2, 3), (0, 1, 3), (0, 2, 3)]

@@ -499,9 +499,19 @@ class AipRun:
                     rows, aggs = rows[sel], aggs[sel]
             if not len(rows):
                 return
-        self.out_parts.append(sets.matches(rows, aggs))
-        if self.tracing:
-            self.last_composite.extend(tuple(int(v) for v in self.table.ids[r]) for r in rows[:, : self.width])
+        found = sets.matches(rows, aggs)
+        self.out_parts.append(found)
+        if self.tracing:  # the flat ids of each match: a set's ids at its position
+            ids = self.table.ids
+            for i, row in enumerate(found.rows):
+                flat: list[int] = []
+                for j, r in enumerate(row):
+                    if j in found.sets:
+                        off, members = found.sets[j]
+                        flat.extend(int(ids[x]) for x in members[off[i]:off[i + 1]])
+                    else:
+                        flat.append(int(ids[r]))
+                self.last_composite.append(tuple(flat))
 
     def _span_members(self, span: Span, rows: np.ndarray, store) -> tuple[np.ndarray, np.ndarray]:
         """(instance index, stored row) pairs: the stored events inside each instance's span."""
