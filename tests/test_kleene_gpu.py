@@ -9,15 +9,14 @@ from __future__ import annotations
 import itertools
 import math
 
-import fake_cupy
 import numpy as np
 import pandas as pd
 import pytest
-from cep_gpu.kernels.gpu import CupyRuntime, GpuCombiner, GpuDevicesBackend, current_device
 from cep_gpu.kernels.host import host_backend
 from cep_gpu.kernels.kleene import subset_counts, subset_estimate, subset_table
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_gpu_cupy_fake import cupy, fake_gpu_backend  # noqa: F401  (the fake CuPy fixture)
 from test_kleene import KLEENE_STREAMS, kleene_rules, records, stream
 
 import cep_gpu
@@ -127,22 +126,10 @@ def test_subset_counts_are_the_binomial_sums(bounds):
 # -- the CuPy launch path, on the fake asynchronous CuPy --------------------------------------------
 
 
-@pytest.fixture
-def cupy(monkeypatch):
-    return fake_cupy.install(monkeypatch)
-
-
-def _fake_gpu(**combiner) -> str:
-    name = f"gpu-kleene-fake-{next(_NAMES)}"
-    backend = GpuDevicesBackend(lambda d: GpuCombiner(CupyRuntime(d), "gpu", **combiner), current_device, name)
-    register(name, lambda: backend)
-    return name
-
-
 @settings(max_examples=8, deadline=None, suppress_health_check=list(HealthCheck))
 @given(text=kleene_rules(), events=KLEENE_STREAMS)
-def test_cupy_runtime_on_async_streams_equals_reference(cupy, text, events):
-    name = _fake_gpu(initial_capacity=1)  # every Kleene step overflows and relaunches
+def test_cupy_runtime_on_async_streams_equals_reference(cupy, text, events):  # noqa: F811
+    name = fake_gpu_backend(initial_capacity=1)  # every Kleene step overflows and relaunches
     assert records(events, text, name) == records(events, text, "reference")
 
 

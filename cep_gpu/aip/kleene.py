@@ -206,16 +206,19 @@ def _set_aggregate(rule: Rule, table: EventTable, ai: int, flat, start, length) 
         v = evaluate(Attr(SELF, agg.attribute), table, np.empty((len(members), 0), np.int64), None, members)
         vals = v.values.astype(np.float64)
         good = v.valid & ~np.isnan(vals)
-    owner, vals = owner[good], vals[good]
-    total = np.zeros(n)
-    np.add.at(total, owner, vals)  # unbuffered: each set's values added in element order
-    if agg.function == "sum":
-        return total
+    return group_aggregate(agg.function, owner[good], vals[good], n)
+
+
+def group_aggregate(function: str, owner: np.ndarray, vals: np.ndarray, n: int) -> np.ndarray:
+    """``function`` (sum/avg/min/max) of ``vals`` per group ``owner`` in ``0..n`` (values already
+    free of nulls; sums in input order; avg/min/max of no value: NaN = null)."""
+    if function == "sum":
+        return np.bincount(owner, weights=vals, minlength=n)
     cnt = np.bincount(owner, minlength=n)
-    if agg.function == "avg":
+    if function == "avg":
         with np.errstate(invalid="ignore", divide="ignore"):
-            out = total / cnt
-    elif agg.function == "min":
+            out = np.bincount(owner, weights=vals, minlength=n) / cnt
+    elif function == "min":
         out = np.full(n, np.inf)
         np.minimum.at(out, owner, vals)
     else:

@@ -20,7 +20,7 @@ from ..model import (
     inputs,
 )
 from .automaton import Automaton, FastCompare, read_attributes
-from .kleene import KleeneSets, bind_sets
+from .kleene import KleeneSets, bind_sets, group_aggregate
 from .trace import InstanceView, TraceStep
 
 _NEVER = np.iinfo(np.int64).max  # deadline of instances that cannot expire
@@ -440,10 +440,7 @@ class AipRun:
                     if len(rows):
                         sel = self._negation_ok(ni, rows)
                         rows, aggs = rows[sel], aggs[sel]
-                for c in step.conditions:
-                    if len(rows):
-                        sel = condition_mask(self.rule.conditions[c], self.table, rows, aggs)
-                        rows, aggs = rows[sel], aggs[sel]
+                rows, aggs = self._conditions(step.conditions, rows, aggs)
                 if not len(rows):
                     break
                 if step.policy is not None:
@@ -470,6 +467,14 @@ class AipRun:
         for pred in self.rule.consuming:
             self.consumed[rows[:, pred]] = True
 
+    def _conditions(self, conds: tuple[int, ...], rows: np.ndarray, aggs: np.ndarray):
+        """The instances (and their aggregate values) that pass the rule's conditions ``conds``."""
+        for c in conds:
+            if len(rows):
+                sel = condition_mask(self.rule.conditions[c], self.table, rows, aggs)
+                rows, aggs = rows[sel], aggs[sel]
+        return rows, aggs
+
     def kleene_rows(self, event_type: str) -> np.ndarray:
         """Rows of ``event_type`` (time order): the store Kleene sets are taken from."""
         hit = self._kleene_rows.get(event_type)
@@ -493,10 +498,7 @@ class AipRun:
                         probe[:, ks.pred] = sets.last(rows, ks.pred)
                     sel = self._negation_ok(ni, probe)
                     rows, aggs = rows[sel], aggs[sel]
-            for c in ks.conditions:
-                if len(rows):
-                    sel = condition_mask(self.rule.conditions[c], self.table, rows, aggs)
-                    rows, aggs = rows[sel], aggs[sel]
+            rows, aggs = self._conditions(ks.conditions, rows, aggs)
             if not len(rows):
                 return
         found = sets.matches(rows, aggs)
@@ -558,21 +560,7 @@ class AipRun:
                      None, members)
         vals = v.values.astype(np.float64)
         good = v.valid & ~np.isnan(vals)
-        idx, vals = idx[good], vals[good]
-        if agg.function == "sum":
-            return np.bincount(idx, weights=vals, minlength=m)
-        cnt = np.bincount(idx, minlength=m)
-        if agg.function == "avg":
-            with np.errstate(invalid="ignore", divide="ignore"):
-                out = np.bincount(idx, weights=vals, minlength=m) / cnt
-        elif agg.function == "min":
-            out = np.full(m, np.inf)
-            np.minimum.at(out, idx, vals)
-        else:
-            out = np.full(m, -np.inf)
-            np.maximum.at(out, idx, vals)
-        out[cnt == 0] = np.nan
-        return out
+        return group_aggregate(agg.function, idx[good], vals[good], m)
 
     # -- tracing ---------------------------------------------------------------------------------
 
