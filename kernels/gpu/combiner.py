@@ -495,7 +495,7 @@ class GpuCombiner:
         sizes = np.diff(e_off)
         counts = subset_counts(sizes, kl.min_size, kl.max_size, kl.greedy)
         offsets = np.zeros(n + 1, np.int64)
-        if sum(int(c) for c in counts) >= MAX_INDEXED_SETS:
+        if float(counts.sum(dtype=np.float64)) >= MAX_INDEXED_SETS:  # (counts saturate, never wrap)
             raise MatchLimitError(
                 f"rule {rule.name!r}: Kleene position {rule.predicates[k].alias!r} has more than "
                 f"2^62 candidate sets in one call, more than the GPU kernels can number; bound the "
