@@ -202,6 +202,24 @@ def test_unread_types_are_dropped_first_and_cost_no_recall():
     assert s["recall"] == 1.0 and s["violations"] == 0
 
 
+@pytest.mark.parametrize("policy", ["random", "darling"])
+def test_guard_drains_buffers_above_their_constraint_first_and_no_type_alone(policy):
+    """X (no rule reads it) fills the queue before a burst of A, B, C: the guard drops X first,
+    then spreads over the pattern's buffers (it once always drained the first type, A)."""
+    rng = np.random.default_rng(0)
+    x = pd.DataFrame({"type": "X", "ts": np.arange(40) * 0.1, "price": 1.0})
+    abc = pd.DataFrame({"type": np.tile(["A", "B", "C"], 100), "ts": 4.0 + np.arange(300) * 0.01,
+                        "price": rng.normal(100, 20, 300)})
+    ev = pd.concat([x, abc], ignore_index=True)
+    eng = SheddingEngine(RULE, Shedder(0.05, policy=policy), mode="virtual",
+                         cost_model=CostModel(default=1e-3))
+    eng.warm_up(stream(400, 2))
+    eng.run(ev, np.zeros(len(ev)), reference=False)
+    d = eng.stats()["dropped_per_type"]
+    assert d["X"] >= 29 and eng.stats()["violations"] == 0
+    assert max(d[t] for t in "ABC") - min(d[t] for t in "ABC") <= 10 and max(d[t] for t in "ABC") < 100
+
+
 def test_shed_batch_keeps_the_work_within_the_bound():
     sh = Shedder(0.02, policy="darling").fit(RULE, stream(300, 2), costs=CostModel(default=1e-3))
     batch = stream(100, 4)

@@ -197,21 +197,33 @@ def arrive(i, now, F, IS, typ, bkt, est, status, lo, relevant, evicted, ring,
             IS[I_GUARD] += 1
             best_t = -1
             best_key = 3 * (nb + 1)
+            tied = 0  # events in the best (buffer, bucket) pairs seen so far
             for u in range(size.shape[0]):
                 if size[u] <= 0:
                     continue
                 _activate(u, IS, typ, bkt, status, nxt, prv, head, cnt, minb, active)
                 bu = _lowest(u, IS, cnt, minb)
-                # worthless events (bucket 0) first, then buffers above their local constraint,
-                # then the lowest bucket
-                key = bu
-                if bu > 0:
-                    key += nb + 1 if size[u] > nt[u] else 2 * (nb + 1)
+                if policy == RANDOM:
+                    # no utilities: buffers above their local constraint first, else any
+                    key = nb + 1 if size[u] > nt[u] else 2 * (nb + 1)
+                else:
+                    # worthless events (bucket 0) first, then buffers above their local
+                    # constraint, then the lowest bucket
+                    key = bu
+                    if bu > 0:
+                        key += nb + 1 if size[u] > nt[u] else 2 * (nb + 1)
+                c = cnt[u * nb + bu]
                 if key < best_key:
-                    best_t, best_key = u, key
-            best_b = best_key % (nb + 1)
+                    best_t, best_key, tied = u, key, c
+                elif key == best_key:
+                    # a tie between buffers: the victim is uniform over the tied events (a
+                    # fixed buffer order would always drain the same type)
+                    tied += c
+                    if _rand(IS, tied) < c:
+                        best_t = u
             if best_t < 0:
                 break
+            best_b = _lowest(best_t, IS, cnt, minb)
             v = _pick(best_t, best_b, IS, head, nxt, cnt)
             _drop(v, F, IS, typ, bkt, est, status, relevant, nxt, prv, head, cnt, size, active, fen, dropped)
     return 1 if status[i] == 1 else 0

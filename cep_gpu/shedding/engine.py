@@ -160,20 +160,29 @@ class SheddingEngine:
 
     # -- runs -------------------------------------------------------------------------------------
 
-    def run(self, events: pd.DataFrame, arrival=None, *, reference: bool = True) -> pd.DataFrame:
+    def run(self, events: pd.DataFrame, arrival=None, *, reference: bool = True,
+            utilities: np.ndarray | None = None) -> pd.DataFrame:
         """Replay ``events`` arriving at ``arrival`` (seconds; a column name, an array, or None:
         the event timestamps) through the shedder and a fresh engine.
 
         Returns the composite events found (``rule``, ``ts``, ``ids``: positions in ``events``
         sorted by timestamp, ``detected_s``, ``latency_s``). ``reference=True`` also runs
         :func:`cep_gpu.detect` on every event, for the measured recall in :meth:`stats`.
+        ``utilities``: the darling policy's per-event utilities in [0, 1], one per row of
+        ``events``, instead of Eq. 11 (a diagnostic hook: ``bench/shedding_ratio.py`` feeds it
+        oracles to bound what any utility could reach).
         """
         self.shedder._need()
         frame, arr, ts_ns = self._input(events, arrival)
         n = len(frame)
         sh = self.shedder
+        if utilities is not None:
+            u = np.asarray(utilities, np.float64)
+            if u.shape != (n,) or not np.all((u >= 0) & (u <= 1)):
+                raise ArgumentError(f"utilities must be {n} numbers in [0, 1], one per event")
+            utilities = u[self._order]
         t0 = _cpu()
-        util = sh.utilities(frame) if sh.policy == "darling" else None
+        util = (sh.utilities(frame) if utilities is None else utilities) if sh.policy == "darling" else None
         alpha = (_cpu() - t0) / max(n, 1) if self.mode == "real" else 0.0  # utility time per event
         real = self.mode == "real"
         core = sh.make_core(frame, ts_ns, self.cost_model, utilities=util,
@@ -333,6 +342,7 @@ class SheddingEngine:
             arrival = events[arrival].to_numpy(np.float64)
         ts_ns = times_ns(events["ts"], UNIT_NS[self.time_unit])
         order = np.argsort(ts_ns, kind="stable")
+        self._order = order
         frame = events.iloc[order].reset_index(drop=True)
         if "id" in frame.columns:
             frame = frame.drop(columns="id")
