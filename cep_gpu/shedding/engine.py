@@ -26,6 +26,7 @@ import pandas as pd
 from .. import Engine, detect
 from ..errors import ArgumentError
 from . import _core
+from .gate import estimated_recall
 from .shedder import UNIT_NS, Shedder, SheddingError, as_rules
 from .stats import CostModel, Statistics, times_ns
 
@@ -99,7 +100,6 @@ class SheddingEngine:
         self._report: dict = {}
         self._found: pd.DataFrame | None = None
         self._live = None  # the long-lived engine of publish()
-        self._live_counts: dict = {}
 
     # -- statistics -------------------------------------------------------------------------------
 
@@ -236,32 +236,29 @@ class SheddingEngine:
         return self._found
 
     def publish(self, events: pd.DataFrame) -> pd.DataFrame:
-        """Live use: a micro-batch of events that arrived together. The shedder keeps the rows
-        whose estimated processing fits the latency bound (:meth:`Shedder.shed_batch`; earlier
-        batches' events do not count in the window work) and a long-lived engine processes them;
-        returns its new composite events (as :meth:`cep_gpu.Engine.publish`). Batches must come in
-        timestamp order; without an ``id`` column, ids are positions among the events the engine
-        received (the kept ones). ``live_stats()`` counts what was kept and dropped."""
+        """Live use: a micro-batch of events that arrived together, through a long-lived
+        ``cep_gpu.Engine(rules, shedding=shedder)`` (:class:`~cep_gpu.shedding.gate.ShedGate`):
+        the shedder keeps the rows whose estimated processing fits the latency bound
+        (:meth:`Shedder.shed_batch`) and the engine processes them; returns its new composite
+        events (as :meth:`cep_gpu.Engine.publish`). Batches must come in timestamp order; rows
+        without an ``id`` get their position in the whole published stream. ``live_stats()``
+        reports what was kept and dropped, composite events and their latency."""
         self.shedder._need()
         if not isinstance(events, pd.DataFrame):
             raise ArgumentError(f"events must be a pandas DataFrame, got {type(events).__name__}")
         if self._live is None:
-            self._live = Engine(self.rules, backend=self.backend, time_unit=self.time_unit)
-            self._live_counts = {"published": 0, "kept": 0, "dropped_per_type": {}}
-        keep = self.shedder.shed_batch(events) if len(events) else np.zeros(0, bool)
-        c = self._live_counts
-        c["published"] += len(events)
-        c["kept"] += int(keep.sum())
-        for t, k in pd.Series(events["type"].astype(str).to_numpy()[~keep]).value_counts().items():
-            c["dropped_per_type"][t] = c["dropped_per_type"].get(t, 0) + int(k)
-        return self._live.publish(events[keep])
+            self._live = Engine(self.rules, backend=self.backend, time_unit=self.time_unit,
+                                shedding=self.shedder)
+        return self._live.publish(events)
 
     def live_stats(self) -> dict:
-        """Counters of :meth:`publish`: events published, kept, dropped per type, and the live
-        engine's own ``stats()``."""
+        """The live engine's shedding report (``Engine.stats()["shedding"]``: events published,
+        kept, dropped per type, composite events, estimated recall, latency percentiles,
+        violations) and its own ``stats()`` under ``"engine"``."""
         if self._live is None:
             raise SheddingError("nothing published yet: call SheddingEngine.publish(events) first")
-        return dict(self._live_counts) | {"engine": self._live.stats()}
+        own = self._live.stats()
+        return own["shedding"] | {"engine": own}
 
     def _finish(self, frame, arr, core, found, start, done, reference: bool) -> None:
         n = len(frame)
@@ -302,21 +299,13 @@ class SheddingEngine:
         self._report = rep | {"constraints": self.shedder.constraints()}
 
     def _estimated_recall(self, frame, core) -> float:
-        """∏ over a rule's positions of the utility-weighted share of that type kept, averaged
-        over rules: a rough recall estimate that needs no reference run."""
-        sh = self.shedder
-        u = sh.utilities(frame)
+        """:func:`~cep_gpu.shedding.gate.estimated_recall` of this run's kept events."""
+        u = self.shedder.utilities(frame)
         kept = core.status == 2
         types = frame["type"].astype(str).to_numpy()
-        est = []
-        for r in sh.rules:
-            p = 1.0
-            for pred in r.predicates:
-                m = types == pred.event_type
-                tot = u[m].sum()
-                p *= (u[m & kept].sum() / tot) if tot > 0 else 1.0
-            est.append(p)
-        return float(np.mean(est)) if est else 1.0
+        u_all = {t: float(u[types == t].sum()) for t in np.unique(types)}
+        u_kept = {t: float(u[(types == t) & kept].sum()) for t in np.unique(types)}
+        return estimated_recall(self.shedder.rules, u_all, u_kept)
 
     def stats(self) -> dict:
         """The last run's report: events dropped (in total and per type), composite events found,
