@@ -149,6 +149,8 @@ def test_overload_keeps_the_bound_and_none_violates_it():
         assert s["violations"] == 0 and s["dropped"] > 0, (policy, s)
         assert s["latency_s"]["max"] <= 0.05 * (1 + 1e-9)
         assert 0 < s["recall"] <= 1 and s["false_positives"] == 0
+        assert {"dropped_per_type", "composites", "estimated_recall", "latency_s", "violations"} <= set(s)
+        assert sum(s["dropped_per_type"].values()) == s["dropped"] and 0 < s["estimated_recall"] < 1
 
 
 def test_state_baseline_evicts_and_reports():
@@ -168,6 +170,21 @@ def test_deterministic_for_a_seed():
         s = eng.stats()
         runs.append((sorted(out["ids"]), s["dropped_per_type"], s["latency_s"]))
     assert runs[0] == runs[1]
+
+
+def test_given_utilities_follow_the_rows_of_the_events():
+    """run(utilities=) (the diagnostic hook) takes one utility per row of ``events`` as given,
+    in any row order: Eq. 11's own utilities give the default run."""
+    ev, arr = _peaked(400)
+    perm = np.random.default_rng(1).permutation(len(ev))
+    shuffled, arr_s = ev.iloc[perm].reset_index(drop=True), arr[perm]
+    base = _engine("darling", seed=3)
+    want = sorted(base.run(shuffled, arr_s)["ids"])
+    eng = _engine("darling", seed=3)
+    got = sorted(eng.run(shuffled, arr_s, utilities=eng.shedder.utilities(shuffled))["ids"])
+    assert got == want and eng.stats()["dropped"] == base.stats()["dropped"] > 0
+    with pytest.raises(ArgumentError, match="utilities"):
+        eng.run(ev, arr, utilities=np.full(len(ev), 2.0))
 
 
 def test_engine_loop_equals_the_compiled_simulation():
@@ -216,7 +233,7 @@ def test_guard_drains_buffers_above_their_constraint_first_and_no_type_alone(pol
     eng.warm_up(stream(400, 2))
     eng.run(ev, np.zeros(len(ev)), reference=False)
     d = eng.stats()["dropped_per_type"]
-    assert d["X"] >= 29 and eng.stats()["violations"] == 0
+    assert d["X"] >= 29 and eng.stats()["violations"] == 0 and eng.stats()["recall"] is None
     assert max(d[t] for t in "ABC") - min(d[t] for t in "ABC") <= 10 and max(d[t] for t in "ABC") < 100
 
 

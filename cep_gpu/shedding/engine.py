@@ -296,6 +296,8 @@ class SheddingEngine:
             rep["composites_reference"] = len(want)
             rep["recall"] = len(got & want) / len(want) if want else 1.0
             rep["false_positives"] = len(got - want)
+        else:  # no reference run: the measured recall is unknown (estimated_recall stands)
+            rep |= {"composites_reference": None, "recall": None, "false_positives": None}
         self._report = rep | {"constraints": self.shedder.constraints()}
 
     def _estimated_recall(self, frame, core) -> float:
