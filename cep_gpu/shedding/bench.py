@@ -111,7 +111,7 @@ def run(
     factors: Sequence[float] = (10, 100, 1000),
     sweep_length_factor: float = 1000,
     sweep_factor_length: int = 4,
-    n_events: int = 6000,
+    n_events: int = 24000,
     warmup: int = 2000,
     latency_bound: float | None = None,
     beta: float = 0.8,

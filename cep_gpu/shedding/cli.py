@@ -54,7 +54,7 @@ def add_bench_arguments(b: argparse.ArgumentParser) -> None:
     b.add_argument("--lengths", type=_ints, default=[3, 4, 5, 6], help="pattern lengths (default 3,4,5,6)")
     b.add_argument("--factors", type=_floats, default=[10, 100, 1000],
                    help="overload rates of the peaks, at length 4 (default 10,100,1000)")
-    b.add_argument("--events", type=int, default=6000, help="events per run after the warm-up (default 6000)")
+    b.add_argument("--events", type=int, default=24000, help="events per run after the warm-up (default 24000)")
     b.add_argument("--warmup", type=int, default=2000, help="warm-up events (default 2000)")
     b.add_argument("--latency-bound", type=float, default=None,
                    help="L_max in seconds (default: --bound-fraction x the largest peak's drain time)")
@@ -99,7 +99,7 @@ def cmd_bench(args) -> int:
 def shedding_bench_from_bench_args(args) -> int:
     """``cep-gpu bench shedding [--out F] [--plot F]``: the default shedding benchmark."""
     ns = argparse.Namespace(workload="stock", mode="real", lengths=[3, 4, 5, 6], factors=[10, 100, 1000],
-                            events=6000, warmup=2000, latency_bound=None, beta=0.8, buckets=100,
+                            events=24000, warmup=2000, latency_bound=None, beta=0.8, buckets=100,
                             seeds=1, backend="cpu", noise=0.5, bound_fraction=0.25, quick=False, out=args.out,
                             plot=args.plot)
     return cmd_bench(ns)

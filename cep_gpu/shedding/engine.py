@@ -108,6 +108,7 @@ class SheddingEngine:
         dropped) and set the shedder's constraints. In real time Z(T) and κ are measured on this
         engine: per-event ``publish`` times, fitted as Z(T) + κ·(events the terminator reads)."""
         frame, arr, ts_ns = self._input(events, arrival)
+        self._warm = frame  # real time: replayed ahead of a run to warm its engine (_engine)
         sh = self.shedder
         if self.mode == "virtual":
             sh.fit(self.rules, frame, arrival=arr, costs=self.cost_model, time_unit=self.time_unit)
@@ -123,12 +124,10 @@ class SheddingEngine:
         return self.warm_up(events, arrival)
 
     def _measure(self, frame: pd.DataFrame, ts_ns: np.ndarray):
-        eng = Engine(self.rules, backend=self.backend, time_unit=self.time_unit)
-        recs = _records(frame, 0)
-        head = min(len(recs), 50)
-        for r in recs[:head]:  # compile the kernels outside the measurement
-            eng.publish(r, output="records")
-        eng = Engine(self.rules, backend=self.backend, time_unit=self.time_unit)
+        # an engine that has already processed the sample once (kernels compiled, matchers
+        # built): a first-use build is a start-up cost, not processing time per event
+        eng, offset = self._engine(ts_ns[0])
+        recs = _records(frame, offset)
         dt = np.empty(len(recs))
         for i, r in enumerate(recs):
             t0 = _cpu()
@@ -136,7 +135,7 @@ class SheddingEngine:
             dt[i] = _cpu() - t0
         types = frame["type"].astype(str).to_numpy()
         sh = self.shedder
-        sh.fit(self.rules, frame, costs={t: float(np.median(dt[types == t])) for t in np.unique(types)},
+        sh.fit(self.rules, frame, costs={t: float(np.mean(dt[types == t])) for t in np.unique(types)},
                time_unit=self.time_unit)
         core = sh.make_core(frame, ts_ns, None)
         is_term = core.is_term[core.typ]
@@ -147,16 +146,15 @@ class SheddingEngine:
         x = np.zeros((len(frame), len(names) + 1))
         x[np.arange(len(frame)), pd.Index(names).get_indexer(types)] = 1.0
         x[:, -1] = w
-        # robust to the odd slow publish (a page fault, another process): fit on the body
-        keep = dt <= np.quantile(dt, 0.99)
-        coef = np.linalg.lstsq(x[keep], dt[keep], rcond=None)[0]
+        # least squares on every publish: Z(T) is the paper's *average* time per event
+        # (Sec. 4.2.2-4.2.3); a median or a trimmed fit would miss the skewed tail of terminators
+        # that produce matches, and the queued work would be underestimated
+        coef = np.linalg.lstsq(x, dt, rcond=None)[0]
         kappa = max(float(coef[-1]), 0.0)
         costs = {t: max(float(coef[k]), float(np.min(dt[types == t]))) for k, t in enumerate(names)}
-        t0 = _cpu()
-        sh.utilities(frame)
-        per_event = (_cpu() - t0) / len(frame)
-        nconds = max(1, max((sh.utility.conditions_of(t) for t in names), default=1))
-        return costs, kappa, per_event / nconds
+        alphas = self._alphas(frame)  # y: seconds per condition factor (α_T = |C_type(T)|·y)
+        nconds = sum(sh.utility.conditions_of(t) for t in types)
+        return costs, kappa, float(alphas.sum()) / max(nconds, 1)
 
     # -- runs -------------------------------------------------------------------------------------
 
@@ -181,14 +179,23 @@ class SheddingEngine:
             if u.shape != (n,) or not np.all((u >= 0) & (u <= 1)):
                 raise ArgumentError(f"utilities must be {n} numbers in [0, 1], one per event")
             utilities = u[self._order]
-        t0 = _cpu()
         util = (sh.utilities(frame) if utilities is None else utilities) if sh.policy == "darling" else None
-        alpha = (_cpu() - t0) / max(n, 1) if self.mode == "real" else 0.0  # utility time per event
         real = self.mode == "real"
+        # α_T = |C_type(T)|·y per overloaded arrival (Sec. 4.3), charged to the core in real time
+        cum_alpha = np.zeros(n + 1)
+        if real and sh.policy == "darling":
+            cum_alpha[1:] = np.cumsum(self._alphas(frame))
         core = sh.make_core(frame, ts_ns, self.cost_model, utilities=util,
                             guard=sh.beta if real else 1.0 - 1e-9)
-        eng = Engine(self.rules, backend=self.backend, time_unit=self.time_unit)
-        recs = _records(frame, 0)
+        eng, offset = self._engine(ts_ns[0]) if real else \
+            (Engine(self.rules, backend=self.backend, time_unit=self.time_unit), 0)
+        recs = _records(frame, offset)
+        if real:
+            # z̄ and Z(T) are "calculated during the system run-time" (Sec. 4.2.1): running means
+            # of what each processed event cost the engine's core (its publish plus the
+            # shedder's work charged after it), the warm-up's means weighing as its events
+            z_sum = core.z_est * _warm_counts(sh, core.type_names)
+            z_cnt = _warm_counts(sh, core.type_names)
         clock = 0.0  # the engine's clock: when the event in service ends
         start = np.full(n, np.nan)
         done = np.full(n, np.nan)
@@ -205,6 +212,7 @@ class SheddingEngine:
             else:
                 s = max(clock, arr[p])
                 c = core.begin(p)
+                window_part = c - core.z_act[core.typ[p]]  # κ·w of a terminator (0 otherwise)
                 if real:
                     t1 = _cpu()
                     out = eng.publish(recs[p], output="records")
@@ -214,24 +222,32 @@ class SheddingEngine:
                 clock = s + c
                 start[p], done[p] = s, clock
                 for m in out:
-                    found.append((m["rule"], m["ts"], tuple(m["ids"]), clock, s))
+                    found.append((m["rule"], m["ts"], _unshift(m["ids"], offset), clock, s))
                 # the arrivals during its service (an arrival at the very end comes after the
                 # next event starts, as in the compiled simulation)
                 hi = int(np.searchsorted(arr, clock, "left"))
             if hi > i:
                 core.F[_core.F_TFREE] = clock
                 t1 = _cpu()
+                over = core.IS[_core.I_OVERLOADED]
                 core.arrive_range(i, hi, arr)
-                if real:  # the shedder's own work runs on the engine's core
-                    clock += _cpu() - t1 + alpha * (hi - i)
+                if real:  # the shedder's own work runs on the engine's core; utilities are
+                    # computed for the arrivals that find the global constraint violated only
+                    share = (core.IS[_core.I_OVERLOADED] - over) / (hi - i)
+                    clock += _cpu() - t1 + (cum_alpha[hi] - cum_alpha[i]) * share
                 i = hi
+            if real and p >= 0:
+                t = core.typ[p]
+                z_sum[t] += max(clock - s - window_part, 0.0)
+                z_cnt[t] += 1
+                core.z_est[t] = z_sum[t] / z_cnt[t]
                 if self.drift_check is not None and i - last_check >= self.drift_every:
                     recent = frame.iloc[last_check:i]
                     last_check = i
                     if self.drift_check(recent):
                         self.regather(recent, arr[last_check - len(recent):last_check])
         for m in eng.flush(output="records"):
-            found.append((m["rule"], m["ts"], tuple(m["ids"]), clock, clock))
+            found.append((m["rule"], m["ts"], _unshift(m["ids"], offset), clock, clock))
         self._finish(frame, arr, core, found, start, done, reference)
         return self._found
 
@@ -259,6 +275,41 @@ class SheddingEngine:
             raise SheddingError("nothing published yet: call SheddingEngine.publish(events) first")
         own = self._live.stats()
         return own["shedding"] | {"engine": own}
+
+    def _alphas(self, frame: pd.DataFrame) -> np.ndarray:
+        """α of each event: |C_type(T)| times y, the marginal time of one condition factor of
+        Eq. 11 in the vectorised utility code (timed on the whole frame and on a quarter of it,
+        so that the per-call overhead, which a run pays once, is not charged per event)."""
+        sh = self.shedder
+        types = frame["type"].astype(str).to_numpy()
+        conds = np.array([sh.utility.conditions_of(t) for t in types], np.float64) if len(types) < 64 else \
+            pd.Series(types).map({t: sh.utility.conditions_of(t) for t in np.unique(types)}).to_numpy(np.float64)
+        q = len(frame) // 4
+        t0 = _cpu()
+        sh.utilities(frame)
+        t_all = _cpu() - t0
+        t0 = _cpu()
+        sh.utilities(frame.iloc[:q])
+        t_q = _cpu() - t0
+        y = max(t_all - t_q, 0.0) / max(conds.sum() - conds[:q].sum(), 1.0)
+        return conds * y
+
+    def _engine(self, first_ns: int) -> tuple[Engine, int]:
+        """A fresh engine that has processed the warm-up sample, moved to end more than the
+        rules' lookback before ``first_ns`` (so none of it can join a later match), with ids
+        0 .. W-1; and W, the offset of the ids of the events published after it."""
+        eng = Engine(self.rules, backend=self.backend, time_unit=self.time_unit)
+        warm = getattr(self, "_warm", None)
+        if warm is None or not len(warm):
+            return eng, 0
+        ts_ns = times_ns(warm["ts"], UNIT_NS[self.time_unit])
+        lookback = max((r.lookback() for r in self.rules), default=0)
+        moved = ts_ns - (int(ts_ns[-1]) - first_ns) - lookback - 1_000_000_000
+        frame = warm.assign(ts=pd.to_datetime(moved) if pd.api.types.is_datetime64_any_dtype(warm["ts"])
+                            else moved / UNIT_NS[self.time_unit])
+        for r in _records(frame, 0):
+            eng.publish(r, output="records")
+        return eng, len(frame)
 
     def _finish(self, frame, arr, core, found, start, done, reference: bool) -> None:
         n = len(frame)
@@ -361,6 +412,17 @@ def _records(frame: pd.DataFrame, offset: int) -> list[dict]:
             if isinstance(v, float) and math.isnan(v):
                 del r[k]  # absent attribute
     return recs
+
+
+def _unshift(ids, offset: int) -> tuple:
+    """Composite-event ids back to positions in the run (primitive ids were shifted by
+    ``offset``; negative ids are composite events and stay)."""
+    return tuple(i - offset if i >= 0 else i for i in ids)
+
+
+def _warm_counts(sh: Shedder, names: list[str]) -> np.ndarray:
+    """Events of each type in the shedder's warm-up sample (at least 1)."""
+    return np.array([max(len(sh.stats.samples.get(t, ())), 1) for t in names], np.float64)
 
 
 def _percentiles(lat: np.ndarray) -> dict:
