@@ -236,16 +236,17 @@ class SheddingEngine:
                     share = (core.IS[_core.I_OVERLOADED] - over) / (hi - i)
                     clock += _cpu() - t1 + (cum_alpha[hi] - cum_alpha[i]) * share
                 i = hi
+                if self.drift_check is not None and i - last_check >= self.drift_every:
+                    recent = frame.iloc[last_check:i]
+                    if self.drift_check(recent):
+                        self.regather(recent, arr[last_check:i])
+                        self._refresh(core, frame, i)
+                    last_check = i
             if real and p >= 0:
                 t = core.typ[p]
                 z_sum[t] += max(clock - s - window_part, 0.0)
                 z_cnt[t] += 1
                 core.z_est[t] = z_sum[t] / z_cnt[t]
-                if self.drift_check is not None and i - last_check >= self.drift_every:
-                    recent = frame.iloc[last_check:i]
-                    last_check = i
-                    if self.drift_check(recent):
-                        self.regather(recent, arr[last_check - len(recent):last_check])
         for m in eng.flush(output="records"):
             found.append((m["rule"], m["ts"], _unshift(m["ids"], offset), clock, clock))
         self._finish(frame, arr, core, found, start, done, reference)
@@ -275,6 +276,20 @@ class SheddingEngine:
             raise SheddingError("nothing published yet: call SheddingEngine.publish(events) first")
         own = self._live.stats()
         return own["shedding"] | {"engine": own}
+
+    def _refresh(self, core: _core.Core, frame: pd.DataFrame, i: int) -> None:
+        """After a re-gathering: the events that have not arrived yet (``i`` on) get utilities
+        from the new statistics, and every buffer the new N_T and γ_T (Sec. 4.1: "the values of
+        N_in, N_T, and the utility values are updated accordingly"). Queued events keep their
+        buckets (they are linked in them)."""
+        sh = self.shedder
+        if sh.policy == "darling" and i < len(frame):
+            core.bkt[i:] = sh.buckets_of(sh.utilities(frame.iloc[i:]))
+        core.nt[:] = [sh.n_t.get(t, 0.0) for t in core.type_names]
+        core.gamma[:] = [sh.gamma_t.get(t, 0.0) for t in core.type_names]
+        core.F[_core.F_KEST] = sh.stats.window_cost
+        if self.mode == "virtual":
+            core.z_est[:] = [sh.stats.costs.get(t, sh.z_mean) for t in core.type_names]
 
     def _alphas(self, frame: pd.DataFrame) -> np.ndarray:
         """α of each event: |C_type(T)| times y, the marginal time of one condition factor of

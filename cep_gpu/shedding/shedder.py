@@ -182,6 +182,10 @@ class Shedder:
         self._need()
         return self.utility.compute(events)
 
+    def buckets_of(self, utilities: np.ndarray) -> np.ndarray:
+        """The auxiliary array of each utility: ⌊u·ξ⌋ in 0 .. ξ (Section 4.4)."""
+        return np.clip(np.floor(np.asarray(utilities) * self.buckets), 0, self.buckets).astype(np.int64)
+
     def make_core(self, events: pd.DataFrame, ts_ns: np.ndarray, cost_model: CostModel | None,
                   utilities: np.ndarray | None = None, context: int = 0,
                   guard: float = 1.0 - 1e-9) -> _core.Core:
@@ -208,8 +212,7 @@ class Shedder:
         relevant = np.isin(types, list(self._column_types))
         lo = np.searchsorted(ts_ns, ts_ns - self._lookback_ns, "left")
         if self.policy == "darling":
-            u = self.utilities(events) if utilities is None else utilities
-            bkt = np.clip(np.floor(u * self.buckets), 0, self.buckets).astype(np.int64)
+            bkt = self.buckets_of(self.utilities(events) if utilities is None else utilities)
         else:  # one bucket: the victim is a random event of the buffer
             bkt = np.zeros(len(events), np.int64)
         core = _core.Core(typ, bkt, lo, relevant, z_est, z_act, is_term, nt, gamma,
