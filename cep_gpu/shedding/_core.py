@@ -27,8 +27,10 @@ import numpy as np
 NONE, RANDOM, DARLING, STATE = 0, 1, 2, 3
 POLICY_CODES = {"none": NONE, "random": RANDOM, "darling": DARLING, "state": STATE}
 
-# float scalars F[...]; F_EPS holds the guard's share of L_max (1 - 1e-9 in virtual time, beta in real time)
-F_TFREE, F_WQ, F_L, F_BETA, F_KEST, F_KACT, F_EPS = range(7)
+# float scalars F[...]; F_EPS holds the guard's share of L_max (1 - 1e-9 in virtual time, beta in
+# real time); F_SHED the shedder's own work per overloaded arrival (real time: it runs on the
+# engine's core, so it delays the queued events; 0 in virtual time)
+F_TFREE, F_WQ, F_L, F_BETA, F_KEST, F_KACT, F_EPS, F_SHED = range(8)
 # int scalars IS[...]
 I_PTR, I_ARRIVED, I_POLICY, I_NB, I_RNG, I_OVERLOADED, I_GUARD, I_EVICTED, I_RING_LO, I_RING_HI = range(10)
 
@@ -165,6 +167,10 @@ def arrive(i, now, F, IS, typ, bkt, est, status, lo, relevant, evicted, ring,
     if policy != NONE and busy + F[F_WQ] + est[i] > F[F_BETA] * F[F_L]:
         # the global constraint is violated (Section 4.2.1, with beta as in 4.2.2)
         IS[I_OVERLOADED] += 1
+        if F[F_SHED] > 0.0:
+            # deciding (and computing the utility) takes the core this long: what is queued waits
+            F[F_TFREE] = max(F[F_TFREE], now) + F[F_SHED]
+            busy = F[F_TFREE] - now
         if policy == STATE:
             _evict(i, now, F, IS, typ, status, lo, relevant, evicted, ring, is_term, fen,
                    busy + F[F_WQ] + est[i] - F[F_BETA] * F[F_L])
@@ -375,7 +381,7 @@ class Core:
         self.cnt = np.zeros(k * nb, np.int64)
         self.fen = np.zeros(n + 1, np.int64)
         self.dropped = np.zeros(k, np.int64)
-        self.F = np.array([0.0, 0.0, latency_bound, beta, kappa_est, kappa_act, guard], np.float64)
+        self.F = np.array([0.0, 0.0, latency_bound, beta, kappa_est, kappa_act, guard, 0.0], np.float64)
         self.IS = np.zeros(10, np.int64)
         self.IS[I_POLICY] = policy
         self.IS[I_NB] = nb

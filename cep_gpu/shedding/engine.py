@@ -196,6 +196,7 @@ class SheddingEngine:
             # shedder's work charged after it), the warm-up's means weighing as its events
             z_sum = core.z_est * _warm_counts(sh, core.type_names)
             z_cnt = _warm_counts(sh, core.type_names)
+            shed_sum, shed_cnt = 0.0, 0
         clock = 0.0  # the engine's clock: when the event in service ends
         start = np.full(n, np.nan)
         done = np.full(n, np.nan)
@@ -233,8 +234,13 @@ class SheddingEngine:
                 core.arrive_range(i, hi, arr)
                 if real:  # the shedder's own work runs on the engine's core; utilities are
                     # computed for the arrivals that find the global constraint violated only
-                    share = (core.IS[_core.I_OVERLOADED] - over) / (hi - i)
-                    clock += _cpu() - t1 + (cum_alpha[hi] - cum_alpha[i]) * share
+                    n_over = core.IS[_core.I_OVERLOADED] - over
+                    spent = _cpu() - t1 + (cum_alpha[hi] - cum_alpha[i]) * n_over / (hi - i)
+                    clock += spent
+                    if n_over:  # running mean of the shedder's work per overloaded arrival
+                        shed_sum += spent
+                        shed_cnt += n_over
+                        core.F[_core.F_SHED] = shed_sum / shed_cnt
                 i = hi
                 if self.drift_check is not None and i - last_check >= self.drift_every:
                     recent = frame.iloc[last_check:i]
