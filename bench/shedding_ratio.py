@@ -1,9 +1,11 @@
 """Why DARLING's recall is not 2x random's on the stock-like workload: a diagnosis in virtual time
 (docs/performance.md, section "DARLING load shedding").
 
-For each pattern length, at the benchmark's default virtual-time setting (the cost model
+For each pattern length, at the benchmark's virtual-time setting (the cost model
 ``bench.VIRTUAL_COSTS``, base rate half the capacity, peaks x1000, L_max a quarter of the largest
-peak's drain time), it runs the same harness with four choices of the victim:
+peak's drain time) with 2000 warm-up and 6000 run events (the prices drift little over that
+span, so the warm-up statistics hold and nothing is re-gathered), it runs the same harness with
+four choices of the victim:
 
 * ``random``: random input shedding under DARLING's constraints;
 * ``darling``: Eq. 11 utilities;

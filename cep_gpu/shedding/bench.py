@@ -129,7 +129,7 @@ def run(
 
     ``noise``: the share of events of types the pattern does not read; ``bound_fraction``: L_max
     as a share of the time the largest peak takes to drain without shedding. In virtual time the cost
-    model is :data:`VIRTUAL_COSTS` (about this engine's real costs). ``regather_every``: the
+    model is :data:`VIRTUAL_COSTS` (a slower engine than this one). ``regather_every``: the
     statistics are gathered again from the last that many events (default: the warm-up's size;
     0: never), the paper's periodic gathering (Section 4.1); the prices drift.
     """
