@@ -19,11 +19,13 @@ nothing is dropped). ``--setting light`` is the lighter setting the section also
 event, no window cost, base rate 500 events/s, L_max = 0.3 s, 4000 events).
 
     .venv/bin/python bench/shedding_ratio.py [--setting default|light] [--lengths 3,4,5,6]
+        [--window SECONDS] [--factor-c C]
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 
 import numpy as np
 
@@ -31,9 +33,12 @@ from cep_gpu import detect
 from cep_gpu.shedding import CostModel, Shedder, SheddingEngine, bench
 
 
-def diagnose(length: int, setting: str = "default", seed: int = 0) -> dict:
+def diagnose(length: int, setting: str = "default", seed: int = 0, window: int | None = None,
+             factor_c: float = 1.0) -> dict:
     n_run = 6000 if setting == "default" else 4000
-    rule, ev = bench.stock(2000 + n_run, length, seed)
+    rule, ev = bench.stock(2000 + n_run, length, seed, factor_c=factor_c)
+    if window is not None:  # the paper's windows hold many more events of each type (Sec. 5.1)
+        rule = re.sub(r"within \d+ s", f"within {window} s", rule)
     warm, main = ev.iloc[:2000], ev.iloc[2000:].reset_index(drop=True)
     costs = bench.VIRTUAL_COSTS if setting == "default" else CostModel(default=1e-3)
     probe = SheddingEngine(rule, Shedder(1.0, policy="none"), mode="virtual", cost_model=costs)
@@ -83,11 +88,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--setting", choices=["default", "light"], default="default")
     ap.add_argument("--lengths", default="3,4,5,6")
+    ap.add_argument("--window", type=int, default=None, help="window in seconds (default 4n²: 2n events per type)")
+    ap.add_argument("--factor-c", type=float, default=1.0, help="C of a{i}.price > a{i-1}.price * C (default 1)")
     args = ap.parse_args()
     print("length | matches (share outside peaks) | random | darling | value-oracle | oracle "
           "(recall: all / in peaks) | darling/random | oracle/random")
     for length in (int(x) for x in args.lengths.split(",")):
-        d = diagnose(length, args.setting)
+        d = diagnose(length, args.setting, window=args.window, factor_c=args.factor_c)
         cells = " | ".join(f"{d[k]['recall']:.3f} / {d[k]['peak']:.3f}"
                            for k in ("random", "darling", "value-oracle", "oracle"))
         rnd = max(d["random"]["recall"], 1e-9)
