@@ -153,6 +153,19 @@ def test_overload_keeps_the_bound_and_none_violates_it():
         assert sum(s["dropped_per_type"].values()) == s["dropped"] and 0 < s["estimated_recall"] < 1
 
 
+def test_a_tighter_guard_keeps_every_latency_within_its_share():
+    """In virtual time an event's estimate bounds its charged cost, so the guard's share of
+    L_max bounds every detection latency (real time defaults to beta for wrong estimates)."""
+    ev, arr = _peaked(500)
+    sh = Shedder(0.05, policy="darling")
+    eng = SheddingEngine(RULE, sh, mode="virtual", cost_model=CostModel(default=2e-3, window=2e-4), guard=0.5)
+    eng.warm_up(stream(300, seed=99))
+    eng.run(ev, arr)
+    s = eng.stats()
+    assert s["composites"] > 0 and s["latency_s"]["max"] <= 0.025 * (1 + 1e-9) and s["guard_drops"] > 0
+    assert SheddingEngine(RULE, sh, mode="real")._guard() == 0.8
+
+
 def test_state_baseline_evicts_and_reports():
     ev, arr = _peaked(500)
     eng = _engine("state", window=2e-3)
@@ -285,6 +298,8 @@ def test_bad_use():
         SheddingEngine(RULE, Shedder(1.0), mode="real", cost_model=CostModel())
     with pytest.raises(ArgumentError, match="CostModel.window"):
         CostModel(window=-1)
+    with pytest.raises(ArgumentError, match="guard"):
+        SheddingEngine(RULE, Shedder(1.0), guard=1.5)
     eng.warm_up(stream(100))
     with pytest.raises(ArgumentError, match="arrival"):
         eng.run(stream(10), arrival=np.arange(5.0))

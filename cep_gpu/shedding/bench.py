@@ -123,6 +123,7 @@ def run(
     noise: float = 0.5,
     bound_fraction: float = 0.25,
     regather_every: int | None = None,
+    guard: float | None = None,
     on_step: Callable[[str], None] | None = None,
 ) -> dict:
     """Recall and p99 latency per policy against pattern length and against the overload rate.
@@ -154,7 +155,8 @@ def run(
             for policy in policies:
                 sh = Shedder(bound, beta=beta, buckets=buckets, policy=policy, seed=seed)
                 eng = SheddingEngine(rule, sh, backend=backend, mode=mode, cost_model=costs,
-                                     drift_check=_always if every else None, drift_every=every or 1)
+                                     drift_check=_always if every else None, drift_every=every or 1,
+                                     guard=guard)
                 eng.warm_up(warm)
                 t0 = time.perf_counter()
                 eng.run(main, arr)
@@ -180,7 +182,7 @@ def run(
         "machine": _machine(),
         "settings": {"lengths": list(lengths), "factors": list(factors), "n_events": n_events,
                      "warmup": warmup, "beta": beta, "buckets": buckets, "backend": backend,
-                     "seeds": list(seeds), "peaks": PEAKS, "noise": noise, "regather_every": every,
+                     "seeds": list(seeds), "peaks": PEAKS, "noise": noise, "regather_every": every, "guard": guard,
                      "latency_bound_s": latency_bound or f"auto ({bound_fraction} x the largest peak's drain time)"},
         "rows": rows,
         "summary": summarize(rows),

@@ -69,6 +69,8 @@ def add_bench_arguments(b: argparse.ArgumentParser) -> None:
     b.add_argument("--regather-every", type=int, default=None,
                    help="re-gather the statistics from the last N events every N events "
                         "(default: the warm-up size; 0: never)")
+    b.add_argument("--guard", type=float, default=None,
+                   help="the hard guard's share of L_max (default: beta in real time, 1 in virtual time)")
     b.add_argument("--quick", action="store_true", help="lengths 3,4,5; factors 100,1000; 4000 events")
     b.add_argument("--out", help="write the results (JSON, with a 'summary') here")
     b.add_argument("--plot", help="write the figure (PNG) here")
@@ -86,6 +88,9 @@ def cmd_bench(args) -> int:
     if not 0 <= args.noise < 1:
         print(f"cep-gpu shedding bench: --noise must be in [0, 1), got {args.noise}", file=sys.stderr)
         return 2
+    if args.guard is not None and not 0 < args.guard <= 1:
+        print(f"cep-gpu shedding bench: --guard must be in (0, 1], got {args.guard}", file=sys.stderr)
+        return 2
     if args.regather_every is not None and args.regather_every < 0:
         print(f"cep-gpu shedding bench: --regather-every must be >= 0, got {args.regather_every}", file=sys.stderr)
         return 2
@@ -97,6 +102,7 @@ def cmd_bench(args) -> int:
                        latency_bound=args.latency_bound, beta=args.beta, buckets=args.buckets,
                        mode=args.mode, seeds=range(args.seeds), backend=args.backend, noise=args.noise,
                        bound_fraction=args.bound_fraction, regather_every=args.regather_every,
+                       guard=args.guard,
                        on_step=lambda s: print(f"  {s}", file=sys.stderr, flush=True))
     save_results(result, args.out, args.plot, bench.plot)
     return 0
@@ -107,6 +113,6 @@ def shedding_bench_from_bench_args(args) -> int:
     ns = argparse.Namespace(workload="stock", mode="real", lengths=[3, 4, 5, 6], factors=[10, 100, 1000],
                             events=24000, warmup=2000, latency_bound=None, beta=0.8, buckets=100,
                             seeds=1, backend="cpu", noise=0.5, bound_fraction=0.25, regather_every=None,
-                            quick=False, out=args.out,
+                            guard=None, quick=False, out=args.out,
                             plot=args.plot)
     return cmd_bench(ns)

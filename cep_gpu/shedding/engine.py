@@ -55,6 +55,9 @@ class SheddingEngine:
         ``"virtual"`` or ``"real"`` (module docstring).
     cost_model:
         The virtual-time :class:`CostModel` (default ``CostModel()``: 1 ms per event).
+    guard:
+        The share of the bound the hard guard keeps each event's estimated latency within
+        (docs/shedding.md, "Dropping", step 2); default β in real time, 1 in virtual time.
     drift_check:
         Optional ``fn(recent_events: DataFrame) -> bool``, called after every ``drift_every``
         events of a run with the events that arrived since the last check; ``True`` re-gathers
@@ -73,6 +76,7 @@ class SheddingEngine:
         cost_model: CostModel | None = None,
         drift_check: Callable[[pd.DataFrame], bool] | None = None,
         drift_every: int = 10_000,
+        guard: float | None = None,
     ) -> None:
         if not isinstance(shedding, Shedder):
             raise ArgumentError(f"shedding must be a Shedder, got {type(shedding).__name__}")
@@ -88,6 +92,10 @@ class SheddingEngine:
             raise ArgumentError("drift_check must be callable or None")
         if not isinstance(drift_every, int) or drift_every < 1:
             raise ArgumentError(f"drift_every must be an int >= 1, got {drift_every!r}")
+        if guard is not None and (isinstance(guard, bool) or not isinstance(guard, (int, float))
+                                  or not 0 < guard <= 1):
+            raise ArgumentError(f"guard must be a share of the latency bound in (0, 1], got {guard!r}")
+        self.guard = guard
         self.rules = as_rules(rules)
         self.shedder = shedding
         self.backend = backend
@@ -186,7 +194,7 @@ class SheddingEngine:
         if real and sh.policy == "darling":
             cum_alpha[1:] = np.cumsum(self._alphas(frame))
         core = sh.make_core(frame, ts_ns, self.cost_model, utilities=util,
-                            guard=sh.beta if real else 1.0 - 1e-9)
+                            guard=self._guard())
         eng, offset = self._engine(ts_ns[0]) if real else \
             (Engine(self.rules, backend=self.backend, time_unit=self.time_unit), 0)
         recs = _records(frame, offset)
@@ -282,6 +290,14 @@ class SheddingEngine:
             raise SheddingError("nothing published yet: call SheddingEngine.publish(events) first")
         own = self._live.stats()
         return own["shedding"] | {"engine": own}
+
+    def _guard(self) -> float:
+        """The share of L_max the hard guard keeps each event's estimated latency within:
+        ``guard`` if given, else β in real time (estimates can be wrong) and L_max in virtual
+        time (estimates are upper bounds there)."""
+        if self.guard is not None:
+            return min(float(self.guard), 1.0 - 1e-9)
+        return self.shedder.beta if self.mode == "real" else 1.0 - 1e-9
 
     def _refresh(self, core: _core.Core, frame: pd.DataFrame, i: int) -> None:
         """After a re-gathering: the events that have not arrived yet (``i`` on) get utilities
