@@ -200,8 +200,10 @@ class SheddingEngine:
         recs = _records(frame, offset)
         if real:
             # z̄ and Z(T) are "calculated during the system run-time" (Sec. 4.2.1): running means
-            # of what each processed event cost the engine's core (its publish plus the
-            # shedder's work charged after it), the warm-up's means weighing as its events
+            # of the core's time per processed event (its publish and the shedder's work charged
+            # after it), the warm-up's means weighing as its events. F_SHED counts the shedder's
+            # work again, per overloaded arrival, so that a burst delays the queue at once: the
+            # overlap is a margin (docs/shedding.md, resolution 13)
             z_sum = core.z_est * _warm_counts(sh, core.type_names)
             z_cnt = _warm_counts(sh, core.type_names)
             shed_sum, shed_cnt = 0.0, 0
