@@ -88,6 +88,9 @@ class Engine:
         Default ``0``: per-event processing, each terminator planned (CPU or GPU) on its own;
         ``None``: unbounded, all new terminators of a rule in one batch. Other backends accept it
         and ignore it.
+    shedding:
+        Optional fitted :class:`cep_gpu.shedding.Shedder`: under overload each publish drops its
+        lowest-utility events to keep the detection latency bound (``stats()["shedding"]``).
 
     Example
     -------
@@ -100,6 +103,8 @@ class Engine:
     0   AB  2.0  1
     """
 
+    _shedding = None  # the DARLING gate (shedding=); None also for checkpoints made before it
+
     def __init__(
         self,
         rules,
@@ -108,6 +113,7 @@ class Engine:
         time_unit: str = "s",
         on_late: Callable[[list[dict]], None] | None = None,
         max_batch_latency: float | None = 0.0,
+        shedding=None,
     ) -> None:
         from .planner import backend_for, check_max_batch_latency
 
@@ -152,6 +158,9 @@ class Engine:
         self._expired = 0
         self._late_events: list[dict] = []
         self._init_fast()
+        if shedding is not None and not callable(getattr(shedding, "gate", None)):
+            raise ArgumentError(f"shedding must be a cep_gpu.shedding.Shedder, got {type(shedding).__name__}")
+        self._shedding = None if shedding is None else shedding.gate(self.rules, time_unit)
 
     def _init_fast(self) -> None:
         """The streaming fast path (stream_match): why each rule takes the general path (None:
@@ -198,6 +207,8 @@ class Engine:
         """
         self._check_open("publish")
         _check_output(output)
+        if self._shedding is not None and not self._shedding.inside:  # DARLING (docs/shedding.md)
+            return self._shedding.publish(self, events, output)
         if type(events) is dict and self._lateness is None:
             fast = self._publish_row(events, output)
             if fast is not None:
@@ -340,6 +351,7 @@ class Engine:
             "callback_errors": self._n_callback_errors,
             "callback_error_list": list(self._callback_errors),
             "closed": self._closed,
+            "shedding": None if self._shedding is None else self._shedding.stats(),
             "fast_path": {
                 "calls": self._fast_calls,
                 "fallbacks": self._fast_fallbacks,

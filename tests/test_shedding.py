@@ -149,6 +149,21 @@ def test_overload_keeps_the_bound_and_none_violates_it():
         assert s["violations"] == 0 and s["dropped"] > 0, (policy, s)
         assert s["latency_s"]["max"] <= 0.05 * (1 + 1e-9)
         assert 0 < s["recall"] <= 1 and s["false_positives"] == 0
+        assert {"dropped_per_type", "composites", "estimated_recall", "latency_s", "violations"} <= set(s)
+        assert sum(s["dropped_per_type"].values()) == s["dropped"] and 0 < s["estimated_recall"] < 1
+
+
+def test_a_tighter_guard_keeps_every_latency_within_its_share():
+    """In virtual time an event's estimate bounds its charged cost, so the guard's share of
+    L_max bounds every detection latency (real time defaults to beta for wrong estimates)."""
+    ev, arr = _peaked(500)
+    sh = Shedder(0.05, policy="darling")
+    eng = SheddingEngine(RULE, sh, mode="virtual", cost_model=CostModel(default=2e-3, window=2e-4), guard=0.5)
+    eng.warm_up(stream(300, seed=99))
+    eng.run(ev, arr)
+    s = eng.stats()
+    assert s["composites"] > 0 and s["latency_s"]["max"] <= 0.025 * (1 + 1e-9) and s["guard_drops"] > 0
+    assert SheddingEngine(RULE, sh, mode="real")._guard() == 0.8
 
 
 def test_state_baseline_evicts_and_reports():
@@ -168,6 +183,21 @@ def test_deterministic_for_a_seed():
         s = eng.stats()
         runs.append((sorted(out["ids"]), s["dropped_per_type"], s["latency_s"]))
     assert runs[0] == runs[1]
+
+
+def test_given_utilities_follow_the_rows_of_the_events():
+    """run(utilities=) (the diagnostic hook) takes one utility per row of ``events`` as given,
+    in any row order: Eq. 11's own utilities give the default run."""
+    ev, arr = _peaked(400)
+    perm = np.random.default_rng(1).permutation(len(ev))
+    shuffled, arr_s = ev.iloc[perm].reset_index(drop=True), arr[perm]
+    base = _engine("darling", seed=3)
+    want = sorted(base.run(shuffled, arr_s)["ids"])
+    eng = _engine("darling", seed=3)
+    got = sorted(eng.run(shuffled, arr_s, utilities=eng.shedder.utilities(shuffled))["ids"])
+    assert got == want and eng.stats()["dropped"] == base.stats()["dropped"] > 0
+    with pytest.raises(ArgumentError, match="utilities"):
+        eng.run(ev, arr, utilities=np.full(len(ev), 2.0))
 
 
 def test_engine_loop_equals_the_compiled_simulation():
@@ -200,6 +230,24 @@ def test_unread_types_are_dropped_first_and_cost_no_recall():
     s = eng.stats()
     assert s["dropped"] > 0 and set(s["dropped_per_type"]) == {"X"}
     assert s["recall"] == 1.0 and s["violations"] == 0
+
+
+@pytest.mark.parametrize("policy", ["random", "darling"])
+def test_guard_drains_buffers_above_their_constraint_first_and_no_type_alone(policy):
+    """X (no rule reads it) fills the queue before a burst of A, B, C: the guard drops X first,
+    then spreads over the pattern's buffers (it once always drained the first type, A)."""
+    rng = np.random.default_rng(0)
+    x = pd.DataFrame({"type": "X", "ts": np.arange(40) * 0.1, "price": 1.0})
+    abc = pd.DataFrame({"type": np.tile(["A", "B", "C"], 100), "ts": 4.0 + np.arange(300) * 0.01,
+                        "price": rng.normal(100, 20, 300)})
+    ev = pd.concat([x, abc], ignore_index=True)
+    eng = SheddingEngine(RULE, Shedder(0.05, policy=policy), mode="virtual",
+                         cost_model=CostModel(default=1e-3))
+    eng.warm_up(stream(400, 2))
+    eng.run(ev, np.zeros(len(ev)), reference=False)
+    d = eng.stats()["dropped_per_type"]
+    assert d["X"] >= 29 and eng.stats()["violations"] == 0 and eng.stats()["recall"] is None
+    assert max(d[t] for t in "ABC") - min(d[t] for t in "ABC") <= 10 and max(d[t] for t in "ABC") < 100
 
 
 def test_shed_batch_keeps_the_work_within_the_bound():
@@ -250,6 +298,8 @@ def test_bad_use():
         SheddingEngine(RULE, Shedder(1.0), mode="real", cost_model=CostModel())
     with pytest.raises(ArgumentError, match="CostModel.window"):
         CostModel(window=-1)
+    with pytest.raises(ArgumentError, match="guard"):
+        SheddingEngine(RULE, Shedder(1.0), guard=1.5)
     eng.warm_up(stream(100))
     with pytest.raises(ArgumentError, match="arrival"):
         eng.run(stream(10), arrival=np.arange(5.0))
@@ -326,3 +376,29 @@ def test_live_publish_sheds_each_micro_batch():
     assert s["engine"]["events"] == s["kept"]
     with pytest.raises(SheddingError):
         _engine("none").live_stats()
+
+
+def test_regathered_statistics_reach_the_running_shedder():
+    """Concept drift (Sec. 4.1): after the warm-up every price moves up by 200; with stale
+    statistics A's and B's utilities are ~0 (no B or C of the warm-up is that dear), they go first and lose
+    more matches; re-gathering on the recent events gives the rest of the run the new utilities."""
+    ev, arr = _peaked(600, seed=4)
+    ev = ev.assign(price=ev["price"] + 200.0)
+    calls = []
+
+    def always(recent):
+        calls.append(len(recent))
+        return True
+
+    recalls = {}
+    for name, check in (("stale", None), ("regathered", always)):
+        sh = Shedder(0.05, policy="darling", seed=1)
+        eng = SheddingEngine(RULE, sh, mode="virtual", cost_model=CostModel(default=2e-3, window=2e-4),
+                             drift_check=check, drift_every=100)
+        eng.warm_up(stream(300, seed=99))
+        eng.run(ev, arr)
+        recalls[name] = eng.stats()["recall"]
+        assert eng.stats()["violations"] == 0
+    assert calls and all(c >= 100 for c in calls)
+    assert sh.stats.samples["A"]["price"].mean() > 250  # the last run's shedder knows the new prices
+    assert recalls["regathered"] > recalls["stale"], recalls

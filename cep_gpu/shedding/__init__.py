@@ -9,6 +9,11 @@ Processing Systems" (PVLDB 15(3), 2022)::
     eng.warm_up(warmup_events)
     found = eng.run(events, arrival=arrival_seconds)
     eng.stats()["recall"], eng.stats()["violations"]
+
+or, live, in the streaming engine itself (a fitted shedder; docs/shedding.md)::
+
+    live = cep_gpu.Engine(rules, shedding=sh)
+    live.publish(batch); live.stats()["shedding"]
 """
 
 from __future__ import annotations

@@ -27,8 +27,10 @@ import numpy as np
 NONE, RANDOM, DARLING, STATE = 0, 1, 2, 3
 POLICY_CODES = {"none": NONE, "random": RANDOM, "darling": DARLING, "state": STATE}
 
-# float scalars F[...]; F_EPS holds the guard's share of L_max (1 - 1e-9 in virtual time, beta in real time)
-F_TFREE, F_WQ, F_L, F_BETA, F_KEST, F_KACT, F_EPS = range(7)
+# float scalars F[...]; F_EPS holds the guard's share of L_max (1 - 1e-9 in virtual time, beta in
+# real time); F_SHED the shedder's own work per overloaded arrival (real time: it runs on the
+# engine's core, so it delays the queued events; 0 in virtual time)
+F_TFREE, F_WQ, F_L, F_BETA, F_KEST, F_KACT, F_EPS, F_SHED = range(8)
 # int scalars IS[...]
 I_PTR, I_ARRIVED, I_POLICY, I_NB, I_RNG, I_OVERLOADED, I_GUARD, I_EVICTED, I_RING_LO, I_RING_HI = range(10)
 
@@ -165,6 +167,10 @@ def arrive(i, now, F, IS, typ, bkt, est, status, lo, relevant, evicted, ring,
     if policy != NONE and busy + F[F_WQ] + est[i] > F[F_BETA] * F[F_L]:
         # the global constraint is violated (Section 4.2.1, with beta as in 4.2.2)
         IS[I_OVERLOADED] += 1
+        if F[F_SHED] > 0.0:
+            # deciding (and computing the utility) takes the core this long: what is queued waits
+            F[F_TFREE] = max(F[F_TFREE], now) + F[F_SHED]
+            busy = F[F_TFREE] - now
         if policy == STATE:
             _evict(i, now, F, IS, typ, status, lo, relevant, evicted, ring, is_term, fen,
                    busy + F[F_WQ] + est[i] - F[F_BETA] * F[F_L])
@@ -197,21 +203,33 @@ def arrive(i, now, F, IS, typ, bkt, est, status, lo, relevant, evicted, ring,
             IS[I_GUARD] += 1
             best_t = -1
             best_key = 3 * (nb + 1)
+            tied = 0  # events in the best (buffer, bucket) pairs seen so far
             for u in range(size.shape[0]):
                 if size[u] <= 0:
                     continue
                 _activate(u, IS, typ, bkt, status, nxt, prv, head, cnt, minb, active)
                 bu = _lowest(u, IS, cnt, minb)
-                # worthless events (bucket 0) first, then buffers above their local constraint,
-                # then the lowest bucket
-                key = bu
-                if bu > 0:
-                    key += nb + 1 if size[u] > nt[u] else 2 * (nb + 1)
+                if policy == RANDOM:
+                    # no utilities: buffers above their local constraint first, else any
+                    key = nb + 1 if size[u] > nt[u] else 2 * (nb + 1)
+                else:
+                    # worthless events (bucket 0) first, then buffers above their local
+                    # constraint, then the lowest bucket
+                    key = bu
+                    if bu > 0:
+                        key += nb + 1 if size[u] > nt[u] else 2 * (nb + 1)
+                c = cnt[u * nb + bu]
                 if key < best_key:
-                    best_t, best_key = u, key
-            best_b = best_key % (nb + 1)
+                    best_t, best_key, tied = u, key, c
+                elif key == best_key:
+                    # a tie between buffers: the victim is uniform over the tied events (a
+                    # fixed buffer order would always drain the same type)
+                    tied += c
+                    if _rand(IS, tied) < c:
+                        best_t = u
             if best_t < 0:
                 break
+            best_b = _lowest(best_t, IS, cnt, minb)
             v = _pick(best_t, best_b, IS, head, nxt, cnt)
             _drop(v, F, IS, typ, bkt, est, status, relevant, nxt, prv, head, cnt, size, active, fen, dropped)
     return 1 if status[i] == 1 else 0
@@ -363,7 +381,7 @@ class Core:
         self.cnt = np.zeros(k * nb, np.int64)
         self.fen = np.zeros(n + 1, np.int64)
         self.dropped = np.zeros(k, np.int64)
-        self.F = np.array([0.0, 0.0, latency_bound, beta, kappa_est, kappa_act, guard], np.float64)
+        self.F = np.array([0.0, 0.0, latency_bound, beta, kappa_est, kappa_act, guard, 0.0], np.float64)
         self.IS = np.zeros(10, np.int64)
         self.IS[I_POLICY] = policy
         self.IS[I_NB] = nb

@@ -111,7 +111,7 @@ def run(
     factors: Sequence[float] = (10, 100, 1000),
     sweep_length_factor: float = 1000,
     sweep_factor_length: int = 4,
-    n_events: int = 6000,
+    n_events: int = 24000,
     warmup: int = 2000,
     latency_bound: float | None = None,
     beta: float = 0.8,
@@ -122,14 +122,19 @@ def run(
     backend: str = "cpu",
     noise: float = 0.5,
     bound_fraction: float = 0.25,
+    regather_every: int | None = None,
+    guard: float | None = None,
     on_step: Callable[[str], None] | None = None,
 ) -> dict:
     """Recall and p99 latency per policy against pattern length and against the overload rate.
 
     ``noise``: the share of events of types the pattern does not read; ``bound_fraction``: L_max
     as a share of the time the largest peak takes to drain without shedding. In virtual time the cost
-    model is :data:`VIRTUAL_COSTS` (about this engine's real costs).
+    model is :data:`VIRTUAL_COSTS` (a slower engine than this one). ``regather_every``: the
+    statistics are gathered again from the last that many events (default: the warm-up's size;
+    0: never), the paper's periodic gathering (Section 4.1); the prices drift.
     """
+    every = warmup if regather_every is None else regather_every
     gen = WORKLOADS[workload]
     costs = VIRTUAL_COSTS if mode == "virtual" else None
     rows = []
@@ -149,7 +154,9 @@ def run(
             bound = latency_bound if latency_bound is not None else round(max(biggest * bound_fraction, 20 * zbar), 4)
             for policy in policies:
                 sh = Shedder(bound, beta=beta, buckets=buckets, policy=policy, seed=seed)
-                eng = SheddingEngine(rule, sh, backend=backend, mode=mode, cost_model=costs)
+                eng = SheddingEngine(rule, sh, backend=backend, mode=mode, cost_model=costs,
+                                     drift_check=_always if every else None, drift_every=every or 1,
+                                     guard=guard)
                 eng.warm_up(warm)
                 t0 = time.perf_counter()
                 eng.run(main, arr)
@@ -175,11 +182,16 @@ def run(
         "machine": _machine(),
         "settings": {"lengths": list(lengths), "factors": list(factors), "n_events": n_events,
                      "warmup": warmup, "beta": beta, "buckets": buckets, "backend": backend,
-                     "seeds": list(seeds), "peaks": PEAKS, "noise": noise,
+                     "seeds": list(seeds), "peaks": PEAKS, "noise": noise, "regather_every": every, "guard": guard,
                      "latency_bound_s": latency_bound or f"auto ({bound_fraction} x the largest peak's drain time)"},
         "rows": rows,
         "summary": summarize(rows),
     }
+
+
+def _always(recent: pd.DataFrame) -> bool:
+    """Periodic statistics gathering: every check re-gathers."""
+    return True
 
 
 def summarize(rows: list[dict]) -> dict:

@@ -54,7 +54,7 @@ def add_bench_arguments(b: argparse.ArgumentParser) -> None:
     b.add_argument("--lengths", type=_ints, default=[3, 4, 5, 6], help="pattern lengths (default 3,4,5,6)")
     b.add_argument("--factors", type=_floats, default=[10, 100, 1000],
                    help="overload rates of the peaks, at length 4 (default 10,100,1000)")
-    b.add_argument("--events", type=int, default=6000, help="events per run after the warm-up (default 6000)")
+    b.add_argument("--events", type=int, default=24000, help="events per run after the warm-up (default 24000)")
     b.add_argument("--warmup", type=int, default=2000, help="warm-up events (default 2000)")
     b.add_argument("--latency-bound", type=float, default=None,
                    help="L_max in seconds (default: --bound-fraction x the largest peak's drain time)")
@@ -66,6 +66,11 @@ def add_bench_arguments(b: argparse.ArgumentParser) -> None:
     b.add_argument("--backend", default="cpu")
     b.add_argument("--noise", type=float, default=0.5,
                    help="share of events of types the pattern does not read (default 0.5)")
+    b.add_argument("--regather-every", type=int, default=None,
+                   help="re-gather the statistics from the last N events every N events "
+                        "(default: the warm-up size; 0: never)")
+    b.add_argument("--guard", type=float, default=None,
+                   help="the hard guard's share of L_max (default: beta in real time, 1 in virtual time)")
     b.add_argument("--quick", action="store_true", help="lengths 3,4,5; factors 100,1000; 4000 events")
     b.add_argument("--out", help="write the results (JSON, with a 'summary') here")
     b.add_argument("--plot", help="write the figure (PNG) here")
@@ -83,6 +88,12 @@ def cmd_bench(args) -> int:
     if not 0 <= args.noise < 1:
         print(f"cep-gpu shedding bench: --noise must be in [0, 1), got {args.noise}", file=sys.stderr)
         return 2
+    if args.guard is not None and not 0 < args.guard <= 1:
+        print(f"cep-gpu shedding bench: --guard must be in (0, 1], got {args.guard}", file=sys.stderr)
+        return 2
+    if args.regather_every is not None and args.regather_every < 0:
+        print(f"cep-gpu shedding bench: --regather-every must be >= 0, got {args.regather_every}", file=sys.stderr)
+        return 2
     for name, v in (("events", events), ("warmup", args.warmup), ("buckets", args.buckets), ("seeds", args.seeds)):
         if v < 1:
             print(f"cep-gpu shedding bench: --{name} must be >= 1, got {v}", file=sys.stderr)
@@ -90,7 +101,8 @@ def cmd_bench(args) -> int:
     result = bench.run(args.workload, lengths, factors, n_events=events, warmup=args.warmup,
                        latency_bound=args.latency_bound, beta=args.beta, buckets=args.buckets,
                        mode=args.mode, seeds=range(args.seeds), backend=args.backend, noise=args.noise,
-                       bound_fraction=args.bound_fraction,
+                       bound_fraction=args.bound_fraction, regather_every=args.regather_every,
+                       guard=args.guard,
                        on_step=lambda s: print(f"  {s}", file=sys.stderr, flush=True))
     save_results(result, args.out, args.plot, bench.plot)
     return 0
@@ -99,7 +111,8 @@ def cmd_bench(args) -> int:
 def shedding_bench_from_bench_args(args) -> int:
     """``cep-gpu bench shedding [--out F] [--plot F]``: the default shedding benchmark."""
     ns = argparse.Namespace(workload="stock", mode="real", lengths=[3, 4, 5, 6], factors=[10, 100, 1000],
-                            events=6000, warmup=2000, latency_bound=None, beta=0.8, buckets=100,
-                            seeds=1, backend="cpu", noise=0.5, bound_fraction=0.25, quick=False, out=args.out,
+                            events=24000, warmup=2000, latency_bound=None, beta=0.8, buckets=100,
+                            seeds=1, backend="cpu", noise=0.5, bound_fraction=0.25, regather_every=None,
+                            guard=None, quick=False, out=args.out,
                             plot=args.plot)
     return cmd_bench(ns)

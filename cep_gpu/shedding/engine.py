@@ -26,6 +26,7 @@ import pandas as pd
 from .. import Engine, detect
 from ..errors import ArgumentError
 from . import _core
+from .gate import estimated_recall
 from .shedder import UNIT_NS, Shedder, SheddingError, as_rules
 from .stats import CostModel, Statistics, times_ns
 
@@ -54,6 +55,9 @@ class SheddingEngine:
         ``"virtual"`` or ``"real"`` (module docstring).
     cost_model:
         The virtual-time :class:`CostModel` (default ``CostModel()``: 1 ms per event).
+    guard:
+        The share of the bound the hard guard keeps each event's estimated latency within
+        (docs/shedding.md, "Dropping", step 2); default β in real time, 1 in virtual time.
     drift_check:
         Optional ``fn(recent_events: DataFrame) -> bool``, called after every ``drift_every``
         events of a run with the events that arrived since the last check; ``True`` re-gathers
@@ -72,6 +76,7 @@ class SheddingEngine:
         cost_model: CostModel | None = None,
         drift_check: Callable[[pd.DataFrame], bool] | None = None,
         drift_every: int = 10_000,
+        guard: float | None = None,
     ) -> None:
         if not isinstance(shedding, Shedder):
             raise ArgumentError(f"shedding must be a Shedder, got {type(shedding).__name__}")
@@ -87,6 +92,10 @@ class SheddingEngine:
             raise ArgumentError("drift_check must be callable or None")
         if not isinstance(drift_every, int) or drift_every < 1:
             raise ArgumentError(f"drift_every must be an int >= 1, got {drift_every!r}")
+        if guard is not None and (isinstance(guard, bool) or not isinstance(guard, (int, float))
+                                  or not 0 < guard <= 1):
+            raise ArgumentError(f"guard must be a share of the latency bound in (0, 1], got {guard!r}")
+        self.guard = guard
         self.rules = as_rules(rules)
         self.shedder = shedding
         self.backend = backend
@@ -99,7 +108,6 @@ class SheddingEngine:
         self._report: dict = {}
         self._found: pd.DataFrame | None = None
         self._live = None  # the long-lived engine of publish()
-        self._live_counts: dict = {}
 
     # -- statistics -------------------------------------------------------------------------------
 
@@ -108,6 +116,7 @@ class SheddingEngine:
         dropped) and set the shedder's constraints. In real time Z(T) and κ are measured on this
         engine: per-event ``publish`` times, fitted as Z(T) + κ·(events the terminator reads)."""
         frame, arr, ts_ns = self._input(events, arrival)
+        self._warm = frame  # real time: replayed ahead of a run to warm its engine (_engine)
         sh = self.shedder
         if self.mode == "virtual":
             sh.fit(self.rules, frame, arrival=arr, costs=self.cost_model, time_unit=self.time_unit)
@@ -123,12 +132,10 @@ class SheddingEngine:
         return self.warm_up(events, arrival)
 
     def _measure(self, frame: pd.DataFrame, ts_ns: np.ndarray):
-        eng = Engine(self.rules, backend=self.backend, time_unit=self.time_unit)
-        recs = _records(frame, 0)
-        head = min(len(recs), 50)
-        for r in recs[:head]:  # compile the kernels outside the measurement
-            eng.publish(r, output="records")
-        eng = Engine(self.rules, backend=self.backend, time_unit=self.time_unit)
+        # an engine that has already processed the sample once (kernels compiled, matchers
+        # built): a first-use build is a start-up cost, not processing time per event
+        eng, offset = self._engine(ts_ns[0])
+        recs = _records(frame, offset)
         dt = np.empty(len(recs))
         for i, r in enumerate(recs):
             t0 = _cpu()
@@ -136,7 +143,7 @@ class SheddingEngine:
             dt[i] = _cpu() - t0
         types = frame["type"].astype(str).to_numpy()
         sh = self.shedder
-        sh.fit(self.rules, frame, costs={t: float(np.median(dt[types == t])) for t in np.unique(types)},
+        sh.fit(self.rules, frame, costs={t: float(np.mean(dt[types == t])) for t in np.unique(types)},
                time_unit=self.time_unit)
         core = sh.make_core(frame, ts_ns, None)
         is_term = core.is_term[core.typ]
@@ -147,39 +154,59 @@ class SheddingEngine:
         x = np.zeros((len(frame), len(names) + 1))
         x[np.arange(len(frame)), pd.Index(names).get_indexer(types)] = 1.0
         x[:, -1] = w
-        # robust to the odd slow publish (a page fault, another process): fit on the body
-        keep = dt <= np.quantile(dt, 0.99)
-        coef = np.linalg.lstsq(x[keep], dt[keep], rcond=None)[0]
+        # least squares on every publish: Z(T) is the paper's *average* time per event
+        # (Sec. 4.2.2-4.2.3); a median or a trimmed fit would miss the skewed tail of terminators
+        # that produce matches, and the queued work would be underestimated
+        coef = np.linalg.lstsq(x, dt, rcond=None)[0]
         kappa = max(float(coef[-1]), 0.0)
         costs = {t: max(float(coef[k]), float(np.min(dt[types == t]))) for k, t in enumerate(names)}
-        t0 = _cpu()
-        sh.utilities(frame)
-        per_event = (_cpu() - t0) / len(frame)
-        nconds = max(1, max((sh.utility.conditions_of(t) for t in names), default=1))
-        return costs, kappa, per_event / nconds
+        alphas = self._alphas(frame)  # y: seconds per condition factor (α_T = |C_type(T)|·y)
+        nconds = sum(sh.utility.conditions_of(t) for t in types)
+        return costs, kappa, float(alphas.sum()) / max(nconds, 1)
 
     # -- runs -------------------------------------------------------------------------------------
 
-    def run(self, events: pd.DataFrame, arrival=None, *, reference: bool = True) -> pd.DataFrame:
+    def run(self, events: pd.DataFrame, arrival=None, *, reference: bool = True,
+            utilities: np.ndarray | None = None) -> pd.DataFrame:
         """Replay ``events`` arriving at ``arrival`` (seconds; a column name, an array, or None:
         the event timestamps) through the shedder and a fresh engine.
 
         Returns the composite events found (``rule``, ``ts``, ``ids``: positions in ``events``
         sorted by timestamp, ``detected_s``, ``latency_s``). ``reference=True`` also runs
         :func:`cep_gpu.detect` on every event, for the measured recall in :meth:`stats`.
+        ``utilities``: the darling policy's per-event utilities in [0, 1], one per row of
+        ``events``, instead of Eq. 11 (a diagnostic hook: ``bench/shedding_ratio.py`` feeds it
+        oracles to bound what any utility could reach).
         """
         self.shedder._need()
         frame, arr, ts_ns = self._input(events, arrival)
         n = len(frame)
         sh = self.shedder
-        t0 = _cpu()
-        util = sh.utilities(frame) if sh.policy == "darling" else None
-        alpha = (_cpu() - t0) / max(n, 1) if self.mode == "real" else 0.0  # utility time per event
+        if utilities is not None:
+            u = np.asarray(utilities, np.float64)
+            if u.shape != (n,) or not np.all((u >= 0) & (u <= 1)):
+                raise ArgumentError(f"utilities must be {n} numbers in [0, 1], one per event")
+            utilities = u[self._order]
+        util = (sh.utilities(frame) if utilities is None else utilities) if sh.policy == "darling" else None
         real = self.mode == "real"
+        # α_T = |C_type(T)|·y per overloaded arrival (Sec. 4.3), charged to the core in real time
+        cum_alpha = np.zeros(n + 1)
+        if real and sh.policy == "darling":
+            cum_alpha[1:] = np.cumsum(self._alphas(frame))
         core = sh.make_core(frame, ts_ns, self.cost_model, utilities=util,
-                            guard=sh.beta if real else 1.0 - 1e-9)
-        eng = Engine(self.rules, backend=self.backend, time_unit=self.time_unit)
-        recs = _records(frame, 0)
+                            guard=self._guard())
+        eng, offset = self._engine(ts_ns[0]) if real else \
+            (Engine(self.rules, backend=self.backend, time_unit=self.time_unit), 0)
+        recs = _records(frame, offset)
+        if real:
+            # z̄ and Z(T) are "calculated during the system run-time" (Sec. 4.2.1): running means
+            # of the core's time per processed event (its publish and the shedder's work charged
+            # after it), the warm-up's means weighing as its events. F_SHED counts the shedder's
+            # work again, per overloaded arrival, so that a burst delays the queue at once: the
+            # overlap is a margin (docs/shedding.md, resolution 13)
+            z_sum = core.z_est * _warm_counts(sh, core.type_names)
+            z_cnt = _warm_counts(sh, core.type_names)
+            shed_sum, shed_cnt = 0.0, 0
         clock = 0.0  # the engine's clock: when the event in service ends
         start = np.full(n, np.nan)
         done = np.full(n, np.nan)
@@ -196,6 +223,7 @@ class SheddingEngine:
             else:
                 s = max(clock, arr[p])
                 c = core.begin(p)
+                window_part = c - core.z_act[core.typ[p]]  # κ·w of a terminator (0 otherwise)
                 if real:
                     t1 = _cpu()
                     out = eng.publish(recs[p], output="records")
@@ -205,54 +233,122 @@ class SheddingEngine:
                 clock = s + c
                 start[p], done[p] = s, clock
                 for m in out:
-                    found.append((m["rule"], m["ts"], tuple(m["ids"]), clock, s))
+                    found.append((m["rule"], m["ts"], _unshift(m["ids"], offset), clock, s))
                 # the arrivals during its service (an arrival at the very end comes after the
                 # next event starts, as in the compiled simulation)
                 hi = int(np.searchsorted(arr, clock, "left"))
             if hi > i:
                 core.F[_core.F_TFREE] = clock
                 t1 = _cpu()
+                over = core.IS[_core.I_OVERLOADED]
                 core.arrive_range(i, hi, arr)
-                if real:  # the shedder's own work runs on the engine's core
-                    clock += _cpu() - t1 + alpha * (hi - i)
+                if real:  # the shedder's own work runs on the engine's core; utilities are
+                    # computed for the arrivals that find the global constraint violated only
+                    n_over = core.IS[_core.I_OVERLOADED] - over
+                    spent = _cpu() - t1 + (cum_alpha[hi] - cum_alpha[i]) * n_over / (hi - i)
+                    clock += spent
+                    if n_over:  # running mean of the shedder's work per overloaded arrival
+                        shed_sum += spent
+                        shed_cnt += n_over
+                        core.F[_core.F_SHED] = shed_sum / shed_cnt
                 i = hi
                 if self.drift_check is not None and i - last_check >= self.drift_every:
                     recent = frame.iloc[last_check:i]
-                    last_check = i
                     if self.drift_check(recent):
-                        self.regather(recent, arr[last_check - len(recent):last_check])
+                        self.regather(recent, arr[last_check:i])
+                        self._refresh(core, frame, i)
+                    last_check = i
+            if real and p >= 0:
+                t = core.typ[p]
+                z_sum[t] += max(clock - s - window_part, 0.0)
+                z_cnt[t] += 1
+                core.z_est[t] = z_sum[t] / z_cnt[t]
         for m in eng.flush(output="records"):
-            found.append((m["rule"], m["ts"], tuple(m["ids"]), clock, clock))
+            found.append((m["rule"], m["ts"], _unshift(m["ids"], offset), clock, clock))
         self._finish(frame, arr, core, found, start, done, reference)
         return self._found
 
     def publish(self, events: pd.DataFrame) -> pd.DataFrame:
-        """Live use: a micro-batch of events that arrived together. The shedder keeps the rows
-        whose estimated processing fits the latency bound (:meth:`Shedder.shed_batch`; earlier
-        batches' events do not count in the window work) and a long-lived engine processes them;
-        returns its new composite events (as :meth:`cep_gpu.Engine.publish`). Batches must come in
-        timestamp order; without an ``id`` column, ids are positions among the events the engine
-        received (the kept ones). ``live_stats()`` counts what was kept and dropped."""
+        """Live use: a micro-batch of events that arrived together, through a long-lived
+        ``cep_gpu.Engine(rules, shedding=shedder)`` (:class:`~cep_gpu.shedding.gate.ShedGate`):
+        the shedder keeps the rows whose estimated processing fits the latency bound
+        (:meth:`Shedder.shed_batch`) and the engine processes them; returns its new composite
+        events (as :meth:`cep_gpu.Engine.publish`). Batches must come in timestamp order; rows
+        without an ``id`` get their position in the whole published stream. ``live_stats()``
+        reports what was kept and dropped, composite events and their latency."""
         self.shedder._need()
         if not isinstance(events, pd.DataFrame):
             raise ArgumentError(f"events must be a pandas DataFrame, got {type(events).__name__}")
         if self._live is None:
-            self._live = Engine(self.rules, backend=self.backend, time_unit=self.time_unit)
-            self._live_counts = {"published": 0, "kept": 0, "dropped_per_type": {}}
-        keep = self.shedder.shed_batch(events) if len(events) else np.zeros(0, bool)
-        c = self._live_counts
-        c["published"] += len(events)
-        c["kept"] += int(keep.sum())
-        for t, k in pd.Series(events["type"].astype(str).to_numpy()[~keep]).value_counts().items():
-            c["dropped_per_type"][t] = c["dropped_per_type"].get(t, 0) + int(k)
-        return self._live.publish(events[keep])
+            self._live = Engine(self.rules, backend=self.backend, time_unit=self.time_unit,
+                                shedding=self.shedder)
+        return self._live.publish(events)
 
     def live_stats(self) -> dict:
-        """Counters of :meth:`publish`: events published, kept, dropped per type, and the live
-        engine's own ``stats()``."""
+        """The live engine's shedding report (``Engine.stats()["shedding"]``: events published,
+        kept, dropped per type, composite events, estimated recall, latency percentiles,
+        violations) and its own ``stats()`` under ``"engine"``."""
         if self._live is None:
             raise SheddingError("nothing published yet: call SheddingEngine.publish(events) first")
-        return dict(self._live_counts) | {"engine": self._live.stats()}
+        own = self._live.stats()
+        return own["shedding"] | {"engine": own}
+
+    def _guard(self) -> float:
+        """The share of L_max the hard guard keeps each event's estimated latency within:
+        ``guard`` if given, else β in real time (estimates can be wrong) and L_max in virtual
+        time (estimates are upper bounds there)."""
+        if self.guard is not None:
+            return min(float(self.guard), 1.0 - 1e-9)
+        return self.shedder.beta if self.mode == "real" else 1.0 - 1e-9
+
+    def _refresh(self, core: _core.Core, frame: pd.DataFrame, i: int) -> None:
+        """After a re-gathering: the events that have not arrived yet (``i`` on) get utilities
+        from the new statistics, and every buffer the new N_T and γ_T (Sec. 4.1: "the values of
+        N_in, N_T, and the utility values are updated accordingly"). Queued events keep their
+        buckets (they are linked in them)."""
+        sh = self.shedder
+        if sh.policy == "darling" and i < len(frame):
+            core.bkt[i:] = sh.buckets_of(sh.utilities(frame.iloc[i:]))
+        core.nt[:] = [sh.n_t.get(t, 0.0) for t in core.type_names]
+        core.gamma[:] = [sh.gamma_t.get(t, 0.0) for t in core.type_names]
+        core.F[_core.F_KEST] = sh.stats.window_cost
+        if self.mode == "virtual":
+            core.z_est[:] = [sh.stats.costs.get(t, sh.z_mean) for t in core.type_names]
+
+    def _alphas(self, frame: pd.DataFrame) -> np.ndarray:
+        """α of each event: |C_type(T)| times y, the marginal time of one condition factor of
+        Eq. 11 in the vectorised utility code (timed on the whole frame and on a quarter of it,
+        so that the per-call overhead, which a run pays once, is not charged per event)."""
+        sh = self.shedder
+        types = frame["type"].astype(str).to_numpy()
+        conds = np.array([sh.utility.conditions_of(t) for t in types], np.float64) if len(types) < 64 else \
+            pd.Series(types).map({t: sh.utility.conditions_of(t) for t in np.unique(types)}).to_numpy(np.float64)
+        q = len(frame) // 4
+        t0 = _cpu()
+        sh.utilities(frame)
+        t_all = _cpu() - t0
+        t0 = _cpu()
+        sh.utilities(frame.iloc[:q])
+        t_q = _cpu() - t0
+        y = max(t_all - t_q, 0.0) / max(conds.sum() - conds[:q].sum(), 1.0)
+        return conds * y
+
+    def _engine(self, first_ns: int) -> tuple[Engine, int]:
+        """A fresh engine that has processed the warm-up sample, moved to end more than the
+        rules' lookback before ``first_ns`` (so none of it can join a later match), with ids
+        0 .. W-1; and W, the offset of the ids of the events published after it."""
+        eng = Engine(self.rules, backend=self.backend, time_unit=self.time_unit)
+        warm = getattr(self, "_warm", None)
+        if warm is None or not len(warm):
+            return eng, 0
+        ts_ns = times_ns(warm["ts"], UNIT_NS[self.time_unit])
+        lookback = max((r.lookback() for r in self.rules), default=0)
+        moved = ts_ns - (int(ts_ns[-1]) - first_ns) - lookback - 1_000_000_000
+        frame = warm.assign(ts=pd.to_datetime(moved) if pd.api.types.is_datetime64_any_dtype(warm["ts"])
+                            else moved / UNIT_NS[self.time_unit])
+        for r in _records(frame, 0):
+            eng.publish(r, output="records")
+        return eng, len(frame)
 
     def _finish(self, frame, arr, core, found, start, done, reference: bool) -> None:
         n = len(frame)
@@ -290,24 +386,18 @@ class SheddingEngine:
             rep["composites_reference"] = len(want)
             rep["recall"] = len(got & want) / len(want) if want else 1.0
             rep["false_positives"] = len(got - want)
+        else:  # no reference run: the measured recall is unknown (estimated_recall stands)
+            rep |= {"composites_reference": None, "recall": None, "false_positives": None}
         self._report = rep | {"constraints": self.shedder.constraints()}
 
     def _estimated_recall(self, frame, core) -> float:
-        """∏ over a rule's positions of the utility-weighted share of that type kept, averaged
-        over rules: a rough recall estimate that needs no reference run."""
-        sh = self.shedder
-        u = sh.utilities(frame)
+        """:func:`~cep_gpu.shedding.gate.estimated_recall` of this run's kept events."""
+        u = self.shedder.utilities(frame)
         kept = core.status == 2
         types = frame["type"].astype(str).to_numpy()
-        est = []
-        for r in sh.rules:
-            p = 1.0
-            for pred in r.predicates:
-                m = types == pred.event_type
-                tot = u[m].sum()
-                p *= (u[m & kept].sum() / tot) if tot > 0 else 1.0
-            est.append(p)
-        return float(np.mean(est)) if est else 1.0
+        u_all = {t: float(u[types == t].sum()) for t in np.unique(types)}
+        u_kept = {t: float(u[(types == t) & kept].sum()) for t in np.unique(types)}
+        return estimated_recall(self.shedder.rules, u_all, u_kept)
 
     def stats(self) -> dict:
         """The last run's report: events dropped (in total and per type), composite events found,
@@ -333,6 +423,7 @@ class SheddingEngine:
             arrival = events[arrival].to_numpy(np.float64)
         ts_ns = times_ns(events["ts"], UNIT_NS[self.time_unit])
         order = np.argsort(ts_ns, kind="stable")
+        self._order = order
         frame = events.iloc[order].reset_index(drop=True)
         if "id" in frame.columns:
             frame = frame.drop(columns="id")
@@ -360,6 +451,17 @@ def _records(frame: pd.DataFrame, offset: int) -> list[dict]:
             if isinstance(v, float) and math.isnan(v):
                 del r[k]  # absent attribute
     return recs
+
+
+def _unshift(ids, offset: int) -> tuple:
+    """Composite-event ids back to positions in the run (primitive ids were shifted by
+    ``offset``; negative ids are composite events and stay)."""
+    return tuple(i - offset if i >= 0 else i for i in ids)
+
+
+def _warm_counts(sh: Shedder, names: list[str]) -> np.ndarray:
+    """Events of each type in the shedder's warm-up sample (at least 1)."""
+    return np.array([max(len(sh.stats.samples.get(t, ())), 1) for t in names], np.float64)
 
 
 def _percentiles(lat: np.ndarray) -> dict:

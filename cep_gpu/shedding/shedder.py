@@ -16,6 +16,7 @@ import pandas as pd
 from ..errors import ArgumentError, CepError
 from ..model import Rule
 from . import _core
+from .gate import ShedGate
 from .stats import CostModel, Empirical, Normal, Statistics, gather
 from .utility import UtilityModel
 
@@ -181,6 +182,10 @@ class Shedder:
         self._need()
         return self.utility.compute(events)
 
+    def buckets_of(self, utilities: np.ndarray) -> np.ndarray:
+        """The auxiliary array of each utility: ⌊u·ξ⌋ in 0 .. ξ (Section 4.4)."""
+        return np.clip(np.floor(np.asarray(utilities) * self.buckets), 0, self.buckets).astype(np.int64)
+
     def make_core(self, events: pd.DataFrame, ts_ns: np.ndarray, cost_model: CostModel | None,
                   utilities: np.ndarray | None = None, context: int = 0,
                   guard: float = 1.0 - 1e-9) -> _core.Core:
@@ -207,8 +212,7 @@ class Shedder:
         relevant = np.isin(types, list(self._column_types))
         lo = np.searchsorted(ts_ns, ts_ns - self._lookback_ns, "left")
         if self.policy == "darling":
-            u = self.utilities(events) if utilities is None else utilities
-            bkt = np.clip(np.floor(u * self.buckets), 0, self.buckets).astype(np.int64)
+            bkt = self.buckets_of(self.utilities(events) if utilities is None else utilities)
         else:  # one bucket: the victim is a random event of the buffer
             bkt = np.zeros(len(events), np.int64)
         core = _core.Core(typ, bkt, lo, relevant, z_est, z_act, is_term, nt, gamma,
@@ -221,8 +225,17 @@ class Shedder:
             core.preload(context)
         return core
 
+    def gate(self, rules, time_unit: str = "s") -> ShedGate:
+        """The hook of ``cep_gpu.Engine(rules, shedding=shedder)``: each publish is shed as a
+        micro-batch (:meth:`shed_batch`) before the engine sees it; the engine's
+        ``stats()["shedding"]`` is :meth:`ShedGate.stats`. The shedder must be fitted on the
+        engine's rules (:meth:`fit`)."""
+        if time_unit not in UNIT_NS:
+            raise ArgumentError(f"time_unit: unknown unit {time_unit!r}; use one of {sorted(UNIT_NS)}")
+        return ShedGate(self, as_rules(rules), time_unit)
+
     def shed_batch(self, events: pd.DataFrame, context: pd.DataFrame | None = None,
-                   time_unit: str | None = None) -> np.ndarray:
+                   time_unit: str | None = None, utilities: np.ndarray | None = None) -> np.ndarray:
         """The rows of a micro-batch to keep (a boolean mask), all arriving at once.
 
         The batch's events queue in timestamp order behind an idle engine; the shedder admits
@@ -231,6 +244,7 @@ class Shedder:
         engine's buffer (terminators of the batch read them: they count in the window work).
         This is the hook ``detect_stream(..., shedding=...)`` applies per key and micro-batch.
         ``time_unit``: the unit of numeric ``ts`` (default: the one given to :meth:`fit`).
+        ``utilities``: the batch's utilities when the caller has them (one per row of ``events``).
         """
         self._need()
         n = len(events)
@@ -249,7 +263,10 @@ class Shedder:
         # a batch event older than the newest context event (late, within a stream's watermark)
         # counts its window from the newest context time: the lookback search needs sorted times
         ts_ns = np.maximum.accumulate(ts_ns)
-        core = self.make_core(frame, ts_ns, None, context=m)
+        util = None
+        if utilities is not None and self.policy == "darling":
+            util = np.concatenate([np.zeros(m), np.asarray(utilities, np.float64)])[order]
+        core = self.make_core(frame, ts_ns, None, utilities=util, context=m)
         core.arrive_range(m, len(frame), np.zeros(len(frame)))
         keep = np.zeros(n, bool)
         keep[order[m:] - m] = core.status[m:] == 1
