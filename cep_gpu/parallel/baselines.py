@@ -107,10 +107,10 @@ def run(method: str, rules, events: pd.DataFrame, units: int = 1, *, time_unit: 
 
 
 def baseline_chunk(rules, events: pd.DataFrame, time_unit: str) -> int:
-    """Events per quiescent point: about two windows' worth, within [4096, 65536]."""
+    """Events per quiescent point: :func:`~cep_gpu.parallel.engine.auto_chunk` of the stream's rate."""
     n = len(events)
     if n < 2:
-        return 4096
+        return 16_384
     ts = events["ts"]
     span = (ts.iloc[-1] - ts.iloc[0])
     span = span.total_seconds() if hasattr(span, "total_seconds") else float(span) * {

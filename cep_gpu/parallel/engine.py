@@ -88,7 +88,7 @@ class HybridEngine:
         ``calibration_events`` events of the first publish (:meth:`calibrate`).
     batch_size, chunk_size:
         Items per task, and events fed between two quiescent points (where buffers are pruned).
-        Default: :func:`auto_chunk` (about two windows of events, 4096 to 65536) and
+        Default: :func:`auto_chunk` (about two windows of events, 16384 to 65536) and
         :func:`auto_batch` (small enough that every agent gets several tasks per unit per chunk).
     """
 
@@ -352,13 +352,21 @@ class HybridEngine:
 
 
 def auto_chunk(rate: float, window_s: float) -> int:
-    """Events between two quiescent points: about two windows' worth, within [4096, 65536]."""
-    return int(min(max(2.0 * rate * window_s, 4096), 65536))
+    """Events between two quiescent points: about two windows' worth, within [16384, 65536].
+
+    Each quiescent point is a barrier (every unit waits for the slowest); match fragments are
+    searched by blocks, so longer chunks cost little in probing and save barriers.
+    """
+    return int(min(max(2.0 * rate * window_s, 16_384), 65_536))
 
 
 def auto_batch(chunk: int, length: int, units: int) -> int:
-    """Items per task: each position gets about four tasks per unit per chunk, within [16, 256]."""
-    return int(min(max(chunk // (max(length, 1) * 4 * max(units, 1)), 16), 256))
+    """Items per task: each position gets about four tasks per unit per chunk, within [32, 1024].
+
+    Python runs once per task (and per fragment it probes), so tasks are as large as the
+    units' load balance allows.
+    """
+    return int(min(max(chunk // (max(length, 1) * 4 * max(units, 1)), 32), 1024))
 
 
 def measure_stats(spec: ChainSpec, table, strcodes: np.ndarray) -> ChainStats:

@@ -226,13 +226,13 @@ def _access_cost(spec, store, strcodes) -> float:
     m = np.zeros((1, 1), np.int64) + store.base
     one = np.zeros(1, np.int64)
     out = np.empty((4, 2), np.int64)
-    args = (True, e, one, one, 1, m, one, one, one, 1, one, one, one, 1, 0, prog.code, prog.consts, strcodes,
-            store.vals, store.valid, store.ts, store.base, prog.max_stack, out, 4)
-    kernels.join(*args)
+    args = (e, 1, m, one, one, one, 1, one, one, one, one, 1, 0, prog.code, prog.consts, strcodes,
+            store.vals, store.valid, store.ts, store.base, prog.max_stack, out, 0, 4)
+    kernels.probe_events(*args)
     reps = 2000
     t0 = time.thread_time()
     for _ in range(reps):
-        kernels.join(*args)
+        kernels.probe_events(*args)
     return (time.thread_time() - t0) / reps
 
 
