@@ -152,6 +152,7 @@ class Stage:
         self.m_list: list[Fragment] = []
         self.store = store
         self.per_unit: dict[int, StageStats] = {}
+        self.out_per_item = 0.0
 
     def _insert(self, unit: int, rows: np.ndarray, is_event: bool) -> tuple[int, list[Fragment]]:
         """Number the items and append them to ``unit``'s fragment in one critical section.
@@ -207,7 +208,9 @@ class Stage:
         prog = self.program
         w = self.width
         window = self.spec.window
-        cap = max(64, 2 * len(rows))
+        # room for the outputs this stage has produced per item so far (a rerun of a fragment
+        # whose outputs do not fit costs its whole scan again)
+        cap = max(64, 2 * len(rows), int(self.out_per_item * len(rows) * 1.5))
         out = np.empty((cap, w + 1), np.int64)
         got = 0
         compared = 0
@@ -242,6 +245,8 @@ class Stage:
             scanned += scn
             if jitter is not None:
                 jitter()
+        if got > self.out_per_item * len(rows):
+            self.out_per_item = got / len(rows)  # a hint only: a racy update is harmless
         s = self.unit_stats(unit)
         s.tasks += 1
         s.items += len(rows)

@@ -60,8 +60,11 @@ class Trace:
     t_barrier: float
     serial_s: float  # ingestion + output assembly
     stats: ChainStats | None = None
-    #: data-parallel: per event read, and the match work (s) of the whole stream
+    #: the splitter: per event routed, plus ``t_fpush`` per batch it hands to a queue (the
+    #: engine's batch size sets the number of batches); data-parallel units pay both per event read
     t_event: float = 0.0
+    t_fpush: float = 0.0
+    #: data-parallel: the match work (s) of the whole stream
     match_work_s: float = 0.0
     batch: int = 256
     chunk: int = 16_384
@@ -156,6 +159,7 @@ def _trace_once(r, events, time_unit, chunk_size, batch_size, stats) -> Trace:
     t_task = np.maximum(per_call, 0.0) + t_access + wrap
     pair_s = float((scanned.sum(axis=0) * c_scan).sum())
     t_piece = _piece_cost(spec, store, strcodes, rows[: min(len(rows), 64)])
+    t_route, t_fpush = _feed_costs(spec, store, strcodes, rows, chunk_size)
     # hand-overs per stage: the batches entering it (stage 1 gets the splitter's)
     pushes = tasks.copy()
     ts = store.ts[rows - store.base]
@@ -167,8 +171,7 @@ def _trace_once(r, events, time_unit, chunk_size, batch_size, stats) -> Trace:
         outputs=np.array([c[3] for c in per_chunk]), pushes=pushes, t_task=t_task, c_scan=c_scan,
         t_access=t_access, t_push=t_push, t_barrier=barrier_s / max(len(per_chunk), 1),
         serial_s=t_ingest + t_out, stats=stats,
-        # data-parallel units: the splitter's share is paid per event read (tasks: see simulate)
-        t_event=feed_s / max(len(rows), 1),
+        t_event=t_route, t_fpush=t_fpush,
         match_work_s=pair_work,
         match_items=match_items, span_s=float(ts[-1] - ts[0]) / 1e9 if len(ts) > 1 else 1.0,
         first_ts=ts[store.types[rows - store.base] == first_code] if first_code >= 0 else ts[:0],
@@ -176,6 +179,41 @@ def _trace_once(r, events, time_unit, chunk_size, batch_size, stats) -> Trace:
     )
     rt.close()
     return tr
+
+
+def _feed_costs(spec, store, strcodes, rows, chunk: int) -> tuple[float, float]:
+    """The splitter's cost: seconds per event routed and per batch handed to a queue.
+
+    Routing the same rows at two batch sizes (queues emptied, nothing processed) gives two
+    equations in the two unknowns.
+    """
+    n = spec.length
+    layout = Layout([[(p,) for p in range(1, n)]], [0] * (n - 1), 1)
+
+    def once(batch: int) -> tuple[float, int]:
+        rt = Runtime([spec], store, layout, [strcodes], dynamic=False, threads=False, batch_size=batch)
+        spent = 0.0
+        for k in range(0, len(rows), chunk):
+            t0 = time.thread_time()
+            rt.feed(rows[k:k + chunk])
+            spent += time.thread_time() - t0
+            rt.discard_queued()  # only routing is measured
+        pushes = rt.queue_pushes
+        rt.close()
+        return spent, pushes
+
+    once(1024)  # warm
+    small, p_small = once(16)
+    big, p_big = once(1024)
+    t_fpush = max(small - big, 0.0) / max(p_small - p_big, 1)
+    t_route = max(big - p_big * t_fpush, 0.0) / max(len(rows), 1)
+    return t_route, t_fpush
+
+
+def splitter_batches(tr: Trace, batch: int) -> np.ndarray:
+    """Per chunk: the batches the splitter hands to queues at ``batch`` items per batch."""
+    entering = np.concatenate([tr.match_items[:, :1], tr.items - tr.match_items], axis=1)
+    return np.ceil(entering / max(batch, 1)).sum(axis=1)
 
 
 def _clock_cost() -> float:
@@ -254,6 +292,8 @@ class SimResult:
     units_per_agent: list[int] = field(default_factory=list)
     #: CPU seconds charged in all (comparable with a real run's process CPU time at any k)
     cpu_s: float = 0.0
+    #: the parallel phase alone: the units' work, without ingestion, splitter, barriers, output
+    parallel_s: float = 0.0
 
     @property
     def throughput(self) -> float:
@@ -322,7 +362,10 @@ def _sim_hybrid_layout(tr: Trace, groups, units, dynamic: bool, cores: int, k: i
     total = tr.serial_s
     cpu = tr.serial_s
     # the engine's batches for k units hold ``f`` times fewer items than the trace's
-    f = tr.batch / auto_batch(tr.chunk, tr.length, batch_units or k)
+    batch = auto_batch(tr.chunk, tr.length, batch_units or k)
+    f = tr.batch / batch
+    batches = splitter_batches(tr, batch)
+    par = 0.0
     for c in range(len(tr.chunk_events)):
         works, spans = [], []
         for g, u in zip(groups, units):
@@ -347,10 +390,12 @@ def _sim_hybrid_layout(tr: Trace, groups, units, dynamic: bool, cores: int, k: i
                 finish = max(w / min(par, max(w / s, 1.0)) if s > 0 else 0.0, finish + s)
             t = max(finish, sum(works) / cores)
         # the splitter (the driver thread) routes the chunk's events first
-        total += t + tr.t_barrier + tr.t_event * tr.chunk_events[c]
-        cpu += sum(works) + tr.t_barrier + tr.t_event * tr.chunk_events[c]
+        split = tr.t_event * tr.chunk_events[c] + tr.t_fpush * batches[c]
+        total += t + tr.t_barrier + split
+        cpu += sum(works) + tr.t_barrier + split
+        par += t
     return SimResult("hybrid", k, total, tr.n_events, [f"A{'-'.join(map(str, g))}" for g in groups], list(units),
-                     cpu)
+                     cpu, par)
 
 
 def _sim_data_parallel(tr: Trace, method: str, k: int, rip_batch: int | None, cores: int) -> SimResult:
@@ -392,13 +437,20 @@ def _sim_data_parallel(tr: Trace, method: str, k: int, rip_batch: int | None, co
 
     # per event read: the splitter's share, and the tasks at the batch size of one unit (each
     # data-parallel unit runs the whole chain alone)
-    f = tr.batch / auto_batch(tr.chunk, tr.length, 1)
-    task_per_event = float((tr.tasks.sum(axis=0) * f * tr.t_task).sum()) / max(tr.n_events, 1)
+    batch = auto_batch(tr.chunk, tr.length, 1)
+    f = tr.batch / batch
+    split_per_event = tr.t_event + tr.t_fpush * float(splitter_batches(tr, batch).sum()) / max(tr.n_events, 1)
+    tasks_per_event = float(tr.tasks.sum()) * f / max(tr.n_events, 1)
+    t_task = float((tr.tasks.sum(axis=0) * tr.t_task).sum()) / max(float(tr.tasks.sum()), 1.0)
+    # a piece smaller than a batch still costs each stage a task per input stream (its events
+    # and its matches): tasks are the larger of the two counts
+    tasks = np.maximum(read * tasks_per_event, pieces * 2 * (tr.length - 1))
     ev_items = float((tr.items - tr.match_items).sum() + tr.match_items[:, 0].sum())  # events entering
     m_items = float(tr.match_items[:, 1:].sum())  # partial matches: follow the owned starts
     item_per_event = ev_items * tr.t_item / max(tr.n_events, 1)
-    per_unit = (read * (tr.t_event + task_per_event + item_per_event) + pieces * tr.t_piece
+    per_unit = (read * (split_per_event + item_per_event) + tasks * t_task + pieces * tr.t_piece
                 + owned * (tr.match_work_s + m_items * tr.t_item))
     # k units on ``cores`` cores: the slowest unit, or the total shared by the cores
     t = max(per_unit.max(), per_unit.sum() / cores)
-    return SimResult(method, k, tr.serial_s + t, tr.n_events, cpu_s=tr.serial_s + float(per_unit.sum()))
+    return SimResult(method, k, tr.serial_s + t, tr.n_events, cpu_s=tr.serial_s + float(per_unit.sum()),
+                     parallel_s=t)
