@@ -298,6 +298,15 @@ def llsf_assign(first_ts, first_cost, n_units):
     return out
 
 
+@numba.njit(**_JIT)
+def spin(n):
+    """A compiled busy loop without the GIL (``bench.cores_available`` times it on threads)."""
+    acc = 0.0
+    for i in range(n):
+        acc += i * 1e-9
+    return acc
+
+
 _WARM: list[bool] = []
 
 

@@ -365,7 +365,7 @@ def _sim_hybrid_layout(tr: Trace, groups, units, dynamic: bool, cores: int, k: i
     batch = auto_batch(tr.chunk, tr.length, batch_units or k)
     f = tr.batch / batch
     batches = splitter_batches(tr, batch)
-    par = 0.0
+    phase = 0.0
     for c in range(len(tr.chunk_events)):
         works, spans = [], []
         for g, u in zip(groups, units):
@@ -393,9 +393,9 @@ def _sim_hybrid_layout(tr: Trace, groups, units, dynamic: bool, cores: int, k: i
         split = tr.t_event * tr.chunk_events[c] + tr.t_fpush * batches[c]
         total += t + tr.t_barrier + split
         cpu += sum(works) + tr.t_barrier + split
-        par += t
+        phase += t
     return SimResult("hybrid", k, total, tr.n_events, [f"A{'-'.join(map(str, g))}" for g in groups], list(units),
-                     cpu, par)
+                     cpu, phase)
 
 
 def _sim_data_parallel(tr: Trace, method: str, k: int, rip_batch: int | None, cores: int) -> SimResult:
