@@ -77,6 +77,7 @@ CONFIGS = st.fixed_dictionaries({
     "fusion": st.booleans(),
     "batch_size": st.integers(1, 4),
     "chunk_size": st.integers(2, 12),
+    "output_part": st.sampled_from([1, 3, 8192]),  # composite events built in parts, or at the end
 })
 
 
@@ -113,6 +114,26 @@ def test_sequential_baseline_and_one_publish_equal_detect():
     for method, units in (("sequential", 1), ("hybrid", 2), ("llsf", 3), ("rip", 2)):
         got = run(method, rule, ev, units).output
         assert rows_of(got) == rows_of(expected), method
+    # composite events built in parts while the units go on: the very same frame (order, dtypes)
+    for arrow in (False, True):
+        eng = HybridEngine(rule, units=2, chunk_size=97, output_part=10)
+        got = eng.publish(ev, output="arrow" if arrow else "pandas")
+        eng.close()
+        if arrow:
+            assert got.equals(cep_gpu.detect(ev, rule, backend="cpu", output="arrow"))
+        else:
+            pd.testing.assert_frame_equal(got, expected)
+
+
+def test_chunks_never_cut_a_timestamp():
+    from cep_gpu.parallel.engine import chunk_bounds
+
+    ts = np.array([0, 1, 1, 1, 2, 3, 3, 4, 4, 4, 4])
+    bounds = chunk_bounds(ts, 2)
+    assert bounds[0][0] == 0 and bounds[-1][1] == len(ts)
+    assert all(a[1] == b[0] for a, b in zip(bounds, bounds[1:]))
+    assert all(ts[hi - 1] < ts[hi] for _, hi in bounds[:-1])
+    assert chunk_bounds(ts[:0], 4) == []
 
 
 def test_several_rules_and_datetime_input():
@@ -228,6 +249,7 @@ RULE = "define Q pattern SEQ(A a, B b) within 5 s"
     ({"units": 0}, "units"), ({"units": -1}, "units"), ({"units": 1.5}, "units"), ({"units": True}, "units"),
     ({"allocation": "best"}, "allocation"), ({"dynamic": 1}, "dynamic"), ({"fusion": "yes"}, "fusion"),
     ({"batch_size": 0}, "batch_size"), ({"chunk_size": -3}, "chunk_size"), ({"jitter": 2.0}, "jitter"),
+    ({"output_part": 0}, "output_part"),
 ])
 def test_bad_arguments(kwargs, word):
     with pytest.raises(ArgumentError, match=word):
