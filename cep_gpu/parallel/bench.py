@@ -138,7 +138,7 @@ def bench_point(workload: str, length: int, window: float, events: int, seed: in
     for units in units_list:
         for m in REAL_METHODS:
             record(m, units, lambda m=m, units=units: run(m, rule, ev, units, stats=[stats]).output)
-    tr = trace(rule, ev, stats=stats, chunk_size=_chunk_of(rule, ev), batch_size=16)
+    tr = trace(rule, ev, stats=stats, chunk_size=_chunk_of(rule, ev), batch_size=_trace_batch(rule, ev, length))
     for m in SIM_METHODS:
         point["sim"][m] = {str(k): simulate(tr, m, k).throughput for k in SIM_UNITS}
     # the paper's Figure 10: load balancing on and off, nothing else (no dynamic units, no fusion)
@@ -183,9 +183,17 @@ def figure10_point(workload: str, length: int, window: float, events: int, seed:
     gen, rule_of = WORKLOADS[workload]
     ev = gen(events, seed=seed)
     rule = rule_of(length, window)
-    tr = trace(rule, ev, chunk_size=_chunk_of(rule, ev), batch_size=16)
+    tr = trace(rule, ev, chunk_size=_chunk_of(rule, ev), batch_size=_trace_batch(rule, ev, length))
     return {"workload": workload, "length": length, "window_s": window, "events": len(ev),
             "matches": int(tr.outputs[:, -1].sum()), "ratios": allocation_ratios(tr)}
+
+
+def _trace_batch(rule, ev, length: int) -> int:
+    """The trace's batch: the engine's with two units (the real runs it is checked against are
+    at one and two units; simulate scales the task counts to other batch sizes)."""
+    from .engine import auto_batch
+
+    return auto_batch(_chunk_of(rule, ev), length, 2)
 
 
 def _chunk_of(rule, ev) -> int:

@@ -30,6 +30,8 @@ from .costmodel import Allocation, ChainStats, agent_loads, allocate, integer_al
 from .runtime import Layout, Runtime, Store
 
 ALLOCATIONS = ("cost-model", "equal")
+#: default ``output_part``: composite events built per part (fixed costs of a part: about 1 ms)
+OUTPUT_PART = 8192
 
 
 def as_rule_list(rules) -> list[Rule]:
@@ -98,7 +100,7 @@ class HybridEngine:
     def __init__(self, rules, units: int = 1, allocation: str = "cost-model", dynamic: bool = True,
                  fusion: bool = True, *, time_unit: str = "s", stats: Sequence[ChainStats] | None = None,
                  calibration_events: int = 20_000, batch_size: int | None = None, chunk_size: int | None = None,
-                 output_part: int = 8192, jitter: float = 0.0, seed: int = 0) -> None:
+                 output_part: int = OUTPUT_PART, jitter: float = 0.0, seed: int = 0) -> None:
         self.units = check_units(units)
         if allocation not in ALLOCATIONS:
             raise ArgumentError(f"allocation must be one of {ALLOCATIONS}, got {allocation!r}")
@@ -198,7 +200,7 @@ class HybridEngine:
                 n_held += len(res)
                 self._matches += len(res)
         parts.append(self._build(held, arrow))
-        out = _concat(parts, arrow)
+        out = concat_parts(parts, arrow)
         self._seconds += time.perf_counter() - t0
         if len(rows):
             self._newest = int(store.ts[rows[-1] - store.base])
@@ -389,7 +391,7 @@ def chunk_bounds(ts: np.ndarray, size: int) -> list[tuple[int, int]]:
     return out
 
 
-def _concat(parts: list, arrow: bool):
+def concat_parts(parts: list, arrow: bool):
     """The output parts as one frame (or Arrow table); empty parts add nothing."""
     full = [p for p in parts if len(p)]
     if len(full) <= 1:

@@ -34,7 +34,7 @@ from ..errors import ArgumentError
 from . import _compat, kernels
 from .compile import compile_rules
 from .costmodel import ChainStats, allocate
-from .engine import as_rule_list
+from .engine import OUTPUT_PART, as_rule_list, chunk_bounds, concat_parts
 from .runtime import Layout, Runtime, Store
 
 
@@ -74,6 +74,7 @@ class Trace:
     span_s: float = 1.0
     first_ts: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
     all_ts: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    output_s: float = 0.0  # of ``serial_s``: output assembly (the hybrid engine overlaps it)
 
 
 def trace(rule, events: pd.DataFrame, *, time_unit: str = "s", chunk_size: int = 16_384,
@@ -111,11 +112,12 @@ def _trace_once(r, events, time_unit, chunk_size, batch_size, stats) -> Trace:
     chunk_events = []
     barrier_s = 0.0
     feed_s = 0.0
+    chunk_results = []
     t_run = time.thread_time()
-    for k in range(0, len(rows), chunk_size):
+    for lo, hi in chunk_bounds(store.ts[rows - store.base], chunk_size):
         pushes0 = rt.queue_pushes
         f0 = time.thread_time()
-        rt.feed(rows[k:k + chunk_size])
+        rt.feed(rows[lo:hi])
         feed_s += time.thread_time() - f0
         rt.drain()
         b0 = time.thread_time()
@@ -130,11 +132,20 @@ def _trace_once(r, events, time_unit, chunk_size, batch_size, stats) -> Trace:
         prev = cur
         d[4, 0] = rt.queue_pushes - pushes0  # all hand-overs, attributed below by stage inputs
         per_chunk.append(d)
-        chunk_events.append(min(chunk_size, len(rows) - k))
+        chunk_events.append(hi - lo)
+        chunk_results.append(rt.take_results()[0])
     run_s = time.thread_time() - t_run
-    results = rt.take_results()
+    # output assembly as HybridEngine.publish does it: in parts of at least OUTPUT_PART rows
     t1 = time.thread_time()
-    _compat.build_output([r], results, store, strings, table.time)
+    parts, held = [], []
+    for res in chunk_results:
+        if sum(len(h) for h in held) >= OUTPUT_PART:
+            parts.append(_compat.build_output([r], [np.concatenate(held)], store, strings, table.time))
+            held = []
+        held.append(res)
+    parts.append(_compat.build_output([r], [np.concatenate(held) if held else np.empty((0, n), np.int64)],
+                                      store, strings, table.time))
+    concat_parts(parts, False)
     t_out = time.thread_time() - t1
     st = rt.stage_stats()[0]
     t_access = _access_cost(spec, store, strcodes)
@@ -170,7 +181,7 @@ def _trace_once(r, events, time_unit, chunk_size, batch_size, stats) -> Trace:
         tasks=tasks, items=items, scanned=scanned, t_item=t_item, t_piece=t_piece,
         outputs=np.array([c[3] for c in per_chunk]), pushes=pushes, t_task=t_task, c_scan=c_scan,
         t_access=t_access, t_push=t_push, t_barrier=barrier_s / max(len(per_chunk), 1),
-        serial_s=t_ingest + t_out, stats=stats,
+        serial_s=t_ingest + t_out, output_s=t_out, stats=stats,
         t_event=t_route, t_fpush=t_fpush,
         match_work_s=pair_work,
         match_items=match_items, span_s=float(ts[-1] - ts[0]) / 1e9 if len(ts) > 1 else 1.0,
@@ -359,7 +370,11 @@ def _sim_hybrid_layout(tr: Trace, groups, units, dynamic: bool, cores: int, k: i
                        batch_units: int | None = None) -> SimResult:
     from .engine import auto_batch
 
-    total = tr.serial_s
+    # the publishing thread builds the composite events of chunk c - 1 while the units join
+    # chunk c (HybridEngine.publish): only the last chunk's are built after the units are done
+    finals = tr.outputs[:, -1] if tr.outputs.size else np.zeros(len(tr.chunk_events))
+    out_share = tr.output_s * finals / max(float(finals.sum()), 1.0)
+    total = tr.serial_s - tr.output_s + (out_share[-1] if len(out_share) else tr.output_s)
     cpu = tr.serial_s
     # the engine's batches for k units hold ``f`` times fewer items than the trace's
     batch = auto_batch(tr.chunk, tr.length, batch_units or k)
@@ -389,11 +404,13 @@ def _sim_hybrid_layout(tr: Trace, groups, units, dynamic: bool, cores: int, k: i
                 par = max(min(u, cores), 1)
                 finish = max(w / min(par, max(w / s, 1.0)) if s > 0 else 0.0, finish + s)
             t = max(finish, sum(works) / cores)
+        phase += t
+        if c:  # the previous chunk's output assembly shares the cores with the units
+            t = max(t, (sum(works) + out_share[c - 1]) / cores, out_share[c - 1])
         # the splitter (the driver thread) routes the chunk's events first
         split = tr.t_event * tr.chunk_events[c] + tr.t_fpush * batches[c]
         total += t + tr.t_barrier + split
         cpu += sum(works) + tr.t_barrier + split
-        phase += t
     return SimResult("hybrid", k, total, tr.n_events, [f"A{'-'.join(map(str, g))}" for g in groups], list(units),
                      cpu, phase)
 
