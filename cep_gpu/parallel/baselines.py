@@ -51,8 +51,12 @@ class RunResult:
 def run(method: str, rules, events: pd.DataFrame, units: int = 1, *, time_unit: str = "s",
         stats=None, dynamic: bool = True, fusion: bool = True, batch_size: int | None = None,
         chunk_size: int | None = None, rip_batch: int | None = None, jitter: float = 0.0,
-        seed: int = 0) -> RunResult:
-    """Run ``method`` (one of :data:`METHODS`) over ``events`` with ``units`` units."""
+        seed: int = 0, output_part: int | None = None) -> RunResult:
+    """Run ``method`` (one of :data:`METHODS`) over ``events`` with ``units`` units.
+
+    ``output_part``: the hybrid engine's (default :data:`~cep_gpu.parallel.engine.OUTPUT_PART`);
+    a number above the matches builds every composite event at the end, as the other methods do.
+    """
     if method not in METHODS:
         raise ArgumentError(f"method must be one of {METHODS}, got {method!r}")
     units = check_units(units)
@@ -67,7 +71,7 @@ def run(method: str, rules, events: pd.DataFrame, units: int = 1, *, time_unit: 
         eng = HybridEngine(rule_list, units=units, allocation="equal" if method == "hybrid-equal" else "cost-model",
                            dynamic=dynamic, fusion=fusion, time_unit=time_unit, stats=stats,
                            batch_size=batch_size, chunk_size=chunk_size or baseline_chunk(rule_list, events, time_unit),
-                           jitter=jitter, seed=seed)
+                           jitter=jitter, seed=seed, **({"output_part": output_part} if output_part else {}))
         try:
             t0 = time.perf_counter()
             out = eng.publish(events)
