@@ -142,7 +142,8 @@ def bench_point(workload: str, length: int, window: float, events: int, seed: in
     # them at the end: the same engine building them at the end too, for a like-for-like figure
     record("hybrid-output-at-end", 2,
            lambda: run("hybrid", rule, ev, 2, stats=[stats], output_part=2**62).output)
-    tr = trace(rule, ev, stats=stats, chunk_size=_chunk_of(rule, ev), batch_size=_trace_batch(rule, ev, length))
+    tr = trace(rule, ev, stats=stats, chunk_size=_chunk_of(rule, ev), batch_size=_trace_batch(rule, ev, length),
+               repeat=repeat)
     for m in SIM_METHODS:
         point["sim"][m] = {str(k): simulate(tr, m, k).throughput for k in SIM_UNITS}
     # the paper's Figure 10: load balancing on and off, nothing else (no dynamic units, no fusion)
@@ -386,7 +387,8 @@ def plot(result: dict, path: str) -> None:
               if q["sweep"] == "window"]
     for wl_ in sorted({w for w, *_ in sweep}):
         for k, style in (("8", "o-"), ("24", "s--")):
-            sel = sorted((x[2], x[3][k]) for x in sweep if x[0] == wl_)
+            # one ratio per window (the real sweep's point where both have it)
+            sel = sorted({x[2]: x[3][k] for x in sweep if x[0] == wl_}.items(), key=lambda t: t[0])
             xs = [w for w, _ in sel]
             ax.plot(xs, [r["parallel_phase"] for _, r in sel], style, label=f"{wl_} k={k}: parallel phase")
             ax.plot(xs, [r["end_to_end"] for _, r in sel], style, alpha=0.35, label=f"{wl_} k={k}: end to end")
