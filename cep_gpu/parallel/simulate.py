@@ -66,6 +66,7 @@ class Trace:
     #: engine's batch size sets the number of batches); data-parallel units pay both per event read
     t_event: float = 0.0
     t_fpush: float = 0.0
+    t_event_owned: float = 0.0  # per event read by a data-parallel unit (owned starts filtered)
     #: data-parallel: the match work (s) of the whole stream
     match_work_s: float = 0.0
     batch: int = 256
@@ -182,7 +183,7 @@ def _trace_once(r, events, time_unit, chunk_size, batch_size, stats) -> Trace:
     t_task = np.maximum(per_call, 0.0) + t_access + wrap
     pair_s = float((scanned.sum(axis=0) * c_scan).sum())
     t_piece = _piece_cost(spec, store, strcodes, rows[: min(len(rows), 64)])
-    t_route, t_fpush = _feed_costs(spec, store, strcodes, rows, chunk_size)
+    t_route, t_fpush, t_route_owned = _feed_costs(spec, store, strcodes, rows, chunk_size)
     # hand-overs per stage: the batches entering it (stage 1 gets the splitter's)
     pushes = tasks.copy()
     ts = store.ts[rows - store.base]
@@ -194,7 +195,7 @@ def _trace_once(r, events, time_unit, chunk_size, batch_size, stats) -> Trace:
         outputs=np.array([c[3] for c in per_chunk]), pushes=pushes, t_task=t_task, c_scan=c_scan,
         t_access=t_access, t_push=t_push, t_barrier=barrier_s / max(len(per_chunk), 1),
         serial_s=t_ingest + t_out, output_s=t_out, stats=stats,
-        t_event=t_route, t_fpush=t_fpush,
+        t_event=t_route, t_fpush=t_fpush, t_event_owned=t_route_owned,
         match_work_s=pair_work,
         match_items=match_items, span_s=float(ts[-1] - ts[0]) / 1e9 if len(ts) > 1 else 1.0,
         first_ts=ts[store.types[rows - store.base] == first_code] if first_code >= 0 else ts[:0],
@@ -204,8 +205,9 @@ def _trace_once(r, events, time_unit, chunk_size, batch_size, stats) -> Trace:
     return tr
 
 
-def _feed_costs(spec, store, strcodes, rows, chunk: int) -> tuple[float, float]:
-    """The splitter's cost: seconds per event routed and per batch handed to a queue.
+def _feed_costs(spec, store, strcodes, rows, chunk: int) -> tuple[float, float, float]:
+    """The splitter's cost: seconds per event routed and per batch handed to a queue, and per
+    event routed by a data-parallel unit (which keeps only the match-starting events it owns).
 
     Routing the same rows at two batch sizes (queues emptied, nothing processed) gives two
     equations in the two unknowns.
@@ -213,12 +215,12 @@ def _feed_costs(spec, store, strcodes, rows, chunk: int) -> tuple[float, float]:
     n = spec.length
     layout = Layout([[(p,) for p in range(1, n)]], [0] * (n - 1), 1)
 
-    def once(batch: int) -> tuple[float, int]:
+    def once(batch: int, first_only=None) -> tuple[float, int]:
         rt = Runtime([spec], store, layout, [strcodes], dynamic=False, threads=False, batch_size=batch)
         spent = 0.0
         for k in range(0, len(rows), chunk):
             t0 = time.thread_time()
-            rt.feed(rows[k:k + chunk])
+            rt.feed(rows[k:k + chunk], first_only=first_only)
             spent += time.thread_time() - t0
             rt.discard_queued()  # only routing is measured
         pushes = rt.queue_pushes
@@ -230,7 +232,10 @@ def _feed_costs(spec, store, strcodes, rows, chunk: int) -> tuple[float, float]:
     big, p_big = once(1024)
     t_fpush = max(small - big, 0.0) / max(p_small - p_big, 1)
     t_route = max(big - p_big * t_fpush, 0.0) / max(len(rows), 1)
-    return t_route, t_fpush
+    # a data-parallel unit's splitter also keeps only its own match-starting events
+    owned, _ = once(1024, first_only=rows)
+    t_route_owned = max(owned - p_big * t_fpush, 0.0) / max(len(rows), 1)
+    return t_route, t_fpush, t_route_owned
 
 
 def splitter_batches(tr: Trace, batch: int) -> np.ndarray:
@@ -490,7 +495,7 @@ def _sim_data_parallel(tr: Trace, method: str, k: int, rip_batch: int | None, co
     # data-parallel unit runs the whole chain alone)
     batch = auto_batch(tr.chunk, tr.length, 1)
     f = tr.batch / batch
-    split_per_event = tr.t_event + tr.t_fpush * float(splitter_batches(tr, batch).sum()) / max(tr.n_events, 1)
+    split_per_event = max(tr.t_event_owned, tr.t_event) + tr.t_fpush * float(splitter_batches(tr, batch).sum()) / max(tr.n_events, 1)
     tasks_per_event = float(tr.tasks.sum()) * f / max(tr.n_events, 1)
     t_task = float((tr.tasks.sum(axis=0) * tr.t_task).sum()) / max(float(tr.tasks.sum()), 1.0)
     # a piece smaller than a batch still costs each stage a task per input stream (its events
