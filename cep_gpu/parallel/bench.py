@@ -406,7 +406,7 @@ def plot(result: dict, path: str) -> None:
     ax.axhline(1.5, color="r", linestyle="--")
     ax.set_xlabel("window (s)")
     ax.set_ylabel("cost-model / equal allocation (static units)")
-    ax.set_title("allocation by the cost model over an equal split (simulation, Figure 10 setting)")
+    ax.set_title("cost model over equal split (simulated, Figure 10 setting)")
     ax.legend(fontsize=6, ncol=2)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
