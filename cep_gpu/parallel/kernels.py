@@ -238,9 +238,8 @@ def probe_events(e_rows, seq0, m_rows, m_seq, m_first, m_last, nm, bstart, bmin,
                 if et <= m_last[j]:
                     continue
                 if run_program(code, consts, strcodes, m_rows[j], er, w, vals, valid, ts, base, sv, sk):
-                    if n < cap:
-                        for p in range(w):
-                            out[n, p] = m_rows[j, p]
+                    if n < cap:  # else the caller reruns with room for all
+                        out[n, :w] = m_rows[j]
                         out[n, w] = er
                     n += 1
     return n, compared, scanned
@@ -253,11 +252,8 @@ def probe_matches(m_rows, seq0, e_rows, e_seq, e_ts, ne, window,
     items, in time order (binary search of each match's window). Same rule, output and return
     value as :func:`probe_events`."""
     w = m_rows.shape[1]
-    sv = np.empty(depth, np.float64)
-    sk = np.empty(depth, np.bool_)
-    n = n0
-    compared = 0
-    scanned = 0
+    sv, sk = np.empty(depth, np.float64), np.empty(depth, np.bool_)  # the programs' stacks
+    n, compared, scanned = n0, 0, 0
     ets = e_ts[:ne]
     for j in range(m_rows.shape[0]):
         ms = seq0 + j
@@ -276,9 +272,8 @@ def probe_matches(m_rows, seq0, e_rows, e_seq, e_ts, ne, window,
             er = e_rows[i]
             if run_program(code, consts, strcodes, m_rows[j], er, w, vals, valid, ts, base, sv, sk):
                 if n < cap:
-                    for p in range(w):
-                        out[n, p] = m_rows[j, p]
                     out[n, w] = er
+                    out[n, :w] = m_rows[j]
                 n += 1
     return n, compared, scanned
 
