@@ -92,6 +92,48 @@ def test_hybrid_equals_detect(rule, events, cfg, cuts):
     assert len(ids) == len(set(ids)), "duplicate composite events"
 
 
+@st.composite
+def tesla_chains(draw, max_len: int = 4) -> str:
+    """A TESLA chain of each: ``from T0(..) and each T1(..) within D1 from T0 and each T2(..)
+    within D2 from T1 ...``, with filters, a parameter bound at the terminator and used further
+    down the chain, and an output attribute."""
+    n = draw(st.integers(1, max_len))
+    types = [draw(st.sampled_from("ABC")) for _ in range(n)]
+    param = draw(st.booleans())
+    parts = []
+    for i, t in enumerate(types):
+        conds = []
+        if draw(st.integers(0, 2)) == 0:
+            conds.append(draw(st.sampled_from(["x != 2", "y > 1.0", "s = 'u'", "x + 1 > y"])))
+        if param and (i == 0 or draw(st.booleans())):
+            conds.append("x = $p")
+        body = f"{t}({' and '.join(conds)}) as P{i}"
+        if i == 0:
+            parts.append(f"from {body}")
+        else:
+            window = draw(st.sampled_from([1, 2, 3]))
+            parts.append(f"each {body} within {window} s from P{i - 1}")
+    out = ""
+    if n > 1 and draw(st.booleans()):
+        out = f" where d = P0.y - P{n - 1}.y"
+    head = "define T(d: float)" if out else "define T"
+    return f"{head} {' and '.join(parts)}{out}"
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(tesla_chains(), event_streams(max_events=28), CONFIGS, st.lists(st.integers(1, 27), max_size=2))
+def test_tesla_chains_equal_detect(rule, events, cfg, cuts):
+    """TESLA chains of each run on the same stages (each window measured from the next event)."""
+    expected = cep_gpu.detect(events, rule, backend="reference")
+    eng = HybridEngine(rule, jitter=0.3, seed=len(events), **cfg)
+    got = publish_all(eng, events, cuts)
+    assert rows_of(got) == rows_of(expected), (rule, cfg)
+    if len(events) > 3 and not cuts:
+        method = ("rip", "llsf", "state-parallel")[len(events) % 3]
+        res = run(method, rule, events, cfg["units"], chunk_size=cfg["chunk_size"], batch_size=2, rip_batch=3)
+        pd.testing.assert_frame_equal(res.output, expected)
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
 @given(seq_rules(), event_streams(max_events=28),
        st.sampled_from(["state-parallel", "rip", "llsf", "hybrid", "hybrid-equal"]), st.integers(1, 4),
@@ -261,7 +303,9 @@ def test_bad_arguments(kwargs, word):
     ("define Q pattern AND(A a, B b) within 5 s", "AND"),
     ("define Q pattern SEQ(A a, B b) within 5 s select last", "select last"),
     ("define Q pattern SEQ(A a, B b) within 5 s select first", "select first"),
-    ("define T from B() and each A() within 5 s from B", "TESLA"),
+    ("define T from C() and each A() within 5 s from C and each B() within 5 s from C", "chain"),
+    ("define T from C() and last A() within 5 s from C", "last"),
+    ("define T from C() and each A() within 5 s from C and not B() within 5 s from C", "negation"),
     ("define T from B() and v=Count(A() within 5 s from B) > 1", "TESLA"),
 ])
 def test_unsupported_patterns_name_the_feature(text, feature):

@@ -67,7 +67,7 @@ class Fragment:
             self.last = last
         self.rows, self.seq = rows, seq
 
-    def append(self, rows: np.ndarray, seq0: int, ts: np.ndarray, base: int) -> None:
+    def append(self, rows: np.ndarray, seq0: int, ts: np.ndarray, base: int, ref: int = 0) -> None:
         """Append ``rows`` numbered from ``seq0`` (one compiled call; the caller holds the stage lock)."""
         k = len(rows)
         n = self.n
@@ -78,7 +78,7 @@ class Fragment:
             if need > len(self.bstart):
                 self._grow_blocks(need)
             self.nb = kernels.append_matches(self.rows, self.seq, self.first, self.last, n, rows, seq0, ts, base,
-                                             self.bstart, self.bmin, self.bmax, self.bpmax, self.nb)
+                                             ref, self.bstart, self.bmin, self.bmax, self.bpmax, self.nb)
         else:
             kernels.append_events(self.rows, self.seq, self.first, n, rows, seq0, ts, base)
         self.n = n + k  # last: publishes the items to readers
@@ -144,6 +144,9 @@ class Stage:
         self.width = position  # partial matches entering hold positions 0..i-1
         self.last = position == spec.length - 1
         self.program = spec.joins[position]
+        # the window of this stage and the match position it is measured from (compile.ChainSpec)
+        self.window = spec.stage_windows[position] if spec.stage_windows else spec.window
+        self.ref = spec.ref_positions[position] if spec.ref_positions else 0
         self.lock = threading.Lock()
         self.counter = 0
         self.ev_frags: dict[int, Fragment] = {}
@@ -175,7 +178,7 @@ class Stage:
             if frag is None:
                 frag = self.m_frags[unit] = Fragment(self.width, unit)
                 self.m_list = self.m_list + [frag]
-            frag.append(rows, seq0, st.ts, st.base)
+            frag.append(rows, seq0, st.ts, st.base, self.ref)
             return seq0, self.ev_list
 
     def unit_stats(self, unit: int) -> StageStats:
@@ -207,7 +210,7 @@ class Stage:
         st = self.store
         prog = self.program
         w = self.width
-        window = self.spec.window
+        window = self.window
         # room for the outputs this stage has produced per item so far (a rerun of a fragment
         # whose outputs do not fit costs its whole scan again)
         cap = max(64, 2 * len(rows), int(self.out_per_item * len(rows) * 1.5))
@@ -230,7 +233,7 @@ class Stage:
                         out, got, cap)
                 else:
                     tot, cmp, scn = kernels.probe_matches(
-                        rows, seq0, f.rows, f.seq, f.first, n, window, prog.code, prog.consts, self.strcodes,
+                        rows, seq0, self.ref, f.rows, f.seq, f.first, n, window, prog.code, prog.consts, self.strcodes,
                         st.vals, st.valid, st.ts, st.base, prog.max_stack, out, got, cap)
                 if self.time_kernels:
                     kt += time.thread_time() - k0
@@ -265,11 +268,12 @@ class Stage:
 
         Once every queue is empty, all matches of the events seen so far exist, so a later match
         holds a later event and only later events can extend it: buffered events are done with.
-        A later event (``ts >= newest``) extends a match only if ``ts - first <= W``.
+        A later event (``ts >= newest``) extends a match only if ``ts - first <= W`` (``first``: the
+        timestamp the stage's window is measured from).
         """
         for f in self.ev_list:
             f.clear()
-        lo = newest - self.spec.window
+        lo = newest - self.window
         for f in self.m_list:
             if f.n:
                 f.keep(f.first[: f.n] >= lo)

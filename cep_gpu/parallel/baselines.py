@@ -24,7 +24,7 @@ import pandas as pd
 
 from ..errors import ArgumentError
 from . import _compat
-from .compile import compile_rules
+from .compile import compile_rules, rule_span
 from .engine import HybridEngine, as_rule_list, auto_batch, auto_chunk, check_units
 from .kernels import llsf_assign
 from .runtime import Layout, Runtime, Store
@@ -119,7 +119,7 @@ def baseline_chunk(rules, events: pd.DataFrame, time_unit: str) -> int:
     span = (ts.iloc[-1] - ts.iloc[0])
     span = span.total_seconds() if hasattr(span, "total_seconds") else float(span) * {
         "ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0, "min": 60.0, "h": 3600.0}.get(time_unit, 1.0)
-    w = max((r.predicates[0].window or 0) for r in rules) / 1e9
+    w = max(rule_span(r) for r in rules) / 1e9
     return auto_chunk(n / span if span > 0 else float(n), w)
 
 

@@ -178,8 +178,12 @@ def add_blocks(ffirst, n, k, bstart, bmin, bmax, bpmax, nb):
 
 
 @numba.njit(**_JIT)
-def append_matches(frows, fseq, ffirst, flast, n, rows, seq0, ts, base, bstart, bmin, bmax, bpmax, nb):
+def append_matches(frows, fseq, ffirst, flast, n, rows, seq0, ts, base, ref, bstart, bmin, bmax, bpmax, nb):
     """Append partial matches ``rows`` (k, w) at ``n`` of a fragment, with their blocks.
+
+    ``ffirst`` gets the timestamp of position ``ref`` of each match, the one the stage's window
+    is measured from (0 for SEQ; the match's last position for a TESLA chain); docstrings below
+    call it the match's *first* timestamp.
 
     Each block holds at most :data:`BLOCK` consecutive items and the range of their first
     timestamps. Returns the new number of blocks (the caller made room for them).
@@ -190,7 +194,7 @@ def append_matches(frows, fseq, ffirst, flast, n, rows, seq0, ts, base, bstart, 
         for p in range(w):
             frows[n + i, p] = rows[i, p]
         fseq[n + i] = seq0 + i
-        ffirst[n + i] = ts[rows[i, 0] - base]
+        ffirst[n + i] = ts[rows[i, ref] - base]  # the window's reference (the first event for SEQ)
         flast[n + i] = ts[rows[i, w - 1] - base]
     return add_blocks(ffirst, n, k, bstart, bmin, bmax, bpmax, nb)
 
@@ -246,7 +250,7 @@ def probe_events(e_rows, seq0, m_rows, m_seq, m_first, m_last, nm, bstart, bmin,
 
 
 @numba.njit(**_JIT)
-def probe_matches(m_rows, seq0, e_rows, e_seq, e_ts, ne, window,
+def probe_matches(m_rows, seq0, ref, e_rows, e_seq, e_ts, ne, window,
                   code, consts, strcodes, vals, valid, ts, base, depth, out, n0, cap):
     """Partial matches ``m_rows`` (numbered from ``seq0``) probe one event fragment of ``ne``
     items, in time order (binary search of each match's window). Same rule, output and return
@@ -257,7 +261,7 @@ def probe_matches(m_rows, seq0, e_rows, e_seq, e_ts, ne, window,
     ets = e_ts[:ne]
     for j in range(m_rows.shape[0]):
         ms = seq0 + j
-        f = ts[m_rows[j, 0] - base]
+        f = ts[m_rows[j, ref] - base]
         lo = ts[m_rows[j, w - 1] - base]
         a = np.searchsorted(ets, f - window, side="left")
         b = np.searchsorted(ets, f + window, side="right")
@@ -320,9 +324,9 @@ def warm_up() -> None:
     m = one.reshape(1, 1)
     probe_events(one + 1, 1, m, one, one, one, 1, one, one, one, one, 1, 5,
                  code, consts, consts, vals, valid, ts, 0, 4, out, 0, 4)
-    probe_matches(m, 1, one + 1, one, one + 1, 1, 5, code, consts, consts, vals, valid, ts, 0, 4, out, 0, 4)
+    probe_matches(m, 1, 0, one + 1, one, one + 1, 1, 5, code, consts, consts, vals, valid, ts, 0, 4, out, 0, 4)
     f = np.zeros(2, np.int64)
     append_events(f, f, f, 0, one, 0, ts, 0)
-    append_matches(f.reshape(2, 1), f, f, f, 0, m, 0, ts, 0, f, f, f, f, 0)
+    append_matches(f.reshape(2, 1), f, f, f, 0, m, 0, ts, 0, 0, f, f, f, f, 0)
     llsf_assign(one, np.ones(1), 2)
     _WARM.append(True)

@@ -418,7 +418,9 @@ class Runtime:
         with self._results_lock:
             for r, spec in enumerate(self.specs):
                 parts = self.results[r]
-                out.append(np.concatenate(parts) if parts else np.empty((0, spec.length), np.int64))
+                rows = np.concatenate(parts) if parts else np.empty((0, spec.length), np.int64)
+                # a TESLA chain's predicates are declared terminator first: positions reversed
+                out.append(np.ascontiguousarray(rows[:, ::-1]) if spec.reversed_output else rows)
                 self.results[r] = []
         return out
 
