@@ -84,12 +84,18 @@ CONFIGS = st.fixed_dictionaries({
 @settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck))
 @given(seq_rules(), event_streams(max_events=28), CONFIGS, st.lists(st.integers(1, 27), max_size=3))
 def test_hybrid_equals_detect(rule, events, cfg, cuts):
+    hybrid_equals_detect(rule, events, cfg, cuts)
+
+
+def hybrid_equals_detect(rule, events, cfg, cuts) -> pd.DataFrame:
+    """The hybrid engine (thread yields injected) finds exactly detect's rows, none twice."""
     expected = cep_gpu.detect(events, rule, backend="reference")
     eng = HybridEngine(rule, jitter=0.3, seed=len(events), **cfg)
     got = publish_all(eng, events, cuts)
     assert rows_of(got) == rows_of(expected), (rule, cfg)
     ids = [tuple(x) for x in got["ids"]] if len(got) else []
     assert len(ids) == len(set(ids)), "duplicate composite events"
+    return expected
 
 
 @st.composite
@@ -124,14 +130,25 @@ def tesla_chains(draw, max_len: int = 4) -> str:
 @given(tesla_chains(), event_streams(max_events=28), CONFIGS, st.lists(st.integers(1, 27), max_size=2))
 def test_tesla_chains_equal_detect(rule, events, cfg, cuts):
     """TESLA chains of each run on the same stages (each window measured from the next event)."""
-    expected = cep_gpu.detect(events, rule, backend="reference")
-    eng = HybridEngine(rule, jitter=0.3, seed=len(events), **cfg)
-    got = publish_all(eng, events, cuts)
-    assert rows_of(got) == rows_of(expected), (rule, cfg)
+    expected = hybrid_equals_detect(rule, events, cfg, cuts)
     if len(events) > 3 and not cuts:
         method = ("rip", "llsf", "state-parallel")[len(events) % 3]
         res = run(method, rule, events, cfg["units"], chunk_size=cfg["chunk_size"], batch_size=2, rip_batch=3)
         pd.testing.assert_frame_equal(res.output, expected)
+
+
+def test_tesla_chain_windows_by_hand():
+    """Each step has its own window, measured from the next event (not from the first one): C@3,
+    B@2, A@0 match (1 s and 2 s steps) although the whole span is 3 s; C@4.5 is 2.5 s after B."""
+    ev = pd.DataFrame({"type": ["A", "B", "C", "C"], "ts": [0.0, 2.0, 3.0, 4.5]})
+    rule = "define T from C() and each B() within 1 s from C and each A() within 2 s from B"
+    for units in (1, 2):
+        eng = HybridEngine(rule, units=units)
+        got = eng.publish(ev)
+        eng.close()
+        assert [tuple(x) for x in got["ids"]] == [(2, 1, 0)]  # declaration order, terminator first
+        pd.testing.assert_frame_equal(got, cep_gpu.detect(ev, rule, backend="reference"))
+    assert "TESLA chain of 3" in eng.explain()
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))

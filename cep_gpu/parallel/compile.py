@@ -116,31 +116,26 @@ def check_supported(rule: Rule) -> None:
             "chains of each)"
         )
 
-    if rule.syntax != "seq":
-        if rule.negations:
-            raise no("a TESLA negation (not ...)")
-        if rule.aggregates:
-            raise no("a TESLA aggregate")
-        if rule.consuming:
-            raise no("consuming")
+    tesla = rule.syntax != "seq"
+    if not tesla and len(rule.plans) != 1:
+        raise no("AND(...)")
+    if rule.negations:
+        raise no("a TESLA negation (not ...)" if tesla else "NOT(...)")
+    if rule.aggregates:
+        raise no("a TESLA aggregate" if tesla else "an aggregate")
+    if rule.consuming:
+        raise no("consuming")
+    for c in rule.conditions:
+        for node in walk(c):
+            if isinstance(node, AggValue):
+                raise no("an aggregate value")
+    if tesla:
         if any(p.policy in ("last", "first") for p in rule.plans[0].predicates):
             raise no("a TESLA rule with last/first selection")
         if not is_tesla_chain(rule):
             raise no("a TESLA rule whose predicates are not a chain (each one anchored at the one "
                      "declared before it)")
-        for c in rule.conditions:
-            for node in walk(c):
-                if isinstance(node, AggValue):
-                    raise no("an aggregate value")
         return
-    if len(rule.plans) != 1:
-        raise no("AND(...)")
-    if rule.negations:
-        raise no("NOT(...)")
-    if rule.aggregates:
-        raise no("an aggregate")
-    if rule.consuming:
-        raise no("consuming")
     plan = rule.plans[0]
     n = len(plan.predicates)
     if plan.order != tuple(reversed(range(n))):
@@ -153,10 +148,6 @@ def check_supported(rule: Rule) -> None:
     windows = {p.window for p in plan.predicates[:-1]}
     if len(windows) > 1:
         raise no("different windows per position")
-    for c in rule.conditions:
-        for node in walk(c):
-            if isinstance(node, AggValue):
-                raise no("an aggregate value")
 
 
 def compile_rules(rules: list[Rule], time_scale_ns: int = 10**9) -> list[ChainSpec]:

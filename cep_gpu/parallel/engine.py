@@ -24,6 +24,7 @@ from .compile import (
     UnsupportedPatternError,
     check_supported,
     compile_rules,
+    is_tesla_chain,
     string_compare_problems,
 )
 from .costmodel import Allocation, ChainStats, agent_loads, allocate, integer_allocation
@@ -291,7 +292,8 @@ class HybridEngine:
             lines.append("  not calibrated yet (statistics are measured on the first publish, or pass stats=)")
             return "\n".join(lines)
         for rule, st, al in zip(self.rules, self.chain_stats, self.allocations):
-            lines.append(f"rule {rule.name}: SEQ of {len(rule.predicates)}")
+            shape = "TESLA chain" if is_tesla_chain(rule) else "SEQ"
+            lines.append(f"rule {rule.name}: {shape} of {len(rule.predicates)}")
             if st is None or al is None:
                 lines.append("  one position: no agents (events are matches)")
                 continue
