@@ -148,7 +148,7 @@ def test_tesla_chain_windows_by_hand():
         eng.close()
         assert [tuple(x) for x in got["ids"]] == [(2, 1, 0)]  # declaration order, terminator first
         pd.testing.assert_frame_equal(got, cep_gpu.detect(ev, rule, backend="reference"))
-    assert "TESLA chain of 3" in eng.explain()
+    assert "TESLA chain of 3" in eng.explain() and "windows per step: 2, 1 s" in eng.explain()
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))

@@ -297,7 +297,13 @@ class HybridEngine:
             if st is None or al is None:
                 lines.append("  one position: no agents (events are matches)")
                 continue
-            lines.append(f"  W = {st.window:g} s; e_i = {', '.join(f'{x:.4g}' for x in st.rates)} /s")
+            if is_tesla_chain(rule):  # the model's W is the span; each step has its own window
+                spec = next(x for x in self._specs if x.rule is rule)
+                steps = ", ".join(f"{w / 1e9:g}" for w in spec.stage_windows[1:])
+                lines.append(f"  W = {st.window:g} s (the chain's span; windows per step: {steps} s)")
+            else:
+                lines.append(f"  W = {st.window:g} s")
+            lines.append(f"  e_i = {', '.join(f'{x:.4g}' for x in st.rates)} /s")
             lines.append(f"  s_i = {', '.join(f'{x:.3g}' for x in st.selectivity[1:])}; "
                          f"c_i = {', '.join(f'{x * 1e9:.3g}' for x in st.comp_cost[1:])} ns; "
                          f"b_i = {', '.join(f'{x * 1e9:.3g}' for x in st.lock_cost[1:])} ns; "
