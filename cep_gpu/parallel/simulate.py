@@ -78,6 +78,10 @@ class Trace:
     first_ts: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
     all_ts: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
     output_s: float = 0.0  # of ``serial_s``: output assembly (the hybrid engine overlaps it)
+    #: the run had every stage in one agent (else one agent per stage); ``split``: the same rule
+    #: traced the other way, for layouts with several agents (simulate picks)
+    fused: bool = True
+    split: Trace | None = None
 
 
 def trace(rule, events: pd.DataFrame, *, time_unit: str = "s", chunk_size: int = 16_384,
@@ -94,9 +98,15 @@ def trace(rule, events: pd.DataFrame, *, time_unit: str = "s", chunk_size: int =
         raise ArgumentError(f"repeat must be an int >= 1, got {repeat!r}")
     (r,) = as_rule_list(rule) if not isinstance(rule, list) else rule
     kernels.warm_up()
-    _trace_once(r, events, time_unit, chunk_size, batch_size, stats)
-    runs = [_trace_once(r, events, time_unit, chunk_size, batch_size, stats) for _ in range(repeat)]
-    return min(runs, key=_charged)
+    # the same pairs cost more when every stage is its own agent (partial matches wait in queues
+    # and come back cold) than when the stages run fused: both layouts are recorded
+    traces = []
+    for fused in (True, False):
+        _trace_once(r, events, time_unit, chunk_size, batch_size, stats, fused)
+        traces.append(min((_trace_once(r, events, time_unit, chunk_size, batch_size, stats, fused)
+                           for _ in range(repeat)), key=_charged))
+    traces[0].split = traces[1]
+    return traces[0]
 
 
 def _charged(tr: Trace) -> float:
@@ -105,7 +115,7 @@ def _charged(tr: Trace) -> float:
         + float(tr.items.sum()) * tr.t_item + tr.t_event * tr.n_events
 
 
-def _trace_once(r, events, time_unit, chunk_size, batch_size, stats) -> Trace:
+def _trace_once(r, events, time_unit, chunk_size, batch_size, stats, fused: bool) -> Trace:
     t0 = time.thread_time()
     strings = _compat.StringDictionary()
     table = _compat.ingest(events, time_unit, strings)
@@ -117,7 +127,9 @@ def _trace_once(r, events, time_unit, chunk_size, batch_size, stats) -> Trace:
     n = spec.length
     if n < 2:
         raise ArgumentError("simulate: the rule needs at least two positions (agents)")
-    layout = Layout([[(p,) for p in range(1, n)]], [0] * (n - 1), 1)
+    # fused: one agent running every stage, as the engine runs a rule on one or two units (its
+    # partial matches go to the next stage inline); else every stage its own agent
+    layout = Layout([[tuple(range(1, n))]], [0], 1) if fused else Layout([[(p,) for p in range(1, n)]], [0] * (n - 1), 1)
     rt = Runtime([spec], store, layout, [strcodes], dynamic=False, threads=False, batch_size=batch_size,
                  time_kernels=True)
     prev = np.zeros((7, n - 1))
@@ -199,7 +211,7 @@ def _trace_once(r, events, time_unit, chunk_size, batch_size, stats) -> Trace:
         match_work_s=pair_work,
         match_items=match_items, span_s=float(ts[-1] - ts[0]) / 1e9 if len(ts) > 1 else 1.0,
         first_ts=ts[store.types[rows - store.base] == first_code] if first_code >= 0 else ts[:0],
-        all_ts=ts, batch=batch_size, chunk=chunk_size,
+        all_ts=ts, batch=batch_size, chunk=chunk_size, fused=fused,
     )
     rt.close()
     return tr
@@ -343,6 +355,7 @@ def simulate(tr: Trace, method: str, k: int, *, allocation: str = "cost-model", 
             allocation = "equal"
         return _sim_hybrid(tr, k, allocation, dynamic, fusion, cores)
     if method == "state-parallel":
+        tr = tr.split or tr
         m = tr.length - 1
         groups = [(i,) for i in range(2, tr.length + 1)]
         # one thread per agent, whatever k (k only limits the cores they share)
@@ -350,7 +363,7 @@ def simulate(tr: Trace, method: str, k: int, *, allocation: str = "cost-model", 
         res.method = "state-parallel"
         return res
     if method in ("rip", "llsf"):
-        return _sim_data_parallel(tr, method, k, rip_batch, min(cores, k))
+        return _sim_data_parallel(tr.split or tr, method, k, rip_batch, min(cores, k))
     raise ArgumentError(f"simulate: unknown method {method!r}")
 
 
@@ -359,8 +372,11 @@ def stats_from_trace(tr: Trace, k: int) -> ChainStats:
     units (as :func:`cep_gpu.parallel.engine.measure_stats` reads them off a calibration run)."""
     from .engine import auto_batch
 
-    f = tr.batch / auto_batch(tr.chunk, tr.length, k)
+    batch = auto_batch(tr.chunk, tr.length, k)
     n, span, W = tr.length, tr.span_s, tr.window_ns / 1e9
+    # stage calls with every stage its own agent (the cost model's view)
+    every = set(range(n - 1))
+    calls = np.sum([stage_calls(tr, c, every, batch) for c in range(len(tr.chunk_events))], axis=0)
     items = tr.items.sum(axis=0)
     m_in = tr.match_items.sum(axis=0)
     ev = items - m_in  # events of positions 1..n-1 that entered their stage
@@ -373,8 +389,8 @@ def stats_from_trace(tr: Trace, k: int) -> ChainStats:
         work = tr.scanned[:, j].sum() * tr.c_scan[j]
         sel.append(out / pairs if pairs else 0.0)
         comp.append(work / pairs if pairs else 0.0)
-        lock.append(tr.tasks[:, j].sum() * f * (tr.t_task[j] + tr.t_access) / max(items[j], 1.0))
-        queue.append(tr.t_push / max(tr.batch / f, 1.0))
+        lock.append(calls[j] * (tr.t_task[j] + tr.t_access) / max(items[j], 1.0))
+        queue.append(tr.t_push / max(batch, 1.0))
     return ChainStats(tuple(e), tuple(sel), tuple(comp), tuple(lock), tuple(queue), W)
 
 
@@ -382,6 +398,8 @@ def _sim_hybrid(tr: Trace, k: int, allocation: str, dynamic: bool, fusion: bool,
     al = allocate(stats_from_trace(tr, k), k, allocation, fusion)
     units = al.units
     pooled = not all(units)  # fewer units than agents: units serve several agents
+    if len(al.groups) > 1 and tr.split is not None:
+        tr = tr.split  # several agents: partial matches cross queues
     res = _sim_hybrid_layout(tr, al.groups, units, dynamic or pooled, min(cores, k), k)
     res.method = "hybrid" if allocation == "cost-model" else "hybrid-equal"
     return res
@@ -397,24 +415,25 @@ def _sim_hybrid_layout(tr: Trace, groups, units, dynamic: bool, cores: int, k: i
     out_share = tr.output_s * finals / max(float(finals.sum()), 1.0)
     total = tr.serial_s - tr.output_s + (out_share[-1] if len(out_share) else tr.output_s)
     cpu = tr.serial_s
-    # the engine's batches for k units hold ``f`` times fewer items than the trace's
+    # the engine's batch size with k units
     batch = auto_batch(tr.chunk, tr.length, batch_units or k)
-    f = tr.batch / batch
     batches = splitter_batches(tr, batch)
+    starts = {g[0] - 2 for g in groups}
     phase = 0.0
     for c in range(len(tr.chunk_events)):
         works, spans = [], []
+        all_calls = stage_calls(tr, c, starts, batch)
         for g, u in zip(groups, units):
             idx = [i - 2 for i in g]
             u_eff = max(u, 1)
             frags = u_eff if dynamic else max(1, (u_eff + 1) // 2)
-            calls = _stage_calls(tr, c, idx, batch, f)
+            calls = [all_calls[j] for j in idx]
             tasks = float(sum(calls))
             # the trace's tasks visited one fragment each (one unit); here ``frags``
             w = sum(n_calls * (tr.t_task[j] + (frags - 1) * tr.t_access) + tr.items[c, j] * tr.t_item
                     + tr.scanned[c, j] * tr.c_scan[j] for j, n_calls in zip(idx, calls))
             # hand-overs into the agent (fused stages hand over inline, Section 4.2)
-            w += tr.pushes[c, idx[0]] * f * tr.t_push
+            w += calls[0] * tr.t_push
             works.append(w)
             spans.append(w / max(tasks, 1.0))  # one task: the least time an agent can take
         if dynamic:
@@ -437,20 +456,28 @@ def _sim_hybrid_layout(tr: Trace, groups, units, dynamic: bool, cores: int, k: i
                      cpu, phase)
 
 
-def _stage_calls(tr: Trace, c: int, idx: list[int], batch: int, f: float) -> list[float]:
-    """Stage calls in chunk ``c`` of an agent running stages ``idx`` at ``batch`` items a task.
+def stage_calls(tr: Trace, c: int, starts: set[int], batch: int) -> list[float]:
+    """Calls of every stage (index ``j`` = stage ``j + 1``) in chunk ``c`` at ``batch`` items a task.
 
-    The agent's first stage takes its inputs from queues, re-batched (the trace's tasks times
-    ``f``). A fused stage after it gets its events in batches from the splitter but its partial
-    matches inline, one call per call of the stage before (Section 4.2: no queue in between), never
-    more calls than re-batching would make.
+    ``starts``: the stages that begin an agent (their partial matches cross a queue). Events come
+    from the splitter in batches. The trace's match tasks of a stage (its tasks less its event
+    batches) were one per call of the stage before that produced any output (fused trace) or the
+    batches of those outputs (split trace); that fraction of the calls before carries over. A stage that begins an agent gets its matches re-batched from the queue: at
+    least ``ceil(matches / batch)`` tasks, and a batch per producing call (Section 4.2: fused
+    stages skip the queue).
     """
-    out = [float(tr.tasks[c, idx[0]]) * f]
-    for j in idx[1:]:
+    out: list[float] = []
+    for j in range(tr.length - 1):
         ev = float(tr.items[c, j] - tr.match_items[c, j])
-        ev_trace = math.ceil(ev / tr.batch) if ev else 0
-        matches = max(float(tr.tasks[c, j]) - ev_trace, 0.0) * f
-        out.append((math.ceil(ev / batch) if ev else 0) + min(matches, out[-1]))
+        m = float(tr.match_items[c, j])
+        ev_tasks = math.ceil(ev / batch)
+        if j == 0:  # the first stage's matches are the splitter's first-position events
+            out.append(ev_tasks + math.ceil(m / batch))
+            continue
+        inline_trace = max(float(tr.tasks[c, j]) - math.ceil(ev / tr.batch), 0.0)
+        producing = inline_trace / max(float(tr.tasks[c, j - 1]), 1.0) * out[-1]
+        m_tasks = max(math.ceil(m / batch), producing) if j in starts else producing
+        out.append(ev_tasks + m_tasks)
     return out
 
 
@@ -494,10 +521,12 @@ def _sim_data_parallel(tr: Trace, method: str, k: int, rip_batch: int | None, co
     # per event read: the splitter's share, and the tasks at the batch size of one unit (each
     # data-parallel unit runs the whole chain alone)
     batch = auto_batch(tr.chunk, tr.length, 1)
-    f = tr.batch / batch
     split_per_event = max(tr.t_event_owned, tr.t_event) + tr.t_fpush * float(splitter_batches(tr, batch).sum()) / max(tr.n_events, 1)
-    tasks_per_event = float(tr.tasks.sum()) * f / max(tr.n_events, 1)
-    t_task = float((tr.tasks.sum(axis=0) * tr.t_task).sum()) / max(float(tr.tasks.sum()), 1.0)
+    # each unit's runtime has every stage as its own agent
+    every = set(range(tr.length - 1))
+    calls = np.sum([stage_calls(tr, c, every, batch) for c in range(len(tr.chunk_events))], axis=0)
+    tasks_per_event = float(calls.sum()) / max(tr.n_events, 1)
+    t_task = float((calls * tr.t_task).sum()) / max(float(calls.sum()), 1.0)
     # a piece smaller than a batch still costs each stage a task per input stream (its events
     # and its matches): tasks are the larger of the two counts
     tasks = np.maximum(read * tasks_per_event, pieces * 2 * (tr.length - 1))
