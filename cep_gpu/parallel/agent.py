@@ -155,7 +155,10 @@ class Stage:
         self.m_list: list[Fragment] = []
         self.store = store
         self.per_unit: dict[int, StageStats] = {}
-        self.out_per_item = 0.0
+        # outputs and items of this stage so far, for the size of a task's output buffer (hints
+        # only: racy updates from several units are harmless)
+        self._hint_out = 0
+        self._hint_items = 0
 
     def _insert(self, unit: int, rows: np.ndarray, is_event: bool) -> tuple[int, list[Fragment]]:
         """Number the items and append them to ``unit``'s fragment in one critical section.
@@ -211,9 +214,10 @@ class Stage:
         prog = self.program
         w = self.width
         window = self.window
-        # room for the outputs this stage has produced per item so far (a rerun of a fragment
-        # whose outputs do not fit costs its whole scan again)
-        cap = max(64, 2 * len(rows), int(self.out_per_item * len(rows) * 1.5))
+        # room for the outputs this stage has produced per item on average so far (a rerun of a
+        # fragment whose outputs do not fit costs its whole scan again)
+        ratio = self._hint_out / self._hint_items if self._hint_items else 0.0
+        cap = max(64, 2 * len(rows), int(1.5 * ratio * len(rows)))
         out = np.empty((cap, w + 1), np.int64)
         got = 0
         compared = 0
@@ -248,8 +252,8 @@ class Stage:
             scanned += scn
             if jitter is not None:
                 jitter()
-        if got > self.out_per_item * len(rows):
-            self.out_per_item = got / len(rows)  # a hint only: a racy update is harmless
+        self._hint_out += got
+        self._hint_items += len(rows)
         s = self.unit_stats(unit)
         s.tasks += 1
         s.items += len(rows)
