@@ -33,7 +33,6 @@ import pandas as pd
 
 from ..errors import ArgumentError
 from . import _compat, kernels
-from .agent import Fragment
 from .compile import compile_rules
 from .costmodel import ChainStats, allocate
 from .engine import OUTPUT_PART, as_rule_list, chunk_bounds, concat_parts
@@ -194,7 +193,7 @@ def _trace_once(r, events, time_unit, chunk_size, batch_size, stats, fused: bool
     # per task: the call, one fragment visit (the trace ran one unit) and the wrapping
     t_task = np.maximum(per_call, 0.0) + t_access + wrap
     pair_s = float((scanned.sum(axis=0) * c_scan).sum())
-    t_piece = _piece_cost(spec, store, strcodes, rows[: min(len(rows), 64)])
+    t_piece = _piece_cost(spec, store, strcodes, rows[: min(len(rows), 64)], t_task, t_item)
     t_route, t_fpush, t_route_owned = _feed_costs(spec, store, strcodes, rows, chunk_size)
     # hand-overs per stage: the batches entering it (stage 1 gets the splitter's)
     pushes = tasks.copy()
@@ -282,23 +281,28 @@ def _call_item_cost(spec, store, strcodes, rows) -> tuple[float, float]:
     return small, max(big - small, 0.0) / 255
 
 
-def _piece_cost(spec, store, strcodes, rows) -> float:
-    """Seconds to build, feed and drain one inline runtime (a RIP/LLSF piece's fixed cost)."""
+def _piece_cost(spec, store, strcodes, rows, t_task: np.ndarray, t_item: float) -> float:
+    """Seconds of a RIP/LLSF piece beyond its tasks and items: build an inline runtime, feed it a
+    real slice of events (every stage gets fragments), drain it, prune it at its quiescent point
+    and take its results; the stage calls and items it ran are charged at the trace's own costs
+    and taken off, since simulate charges them per task and per item."""
     n = spec.length
-    reps = 20
+    reps = 10
+    layout = Layout([[(p,) for p in range(1, n)]], [0] * (n - 1), 1)
     t0 = time.thread_time()
+    calls = np.zeros(n - 1)
+    items = 0
     for _ in range(reps):
-        rt = Runtime([spec], store, Layout([[(p,) for p in range(1, n)]], [0] * (n - 1), 1), [strcodes],
-                     dynamic=False, threads=False)
-        rt.feed(rows[:1], first_only=rows[:0])
+        rt = Runtime([spec], store, layout, [strcodes], dynamic=False, threads=False)
+        rt.feed(rows, first_only=rows)
         rt.drain()
         rt.quiesce()
         rt.take_results()
-        # a real piece also gives every stage an event and a match fragment on its first items
-        for p in range(1, n):
-            Fragment(0, 0)
-            Fragment(p, 0)
-    return (time.thread_time() - t0) / reps
+        st = rt.stage_stats()[0]
+        calls += [st[p].tasks for p in range(1, n)]
+        items += sum(st[p].items for p in range(1, n))
+    spent = time.thread_time() - t0 - float((calls * t_task).sum()) - items * t_item
+    return max(spent, 0.0) / reps
 
 
 def _access_cost(spec, store, strcodes) -> float:
