@@ -26,6 +26,10 @@ def test_trace_counts_are_the_runs(small_trace):
     tr, ev = small_trace
     out = cep_gpu.detect(ev, stock_rule(4, 0.5), backend="reference", output="count")["Rise"]
     assert tr.outputs[:, -1].sum() == out  # the last stage emits the composite events
+    # both layouts traced: fused (one agent) and split (one agent per stage), the same work
+    assert tr.fused and tr.split is not None and not tr.split.fused
+    assert tr.split.outputs[:, -1].sum() == out
+    assert (tr.split.items.sum(axis=0) == tr.items.sum(axis=0)).all()
     assert tr.n_events == len(ev) and sum(tr.chunk_events) == len(ev)
     assert tr.tasks.shape == (4, 3) and (tr.scanned >= 0).all()
     st = stats_from_trace(tr, 1)
@@ -57,7 +61,7 @@ def test_cost_model_beats_equal_split_on_a_skewed_chain(small_trace):
     tr, _ = small_trace
     n_chunks = len(tr.chunk_events)
     skew = dataclasses.replace(
-        tr, serial_s=0.0, t_event=0.0, t_barrier=0.0,
+        tr, serial_s=0.0, t_event=0.0, t_barrier=0.0, split=None,
         tasks=np.full((n_chunks, 3), 400.0), items=np.full((n_chunks, 3), 6400.0),
         match_items=np.full((n_chunks, 3), 3200.0), outputs=np.full((n_chunks, 3), 3200.0),
         scanned=np.array([[1e5, 1e5, 3e6]] * n_chunks), c_scan=np.full(3, 1e-8),

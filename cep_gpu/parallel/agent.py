@@ -33,7 +33,7 @@ class Fragment:
     it writes items and bumps ``n`` last, so any snapshot holds at least ``n`` valid items.
     """
 
-    __slots__ = ("rows", "seq", "first", "last", "n", "width", "unit", "bstart", "bmin", "bmax", "nb")
+    __slots__ = ("rows", "seq", "first", "last", "n", "width", "unit", "bstart", "bmin", "bmax", "bpmax", "nb")
 
     def __init__(self, width: int, unit: int, cap: int = 256) -> None:
         self.width = width  # 0: events (rows is 1-D); k: matches of k positions
@@ -47,6 +47,7 @@ class Fragment:
         self.bstart = np.empty(16, np.int64)
         self.bmin = np.empty(16, np.int64)
         self.bmax = np.empty(16, np.int64)
+        self.bpmax = np.empty(16, np.int64)
         self.nb = 0
         self.n = 0
 
@@ -66,29 +67,30 @@ class Fragment:
             self.last = last
         self.rows, self.seq = rows, seq
 
-    def append(self, rows: np.ndarray, seq0: int, first=None, last=None) -> None:
+    def append(self, rows: np.ndarray, seq0: int, ts: np.ndarray, base: int, ref: int = 0) -> None:
+        """Append ``rows`` numbered from ``seq0`` (one compiled call; the caller holds the stage lock)."""
         k = len(rows)
         n = self.n
         if n + k > len(self.seq):
             self._grow(n + k)
-        self.rows[n:n + k] = rows
-        self.seq[n:n + k] = np.arange(seq0, seq0 + k, dtype=np.int64)
-        self.first[n:n + k] = first
         if self.width:
-            self.last[n:n + k] = last
-            self._block(n, first)
+            need = self.nb + k // kernels.BLOCK + 1
+            if need > len(self.bstart):
+                self._grow_blocks(need)
+            self.nb = kernels.append_matches(self.rows, self.seq, self.first, self.last, n, rows, seq0, ts, base,
+                                             ref, self.bstart, self.bmin, self.bmax, self.bpmax, self.nb)
+        else:
+            kernels.append_events(self.rows, self.seq, self.first, n, rows, seq0, ts, base)
         self.n = n + k  # last: publishes the items to readers
 
-    def _block(self, start: int, first: np.ndarray) -> None:
+    def _grow_blocks(self, need: int) -> None:
+        cap = max(need, 2 * len(self.bstart))
         nb = self.nb
-        if nb == len(self.bstart):
-            self.bstart = np.concatenate([self.bstart, np.empty(nb, np.int64)])
-            self.bmin = np.concatenate([self.bmin, np.empty(nb, np.int64)])
-            self.bmax = np.concatenate([self.bmax, np.empty(nb, np.int64)])
-        self.bstart[nb] = start
-        self.bmin[nb] = first.min() if len(first) else 0
-        self.bmax[nb] = first.max() if len(first) else 0
-        self.nb = nb + 1
+        for name in ("bstart", "bmin", "bmax", "bpmax"):
+            old = getattr(self, name)
+            new = np.empty(cap, np.int64)
+            new[:nb] = old[:nb]
+            setattr(self, name, new)
 
     def clear(self) -> None:
         self.n = 0
@@ -105,8 +107,10 @@ class Fragment:
         if self.width:
             self.last[:k] = self.last[idx]
             self.nb = 0
-            if k:
-                self._block(0, self.first[:k])
+            need = k // kernels.BLOCK + 1
+            if need > len(self.bstart):
+                self._grow_blocks(need)
+            self.nb = kernels.add_blocks(self.first, 0, k, self.bstart, self.bmin, self.bmax, self.bpmax, 0)
         self.n = k
 
 
@@ -140,6 +144,9 @@ class Stage:
         self.width = position  # partial matches entering hold positions 0..i-1
         self.last = position == spec.length - 1
         self.program = spec.joins[position]
+        # the window of this stage and the match position it is measured from (compile.ChainSpec)
+        self.window = spec.stage_windows[position] if spec.stage_windows else spec.window
+        self.ref = spec.ref_positions[position] if spec.ref_positions else 0
         self.lock = threading.Lock()
         self.counter = 0
         self.ev_frags: dict[int, Fragment] = {}
@@ -147,13 +154,19 @@ class Stage:
         self.ev_list: list[Fragment] = []
         self.m_list: list[Fragment] = []
         self.store = store
-        self.stats = StageStats()
-        self._stats_lock = threading.Lock()
+        self.per_unit: dict[int, StageStats] = {}
+        # outputs and items of this stage so far, for the size of a task's output buffer (hints
+        # only: racy updates from several units are harmless)
+        self._hint_out = 0
+        self._hint_items = 0
 
-    def _insert(self, unit: int, rows: np.ndarray, is_event: bool) -> int:
-        """Number the items and append them to ``unit``'s fragment in one critical section."""
-        ts = self.store.ts
-        base = self.store.base
+    def _insert(self, unit: int, rows: np.ndarray, is_event: bool) -> tuple[int, list[Fragment]]:
+        """Number the items and append them to ``unit``'s fragment in one critical section.
+
+        Returns the first number and the opposite buffer's fragment list as it is after the
+        numbering (each fragment's item count is read later, by the probe: still after it).
+        """
+        st = self.store
         with self.lock:
             seq0 = self.counter
             self.counter += len(rows)
@@ -162,109 +175,112 @@ class Stage:
                 if frag is None:
                     frag = self.ev_frags[unit] = Fragment(0, unit)
                     self.ev_list = self.ev_list + [frag]  # copy-on-write: readers hold snapshots
-                frag.append(rows, seq0, ts[rows - base])
-            else:
-                frag = self.m_frags.get(unit)
-                if frag is None:
-                    frag = self.m_frags[unit] = Fragment(self.width, unit)
-                    self.m_list = self.m_list + [frag]
-                frag.append(rows, seq0, ts[rows[:, 0] - base], ts[rows[:, -1] - base])
-        return seq0
+                frag.append(rows, seq0, st.ts, st.base)
+                return seq0, self.m_list
+            frag = self.m_frags.get(unit)
+            if frag is None:
+                frag = self.m_frags[unit] = Fragment(self.width, unit)
+                self.m_list = self.m_list + [frag]
+            frag.append(rows, seq0, st.ts, st.base, self.ref)
+            return seq0, self.ev_list
+
+    def unit_stats(self, unit: int) -> StageStats:
+        """``unit``'s own counters (only that unit writes them: no lock)."""
+        s = self.per_unit.get(unit)
+        if s is None:
+            s = self.per_unit.setdefault(unit, StageStats())
+        return s
+
+    @property
+    def stats(self) -> StageStats:
+        """The counters of every unit, summed."""
+        total = StageStats()
+        for s in list(self.per_unit.values()):
+            total.add(s)
+        return total
 
     def process(self, unit: int, rows: np.ndarray, is_event: bool, jitter=None) -> np.ndarray:
         """Insert a batch (events: 1-D rows; matches: (k, width) rows) and probe the other buffer.
 
+        Python runs once per batch and fragment: numbering and appending are one compiled call
+        under the stage lock, each fragment one compiled probe without the GIL.
         Returns the extended matches, (n, width + 1) absolute store rows.
         """
         t0 = time.thread_time()
-        seq0 = self._insert(unit, rows, is_event)
+        seq0, frags = self._insert(unit, rows, is_event)
         if jitter is not None:
             jitter()
-        frags = self.m_list if is_event else self.ev_list  # snapshot after numbering
         st = self.store
         prog = self.program
         w = self.width
-        seqs = np.arange(seq0, seq0 + len(rows), dtype=np.int64)
-        outs = []
+        window = self.window
+        # room for the outputs this stage has produced per item on average so far (a rerun of a
+        # fragment whose outputs do not fit costs its whole scan again)
+        ratio = self._hint_out / self._hint_items if self._hint_items else 0.0
+        cap = max(64, 2 * len(rows), int(1.5 * ratio * len(rows)))
+        out = np.empty((cap, w + 1), np.int64)
+        got = 0
         compared = 0
         scanned = 0
         kt = 0.0
-        if not is_event and frags:
-            firsts, lasts = ffirst_of(rows, st), flast_of(rows, st)
-        elif frags:
-            ets = st.ts[rows - st.base]
         for f in frags:
-            n = f.n
+            n = f.n  # after our numbering: every item of a smaller number is in
             if n == 0:
                 continue
-            nb = f.nb
-            frows, fseq, ffirst, flast = f.rows, f.seq, f.first, f.last
-            bstart, bmin, bmax = f.bstart, f.bmin, f.bmax
-            cap = max(64, 2 * len(rows))
             while True:
-                out = np.empty((cap, w + 1), np.int64)
                 if self.time_kernels:
                     k0 = time.thread_time()
                 if is_event:
-                    got, cmp, scn = kernels.join(True, rows, seqs, ets, len(rows), frows, fseq, ffirst, flast, n,
-                                                 bstart, bmin, bmax, nb,
-                                            self.spec.window, prog.code, prog.consts, self.strcodes,
-                                            st.vals, st.valid, st.ts, st.base, prog.max_stack, out, cap)
+                    tot, cmp, scn = kernels.probe_events(
+                        rows, seq0, f.rows, f.seq, f.first, f.last, n, f.bstart, f.bmin, f.bmax, f.bpmax, f.nb, window,
+                        prog.code, prog.consts, self.strcodes, st.vals, st.valid, st.ts, st.base, prog.max_stack,
+                        out, got, cap)
                 else:
-                    got, cmp, scn = kernels.join(False, frows, fseq, ffirst, n, rows, seqs, firsts,
-                                            lasts, len(rows), _B0, _B0, _B0, 0, self.spec.window, prog.code,
-                                            prog.consts, self.strcodes, st.vals, st.valid, st.ts, st.base,
-                                            prog.max_stack, out, cap)
+                    tot, cmp, scn = kernels.probe_matches(
+                        rows, seq0, self.ref, f.rows, f.seq, f.first, n, window, prog.code, prog.consts, self.strcodes,
+                        st.vals, st.valid, st.ts, st.base, prog.max_stack, out, got, cap)
                 if self.time_kernels:
                     kt += time.thread_time() - k0
-                if got <= cap:
+                if tot <= cap:
                     break
-                cap = got
+                cap = 2 * tot  # rerun this fragment with room for all
+                bigger = np.empty((cap, w + 1), np.int64)
+                bigger[:got] = out[:got]
+                out = bigger
+            got = tot
             compared += cmp
             scanned += scn
-            if got:
-                outs.append(out[:got])
             if jitter is not None:
                 jitter()
-        result = np.concatenate(outs) if len(outs) > 1 else outs[0] if outs else np.empty((0, w + 1), np.int64)
-        with self._stats_lock:
-            s = self.stats
-            s.tasks += 1
-            s.items += len(rows)
-            if not is_event:
-                s.match_items += len(rows)
-            s.compared += compared
-            s.scanned += scanned
-            s.outputs += len(result)
-            s.accesses += len(frags)
-            s.kernel_s += kt
-            s.busy_s += time.thread_time() - t0
-        return result
+        self._hint_out += got
+        self._hint_items += len(rows)
+        s = self.unit_stats(unit)
+        s.tasks += 1
+        s.items += len(rows)
+        if not is_event:
+            s.match_items += len(rows)
+        s.compared += compared
+        s.scanned += scanned
+        s.outputs += got
+        s.accesses += len(frags)
+        s.kernel_s += kt
+        s.busy_s += time.thread_time() - t0
+        return out[:got]
 
     def prune(self, newest: int) -> None:
         """At a quiescent point: drop every buffered event and the matches no later event can extend.
 
         Once every queue is empty, all matches of the events seen so far exist, so a later match
         holds a later event and only later events can extend it: buffered events are done with.
-        A later event (``ts >= newest``) extends a match only if ``ts - first <= W``.
+        A later event (``ts >= newest``) extends a match only if ``ts - first <= W`` (``first``: the
+        timestamp the stage's window is measured from).
         """
         for f in self.ev_list:
             f.clear()
-        lo = newest - self.spec.window
+        lo = newest - self.window
         for f in self.m_list:
             if f.n:
                 f.keep(f.first[: f.n] >= lo)
-
-
-_B0 = np.zeros(1, np.int64)
-
-
-def ffirst_of(rows: np.ndarray, store) -> np.ndarray:
-    return store.ts[rows[:, 0] - store.base]
-
-
-def flast_of(rows: np.ndarray, store) -> np.ndarray:
-    return store.ts[rows[:, -1] - store.base]
 
 
 @dataclass

@@ -24,7 +24,7 @@ import pandas as pd
 
 from ..errors import ArgumentError
 from . import _compat
-from .compile import compile_rules
+from .compile import compile_rules, rule_span
 from .engine import HybridEngine, as_rule_list, auto_batch, auto_chunk, check_units
 from .kernels import llsf_assign
 from .runtime import Layout, Runtime, Store
@@ -51,8 +51,12 @@ class RunResult:
 def run(method: str, rules, events: pd.DataFrame, units: int = 1, *, time_unit: str = "s",
         stats=None, dynamic: bool = True, fusion: bool = True, batch_size: int | None = None,
         chunk_size: int | None = None, rip_batch: int | None = None, jitter: float = 0.0,
-        seed: int = 0) -> RunResult:
-    """Run ``method`` (one of :data:`METHODS`) over ``events`` with ``units`` units."""
+        seed: int = 0, output_part: int | None = None) -> RunResult:
+    """Run ``method`` (one of :data:`METHODS`) over ``events`` with ``units`` units.
+
+    ``output_part``: the hybrid engine's (default :data:`~cep_gpu.parallel.engine.OUTPUT_PART`);
+    a number above the matches builds every composite event at the end, as the other methods do.
+    """
     if method not in METHODS:
         raise ArgumentError(f"method must be one of {METHODS}, got {method!r}")
     units = check_units(units)
@@ -67,7 +71,7 @@ def run(method: str, rules, events: pd.DataFrame, units: int = 1, *, time_unit: 
         eng = HybridEngine(rule_list, units=units, allocation="equal" if method == "hybrid-equal" else "cost-model",
                            dynamic=dynamic, fusion=fusion, time_unit=time_unit, stats=stats,
                            batch_size=batch_size, chunk_size=chunk_size or baseline_chunk(rule_list, events, time_unit),
-                           jitter=jitter, seed=seed)
+                           jitter=jitter, seed=seed, **({"output_part": output_part} if output_part else {}))
         try:
             t0 = time.perf_counter()
             out = eng.publish(events)
@@ -107,15 +111,15 @@ def run(method: str, rules, events: pd.DataFrame, units: int = 1, *, time_unit: 
 
 
 def baseline_chunk(rules, events: pd.DataFrame, time_unit: str) -> int:
-    """Events per quiescent point: about two windows' worth, within [4096, 65536]."""
+    """Events per quiescent point: :func:`~cep_gpu.parallel.engine.auto_chunk` of the stream's rate."""
     n = len(events)
     if n < 2:
-        return 4096
+        return 16_384
     ts = events["ts"]
     span = (ts.iloc[-1] - ts.iloc[0])
     span = span.total_seconds() if hasattr(span, "total_seconds") else float(span) * {
         "ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0, "min": 60.0, "h": 3600.0}.get(time_unit, 1.0)
-    w = max((r.predicates[0].window or 0) for r in rules) / 1e9
+    w = max(rule_span(r) for r in rules) / 1e9
     return auto_chunk(n / span if span > 0 else float(n), w)
 
 

@@ -6,6 +6,11 @@ positions ``0..i-1`` with the events of position ``i``. Every condition of the r
 the stage of the latest position it reads (the paper's state ``S_i``); conditions that read one
 position only are filters applied by the splitter before an event enters any buffer.
 
+A TESLA chain of ``each`` (``from T0 and each T1 within D1 from T0 and each T2 within D2 from T1
+...``) has the same shape read backwards: positions are the predicates from the last declared to
+the terminator, and stage ``i``'s window ``D`` is measured from the match's last event (position
+``i - 1``, the predicate anchored at position ``i``) instead of its first.
+
 Conditions are compiled to a tiny stack program that one generic Numba kernel interprets per
 (match, event) pair, so a new rule costs no compilation and no Python runs per comparison.
 """
@@ -67,10 +72,39 @@ class ChainSpec:
     joins: tuple[Program, ...]  # per stage 1..n-1 (index 0 unused, empty): cross-position conditions
     attributes: tuple[str, ...]  # attribute names the programs read (column index = position here)
     string_consts: tuple[str, ...]  # string literals the programs compare with
+    #: per stage 1..n-1 (index 0 unused): the window (ns) and the position of the match whose
+    #: timestamp it is measured from: 0 for SEQ (every position within W of the first), the
+    #: previous position for a TESLA chain (each event within its predicate's window of the next)
+    stage_windows: tuple[int, ...] = ()
+    ref_positions: tuple[int, ...] = ()
+    #: a TESLA chain binds its predicates terminator first: output columns are positions reversed
+    reversed_output: bool = False
 
     @property
     def length(self) -> int:
         return len(self.types)
+
+
+def is_tesla_chain(rule: Rule) -> bool:
+    """Whether ``rule`` is a TESLA chain of ``each``: ``from T0() and each T1() within D1 from T0
+    and each T2() within D2 from T1 ...`` (every predicate before the one it is anchored at)."""
+    if rule.syntax == "seq" or len(rule.plans) != 1:
+        return False
+    plan = rule.plans[0]
+    n = len(plan.predicates)
+    if n < 1 or plan.order != tuple(range(n)):
+        return False
+    return all(p.policy == "each" and p.anchor == i - 1 and p.before == i - 1 and not p.ties
+               and p.kleene is None and p.window is not None
+               for i, p in enumerate(plan.predicates) if i)
+
+
+def rule_span(rule: Rule) -> int:
+    """The longest time (ns) between the first and the last event of a composite event."""
+    preds = rule.plans[0].predicates
+    if is_tesla_chain(rule):
+        return int(sum(p.window for p in preds[1:]))
+    return int(preds[0].window or 0) if len(preds) > 1 else 0
 
 
 def check_supported(rule: Rule) -> None:
@@ -78,19 +112,30 @@ def check_supported(rule: Rule) -> None:
     def no(feature: str) -> UnsupportedPatternError:
         return UnsupportedPatternError(
             f"rule {rule.name!r}: {feature} is not supported by the parallel engine "
-            "(cep_gpu.parallel runs SEQ(...) within W, select each, with where conditions)"
+            "(cep_gpu.parallel runs SEQ(...) within W, select each, with where conditions, and TESLA "
+            "chains of each)"
         )
 
-    if rule.syntax != "seq":
-        raise no("a TESLA rule (from ... each/last/first ...)")
-    if len(rule.plans) != 1:
+    tesla = rule.syntax != "seq"
+    if not tesla and len(rule.plans) != 1:
         raise no("AND(...)")
     if rule.negations:
-        raise no("NOT(...)")
+        raise no("a TESLA negation (not ...)" if tesla else "NOT(...)")
     if rule.aggregates:
-        raise no("an aggregate")
+        raise no("a TESLA aggregate" if tesla else "an aggregate")
     if rule.consuming:
         raise no("consuming")
+    for c in rule.conditions:
+        for node in walk(c):
+            if isinstance(node, AggValue):
+                raise no("an aggregate value")
+    if tesla:
+        if any(p.policy in ("last", "first") for p in rule.plans[0].predicates):
+            raise no("a TESLA rule with last/first selection")
+        if not is_tesla_chain(rule):
+            raise no("a TESLA rule whose predicates are not a chain (each one anchored at the one "
+                     "declared before it)")
+        return
     plan = rule.plans[0]
     n = len(plan.predicates)
     if plan.order != tuple(reversed(range(n))):
@@ -103,10 +148,6 @@ def check_supported(rule: Rule) -> None:
     windows = {p.window for p in plan.predicates[:-1]}
     if len(windows) > 1:
         raise no("different windows per position")
-    for c in rule.conditions:
-        for node in walk(c):
-            if isinstance(node, AggValue):
-                raise no("an aggregate value")
 
 
 def compile_rules(rules: list[Rule], time_scale_ns: int = 10**9) -> list[ChainSpec]:
@@ -114,8 +155,8 @@ def compile_rules(rules: list[Rule], time_scale_ns: int = 10**9) -> list[ChainSp
     attrs: list[str] = []
     strings: list[str] = []
     specs = [compile_rule(r, time_scale_ns, attrs, strings) for r in rules]
-    return [ChainSpec(s.rule, s.types, s.window, s.filters, s.joins, tuple(attrs), tuple(strings))
-            for s in specs]
+    return [ChainSpec(s.rule, s.types, s.window, s.filters, s.joins, tuple(attrs), tuple(strings),
+                      s.stage_windows, s.ref_positions, s.reversed_output) for s in specs]
 
 
 def compile_rule(rule: Rule, time_scale_ns: int = 10**9, attrs: list[str] | None = None,
@@ -124,36 +165,50 @@ def compile_rule(rule: Rule, time_scale_ns: int = 10**9, attrs: list[str] | None
     check_supported(rule)
     plan = rule.plans[0]
     n = len(plan.predicates)
-    window = plan.predicates[0].window if n > 1 else 0
+    chain = is_tesla_chain(rule)
+    # position of each predicate: SEQ declares them in sequence order, a TESLA chain backwards
+    pos = [n - 1 - i for i in range(n)] if chain else list(range(n))
+    preds = [plan.predicates[pos.index(k)] for k in range(n)]  # by position
+    if chain:
+        # stage k adds position k; the predicate before it (position k - 1) is within its window
+        windows = (0,) + tuple(int(preds[k - 1].window) for k in range(1, n))
+        refs = (0,) + tuple(k - 1 for k in range(1, n))
+    else:
+        windows = (0,) + (int(plan.predicates[0].window or 0),) * (n - 1)
+        refs = (0,) * n
     attrs = [] if attrs is None else attrs
     strings = [] if strings is None else strings
     per_filter: list[list[Expr]] = [[] for _ in range(n)]
     per_join: list[list[Expr]] = [[] for _ in range(n)]
     for c in rule.conditions:
-        ins = inputs(c, rule)
+        ins = {pos[i] for i in inputs(c, rule)}
         if len(ins) <= 1:
             per_filter[max(ins, default=0)].append(c)
         else:
             per_join[max(ins)].append(c)
-    enc = _Encoder(attrs, strings, float(time_scale_ns))
+    enc = _Encoder(attrs, strings, float(time_scale_ns), pos)
     filters = tuple(enc.program(cs) for cs in per_filter)
     joins = tuple(enc.program(cs) for cs in per_join)
     return ChainSpec(
         rule=rule,
-        types=tuple(p.event_type for p in plan.predicates),
-        window=int(window or 0),
+        types=tuple(p.event_type for p in preds),
+        window=rule_span(rule),
         filters=filters,
         joins=joins,
         attributes=tuple(attrs),
         string_consts=tuple(strings),
+        stage_windows=windows,
+        ref_positions=refs,
+        reversed_output=chain,
     )
 
 
 class _Encoder:
-    def __init__(self, attrs: list[str], strings: list[str], scale: float) -> None:
+    def __init__(self, attrs: list[str], strings: list[str], scale: float, pos: list[int]) -> None:
         self.attrs = attrs
         self.strings = strings
         self.scale = scale
+        self.pos = pos  # predicate index -> position (the slot the kernels read)
 
     def program(self, conds: list[Expr]) -> Program:
         code: list[tuple[int, int, int]] = []
@@ -179,10 +234,10 @@ class _Encoder:
             elif isinstance(e, Attr):
                 if e.name not in self.attrs:
                     self.attrs.append(e.name)
-                code.append((OP_ATTR, e.pred, self.attrs.index(e.name)))
+                code.append((OP_ATTR, self.pos[e.pred], self.attrs.index(e.name)))
                 push()
             elif isinstance(e, Timestamp):
-                code.append((OP_TS, e.pred, 0))
+                code.append((OP_TS, self.pos[e.pred], 0))
                 push()
                 # numeric time: X.ts is in the input's unit (as detect's in_time_units does)
                 if self.scale != 1.0:

@@ -24,12 +24,15 @@ from .compile import (
     UnsupportedPatternError,
     check_supported,
     compile_rules,
+    is_tesla_chain,
     string_compare_problems,
 )
 from .costmodel import Allocation, ChainStats, agent_loads, allocate, integer_allocation
 from .runtime import Layout, Runtime, Store
 
 ALLOCATIONS = ("cost-model", "equal")
+#: default ``output_part``: composite events built per part (fixed costs of a part: about 1 ms)
+OUTPUT_PART = 8192
 
 
 def as_rule_list(rules) -> list[Rule]:
@@ -88,14 +91,17 @@ class HybridEngine:
         ``calibration_events`` events of the first publish (:meth:`calibrate`).
     batch_size, chunk_size:
         Items per task, and events fed between two quiescent points (where buffers are pruned).
-        Default: :func:`auto_chunk` (about two windows of events, 4096 to 65536) and
+        Default: :func:`auto_chunk` (about two windows of events, 16384 to 65536) and
         :func:`auto_batch` (small enough that every agent gets several tasks per unit per chunk).
+    output_part:
+        Composite events are built (by the publishing thread, while the units go on with the
+        next chunk) each time at least this many are held; the parts are joined at the end.
     """
 
     def __init__(self, rules, units: int = 1, allocation: str = "cost-model", dynamic: bool = True,
                  fusion: bool = True, *, time_unit: str = "s", stats: Sequence[ChainStats] | None = None,
                  calibration_events: int = 20_000, batch_size: int | None = None, chunk_size: int | None = None,
-                 jitter: float = 0.0, seed: int = 0) -> None:
+                 output_part: int = OUTPUT_PART, jitter: float = 0.0, seed: int = 0) -> None:
         self.units = check_units(units)
         if allocation not in ALLOCATIONS:
             raise ArgumentError(f"allocation must be one of {ALLOCATIONS}, got {allocation!r}")
@@ -103,8 +109,8 @@ class HybridEngine:
             if not isinstance(v, bool):
                 raise ArgumentError(f"{name} must be True or False, got {v!r}")
         for name, v in (("batch_size", batch_size), ("chunk_size", chunk_size),
-                        ("calibration_events", calibration_events)):
-            if v is None and name != "calibration_events":
+                        ("calibration_events", calibration_events), ("output_part", output_part)):
+            if v is None and name in ("batch_size", "chunk_size"):
                 continue
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ArgumentError(f"{name} must be an int >= 1, got {v!r}")
@@ -118,6 +124,7 @@ class HybridEngine:
         self.batch_size = batch_size
         self.chunk_size = chunk_size
         self.calibration_events = calibration_events
+        self.output_part = output_part
         self._jitter = float(jitter)
         self._seed = seed
         if stats is not None:
@@ -174,16 +181,30 @@ class HybridEngine:
                 raise spec.rule.error(problem)
         t0 = time.perf_counter()
         rows = store.append(table)
-        for k in range(0, len(rows), self.chunk_size):
-            rt.feed(rows[k:k + self.chunk_size])
+        arrow = output == "arrow"
+        parts = []
+        held: list[list[np.ndarray]] = [[] for _ in self.rules]
+        n_held = 0
+        for lo, hi in chunk_bounds(store.ts[rows - store.base], self.chunk_size):
+            rt.feed(rows[lo:hi])
+            if n_held >= self.output_part:
+                # the composite events of the chunks done so far are built by this thread while
+                # the units join the new chunk (a timestamp never spans two chunks, so the parts
+                # are in detect's order one after the other)
+                parts.append(self._build(held, arrow))
+                held = [[] for _ in self.rules]
+                n_held = 0
             rt.drain()
             rt.quiesce()
-        results = rt.take_results()
+            for r, res in enumerate(rt.take_results()):
+                held[r].append(res)
+                n_held += len(res)
+                self._matches += len(res)
+        parts.append(self._build(held, arrow))
+        out = concat_parts(parts, arrow)
         self._seconds += time.perf_counter() - t0
         if len(rows):
             self._newest = int(store.ts[rows[-1] - store.base])
-        self._matches += sum(len(r) for r in results)
-        out = _compat.build_output(self.rules, results, store, self._strings, self._time, arrow=output == "arrow")
         if self._newest is not None:
             # rows no match can read any more (after the output is built)
             keep = self._newest - max(s.window for s in self._specs)
@@ -271,11 +292,18 @@ class HybridEngine:
             lines.append("  not calibrated yet (statistics are measured on the first publish, or pass stats=)")
             return "\n".join(lines)
         for rule, st, al in zip(self.rules, self.chain_stats, self.allocations):
-            lines.append(f"rule {rule.name}: SEQ of {len(rule.predicates)}")
+            shape = "TESLA chain" if is_tesla_chain(rule) else "SEQ"
+            lines.append(f"rule {rule.name}: {shape} of {len(rule.predicates)}")
             if st is None or al is None:
                 lines.append("  one position: no agents (events are matches)")
                 continue
-            lines.append(f"  W = {st.window:g} s; e_i = {', '.join(f'{x:.4g}' for x in st.rates)} /s")
+            if is_tesla_chain(rule):  # the model's W is the span; each step has its own window
+                spec = next(x for x in self._specs if x.rule is rule)
+                steps = ", ".join(f"{w / 1e9:g}" for w in spec.stage_windows[1:])
+                lines.append(f"  W = {st.window:g} s (the chain's span; windows per step: {steps} s)")
+            else:
+                lines.append(f"  W = {st.window:g} s")
+            lines.append(f"  e_i = {', '.join(f'{x:.4g}' for x in st.rates)} /s")
             lines.append(f"  s_i = {', '.join(f'{x:.3g}' for x in st.selectivity[1:])}; "
                          f"c_i = {', '.join(f'{x * 1e9:.3g}' for x in st.comp_cost[1:])} ns; "
                          f"b_i = {', '.join(f'{x * 1e9:.3g}' for x in st.lock_cost[1:])} ns; "
@@ -295,6 +323,11 @@ class HybridEngine:
         return "\n".join(lines)
 
     # -- internals -----------------------------------------------------------------------------
+
+    def _build(self, held: list[list[np.ndarray]], arrow: bool):
+        results = [np.concatenate(h) if h else np.empty((0, spec.length), np.int64)
+                   for h, spec in zip(held, self._specs)]
+        return _compat.build_output(self.rules, results, self._store, self._strings, self._time, arrow=arrow)
 
     def _strings_for(self, table, specs) -> np.ndarray:
         return np.array([table.strings.encode_one(s) for s in specs[0].string_consts] if specs else [],
@@ -351,14 +384,49 @@ class HybridEngine:
         return groups, per_agent
 
 
+def chunk_bounds(ts: np.ndarray, size: int) -> list[tuple[int, int]]:
+    """``(lo, hi)`` slices of about ``size`` events over sorted ``ts``; a run of equal timestamps
+    is never cut (so the composite events of one chunk all come before the next chunk's)."""
+    n = len(ts)
+    out = []
+    lo = 0
+    while lo < n:
+        hi = min(lo + size, n)
+        if hi < n:
+            hi = int(np.searchsorted(ts, ts[hi - 1], side="right"))
+        out.append((lo, hi))
+        lo = hi
+    return out
+
+
+def concat_parts(parts: list, arrow: bool):
+    """The output parts as one frame (or Arrow table); empty parts add nothing."""
+    full = [p for p in parts if len(p)]
+    if len(full) <= 1:
+        return full[0] if full else parts[-1]
+    if arrow:
+        import pyarrow as pa
+
+        return pa.concat_tables(full)
+    return pd.concat(full, ignore_index=True)
+
+
 def auto_chunk(rate: float, window_s: float) -> int:
-    """Events between two quiescent points: about two windows' worth, within [4096, 65536]."""
-    return int(min(max(2.0 * rate * window_s, 4096), 65536))
+    """Events between two quiescent points: about two windows' worth, within [16384, 65536].
+
+    Each quiescent point is a barrier (every unit waits for the slowest); match fragments are
+    searched by blocks, so longer chunks cost little in probing and save barriers.
+    """
+    return int(min(max(2.0 * rate * window_s, 16_384), 65_536))
 
 
 def auto_batch(chunk: int, length: int, units: int) -> int:
-    """Items per task: each position gets about four tasks per unit per chunk, within [16, 256]."""
-    return int(min(max(chunk // (max(length, 1) * 4 * max(units, 1)), 16), 256))
+    """Items per task: each position gets about four tasks per unit per chunk, within [32, 1024].
+
+    Python runs once per task (and per fragment it probes), so tasks are as large as the
+    units' load balance allows.
+    """
+    return int(min(max(chunk // (max(length, 1) * 4 * max(units, 1)), 32), 1024))
 
 
 def measure_stats(spec: ChainSpec, table, strcodes: np.ndarray) -> ChainStats:

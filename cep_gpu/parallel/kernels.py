@@ -135,82 +135,150 @@ def filter_rows(rows, pos, code, consts, strcodes, vals, valid, ts, base, depth)
     return out[:n]
 
 
+#: matches per block of a match fragment: a probing event skips whole blocks whose first
+#: timestamps are all out of its reach, so blocks are kept small whatever the batch size
+BLOCK = 32
+
+
 @numba.njit(**_JIT)
-def join(probe_is_event, e_rows, e_seq, e_ts, ne, m_rows, m_seq, m_first, m_last, nm,
-         bstart, bmin, bmax, nb, window,
-         code, consts, strcodes, vals, valid, ts, base, depth, out, cap):
-    """Join events (position ``w = m_rows.shape[1]``) with partial matches of positions ``0..w-1``.
+def append_events(frows, fseq, ffirst, n, rows, seq0, ts, base):
+    """Append events ``rows`` (absolute) numbered ``seq0, seq0 + 1, ...`` at ``n`` of a fragment."""
+    for i in range(rows.shape[0]):
+        r = rows[i]
+        frows[n + i] = r
+        fseq[n + i] = seq0 + i
+        ffirst[n + i] = ts[r - base]
 
-    The probing side (events if ``probe_is_event``, else matches) joins only opposite items with a
-    smaller sequence number: the exactly-once rule (docs/parallel.md). A pair joins when the event
-    is strictly later than the match's last event, at most ``window`` after its first, and the
-    stage's conditions hold. Extended matches go to ``out`` (rows ``< cap``). An event fragment is
-    in time order, so a probing match binary-searches its time range.
 
-    Returns ``(extended matches, pairs compared, pairs scanned)``: *compared* counts the pairs of
-    the cost model (the event within ``window`` of the match's first event, either side, Eq. 2),
-    *scanned* every pair the kernel looked at. When the first exceeds ``cap`` the caller reruns
-    with a larger ``out``.
+@numba.njit(**_JIT)
+def add_blocks(ffirst, n, k, bstart, bmin, bmax, bpmax, nb):
+    """Blocks of at most :data:`BLOCK` items over items ``n..n+k-1``; returns the new block count.
+
+    ``bpmax[b]``: the largest first timestamp of blocks ``0..b`` (non-decreasing), so that a
+    probing event binary-searches past the blocks that all started too early.
+    """
+    i = 0
+    while i < k:
+        j = min(i + BLOCK, k)
+        lo = ffirst[n + i]
+        hi = lo
+        for t in range(n + i + 1, n + j):
+            f = ffirst[t]
+            if f < lo:
+                lo = f
+            if f > hi:
+                hi = f
+        bstart[nb] = n + i
+        bmin[nb] = lo
+        bmax[nb] = hi
+        bpmax[nb] = hi if nb == 0 or hi > bpmax[nb - 1] else bpmax[nb - 1]
+        nb += 1
+        i = j
+    return nb
+
+
+@numba.njit(**_JIT)
+def append_matches(frows, fseq, ffirst, flast, n, rows, seq0, ts, base, ref, bstart, bmin, bmax, bpmax, nb):
+    """Append partial matches ``rows`` (k, w) at ``n`` of a fragment, with their blocks.
+
+    ``ffirst`` gets the timestamp of position ``ref`` of each match, the one the stage's window
+    is measured from (0 for SEQ; the match's last position for a TESLA chain); docstrings below
+    call it the match's *first* timestamp.
+
+    Each block holds at most :data:`BLOCK` consecutive items and the range of their first
+    timestamps. Returns the new number of blocks (the caller made room for them).
+    """
+    w = rows.shape[1]
+    k = rows.shape[0]
+    for i in range(k):
+        for p in range(w):
+            frows[n + i, p] = rows[i, p]
+        fseq[n + i] = seq0 + i
+        ffirst[n + i] = ts[rows[i, ref] - base]  # the window's reference (the first event for SEQ)
+        flast[n + i] = ts[rows[i, w - 1] - base]
+    return add_blocks(ffirst, n, k, bstart, bmin, bmax, bpmax, nb)
+
+
+@numba.njit(**_JIT)
+def probe_events(e_rows, seq0, m_rows, m_seq, m_first, m_last, nm, bstart, bmin, bmax, bpmax, nb, window,
+                 code, consts, strcodes, vals, valid, ts, base, depth, out, n0, cap):
+    """Events ``e_rows`` (numbered from ``seq0``) probe one match fragment of ``nm`` items.
+
+    The exactly-once rule (docs/parallel.md): an event joins only matches of a smaller number. A
+    pair joins when the event is strictly later than the match's last event, at most ``window``
+    after its first, and the stage's conditions hold. Extended matches go to ``out`` from row
+    ``n0`` (rows ``< cap`` are written). Returns ``(n0 + extended, pairs compared, pairs
+    scanned)``: *compared* counts the pairs of the cost model (the event within ``window`` of the
+    match's first event, either side, Eq. 2), *scanned* every pair looked at. When the first
+    exceeds ``cap`` the caller reruns with a larger ``out``.
     """
     w = m_rows.shape[1]
     sv = np.empty(depth, np.float64)
     sk = np.empty(depth, np.bool_)
-    n = 0
+    n = n0
     compared = 0
     scanned = 0
-    if probe_is_event:
-        for i in range(ne):
-            er = e_rows[i]
-            es = e_seq[i]
-            et = e_ts[i]
-            for b in range(nb):
-                j0 = bstart[b]
-                if j0 >= nm:
-                    break
-                if bmax[b] < et - window or bmin[b] >= et:
-                    continue  # every match of the block started too early, or not before et
-                j1 = bstart[b + 1] if b + 1 < nb else nm
-                if j1 > nm:
-                    j1 = nm
-                for j in range(j0, j1):
-                    if m_seq[j] >= es:
-                        continue
-                    scanned += 1
-                    d = et - m_first[j]
-                    if d < -window or d > window:
-                        continue
-                    compared += 1
-                    if et <= m_last[j] or d > window:
-                        continue
-                    if run_program(code, consts, strcodes, m_rows[j], er, w, vals, valid, ts, base, sv, sk):
-                        if n < cap:
-                            for p in range(w):
-                                out[n, p] = m_rows[j, p]
-                            out[n, w] = er
-                        n += 1
-    else:
-        ets = e_ts[:ne]
-        for j in range(nm):
-            ms = m_seq[j]
-            f = m_first[j]
-            lo = m_last[j]
-            a = np.searchsorted(ets, f - window, side="left")
-            b = np.searchsorted(ets, f + window, side="right")
-            s = np.searchsorted(ets, lo, side="right")
-            for i in range(a, b):
-                if e_seq[i] >= ms:
+    for i in range(e_rows.shape[0]):
+        er = e_rows[i]
+        es = seq0 + i
+        et = ts[er - base]
+        for b in range(np.searchsorted(bpmax[:nb], et - window, side="left"), nb):
+            j0 = bstart[b]
+            if j0 >= nm:
+                break
+            if bmax[b] < et - window or bmin[b] >= et:
+                continue  # every match of the block started too early, or not before et
+            j1 = bstart[b + 1] if b + 1 < nb else nm
+            if j1 > nm:
+                j1 = nm
+            for j in range(j0, j1):
+                if m_seq[j] >= es:
+                    continue
+                scanned += 1
+                d = et - m_first[j]
+                if d < -window or d > window:
                     continue
                 compared += 1
-                scanned += 1
-                if i < s:
+                if et <= m_last[j]:
                     continue
-                er = e_rows[i]
                 if run_program(code, consts, strcodes, m_rows[j], er, w, vals, valid, ts, base, sv, sk):
-                    if n < cap:
-                        for p in range(w):
-                            out[n, p] = m_rows[j, p]
+                    if n < cap:  # else the caller reruns with room for all
+                        out[n, :w] = m_rows[j]
                         out[n, w] = er
                     n += 1
+    return n, compared, scanned
+
+
+@numba.njit(**_JIT)
+def probe_matches(m_rows, seq0, ref, e_rows, e_seq, e_ts, ne, window,
+                  code, consts, strcodes, vals, valid, ts, base, depth, out, n0, cap):
+    """Partial matches ``m_rows`` (numbered from ``seq0``) probe one event fragment of ``ne``
+    items, in time order (binary search of each match's window). Same rule, output and return
+    value as :func:`probe_events`."""
+    w = m_rows.shape[1]
+    sv, sk = np.empty(depth, np.float64), np.empty(depth, np.bool_)  # the programs' stacks
+    n, compared, scanned = n0, 0, 0
+    ets = e_ts[:ne]
+    for j in range(m_rows.shape[0]):
+        ms = seq0 + j
+        f = ts[m_rows[j, ref] - base]
+        lo = ts[m_rows[j, w - 1] - base]
+        a = np.searchsorted(ets, f - window, side="left")
+        b = np.searchsorted(ets, f + window, side="right")
+        s = np.searchsorted(ets, lo, side="right")
+        for i in range(a, b):
+            if e_seq[i] >= ms:
+                continue
+            compared += 1
+            scanned += 1
+            if i < s:
+                continue
+            er = e_rows[i]
+            if run_program(code, consts, strcodes, m_rows[j], er, w, vals, valid, ts, base, sv, sk):
+                if n < cap:
+                    out[n, w] = er
+                    out[n, :w] = m_rows[j]
+                n += 1
     return n, compared, scanned
 
 
@@ -229,6 +297,15 @@ def llsf_assign(first_ts, first_cost, n_units):
     return out
 
 
+@numba.njit(**_JIT)
+def spin(n):
+    """A compiled busy loop without the GIL (``bench.cores_available`` times it on threads)."""
+    acc = 0.0
+    for i in range(n):
+        acc += i * 1e-9
+    return acc
+
+
 _WARM: list[bool] = []
 
 
@@ -244,8 +321,12 @@ def warm_up() -> None:
     one = np.zeros(1, np.int64)
     out = np.empty((4, 2), np.int64)
     filter_rows(one, 0, code, consts, consts, vals, valid, ts, 0, 4)
-    for probe in (True, False):
-        join(probe, one + 1, one + 1, one + 1, 1, one.reshape(1, 1), one, one, one, 1, one, one, one, 1, 5,
-             code, consts, consts, vals, valid, ts, 0, 4, out, 4)
+    m = one.reshape(1, 1)
+    probe_events(one + 1, 1, m, one, one, one, 1, one, one, one, one, 1, 5,
+                 code, consts, consts, vals, valid, ts, 0, 4, out, 0, 4)
+    probe_matches(m, 1, 0, one + 1, one, one + 1, 1, 5, code, consts, consts, vals, valid, ts, 0, 4, out, 0, 4)
+    f = np.zeros(2, np.int64)
+    append_events(f, f, f, 0, one, 0, ts, 0)
+    append_matches(f.reshape(2, 1), f, f, f, 0, m, 0, ts, 0, 0, f, f, f, f, 0)
     llsf_assign(one, np.ones(1), 2)
     _WARM.append(True)

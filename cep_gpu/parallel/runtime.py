@@ -286,6 +286,15 @@ class Runtime:
             err, self._error = self._error, None
             raise err
 
+    def discard_queued(self) -> None:
+        """Drop every queued batch unprocessed (inline runtimes only: to time the splitter alone)."""
+        with self._cv:
+            for a in self.agents:
+                a.match_q.clear()
+                for q in a.event_q.values():
+                    q.clear()
+            self._pending = 0
+
     def quiesce(self) -> None:
         """After :meth:`drain`: prune every stage and record the units per agent."""
         if self.newest is not None:
@@ -409,7 +418,9 @@ class Runtime:
         with self._results_lock:
             for r, spec in enumerate(self.specs):
                 parts = self.results[r]
-                out.append(np.concatenate(parts) if parts else np.empty((0, spec.length), np.int64))
+                rows = np.concatenate(parts) if parts else np.empty((0, spec.length), np.int64)
+                # a TESLA chain's predicates are declared terminator first: positions reversed
+                out.append(np.ascontiguousarray(rows[:, ::-1]) if spec.reversed_output else rows)
                 self.results[r] = []
         return out
 
