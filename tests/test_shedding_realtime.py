@@ -47,6 +47,16 @@ def _events(n: int, seed: int, peak: slice | None = None) -> pd.DataFrame:
     return ev.assign(cost=cost)
 
 
+def _peak() -> tuple[pd.DataFrame, np.ndarray]:
+    """600 events; 300 of them (200-499) at 200x the rate, 0.15 s of arrivals and 0.9 s of
+    work, each costing 3 ms; and their arrival times."""
+    n = 600
+    peak = slice(200, 500)
+    gap = np.full(n, 0.1)
+    gap[peak] /= 200
+    return _events(n, seed=1, peak=peak), np.cumsum(gap)
+
+
 @pytest.fixture
 def clocked(monkeypatch):
     clock = _Clock()
@@ -77,12 +87,7 @@ def test_costs_above_their_means_do_not_break_the_bound(clocked, policy):
     wait leaves less than its type's processing tail is not processed, so no composite event is
     late. (Before resolution 17 the mean-based estimate let the queue grow to about twice
     β·L_max: DARLING violated the bound here, 45 composite events, and random 11.)"""
-    n = 600
-    peak = slice(200, 500)
-    ev = _events(n, seed=1, peak=peak)
-    gap = np.full(n, 0.1)
-    gap[peak] /= 200  # 300 events at 200x the rate: 20 ms of arrivals, about 0.9 s of work
-    arr = np.cumsum(gap)
+    ev, arr = _peak()
     eng = SheddingEngine(RULE, Shedder(BOUND, policy=policy, seed=0), mode="real")
     eng.warm_up(_events(400, seed=2))
     assert eng.shedder.stats.costs["A"] == pytest.approx(1.4e-3, rel=0.2)  # the measured mean
@@ -97,12 +102,7 @@ def test_costs_above_their_means_do_not_break_the_bound(clocked, policy):
 def test_none_violates_and_the_clock_is_deterministic(clocked):
     """The same peak without shedding is late (the setting is an overload), and two runs on the
     injected clock are identical."""
-    n = 600
-    peak = slice(200, 500)
-    ev = _events(n, seed=1, peak=peak)
-    gap = np.full(n, 0.1)
-    gap[peak] /= 200
-    arr = np.cumsum(gap)
+    ev, arr = _peak()
     none = SheddingEngine(RULE, Shedder(BOUND, policy="none"), mode="real")
     none.warm_up(_events(400, seed=2))
     none.run(ev, arr)
