@@ -247,9 +247,11 @@ class SheddingEngine:
             z_sum = core.z_est * _warm_counts(sh, core.type_names)
             z_cnt = _warm_counts(sh, core.type_names)
             shed_sum, shed_cnt = 0.0, 0
-            # resolution 17: each terminator type's processing-time tail, for the deadline
-            # check at service start
-            tail = self._tails(core.type_names)
+            # resolution 17: each type's processing-time tail, for the deadline check at service
+            # start: the longest publish so far, in the warm-up and in this run (the kept events
+            # are not the warm-up's: DARLING keeps those that complete matches)
+            longest = np.zeros(len(core.type_names))
+            tail = self._tails(core.type_names, longest)
             bound = sh.latency_bound
         # the input policies that keep the bound (the guard's); "none" and "state" drop no input
         deadline = real and sh.policy in ("darling", "random")
@@ -286,6 +288,10 @@ class SheddingEngine:
                         out = eng.publish(recs[p], output="records")
                         c = _cpu() - t1  # a full collection in it included: the queue waits
                         step_pause += full.total - g0
+                        own = c - (full.total - g0)
+                        if own > longest[core.typ[p]]:
+                            longest[core.typ[p]] = own
+                            tail = self._tails(core.type_names, longest)
                     else:
                         out = eng.publish(recs[p], output="records")
                     clock = s + c
@@ -318,7 +324,7 @@ class SheddingEngine:
                             self.regather(recent, arr[last_check:i])
                             self._refresh(core, frame, i)
                             if real:
-                                tail = self._tails(core.type_names)
+                                tail = self._tails(core.type_names, longest)
                         last_check = i
                 if real and p >= 0:
                     t = core.typ[p]
@@ -367,15 +373,17 @@ class SheddingEngine:
             return min(float(self.guard), 1.0 - 1e-9)
         return self.shedder.beta if self.mode == "real" else 1.0 - 1e-9
 
-    def _tails(self, names: list[str]) -> np.ndarray:
-        """Per type (in ``names`` order): the tail of its measured processing time (real time;
-        the largest for a type the warm-up did not see), at most (1 - β)·L_max: β's margin is
+    def _tails(self, names: list[str], longest: np.ndarray) -> np.ndarray:
+        """Per type (in ``names`` order): the tail of its measured processing time (real time):
+        its longest publish in the warm-up (the largest of any type for a type the warm-up did
+        not see) or in the run so far (``longest``), at most (1 - β)·L_max: β's margin is
         the paper's safety factor, and a longer "tail" is a pause of the whole process (a
         garbage collection) that no check at service start can absorb."""
         tails = getattr(self, "_tail", {})
         top = max(tails.values(), default=0.0)
         cap = (1.0 - self.shedder.beta) * self.shedder.latency_bound
-        return np.minimum(np.array([tails.get(t, top) for t in names], np.float64), cap)
+        warm = np.array([tails.get(t, top) for t in names], np.float64)
+        return np.minimum(np.maximum(warm, longest), cap)
 
     def _refresh(self, core: _core.Core, frame: pd.DataFrame, i: int) -> None:
         """After a re-gathering: the events that have not arrived yet (``i`` on) get utilities
