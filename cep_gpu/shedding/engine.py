@@ -11,7 +11,9 @@ Two clocks:
   window work of a terminator); a run is a function of its input and the seed.
 * ``mode="real"``: each ``Engine.publish`` is timed (this thread's CPU time) and the shedder's
   own work is charged too; arrivals follow the given schedule (trace-driven replay), so the
-  latency is what a single core running this engine would show under that schedule.
+  latency is what a single core running this engine would show under that schedule. An event of
+  a terminator type whose measured wait leaves less than its processing tail is dropped when it
+  comes up for service (docs/shedding.md, resolution 17).
 """
 
 from __future__ import annotations
