@@ -137,3 +137,17 @@ def test_a_full_collection_is_no_events_cost_but_stays_on_the_clock(clocked):
     assert s["full_collections"]["on_clock"] >= 1 and s["full_collections"]["longest_s"] >= PAUSE
     assert s["violations"] == 0 and s["composites"] > 0
     assert s["dropped"] > 0
+
+
+def test_the_processing_tail_is_the_longest_publish_so_far_within_the_margin(clocked):
+    """tail(T) (step 3 of *Dropping*): the warm-up's longest publish of T, raised by longer ones
+    in the run, at most (1 - β)·L_max; a type the warm-up did not see gets the largest."""
+    eng = SheddingEngine(RULE, Shedder(BOUND, beta=0.8, policy="darling"), mode="real")
+    eng.warm_up(_events(400, seed=2))
+    names = ["A", "B", "C", "X", "Y"]
+    warm = eng._tails(names, np.zeros(5))
+    assert np.allclose(warm, 5e-3)  # every type has 5 ms publishes in its warm-up sample
+    longer = eng._tails(names, np.array([0.0, 0.0, 7e-3, 0.0, 0.0]))
+    assert longer[2] == pytest.approx(7e-3) and np.allclose(np.delete(longer, 2), 5e-3)
+    capped = eng._tails(names, np.array([0.0, 0.0, 1.0, 0.0, 0.0]))
+    assert capped[2] == pytest.approx(0.2 * BOUND)
