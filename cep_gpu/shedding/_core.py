@@ -32,7 +32,8 @@ POLICY_CODES = {"none": NONE, "random": RANDOM, "darling": DARLING, "state": STA
 # engine's core, so it delays the queued events; 0 in virtual time)
 F_TFREE, F_WQ, F_L, F_BETA, F_KEST, F_KACT, F_EPS, F_SHED = range(8)
 # int scalars IS[...]
-I_PTR, I_ARRIVED, I_POLICY, I_NB, I_RNG, I_OVERLOADED, I_GUARD, I_EVICTED, I_RING_LO, I_RING_HI = range(10)
+(I_PTR, I_ARRIVED, I_POLICY, I_NB, I_RNG, I_OVERLOADED, I_GUARD, I_EVICTED, I_RING_LO, I_RING_HI,
+ I_DEADLINE) = range(11)
 
 
 @numba.njit(cache=True)
@@ -280,6 +281,14 @@ def _evict(i, now, F, IS, typ, status, lo, relevant, evicted, ring, is_term, fen
 
 
 @numba.njit(cache=True)
+def expire(p, F, IS, typ, bkt, est, status, relevant, nxt, prv, head, cnt, size, active, fen, dropped):
+    """Drop queued event ``p`` when it comes up for service too late: its measured wait plus
+    the tail of its processing time would exceed L_max (real time; docs/shedding.md, resolution 17)."""
+    _drop(p, F, IS, typ, bkt, est, status, relevant, nxt, prv, head, cnt, size, active, fen, dropped)
+    IS[I_DEADLINE] += 1
+
+
+@numba.njit(cache=True)
 def next_queued(IS, status):
     """The next event the engine consumes (FIFO over all buffers), or -1 when none is queued."""
     p = IS[I_PTR]
@@ -382,7 +391,7 @@ class Core:
         self.fen = np.zeros(n + 1, np.int64)
         self.dropped = np.zeros(k, np.int64)
         self.F = np.array([0.0, 0.0, latency_bound, beta, kappa_est, kappa_act, guard, 0.0], np.float64)
-        self.IS = np.zeros(10, np.int64)
+        self.IS = np.zeros(11, np.int64)
         self.IS[I_POLICY] = policy
         self.IS[I_NB] = nb
         # a non-zero xorshift state from the seed (splitmix-style mixing)
@@ -411,6 +420,11 @@ class Core:
     def next_queued(self) -> int:
         return next_queued(self.IS, self.status)
 
+    def expire(self, p: int) -> None:
+        expire(p, self.F, self.IS, self.typ, self.bkt, self.est, self.status, self.relevant,
+               self.nxt, self.prv, self.head, self.cnt, self.size, self.active, self.fen,
+               self.dropped)
+
     def begin(self, p: int) -> float:
         return begin(p, self.F, self.IS, self.typ, self.bkt, self.est, self.status, self.lo,
                      self.relevant, self.ring, self.z_act, self.is_term, self.size, self.active,
@@ -432,4 +446,5 @@ class Core:
     def counters(self) -> dict:
         return {"overloaded_arrivals": int(self.IS[I_OVERLOADED]),
                 "guard_drops": int(self.IS[I_GUARD]),
-                "evicted": int(self.IS[I_EVICTED])}
+                "evicted": int(self.IS[I_EVICTED]),
+                "deadline_drops": int(self.IS[I_DEADLINE])}

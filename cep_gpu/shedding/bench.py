@@ -169,7 +169,9 @@ def run(
                        "composites": s["composites"], "composites_reference": s["composites_reference"],
                        "dropped": s["dropped"], "evicted": s["evicted"],
                        "false_positives": s["false_positives"], "z_mean_s": sh.z_mean,
-                       "estimated_recall": s["estimated_recall"], "wall_s": wall}
+                       "estimated_recall": s["estimated_recall"], "wall_s": wall,
+                       "deadline_drops": s["deadline_drops"],
+                       "full_collections": s.get("full_collections")}
                 rows.append(row)
                 if on_step:
                     on_step(f"{workload} {sweep}: length {length} x{factor:g} {policy:8s} recall "

@@ -11,11 +11,15 @@ Two clocks:
   window work of a terminator); a run is a function of its input and the seed.
 * ``mode="real"``: each ``Engine.publish`` is timed (this thread's CPU time) and the shedder's
   own work is charged too; arrivals follow the given schedule (trace-driven replay), so the
-  latency is what a single core running this engine would show under that schedule.
+  latency is what a single core running this engine would show under that schedule. An event of
+  a terminator type whose measured wait leaves less than its processing tail is dropped when it
+  comes up for service (docs/shedding.md, resolution 17).
 """
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import math
 import time
 from collections.abc import Callable
@@ -35,6 +39,38 @@ MODES = ("virtual", "real")
 #: the engine's own processing time: this thread's CPU time, so that other processes on a shared
 #: machine do not count (the paper gives each engine a dedicated core)
 _cpu = time.thread_time
+
+
+class _FullCollections:
+    """Counts this thread's time in full (generation-2) garbage collections while registered
+    (``with``): a pause of the whole process (tens of ms here, its cost grows with the heap), not
+    processing time of the event it lands in. Statistics of per-event costs leave it out; the
+    run's clock keeps it (docs/shedding.md, resolution 17)."""
+
+    def __init__(self) -> None:
+        self.total = 0.0  # seconds, over the collections seen
+        self.count = 0
+        self.longest = 0.0
+        self._t0: float | None = None
+
+    def __call__(self, phase: str, info: dict) -> None:
+        if info.get("generation") != 2:
+            return
+        if phase == "start":
+            self._t0 = _cpu()
+        elif self._t0 is not None:
+            d = _cpu() - self._t0
+            self.total += d
+            self.count += 1
+            self.longest = max(self.longest, d)
+            self._t0 = None
+
+    def __enter__(self) -> _FullCollections:
+        gc.callbacks.append(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        gc.callbacks.remove(self)
 
 
 class SheddingEngine:
@@ -137,10 +173,12 @@ class SheddingEngine:
         eng, offset = self._engine(ts_ns[0])
         recs = _records(frame, offset)
         dt = np.empty(len(recs))
-        for i, r in enumerate(recs):
-            t0 = _cpu()
-            eng.publish(r, output="records")
-            dt[i] = _cpu() - t0
+        with _FullCollections() as full:
+            for i, r in enumerate(recs):
+                g0 = full.total
+                t0 = _cpu()
+                eng.publish(r, output="records")
+                dt[i] = _cpu() - t0 - (full.total - g0)  # a full collection is no event's cost
         types = frame["type"].astype(str).to_numpy()
         sh = self.shedder
         sh.fit(self.rules, frame, costs={t: float(np.mean(dt[types == t])) for t in np.unique(types)},
@@ -158,6 +196,10 @@ class SheddingEngine:
         # (Sec. 4.2.2-4.2.3); a median or a trimmed fit would miss the skewed tail of terminators
         # that produce matches, and the queued work would be underestimated
         coef = np.linalg.lstsq(x, dt, rcond=None)[0]
+        # the tail of each type's processing time, its longest publish here: the deadline check
+        # at service start leaves this much of L_max for the event's own processing (a mean
+        # would not do: the events that complete matches are the expensive ones)
+        self._tail = {t: float(np.max(dt[types == t])) for t in names}
         kappa = max(float(coef[-1]), 0.0)
         costs = {t: max(float(coef[k]), float(np.min(dt[types == t]))) for k, t in enumerate(names)}
         alphas = self._alphas(frame)  # y: seconds per condition factor (α_T = |C_type(T)|·y)
@@ -207,65 +249,97 @@ class SheddingEngine:
             z_sum = core.z_est * _warm_counts(sh, core.type_names)
             z_cnt = _warm_counts(sh, core.type_names)
             shed_sum, shed_cnt = 0.0, 0
+            # resolution 17: each type's processing-time tail, for the deadline check at service
+            # start: the longest publish so far, in the warm-up and in this run (the kept events
+            # are not the warm-up's: DARLING keeps those that complete matches)
+            longest = np.zeros(len(core.type_names))
+            tail = self._tails(core.type_names, longest)
+            bound = sh.latency_bound
+        # the input policies that keep the bound (the guard's); "none" and "state" drop no input
+        deadline = real and sh.policy in ("darling", "random")
         clock = 0.0  # the engine's clock: when the event in service ends
         start = np.full(n, np.nan)
         done = np.full(n, np.nan)
         found: list[tuple] = []  # (rule, ts, ids, detected, trigger start)
         i = 0  # next arrival
         last_check = 0
-        while True:
-            p = core.next_queued()
-            if p < 0:
-                if i >= n:
-                    break
-                clock = max(clock, arr[i])  # idle until the next arrival
-                hi = i + 1
-            else:
-                s = max(clock, arr[p])
-                c = core.begin(p)
-                window_part = c - core.z_act[core.typ[p]]  # κ·w of a terminator (0 otherwise)
-                if real:
-                    t1 = _cpu()
-                    out = eng.publish(recs[p], output="records")
-                    c = _cpu() - t1
+        # full collections during the run (real time): on the clock, out of the running means
+        full = _FullCollections()
+        paused = []  # their time inside the timed work (a publish, the shedder's), per step
+        with full if real else contextlib.nullcontext():
+            while True:
+                step_pause = 0.0  # full collections on the clock in this step
+                p = core.next_queued()
+                if p < 0:
+                    if i >= n:
+                        break
+                    clock = max(clock, arr[i])  # idle until the next arrival
+                    hi = i + 1
                 else:
-                    out = eng.publish(recs[p], output="records")
-                clock = s + c
-                start[p], done[p] = s, clock
-                for m in out:
-                    found.append((m["rule"], m["ts"], _unshift(m["ids"], offset), clock, s))
-                # the arrivals during its service (an arrival at the very end comes after the
-                # next event starts, as in the compiled simulation)
-                hi = int(np.searchsorted(arr, clock, "left"))
-            if hi > i:
-                core.F[_core.F_TFREE] = clock
-                t1 = _cpu()
-                over = core.IS[_core.I_OVERLOADED]
-                core.arrive_range(i, hi, arr)
-                if real:  # the shedder's own work runs on the engine's core; utilities are
-                    # computed for the arrivals that find the global constraint violated only
-                    n_over = core.IS[_core.I_OVERLOADED] - over
-                    spent = _cpu() - t1 + (cum_alpha[hi] - cum_alpha[i]) * n_over / (hi - i)
-                    clock += spent
-                    if n_over:  # running mean of the shedder's work per overloaded arrival
-                        shed_sum += spent
-                        shed_cnt += n_over
-                        core.F[_core.F_SHED] = shed_sum / shed_cnt
-                i = hi
-                if self.drift_check is not None and i - last_check >= self.drift_every:
-                    recent = frame.iloc[last_check:i]
-                    if self.drift_check(recent):
-                        self.regather(recent, arr[last_check:i])
-                        self._refresh(core, frame, i)
-                    last_check = i
-            if real and p >= 0:
-                t = core.typ[p]
-                z_sum[t] += max(clock - s - window_part, 0.0)
-                z_cnt[t] += 1
-                core.z_est[t] = z_sum[t] / z_cnt[t]
+                    s = max(clock, arr[p])
+                    if deadline and core.is_term[core.typ[p]] and s - arr[p] + tail[core.typ[p]] > bound:
+                        # its measured wait leaves less than its processing tail: every match it
+                        # completes would be late (Eq. 2), so it goes unprocessed
+                        core.expire(p)
+                        continue
+                    c = core.begin(p)
+                    window_part = c - core.z_act[core.typ[p]]  # κ·w of a terminator (0 otherwise)
+                    if real:
+                        g0 = full.total
+                        t1 = _cpu()
+                        out = eng.publish(recs[p], output="records")
+                        c = _cpu() - t1  # a full collection in it included: the queue waits
+                        step_pause += full.total - g0
+                        own = c - (full.total - g0)
+                        if own > longest[core.typ[p]]:
+                            longest[core.typ[p]] = own
+                            tail = self._tails(core.type_names, longest)
+                    else:
+                        out = eng.publish(recs[p], output="records")
+                    clock = s + c
+                    start[p], done[p] = s, clock
+                    for m in out:
+                        found.append((m["rule"], m["ts"], _unshift(m["ids"], offset), clock, s))
+                    # the arrivals during its service (an arrival at the very end comes after the
+                    # next event starts, as in the compiled simulation)
+                    hi = int(np.searchsorted(arr, clock, "left"))
+                if hi > i:
+                    core.F[_core.F_TFREE] = clock
+                    g1 = full.total
+                    t1 = _cpu()
+                    over = core.IS[_core.I_OVERLOADED]
+                    core.arrive_range(i, hi, arr)
+                    if real:  # the shedder's own work runs on the engine's core; utilities are
+                        # computed for the arrivals that find the global constraint violated only
+                        n_over = core.IS[_core.I_OVERLOADED] - over
+                        spent = _cpu() - t1 + (cum_alpha[hi] - cum_alpha[i]) * n_over / (hi - i)
+                        clock += spent
+                        if n_over:  # running mean of the shedder's work per overloaded arrival
+                            shed_sum += spent - (full.total - g1)
+                            shed_cnt += n_over
+                            core.F[_core.F_SHED] = shed_sum / shed_cnt
+                        step_pause += full.total - g1
+                    i = hi
+                    if self.drift_check is not None and i - last_check >= self.drift_every:
+                        recent = frame.iloc[last_check:i]
+                        if self.drift_check(recent):
+                            self.regather(recent, arr[last_check:i])
+                            self._refresh(core, frame, i)
+                            if real:
+                                tail = self._tails(core.type_names, longest)
+                        last_check = i
+                if real and p >= 0:
+                    t = core.typ[p]
+                    if step_pause > 0:  # a full collection: not this event's cost
+                        paused.append(step_pause)
+                    z_sum[t] += max(clock - s - window_part - step_pause, 0.0)
+                    z_cnt[t] += 1
+                    core.z_est[t] = z_sum[t] / z_cnt[t]
         for m in eng.flush(output="records"):
             found.append((m["rule"], m["ts"], _unshift(m["ids"], offset), clock, clock))
         self._finish(frame, arr, core, found, start, done, reference)
+        self._report["full_collections"] = {"on_clock": len(paused), "longest_s": max(paused, default=0.0),
+                                            "total_s": float(sum(paused))}
         return self._found
 
     def publish(self, events: pd.DataFrame) -> pd.DataFrame:
@@ -301,6 +375,18 @@ class SheddingEngine:
             return min(float(self.guard), 1.0 - 1e-9)
         return self.shedder.beta if self.mode == "real" else 1.0 - 1e-9
 
+    def _tails(self, names: list[str], longest: np.ndarray) -> np.ndarray:
+        """Per type (in ``names`` order): the tail of its measured processing time (real time):
+        its longest publish in the warm-up (the largest of any type for a type the warm-up did
+        not see) or in the run so far (``longest``), at most (1 - β)·L_max: β's margin is
+        the paper's safety factor, and a longer "tail" is a pause of the whole process (a
+        garbage collection) that no check at service start can absorb."""
+        tails = getattr(self, "_tail", {})
+        top = max(tails.values(), default=0.0)
+        cap = (1.0 - self.shedder.beta) * self.shedder.latency_bound
+        warm = np.array([tails.get(t, top) for t in names], np.float64)
+        return np.minimum(np.maximum(warm, longest), cap)
+
     def _refresh(self, core: _core.Core, frame: pd.DataFrame, i: int) -> None:
         """After a re-gathering: the events that have not arrived yet (``i`` on) get utilities
         from the new statistics, and every buffer the new N_T and γ_T (Sec. 4.1: "the values of
@@ -324,12 +410,14 @@ class SheddingEngine:
         conds = np.array([sh.utility.conditions_of(t) for t in types], np.float64) if len(types) < 64 else \
             pd.Series(types).map({t: sh.utility.conditions_of(t) for t in np.unique(types)}).to_numpy(np.float64)
         q = len(frame) // 4
-        t0 = _cpu()
-        sh.utilities(frame)
-        t_all = _cpu() - t0
-        t0 = _cpu()
-        sh.utilities(frame.iloc[:q])
-        t_q = _cpu() - t0
+        with _FullCollections() as full:
+            t0 = _cpu()
+            sh.utilities(frame)
+            t_all = _cpu() - t0 - full.total
+            g0 = full.total
+            t0 = _cpu()
+            sh.utilities(frame.iloc[:q])
+            t_q = _cpu() - t0 - (full.total - g0)
         y = max(t_all - t_q, 0.0) / max(conds.sum() - conds[:q].sum(), 1.0)
         return conds * y
 
