@@ -72,6 +72,23 @@ def test_cost_model_beats_equal_split_on_a_skewed_chain(small_trace):
     assert cost.throughput >= 1.5 * equal.throughput
 
 
+def test_parallel_splitter_in_the_replay(small_trace):
+    """The hybrid's chunks are routed by k splitters: with routing costs made large, k splitters
+    take the routing time down by about k (the hand-over stays serial); the CPU charged is the
+    same routing plus the slices' fixed costs; state-parallel keeps one splitter thread."""
+    tr, _ = small_trace
+    assert tr.t_slice > 0 and tr.t_event > 0
+    big = dataclasses.replace(tr, t_event=1e-5, t_slice=1e-6, chunk_events=[4096] * 4, split=None)
+    one = simulate(big, "hybrid", 8, splitters=1)
+    par = simulate(big, "hybrid", 8)
+    route = 1e-5 * 4096 * 4
+    assert one.seconds - par.seconds == pytest.approx(route - (route + 4 * 2 * 1e-6) / 2, rel=1e-6)  # 2 slices
+    assert par.cpu_s - one.cpu_s == pytest.approx(4 * 2 * 1e-6, rel=1e-6)
+    assert simulate(big, "hybrid", 1).seconds == simulate(big, "hybrid", 1, splitters=1).seconds
+    sp = simulate(big, "state-parallel", 8)
+    assert sp.seconds == simulate(dataclasses.replace(big, t_slice=1.0), "state-parallel", 8).seconds
+
+
 def test_generators_are_seeded():
     a, b = stock_events(500, seed=3), stock_events(500, seed=3)
     pd.testing.assert_frame_equal(a, b)

@@ -29,7 +29,7 @@ def _events(n: int, seed: int) -> pd.DataFrame:
                          "x": rng.integers(0, 3, n), "y": rng.random(n)})
 
 
-def _runtime(splitters: int, batch: int):
+def _runtime(splitters: int, batch: int, split_min: int | None = None):
     from cep_gpu.parallel import _compat
 
     ev = _events(600, 3)
@@ -41,7 +41,7 @@ def _runtime(splitters: int, batch: int):
     groups = [[(p,) for p in range(1, s.length)] for s in specs]
     n_agents = sum(len(g) for g in groups)
     rt = Runtime(specs, store, Layout(groups, [0] * n_agents, 1), [np.empty(0)] * len(specs),
-                 dynamic=False, threads=False, batch_size=batch, splitters=splitters)
+                 dynamic=False, threads=False, batch_size=batch, splitters=splitters, split_min=split_min)
     return rt, rows
 
 
@@ -73,9 +73,8 @@ def test_slices_in_any_order_give_one_splitters_batches(batch):
 
 
 def test_feed_cuts_slices_of_at_least_split_min():
-    rt, rows = _runtime(8, 16)
-    with mock.patch.object(runtime, "SPLIT_MIN", 100):
-        rt.feed(rows)  # 600 events: 6 slices of 100 (fewer than the 8 splitters)
+    rt, rows = _runtime(8, 16, split_min=100)
+    rt.feed(rows)  # 600 events: 6 slices of 100 (fewer than the 8 splitters)
     assert rt.split_slices == 6
     rt2, rows = _runtime(8, 16)
     rt2.feed(rows)  # below SPLIT_MIN (2048): one splitter routes the chunk alone

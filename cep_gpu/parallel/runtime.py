@@ -172,7 +172,7 @@ class Runtime:
     def __init__(self, specs: list[ChainSpec], store: Store, layout: Layout, strcodes: list[np.ndarray],
                  *, dynamic: bool = True,
                  threads: bool = True, batch_size: int = 512, jitter: float = 0.0, seed: int = 0,
-                 time_kernels: bool = False, splitters: int = 1) -> None:
+                 time_kernels: bool = False, splitters: int = 1, split_min: int | None = None) -> None:
         self.specs = specs
         self.strcodes = strcodes
         self.store = store
@@ -180,6 +180,7 @@ class Runtime:
         self.batch_size = batch_size
         #: threads that route a chunk at once (the publishing thread and idle units; 1: it alone)
         self.splitters = max(int(splitters), 1)
+        self.split_min = SPLIT_MIN if split_min is None else max(int(split_min), 1)
         self._split_q: deque = deque()
         self.split_slices = 0  # slices routed by a SplitJob (a chunk cut for several splitters)
         self.stages: list[dict[int, Stage]] = [
@@ -251,10 +252,10 @@ class Runtime:
     def feed(self, rows: np.ndarray, first_only: np.ndarray | None = None) -> None:
         """Route new store rows (absolute, in time order) to the stages: the splitter.
 
-        With ``splitters > 1`` the rows are cut in slices (at least :data:`SPLIT_MIN` events
-        each) that the publishing thread and idle units route at once; each slice's batches are
-        handed to the queues in slice order (:class:`SplitJob`), so every queue receives exactly
-        the batches, in exactly the order, that one splitter would give it.
+        With ``splitters > 1`` the rows are cut in slices (at least ``split_min`` events each,
+        default :data:`SPLIT_MIN`) that the publishing thread and idle units route at once; each
+        slice's batches are handed to the queues in slice order (:class:`SplitJob`), so every
+        queue receives exactly the batches, in exactly the order, that one splitter would give it.
 
         ``first_only``: sorted absolute rows; position 0 takes only these (data-parallel
         baselines: a unit owns the matches that start with its events).
@@ -263,7 +264,7 @@ class Runtime:
             return
         st = self.store
         self.newest = int(st.ts[rows[-1] - st.base])
-        n_slices = 1 if first_only is not None else min(self.splitters, -(-len(rows) // SPLIT_MIN))
+        n_slices = 1 if first_only is not None else min(self.splitters, -(-len(rows) // self.split_min))
         if n_slices <= 1:
             self._publish(self._route(rows, first_only), {}, True)
             return
