@@ -201,7 +201,13 @@ class Runtime:
         self._results_lock = threading.Lock()
         self.n_units = layout.n_units
         self.units = self._assign_units(layout.units_per_agent)
-        self._cv = threading.Condition()
+        self._cv = threading.Condition()  # the driver waits on it (drain); units on their own
+        # one condition per unit on the same lock: a push wakes an idle unit that can take the
+        # batch, instead of idle units polling (each poll costs CPU time the units do not work)
+        self._ucv = [threading.Condition(self._cv._lock) for _ in range(layout.n_units)]  # noqa: SLF001
+        self._idle: dict[int, bool] = {}  # units waiting on their condition
+        self._epoch = 0  # pushes so far: a unit that saw no work waits only if none came since
+        self.idle_wakeups = 0  # a unit woken (or timed out) that found no work
         self._pending = 0
         self._stop = False
         self._error: BaseException | None = None
@@ -272,7 +278,7 @@ class Runtime:
         with self._cv:
             self._pending += n_slices
             self._split_q.extend((job, j) for j in range(n_slices))
-            self._cv.notify_all()
+            self._wake_all()
         # the publishing thread routes slices too (oldest first), with the units that are idle
         while True:
             try:
@@ -348,7 +354,7 @@ class Runtime:
             self._pending += len(batches)
             self.queue_pushes += len(batches)
             q.extend(zip(keys, batches))
-            self._cv.notify(len(batches))
+            self._wake(agent.index, p != 0, len(batches))
 
     def _push(self, agent: Agent, position: int | None, batch: np.ndarray) -> None:
         st = self.store
@@ -360,7 +366,35 @@ class Runtime:
                 agent.match_q.append((key, batch))
             else:
                 agent.event_q[position].append((key, batch))
-            self._cv.notify()
+            self._wake(agent.index, position is not None, 1)
+
+    def _wake(self, a: int, is_event: bool, n: int) -> None:
+        """(Holding the lock, after a push to agent ``a``.) Wake up to ``n`` idle units that take
+        such a batch from ``a``: home or current there, in a role that takes it; with dynamic
+        units, else any idle unit (it may hop to ``a``)."""
+        self._epoch += 1
+        if not self._idle:
+            return
+        role_ok = ("event", "both") if is_event else ("match", "both")
+        picked = []
+        for u in self._idle:
+            st = self.units[u]
+            if (st.current == a or a in st.homes) and (self.dynamic or st.roles.get(a, "both") in role_ok):
+                picked.append(u)
+                if len(picked) == n:
+                    break
+        if len(picked) < n and self.dynamic:
+            picked += [u for u in self._idle if u not in picked][: n - len(picked)]
+        for u in picked:
+            del self._idle[u]
+            self._ucv[u].notify()
+
+    def _wake_all(self) -> None:
+        """(Holding the lock.) Wake every idle unit (routing tasks, stop)."""
+        self._epoch += 1
+        for u in self._idle:
+            self._ucv[u].notify()
+        self._idle.clear()
 
     def _run_split(self, task) -> None:
         """Route one slice of a :class:`SplitJob`; hand over every slice whose turn has come."""
@@ -419,6 +453,7 @@ class Runtime:
         with self._cv:
             self._stop = True
             self._cv.notify_all()
+            self._wake_all()
         for t in self._threads:
             t.join()
         self._threads = []
@@ -512,6 +547,7 @@ class Runtime:
                     except BaseException as exc:  # noqa: BLE001 - handed to the driver
                         self._error = exc
                     continue
+            epoch = self._epoch
             try:
                 task = self._next_task(u)
             except BaseException as exc:  # noqa: BLE001 - handed to the driver
@@ -521,10 +557,13 @@ class Runtime:
                 with self._cv:
                     if self._stop:
                         return
-                    if self._pending == 0 or self._error is not None:
-                        self._cv.wait(0.05)
-                    else:
-                        self._cv.wait(0.0005)
+                    if self._epoch == epoch and not self._split_q:
+                        # no push since we looked: sleep until one wakes us (the timeout is
+                        # only a safety net: a unit that wakes looks for work again)
+                        self._idle[u] = True
+                        self._ucv[u].wait(0.05)
+                        self._idle.pop(u, None)
+                        self.idle_wakeups += 1
                 continue
             try:
                 self._run_task(u, task)
