@@ -428,12 +428,15 @@ def auto_chunk(rate: float, window_s: float) -> int:
 
 
 def auto_batch(chunk: int, length: int, units: int) -> int:
-    """Items per task: each position gets about four tasks per unit per chunk, within [32, 1024].
+    """Items per task: each position gets about four tasks per unit per chunk, within [256, 1024].
 
     Python runs once per task (and per fragment it probes), so tasks are as large as the
-    units' load balance allows.
+    units' load balance allows. The floor: a task visits every fragment of its agent's opposite
+    buffer (one per unit there), so with many units small tasks cost more in visits and calls
+    than the balance they buy (in the k-unit replay, 32-item tasks left the hybrid behind RIP at
+    k >= 8 for patterns of 5-6 positions; 256 does not change 1 or 2 units at chunks >= 16,384).
     """
-    return int(min(max(chunk // (max(length, 1) * 4 * max(units, 1)), 32), 1024))
+    return int(min(max(chunk // (max(length, 1) * 4 * max(units, 1)), 256), 1024))
 
 
 def measure_stats(spec: ChainSpec, table, strcodes: np.ndarray) -> ChainStats:
