@@ -95,7 +95,7 @@ def test_engine_with_parallel_splitters_equals_detect(units, splitters, dynamic)
         cut = int(np.searchsorted(ev["ts"], ev["ts"][500]))  # publish boundaries between timestamps
         got = pd.concat([eng.publish(ev.iloc[:cut]), eng.publish(ev.iloc[cut:])], ignore_index=True)
         eng.close()
-    assert eng._rt.split_slices > 0  # noqa: SLF001 - the chunks really were cut
+    assert eng.stats()["split_slices"] > 0  # the chunks really were cut
     pd.testing.assert_frame_equal(got.reset_index(drop=True), expected.reset_index(drop=True))
 
 
@@ -128,4 +128,4 @@ def test_idle_units_sleep_until_a_push_wakes_them():
         eng.close()
     pd.testing.assert_frame_equal(got, expected)
     # polling every 0.5 ms would wake the two idle units about 1200 times in 0.3 s
-    assert eng._rt.idle_wakeups < 300  # noqa: SLF001
+    assert eng.stats()["idle_wakeups"] < 300

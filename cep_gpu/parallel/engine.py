@@ -258,6 +258,8 @@ class HybridEngine:
         count), ``scanned`` (pairs the kernels looked at); ``outputs``; ``accesses`` (fragment visits);
         ``tasks``; ``busy_s`` (thread CPU seconds) and ``load_share``. ``kernel_s`` is only
         measured while calibrating (timing every kernel call costs two clock reads).
+        ``split_slices``: slices of chunks routed by several splitters; ``idle_wakeups``: times
+        an idle unit woke (pushed to, or its safety timeout) and found no work.
         """
         if self._rt is None:
             return {"units": self.units, "events": 0, "agents": []}
@@ -287,6 +289,9 @@ class HybridEngine:
             "synchronisations": sum(a["accesses"] for a in agents) + rt.queue_pushes,
             "queue_pushes": rt.queue_pushes,
             "hops": sum(u.hops for u in rt.units),
+            # chunks cut for several splitters: the slices routed; idle units woken without work
+            "split_slices": rt.split_slices,
+            "idle_wakeups": rt.idle_wakeups,
             "unit_busy_s": [u.busy_s for u in rt.units],
         }
 
