@@ -26,8 +26,8 @@ from .agent import Agent, Stage, StageStats
 from .compile import ChainSpec
 
 _F53 = float(2**53)
-#: events per slice of a chunk routed by one splitter (fewer: the chunk is routed by one thread);
-#: a slice costs about two kernel calls per position and a lock, some microseconds
+#: the least events in a slice of a chunk routed by several splitters (a chunk of fewer than
+#: twice this is routed by one thread); a slice costs two kernel calls per position and a lock
 SPLIT_MIN = 2048
 
 
@@ -201,10 +201,11 @@ class Runtime:
         self._results_lock = threading.Lock()
         self.n_units = layout.n_units
         self.units = self._assign_units(layout.units_per_agent)
-        self._cv = threading.Condition()  # the driver waits on it (drain); units on their own
+        lock = threading.RLock()  # the queues' lock
+        self._cv = threading.Condition(lock)  # the driver waits on it (drain); units on their own
         # one condition per unit on the same lock: a push wakes an idle unit that can take the
         # batch, instead of idle units polling (each poll costs CPU time the units do not work)
-        self._ucv = [threading.Condition(self._cv._lock) for _ in range(layout.n_units)]  # noqa: SLF001
+        self._ucv = [threading.Condition(lock) for _ in range(layout.n_units)]
         self._idle: dict[int, bool] = {}  # units waiting on their condition
         self._epoch = 0  # pushes so far: a unit that saw no work waits only if none came since
         self.idle_wakeups = 0  # a unit woken (or timed out) that found no work
@@ -270,7 +271,7 @@ class Runtime:
             return
         st = self.store
         self.newest = int(st.ts[rows[-1] - st.base])
-        n_slices = 1 if first_only is not None else min(self.splitters, -(-len(rows) // self.split_min))
+        n_slices = 1 if first_only is not None else min(self.splitters, len(rows) // self.split_min)
         if n_slices <= 1:
             self._publish(self._route(rows, first_only), {}, True)
             return

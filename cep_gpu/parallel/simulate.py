@@ -478,7 +478,7 @@ def _sim_hybrid_layout(tr: Trace, groups, units, dynamic: bool, cores: int, k: i
         # batches stays serial (slice order, under the job's lock)
         route = tr.t_event * tr.chunk_events[c]
         push = tr.t_fpush * batches[c]
-        n_sl = min(splitters, max(1, -(-int(tr.chunk_events[c]) // SPLIT_MIN)))
+        n_sl = min(splitters, max(1, int(tr.chunk_events[c]) // SPLIT_MIN))
         if n_sl > 1:
             route += n_sl * tr.t_slice
             split = route / min(n_sl, cores) + push
