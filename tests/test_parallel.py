@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from unittest import mock
 
 import numpy as np
 import pandas as pd
@@ -13,7 +14,7 @@ from strategies import event_streams
 
 import cep_gpu
 from cep_gpu.errors import ArgumentError, EngineClosedError, LateEventError, RuleError
-from cep_gpu.parallel import ChainStats, HybridEngine, UnsupportedPatternError, match_rates
+from cep_gpu.parallel import ChainStats, HybridEngine, UnsupportedPatternError, match_rates, runtime
 from cep_gpu.parallel.baselines import run
 
 ALIASES = ("a", "b", "c", "d")
@@ -78,6 +79,7 @@ CONFIGS = st.fixed_dictionaries({
     "batch_size": st.integers(1, 4),
     "chunk_size": st.integers(2, 12),
     "output_part": st.sampled_from([1, 3, 8192]),  # composite events built in parts, or at the end
+    "splitters": st.integers(1, 4),  # threads routing a chunk at once (slices of 2 events here)
 })
 
 
@@ -90,8 +92,9 @@ def test_hybrid_equals_detect(rule, events, cfg, cuts):
 def hybrid_equals_detect(rule, events, cfg, cuts) -> pd.DataFrame:
     """The hybrid engine (thread yields injected) finds exactly detect's rows, none twice."""
     expected = cep_gpu.detect(events, rule, backend="reference")
-    eng = HybridEngine(rule, jitter=0.3, seed=len(events), **cfg)
-    got = publish_all(eng, events, cuts)
+    with mock.patch.object(runtime, "SPLIT_MIN", 2):  # every chunk cut for several splitters
+        eng = HybridEngine(rule, jitter=0.3, seed=len(events), **cfg)
+        got = publish_all(eng, events, cuts)
     assert rows_of(got) == rows_of(expected), (rule, cfg)
     ids = [tuple(x) for x in got["ids"]] if len(got) else []
     assert len(ids) == len(set(ids)), "duplicate composite events"

@@ -159,6 +159,9 @@ def bench_point(workload: str, length: int, window: float, events: int, seed: in
                                                             fusion=False).throughput for k in SIM_UNITS}
     point["sim"]["hybrid-static-fusion"] = {str(k): simulate(tr, "hybrid", k, dynamic=False).throughput
                                             for k in SIM_UNITS}
+    # the hybrid engine as it was with one splitter thread (before runtime.SplitJob), for comparison
+    point["sim"]["hybrid-one-splitter"] = {str(k): simulate(tr, "hybrid", k, splitters=1).throughput
+                                           for k in SIM_UNITS}
     point["sim_parallel_phase"] = allocation_ratios(tr)
     for m in REAL_METHODS:
         for units in units_list:
@@ -283,13 +286,19 @@ def summarize(points: list[dict], figure10: list[dict] | None = None) -> dict:
     # leave the process about one core
     cpu_less = sum(p["real"]["hybrid"]["2"]["cpu_seconds"] < p["real"][m]["2"]["cpu_seconds"]
                    for p in points for m in ("rip", "llsf", "state-parallel"))
-    sim_ahead, sim_total = 0, 0
+    sim_ahead, sim_total, sim_ahead1, sim_behind = 0, 0, 0, []
     for p in points:
         for k in SIM_UNITS[1:]:
             h = p["sim"]["hybrid"][str(k)]
+            h1 = p["sim"].get("hybrid-one-splitter", {}).get(str(k), 0.0)
             for m in ("rip", "llsf", "state-parallel"):
                 sim_total += 1
                 sim_ahead += h > p["sim"][m][str(k)]
+                sim_ahead1 += h1 > p["sim"][m][str(k)]
+                if h <= p["sim"][m][str(k)]:
+                    sim_behind.append(f"{p['workload']} L={p['length']} W={p['window_s']:g} k={k}: {m} "
+                                      f"{p['sim'][m][str(k)]:,.0f} >= hybrid {h:,.0f}")
+    over_rip = [p["sim"]["hybrid"][str(k)] / p["sim"]["rip"][str(k)] for p in points for k in SIM_UNITS if k >= 8]
     ratios = [p["sim"]["hybrid-static"][str(k)] / p["sim"]["hybrid-equal-static"][str(k)]
               for p in points for k in SIM_UNITS if k >= 8]
     ratios_fused = [p["sim"]["hybrid-static-fusion"][str(k)] / p["sim"]["hybrid-equal-static"][str(k)]
@@ -319,6 +328,9 @@ def summarize(points: list[dict], figure10: list[dict] | None = None) -> dict:
         "real_hybrid_output_at_end_ahead_at_k2": f"{ahead_end}/{total_end}",
         "real_hybrid_less_cpu_at_k2": f"{cpu_less}/{total}",
         "sim_hybrid_ahead_k_ge_2": f"{sim_ahead}/{sim_total}",
+        "sim_points_behind": sim_behind,
+        "sim_hybrid_one_splitter_ahead_k_ge_2": f"{sim_ahead1}/{sim_total}",
+        "sim_hybrid_over_rip_k_ge_8": _spread(over_rip),
         "cost_model_vs_equal_static_k_ge_8": {"min": min(ratios), "median": float(np.median(ratios)),
                                               "max": max(ratios)} if ratios else None,
         "cost_model_with_fusion_vs_equal_static_k_ge_8": {
@@ -448,14 +460,17 @@ def markdown(result: dict) -> str:
             f"{k(r['hybrid-equal']['2']['events_per_s'])} | {k(r['state-parallel']['2']['events_per_s'])} | "
             f"{k(r['rip']['2']['events_per_s'])} | {k(r['llsf']['2']['events_per_s'])} | "
             f"{k(r['sequential']['1']['events_per_s'])} | {k(r['detect']['1']['events_per_s'])} |")
-    lines += ["", "| workload | L | W (s) | sim k=1 | k=2 | k=8 | k=24 | RIP k=2 | k=24 | LLSF k=24 | state-par. | "
+    lines += ["", "| workload | L | W (s) | sim k=1 | k=2 | k=8 | k=24 | k=24, one splitter | RIP k=2 | k=24 | "
+              "LLSF k=24 | state-par. | "
               "cost/equal k=8: end to end | parallel phase | CPU-time error hybrid x1 | x2 | RIP x2 | LLSF x2 |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for p in pts:
         s, v, r8 = p["sim"], p["validation"], p["sim_parallel_phase"]["8"]
         lines.append(
             f"| {p['workload']} | {p['length']} | {p['window_s']:g} | {k(s['hybrid']['1'])} | {k(s['hybrid']['2'])} | "
-            f"{k(s['hybrid']['8'])} | {k(s['hybrid']['24'])} | {k(s['rip']['2'])} | {k(s['rip']['24'])} | "
+            f"{k(s['hybrid']['8'])} | {k(s['hybrid']['24'])} | "
+            f"{k(s['hybrid-one-splitter']['24']) if 'hybrid-one-splitter' in s else '-'} | "
+            f"{k(s['rip']['2'])} | {k(s['rip']['24'])} | "
             f"{k(s['llsf']['24'])} | {k(s['state-parallel']['24'])} | "
             f"{r8['end_to_end']:.2f} | {r8['parallel_phase']:.2f} | "
             f"{v['hybrid']['1']['cpu_error']:+.0%} | {v['hybrid']['2']['cpu_error']:+.0%} | "

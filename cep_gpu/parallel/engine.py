@@ -96,21 +96,26 @@ class HybridEngine:
     output_part:
         Composite events are built (by the publishing thread, while the units go on with the
         next chunk) each time at least this many are held; the parts are joined at the end.
+    splitters:
+        Threads that route a chunk's events to the agents at once (the publishing thread and
+        idle units, each a slice of at least ``SPLIT_MIN`` events, handed over in slice order);
+        default ``units``.
     """
 
     def __init__(self, rules, units: int = 1, allocation: str = "cost-model", dynamic: bool = True,
                  fusion: bool = True, *, time_unit: str = "s", stats: Sequence[ChainStats] | None = None,
                  calibration_events: int = 20_000, batch_size: int | None = None, chunk_size: int | None = None,
-                 output_part: int = OUTPUT_PART, jitter: float = 0.0, seed: int = 0) -> None:
+                 output_part: int = OUTPUT_PART, splitters: int | None = None, jitter: float = 0.0,
+                 seed: int = 0) -> None:
         self.units = check_units(units)
         if allocation not in ALLOCATIONS:
             raise ArgumentError(f"allocation must be one of {ALLOCATIONS}, got {allocation!r}")
         for name, v in (("dynamic", dynamic), ("fusion", fusion)):
             if not isinstance(v, bool):
                 raise ArgumentError(f"{name} must be True or False, got {v!r}")
-        for name, v in (("batch_size", batch_size), ("chunk_size", chunk_size),
+        for name, v in (("batch_size", batch_size), ("chunk_size", chunk_size), ("splitters", splitters),
                         ("calibration_events", calibration_events), ("output_part", output_part)):
-            if v is None and name in ("batch_size", "chunk_size"):
+            if v is None and name in ("batch_size", "chunk_size", "splitters"):
                 continue
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ArgumentError(f"{name} must be an int >= 1, got {v!r}")
@@ -125,6 +130,7 @@ class HybridEngine:
         self.chunk_size = chunk_size
         self.calibration_events = calibration_events
         self.output_part = output_part
+        self.splitters = self.units if splitters is None else splitters
         self._jitter = float(jitter)
         self._seed = seed
         if stats is not None:
@@ -252,6 +258,8 @@ class HybridEngine:
         count), ``scanned`` (pairs the kernels looked at); ``outputs``; ``accesses`` (fragment visits);
         ``tasks``; ``busy_s`` (thread CPU seconds) and ``load_share``. ``kernel_s`` is only
         measured while calibrating (timing every kernel call costs two clock reads).
+        ``split_slices``: slices of chunks routed by several splitters; ``idle_wakeups``: times
+        an idle unit woke (pushed to, or its safety timeout) and found no work.
         """
         if self._rt is None:
             return {"units": self.units, "events": 0, "agents": []}
@@ -281,6 +289,9 @@ class HybridEngine:
             "synchronisations": sum(a["accesses"] for a in agents) + rt.queue_pushes,
             "queue_pushes": rt.queue_pushes,
             "hops": sum(u.hops for u in rt.units),
+            # chunks cut for several splitters: the slices routed; idle units woken without work
+            "split_slices": rt.split_slices,
+            "idle_wakeups": rt.idle_wakeups,
             "unit_busy_s": [u.busy_s for u in rt.units],
         }
 
@@ -352,7 +363,8 @@ class HybridEngine:
         groups, per_agent = self._layout(specs, chain_stats)
         self._store = Store(specs[0].attributes)
         self._rt = Runtime(specs, self._store, Layout(groups, per_agent, self.units), [strcodes] * len(specs),
-                           dynamic=self.dynamic, batch_size=self.batch_size, jitter=self._jitter, seed=self._seed)
+                           dynamic=self.dynamic, batch_size=self.batch_size, jitter=self._jitter, seed=self._seed,
+                           splitters=self.splitters)
 
     def _layout(self, specs, chain_stats):
         """Agents per rule and units per agent (Eq. 6 / equal, Algorithm 2)."""
@@ -421,12 +433,15 @@ def auto_chunk(rate: float, window_s: float) -> int:
 
 
 def auto_batch(chunk: int, length: int, units: int) -> int:
-    """Items per task: each position gets about four tasks per unit per chunk, within [32, 1024].
+    """Items per task: each position gets about four tasks per unit per chunk, within [256, 1024].
 
     Python runs once per task (and per fragment it probes), so tasks are as large as the
-    units' load balance allows.
+    units' load balance allows. The floor: a task visits every fragment of its agent's opposite
+    buffer (one per unit there), so with many units small tasks cost more in visits and calls
+    than the balance they buy (in the k-unit replay, 32-item tasks left the hybrid behind RIP at
+    k >= 8 for patterns of 5-6 positions; 256 does not change 1 or 2 units at chunks >= 16,384).
     """
-    return int(min(max(chunk // (max(length, 1) * 4 * max(units, 1)), 32), 1024))
+    return int(min(max(chunk // (max(length, 1) * 4 * max(units, 1)), 256), 1024))
 
 
 def measure_stats(spec: ChainSpec, table, strcodes: np.ndarray) -> ChainStats:

@@ -135,6 +135,18 @@ def filter_rows(rows, pos, code, consts, strcodes, vals, valid, ts, base, depth)
     return out[:n]
 
 
+@numba.njit(**_JIT)
+def rows_of_type(rows, types, base, code):
+    """The subset of ``rows`` (absolute) whose event type is ``code`` (the splitter, no GIL)."""
+    out = np.empty(rows.shape[0], np.int64)
+    n = 0
+    for i in range(rows.shape[0]):
+        if types[rows[i] - base] == code:
+            out[n] = rows[i]
+            n += 1
+    return out[:n]
+
+
 #: matches per block of a match fragment: a probing event skips whole blocks whose first
 #: timestamps are all out of its reach, so blocks are kept small whatever the batch size
 BLOCK = 32
@@ -321,6 +333,7 @@ def warm_up() -> None:
     one = np.zeros(1, np.int64)
     out = np.empty((4, 2), np.int64)
     filter_rows(one, 0, code, consts, consts, vals, valid, ts, 0, 4)
+    rows_of_type(one, np.zeros(2, np.int32), 0, 0)
     m = one.reshape(1, 1)
     probe_events(one + 1, 1, m, one, one, one, 1, one, one, one, one, 1, 5,
                  code, consts, consts, vals, valid, ts, 0, 4, out, 0, 4)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import random
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -25,6 +26,28 @@ from .agent import Agent, Stage, StageStats
 from .compile import ChainSpec
 
 _F53 = float(2**53)
+#: the least events in a slice of a chunk routed by several splitters (a chunk of fewer than
+#: twice this is routed by one thread); a slice costs two kernel calls per position and a lock
+SPLIT_MIN = 2048
+
+
+class SplitJob:
+    """One chunk's routing cut in slices that several threads route at once.
+
+    Slices are handed to the queues strictly in order (``next``): the thread that finishes
+    slice ``j`` hands over ``j`` and every later slice already routed, holding ``lock``. Each
+    (rule, position) queue so receives its batches in time order, as from one splitter: a unit
+    takes a queue's batches oldest first, so its event fragments stay in time order (the probe
+    binary-searches them), and the sequence-number proof (docs/parallel.md) is untouched.
+    """
+
+    def __init__(self, rows: np.ndarray, n_slices: int) -> None:
+        b = np.linspace(0, len(rows), n_slices + 1).astype(np.int64)
+        self.slices = [rows[b[i]:b[i + 1]] for i in range(n_slices)]
+        self.done: dict[int, list] = {}
+        self.next = 0
+        self.carry: dict[tuple[int, int], np.ndarray] = {}
+        self.lock = threading.Lock()
 
 
 class Store:
@@ -149,12 +172,17 @@ class Runtime:
     def __init__(self, specs: list[ChainSpec], store: Store, layout: Layout, strcodes: list[np.ndarray],
                  *, dynamic: bool = True,
                  threads: bool = True, batch_size: int = 512, jitter: float = 0.0, seed: int = 0,
-                 time_kernels: bool = False) -> None:
+                 time_kernels: bool = False, splitters: int = 1, split_min: int | None = None) -> None:
         self.specs = specs
         self.strcodes = strcodes
         self.store = store
         self.dynamic = dynamic
         self.batch_size = batch_size
+        #: threads that route a chunk at once (the publishing thread and idle units; 1: it alone)
+        self.splitters = max(int(splitters), 1)
+        self.split_min = SPLIT_MIN if split_min is None else max(int(split_min), 1)
+        self._split_q: deque = deque()
+        self.split_slices = 0  # slices routed by a SplitJob (a chunk cut for several splitters)
         self.stages: list[dict[int, Stage]] = [
             {p: Stage(spec, p, store, strcodes[r], time_kernels) for p in range(1, spec.length)}
             for r, spec in enumerate(specs)
@@ -173,7 +201,14 @@ class Runtime:
         self._results_lock = threading.Lock()
         self.n_units = layout.n_units
         self.units = self._assign_units(layout.units_per_agent)
-        self._cv = threading.Condition()
+        lock = threading.RLock()  # the queues' lock
+        self._cv = threading.Condition(lock)  # the driver waits on it (drain); units on their own
+        # one condition per unit on the same lock: a push wakes an idle unit that can take the
+        # batch, instead of idle units polling (each poll costs CPU time the units do not work)
+        self._ucv = [threading.Condition(lock) for _ in range(layout.n_units)]
+        self._idle: dict[int, bool] = {}  # units waiting on their condition
+        self._epoch = 0  # pushes so far: a unit that saw no work waits only if none came since
+        self.idle_wakeups = 0  # a unit woken (or timed out) that found no work
         self._pending = 0
         self._stop = False
         self._error: BaseException | None = None
@@ -224,39 +259,103 @@ class Runtime:
     def feed(self, rows: np.ndarray, first_only: np.ndarray | None = None) -> None:
         """Route new store rows (absolute, in time order) to the stages: the splitter.
 
+        With ``splitters > 1`` the rows are cut in slices (at least ``split_min`` events each,
+        default :data:`SPLIT_MIN`) that the publishing thread and idle units route at once; each
+        slice's batches are handed to the queues in slice order (:class:`SplitJob`), so every
+        queue receives exactly the batches, in exactly the order, that one splitter would give it.
+
         ``first_only``: sorted absolute rows; position 0 takes only these (data-parallel
         baselines: a unit owns the matches that start with its events).
         """
         if not len(rows):
             return
         st = self.store
-        local = rows - st.base
-        types = st.types[local]
-        self.newest = int(st.ts[local[-1]])
-        bs = self.batch_size
+        self.newest = int(st.ts[rows[-1] - st.base])
+        n_slices = 1 if first_only is not None else min(self.splitters, len(rows) // self.split_min)
+        if n_slices <= 1:
+            self._publish(self._route(rows, first_only), {}, True)
+            return
+        job = SplitJob(rows, n_slices)
+        with self._cv:
+            self._pending += n_slices
+            self._split_q.extend((job, j) for j in range(n_slices))
+            self._wake_all()
+        # the publishing thread routes slices too (oldest first), with the units that are idle
+        while True:
+            try:
+                task = self._split_q.popleft()
+            except IndexError:
+                break
+            self._run_split(task)
+
+    def _route(self, rows: np.ndarray, first_only: np.ndarray | None) -> list[tuple[int, int, np.ndarray]]:
+        """``(rule, position, rows)`` of the events of ``rows`` that each position takes (compiled,
+        without the GIL: several splitters route at once)."""
+        st = self.store
+        out = []
         for r, spec in enumerate(self.specs):
             for p, tname in enumerate(spec.types):
                 code = st.type_code(tname)
-                cand = rows[types == code] if code >= 0 else rows[:0]
+                if code < 0:
+                    continue
+                cand = kernels.rows_of_type(rows, st.types, st.base, code)
                 prog = spec.filters[p]
                 if len(cand) and prog.n_conditions:
                     cand = kernels.filter_rows(cand, p, prog.code, prog.consts, self.strcodes[r], st.vals,
                                                st.valid, st.ts, st.base, prog.max_stack)
                 if p == 0 and first_only is not None and len(cand):
                     cand = cand[np.isin(cand, first_only, assume_unique=True)]
-                if not len(cand):
-                    continue
-                if spec.length == 1:
-                    self._emit(r, cand.reshape(-1, 1))
-                    continue
-                if p == 0:
-                    agent = self.agents[self.agent_of[r][1]]
-                    for k in range(0, len(cand), bs):
-                        self._push(agent, None, cand[k:k + bs].reshape(-1, 1))
-                else:
-                    agent = self.agents[self.agent_of[r][p]]
-                    for k in range(0, len(cand), bs):
-                        self._push(agent, p, cand[k:k + bs])
+                if len(cand):
+                    out.append((r, p, cand))
+        return out
+
+    def _publish(self, routed: list[tuple[int, int, np.ndarray]], carry: dict, last: bool) -> None:
+        """Hand one slice's routed events to the queues in batches of ``batch_size``.
+
+        ``carry``: per (rule, position), the events of earlier slices short of a full batch; they
+        lead this slice's (so the batches are those of one splitter over the whole chunk). With
+        ``last``, every remainder goes out.
+        """
+        bs = self.batch_size
+        for r, p, cand in routed:
+            spec = self.specs[r]
+            if spec.length == 1:
+                self._emit(r, cand.reshape(-1, 1))
+                continue
+            held = carry.pop((r, p), None)
+            if held is not None:
+                cand = np.concatenate([held, cand])
+            if not last:
+                full = len(cand) // bs * bs
+                if full < len(cand):
+                    carry[(r, p)] = cand[full:]
+                cand = cand[:full]
+            self._push_many(r, p, cand)
+        if last:
+            for (r, p), cand in list(carry.items()):
+                self._push_many(r, p, cand)
+            carry.clear()
+
+    def _push_many(self, r: int, p: int, cand: np.ndarray) -> None:
+        """Queue ``cand`` (events of position ``p``, in time order) to its agent in batches, under
+        one acquisition of the queues' lock."""
+        if not len(cand):
+            return
+        st = self.store
+        bs = self.batch_size
+        agent = self.agents[self.agent_of[r][max(p, 1)]]
+        keys = st.ts[cand[::bs] - st.base].tolist()  # a batch's key: its first (oldest) event
+        if p == 0:  # position-0 events are the first stage's partial matches (one position)
+            batches = [cand[k:k + bs].reshape(-1, 1) for k in range(0, len(cand), bs)]
+            q = agent.match_q
+        else:
+            batches = [cand[k:k + bs] for k in range(0, len(cand), bs)]
+            q = agent.event_q[p]
+        with self._cv:
+            self._pending += len(batches)
+            self.queue_pushes += len(batches)
+            q.extend(zip(keys, batches))
+            self._wake(agent.index, p != 0, len(batches))
 
     def _push(self, agent: Agent, position: int | None, batch: np.ndarray) -> None:
         st = self.store
@@ -268,7 +367,55 @@ class Runtime:
                 agent.match_q.append((key, batch))
             else:
                 agent.event_q[position].append((key, batch))
-            self._cv.notify()
+            self._wake(agent.index, position is not None, 1)
+
+    def _wake(self, a: int, is_event: bool, n: int) -> None:
+        """(Holding the lock, after a push to agent ``a``.) Wake up to ``n`` idle units that take
+        such a batch from ``a``: home or current there, in a role that takes it; with dynamic
+        units, else any idle unit (it may hop to ``a``)."""
+        self._epoch += 1
+        if not self._idle:
+            return
+        role_ok = ("event", "both") if is_event else ("match", "both")
+        picked = []
+        for u in self._idle:
+            st = self.units[u]
+            if (st.current == a or a in st.homes) and (self.dynamic or st.roles.get(a, "both") in role_ok):
+                picked.append(u)
+                if len(picked) == n:
+                    break
+        if len(picked) < n and self.dynamic:
+            picked += [u for u in self._idle if u not in picked][: n - len(picked)]
+        for u in picked:
+            del self._idle[u]
+            self._ucv[u].notify()
+
+    def _wake_all(self) -> None:
+        """(Holding the lock.) Wake every idle unit (routing tasks, stop)."""
+        self._epoch += 1
+        for u in self._idle:
+            self._ucv[u].notify()
+        self._idle.clear()
+
+    def _run_split(self, task) -> None:
+        """Route one slice of a :class:`SplitJob`; hand over every slice whose turn has come."""
+        job, j = task
+        try:
+            routed = self._route(job.slices[j], None)
+            if self._jitter_p:
+                self._jitter()  # shake the order in which slices finish (tests)
+            with job.lock:
+                self.split_slices += 1
+                job.done[j] = routed
+                while job.next in job.done:
+                    i = job.next
+                    self._publish(job.done.pop(i), job.carry, i == len(job.slices) - 1)
+                    job.next += 1
+        finally:
+            with self._cv:
+                self._pending -= 1
+                if self._pending == 0:
+                    self._cv.notify_all()
 
     def drain(self) -> None:
         """Wait until every queued batch is processed (inline: process them here)."""
@@ -307,6 +454,7 @@ class Runtime:
         with self._cv:
             self._stop = True
             self._cv.notify_all()
+            self._wake_all()
         for t in self._threads:
             t.join()
         self._threads = []
@@ -389,6 +537,18 @@ class Runtime:
 
     def _loop(self, u: int) -> None:
         while True:
+            if self._split_q:  # routing comes first: it feeds every agent
+                try:
+                    split = self._split_q.popleft()
+                except IndexError:
+                    split = None
+                if split is not None:
+                    try:
+                        self._run_split(split)
+                    except BaseException as exc:  # noqa: BLE001 - handed to the driver
+                        self._error = exc
+                    continue
+            epoch = self._epoch
             try:
                 task = self._next_task(u)
             except BaseException as exc:  # noqa: BLE001 - handed to the driver
@@ -398,10 +558,13 @@ class Runtime:
                 with self._cv:
                     if self._stop:
                         return
-                    if self._pending == 0 or self._error is not None:
-                        self._cv.wait(0.05)
-                    else:
-                        self._cv.wait(0.0005)
+                    if self._epoch == epoch and not self._split_q:
+                        # no push since we looked: sleep until one wakes us (the timeout is
+                        # only a safety net: a unit that wakes looks for work again)
+                        self._idle[u] = True
+                        self._ucv[u].wait(0.05)
+                        self._idle.pop(u, None)
+                        self.idle_wakeups += 1
                 continue
             try:
                 self._run_task(u, task)

@@ -36,7 +36,7 @@ from . import _compat, kernels
 from .compile import compile_rules
 from .costmodel import ChainStats, allocate
 from .engine import OUTPUT_PART, as_rule_list, chunk_bounds, concat_parts
-from .runtime import Layout, Runtime, Store
+from .runtime import SPLIT_MIN, Layout, Runtime, Store
 
 
 @dataclass
@@ -66,6 +66,9 @@ class Trace:
     t_event: float = 0.0
     t_fpush: float = 0.0
     t_event_owned: float = 0.0  # per event read by a data-parallel unit (owned starts filtered)
+    #: the parallel splitter: the fixed cost of one slice (a ``SplitJob`` task: its kernel calls
+    #: per position, the locks, the hand-over in slice order)
+    t_slice: float = 0.0
     #: data-parallel: the match work (s) of the whole stream
     match_work_s: float = 0.0
     batch: int = 256
@@ -194,7 +197,7 @@ def _trace_once(r, events, time_unit, chunk_size, batch_size, stats, fused: bool
     t_task = np.maximum(per_call, 0.0) + t_access + wrap
     pair_s = float((scanned.sum(axis=0) * c_scan).sum())
     t_piece = _piece_cost(spec, store, strcodes, rows[: min(len(rows), 64)], t_task, t_item)
-    t_route, t_fpush, t_route_owned = _feed_costs(spec, store, strcodes, rows, chunk_size)
+    t_route, t_fpush, t_route_owned, t_slice = _feed_costs(spec, store, strcodes, rows, chunk_size)
     # hand-overs per stage: the batches entering it (stage 1 gets the splitter's)
     pushes = tasks.copy()
     ts = store.ts[rows - store.base]
@@ -206,7 +209,7 @@ def _trace_once(r, events, time_unit, chunk_size, batch_size, stats, fused: bool
         outputs=np.array([c[3] for c in per_chunk]), pushes=pushes, t_task=t_task, c_scan=c_scan,
         t_access=t_access, t_push=t_push, t_barrier=barrier_s / max(len(per_chunk), 1),
         serial_s=t_ingest + t_out, output_s=t_out, stats=stats,
-        t_event=t_route, t_fpush=t_fpush, t_event_owned=t_route_owned,
+        t_event=t_route, t_fpush=t_fpush, t_event_owned=t_route_owned, t_slice=t_slice,
         match_work_s=pair_work,
         match_items=match_items, span_s=float(ts[-1] - ts[0]) / 1e9 if len(ts) > 1 else 1.0,
         first_ts=ts[store.types[rows - store.base] == first_code] if first_code >= 0 else ts[:0],
@@ -216,37 +219,47 @@ def _trace_once(r, events, time_unit, chunk_size, batch_size, stats, fused: bool
     return tr
 
 
-def _feed_costs(spec, store, strcodes, rows, chunk: int) -> tuple[float, float, float]:
-    """The splitter's cost: seconds per event routed and per batch handed to a queue, and per
-    event routed by a data-parallel unit (which keeps only the match-starting events it owns).
+def _feed_costs(spec, store, strcodes, rows, chunk: int) -> tuple[float, float, float, float]:
+    """The splitter's cost: seconds per event routed and per batch handed to a queue, per event
+    routed by a data-parallel unit (which keeps only the match-starting events it owns), and per
+    slice of a chunk cut for several splitters (``runtime.SplitJob``).
 
     Routing the same rows at two batch sizes (queues emptied, nothing processed) gives two
-    equations in the two unknowns.
+    equations in the two unknowns; routing them again cut in slices of :data:`SPLIT_PROBE`
+    events gives the cost of a slice.
     """
     n = spec.length
     layout = Layout([[(p,) for p in range(1, n)]], [0] * (n - 1), 1)
 
-    def once(batch: int, first_only=None) -> tuple[float, int]:
-        rt = Runtime([spec], store, layout, [strcodes], dynamic=False, threads=False, batch_size=batch)
+    def once(batch: int, first_only=None, splitters: int = 1) -> tuple[float, int, int]:
+        rt = Runtime([spec], store, layout, [strcodes], dynamic=False, threads=False, batch_size=batch,
+                     splitters=splitters, split_min=SPLIT_PROBE)
         spent = 0.0
         for k in range(0, len(rows), chunk):
             t0 = time.thread_time()
             rt.feed(rows[k:k + chunk], first_only=first_only)
             spent += time.thread_time() - t0
             rt.discard_queued()  # only routing is measured
-        pushes = rt.queue_pushes
+        pushes, slices = rt.queue_pushes, rt.split_slices
         rt.close()
-        return spent, pushes
+        return spent, pushes, slices
 
     once(1024)  # warm
-    small, p_small = once(16)
-    big, p_big = once(1024)
+    small, p_small, _ = once(16)
+    big, p_big, _ = once(1024)
     t_fpush = max(small - big, 0.0) / max(p_small - p_big, 1)
     t_route = max(big - p_big * t_fpush, 0.0) / max(len(rows), 1)
     # a data-parallel unit's splitter also keeps only its own match-starting events
-    owned, _ = once(1024, first_only=rows)
+    owned, _, _ = once(1024, first_only=rows)
     t_route_owned = max(owned - p_big * t_fpush, 0.0) / max(len(rows), 1)
-    return t_route, t_fpush, t_route_owned
+    cut, _, slices = once(1024, splitters=1 << 20)
+    n_chunks = -(-len(rows) // chunk)
+    t_slice = max(cut - big, 0.0) / max(slices - n_chunks, 1)
+    return t_route, t_fpush, t_route_owned, t_slice
+
+
+#: events per slice when :func:`_feed_costs` measures the cost of a slice
+SPLIT_PROBE = 256
 
 
 def splitter_batches(tr: Trace, batch: int) -> np.ndarray:
@@ -349,15 +362,20 @@ class SimResult:
 
 
 def simulate(tr: Trace, method: str, k: int, *, allocation: str = "cost-model", dynamic: bool = True,
-             fusion: bool = True, rip_batch: int | None = None, cores: int | None = None) -> SimResult:
-    """Predicted time of ``method`` with ``k`` units on ``cores`` cores (default ``k``)."""
+             fusion: bool = True, rip_batch: int | None = None, cores: int | None = None,
+             splitters: int | None = None) -> SimResult:
+    """Predicted time of ``method`` with ``k`` units on ``cores`` cores (default ``k``).
+
+    ``splitters``: threads routing a chunk in the hybrid engine (default ``k``, as
+    ``HybridEngine``; ``1``: one splitter thread). State-parallel has one splitter thread.
+    """
     if k < 1:
         raise ArgumentError(f"k must be >= 1, got {k}")
     cores = k if cores is None else cores
     if method in ("hybrid", "hybrid-equal"):
         if method == "hybrid-equal":
             allocation = "equal"
-        return _sim_hybrid(tr, k, allocation, dynamic, fusion, cores)
+        return _sim_hybrid(tr, k, allocation, dynamic, fusion, cores, splitters)
     if method == "state-parallel":
         tr = tr.split or tr
         m = tr.length - 1
@@ -398,19 +416,22 @@ def stats_from_trace(tr: Trace, k: int) -> ChainStats:
     return ChainStats(tuple(e), tuple(sel), tuple(comp), tuple(lock), tuple(queue), W)
 
 
-def _sim_hybrid(tr: Trace, k: int, allocation: str, dynamic: bool, fusion: bool, cores: int) -> SimResult:
+def _sim_hybrid(tr: Trace, k: int, allocation: str, dynamic: bool, fusion: bool, cores: int,
+                splitters: int | None = None) -> SimResult:
     al = allocate(stats_from_trace(tr, k), k, allocation, fusion)
     units = al.units
     pooled = not all(units)  # fewer units than agents: units serve several agents
     if len(al.groups) > 1 and tr.split is not None:
         tr = tr.split  # several agents: partial matches cross queues
-    res = _sim_hybrid_layout(tr, al.groups, units, dynamic or pooled, min(cores, k), k)
+    # HybridEngine's default: k splitters (the publishing thread and the idle units)
+    res = _sim_hybrid_layout(tr, al.groups, units, dynamic or pooled, min(cores, k), k,
+                             splitters=k if splitters is None else splitters)
     res.method = "hybrid" if allocation == "cost-model" else "hybrid-equal"
     return res
 
 
 def _sim_hybrid_layout(tr: Trace, groups, units, dynamic: bool, cores: int, k: int,
-                       batch_units: int | None = None) -> SimResult:
+                       batch_units: int | None = None, splitters: int = 1) -> SimResult:
     from .engine import auto_batch
 
     # the publishing thread builds the composite events of chunk c - 1 while the units join
@@ -452,10 +473,19 @@ def _sim_hybrid_layout(tr: Trace, groups, units, dynamic: bool, cores: int, k: i
         phase += t
         if c:  # the previous chunk's output assembly shares the cores with the units
             t = max(t, (sum(works) + out_share[c - 1]) / cores, out_share[c - 1])
-        # the splitter (the driver thread) routes the chunk's events first
-        split = tr.t_event * tr.chunk_events[c] + tr.t_fpush * batches[c]
+        # the splitter routes the chunk's events first: one thread, or (HybridEngine) the
+        # publishing thread and the units, a slice each (runtime.SplitJob); the hand-over of the
+        # batches stays serial (slice order, under the job's lock)
+        route = tr.t_event * tr.chunk_events[c]
+        push = tr.t_fpush * batches[c]
+        n_sl = min(splitters, max(1, int(tr.chunk_events[c]) // SPLIT_MIN))
+        if n_sl > 1:
+            route += n_sl * tr.t_slice
+            split = route / min(n_sl, cores) + push
+        else:
+            split = route + push
         total += t + tr.t_barrier + split
-        cpu += sum(works) + tr.t_barrier + split
+        cpu += sum(works) + tr.t_barrier + route + push
     return SimResult("hybrid", k, total, tr.n_events, [f"A{'-'.join(map(str, g))}" for g in groups], list(units),
                      cpu, phase)
 
