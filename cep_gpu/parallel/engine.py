@@ -18,7 +18,7 @@ import pandas as pd
 
 from ..errors import ArgumentError, EngineClosedError, EventError, LateEventError
 from ..model import Rule
-from . import _compat
+from . import _compat, kernels
 from .compile import (
     ChainSpec,
     UnsupportedPatternError,
@@ -28,7 +28,7 @@ from .compile import (
     string_compare_problems,
 )
 from .costmodel import Allocation, ChainStats, agent_loads, allocate, integer_allocation
-from .runtime import Layout, Runtime, Store
+from .runtime import Layout, OutputJob, Runtime, Store
 
 ALLOCATIONS = ("cost-model", "equal")
 #: default ``output_part``: composite events built per part (fixed costs of a part: about 1 ms)
@@ -188,16 +188,18 @@ class HybridEngine:
         t0 = time.perf_counter()
         rows = store.append(table)
         arrow = output == "arrow"
-        parts = []
+        jobs = []
         held: list[list[np.ndarray]] = [[] for _ in self.rules]
         n_held = 0
+        table = _compat.store_table(store, self._strings, self._time)
         for lo, hi in chunk_bounds(store.ts[rows - store.base], self.chunk_size):
             rt.feed(rows[lo:hi])
             if n_held >= self.output_part:
-                # the composite events of the chunks done so far are built by this thread while
-                # the units join the new chunk (a timestamp never spans two chunks, so the parts
-                # are in detect's order one after the other)
-                parts.append(self._build(held, arrow))
+                # the composite events of the chunks done so far are built, in parts, by this
+                # thread and the idle units while the units join the new chunk (a timestamp
+                # never spans two chunks, so the parts are in detect's order one after the other)
+                jobs.append(rt.submit_output(self._output_job(held, table, arrow)))
+                rt.help_output()
                 held = [[] for _ in self.rules]
                 n_held = 0
             rt.drain()
@@ -206,8 +208,8 @@ class HybridEngine:
                 held[r].append(res)
                 n_held += len(res)
                 self._matches += len(res)
-        parts.append(self._build(held, arrow))
-        out = concat_parts(parts, arrow)
+        jobs.append(rt.submit_output(self._output_job(held, table, arrow)))
+        out = concat_parts([p for job in jobs for p in rt.wait_output(job)], arrow)
         self._seconds += time.perf_counter() - t0
         if len(rows):
             self._newest = int(store.ts[rows[-1] - store.base])
@@ -335,10 +337,11 @@ class HybridEngine:
 
     # -- internals -----------------------------------------------------------------------------
 
-    def _build(self, held: list[list[np.ndarray]], arrow: bool):
+    def _output_job(self, held: list[list[np.ndarray]], table, arrow: bool) -> OutputJob:
+        """The composite events of ``held`` as an :class:`OutputJob` of parts (:func:`output_parts`)."""
         results = [np.concatenate(h) if h else np.empty((0, spec.length), np.int64)
                    for h, spec in zip(held, self._specs)]
-        return _compat.build_output(self.rules, results, self._store, self._strings, self._time, arrow=arrow)
+        return output_parts(self.rules, results, self._store, table, arrow, self.output_part, self.units + 1)
 
     def _strings_for(self, table, specs) -> np.ndarray:
         return np.array([table.strings.encode_one(s) for s in specs[0].string_consts] if specs else [],
@@ -409,6 +412,41 @@ def chunk_bounds(ts: np.ndarray, size: int) -> list[tuple[int, int]]:
         out.append((lo, hi))
         lo = hi
     return out
+
+
+def output_parts(rules, results: list[np.ndarray], store: Store, table, arrow: bool, part: int,
+                 most: int) -> OutputJob:
+    """The composite events of ``results`` (per rule, absolute store rows, any order) as an
+    :class:`OutputJob` of up to ``most`` parts of at least ``part`` matches each.
+
+    The matches are cut at timestamp boundaries (every match of one timestamp in one part, parts
+    in time order; ``kernels.bucket_matches``); each part sorts its matches by (ts, ids) in a
+    compiled kernel without the GIL (``kernels.order_matches``) and builds its frame as ``detect``
+    does, so the parts joined in order are ``detect``'s frame. Any thread may build any part.
+    """
+    n = sum(len(r) for r in results)
+    terms = [_compat.match_term(rule) for rule in rules]
+    n_parts = max(1, min(n // max(part, 1), most))
+    if n_parts > 1:
+        # cut values: quantiles of the match timestamps (a sample of them)
+        full = [(rows, t) for rows, t in zip(results, terms) if len(rows)]
+        sample = np.concatenate([
+            store.ts[(rows[:: max(len(rows) // 4096, 1), t] if t >= 0
+                      else rows[:: max(len(rows) // 4096, 1)].max(axis=1)) - store.base]
+            for rows, t in full])
+        sample.sort()
+        cuts = np.unique(sample[(np.arange(1, n_parts) * len(sample)) // n_parts])
+        cut = [kernels.bucket_matches(rows, t, store.ts, store.base, cuts) for rows, t in zip(results, terms)]
+        pieces = [[rows[off[b]:off[b + 1]] for rows, off in cut] for b in range(len(cuts) + 1)]
+        pieces = [p for p in pieces if any(len(x) for x in p)] or pieces[:1]
+    else:
+        pieces = [results]
+
+    def build(piece: list[np.ndarray]):
+        local = [kernels.order_matches(rows, t, store.ts, store.ids, store.base) for rows, t in zip(piece, terms)]
+        return _compat.build_sorted(rules, local, table, arrow)
+
+    return OutputJob([lambda p=p: build(p) for p in pieces])
 
 
 def concat_parts(parts: list, arrow: bool):
