@@ -129,6 +129,14 @@ def test_runtime_builds_parts_on_idle_units_and_returns_them_in_order():
             rt.wait_output(bad)
     finally:
         rt.close()
+    # inline runtime: the publishing thread builds every part; cancelled parts are never built
+    inline = Runtime([spec], store, layout, [np.empty(0)], threads=False)
+    job = inline.submit_output(OutputJob([lambda j=j: j for j in range(5)]))
+    inline.cancel_output()
+    inline.help_output()
+    assert job.left == 5 and inline.output_parts == 0
+    assert inline.wait_output(inline.submit_output(OutputJob([lambda: "a", lambda: "b"]))) == ["a", "b"]
+    assert inline.output_by_units == 0
 
 
 @pytest.mark.parametrize("units", [1, 3])
@@ -138,10 +146,10 @@ def test_engine_with_parts_on_several_units_equals_detect(units):
     eng = HybridEngine(RULE, units=units, output_part=8, chunk_size=200, batch_size=4, jitter=0.2, seed=units)
     try:
         parts = [eng.publish(ev.iloc[k:k + 700]) for k in range(0, len(ev), 700)]
-        rt = eng._rt
-        assert rt.output_parts > len(parts)  # several parts per publish
+        st_ = eng.stats()
+        assert st_["output_parts"] > len(parts)  # several parts per publish
         if units > 1:
-            assert rt.output_by_units >= 1
+            assert st_["output_parts_by_units"] >= 1
     finally:
         eng.close()
     pd.testing.assert_frame_equal(pd.concat(parts, ignore_index=True), ref)

@@ -94,8 +94,9 @@ class HybridEngine:
         Default: :func:`auto_chunk` (about two windows of events, 16384 to 65536) and
         :func:`auto_batch` (small enough that every agent gets several tasks per unit per chunk).
     output_part:
-        Composite events are built (by the publishing thread, while the units go on with the
-        next chunk) each time at least this many are held; the parts are joined at the end.
+        Composite events are built each time at least this many are held, in up to ``units + 1``
+        parts of at least this many (:func:`output_parts`) that the publishing thread and idle
+        units build while the units go on with the next chunk; the parts are joined at the end.
     splitters:
         Threads that route a chunk's events to the agents at once (the publishing thread and
         idle units, each a slice of at least ``SPLIT_MIN`` events, handed over in slice order);
@@ -188,11 +189,30 @@ class HybridEngine:
         t0 = time.perf_counter()
         rows = store.append(table)
         arrow = output == "arrow"
+        out_table = _compat.store_table(store, self._strings, self._time)  # the parts index it
+        try:
+            out = self._run_chunks(rows, out_table, arrow)
+        except BaseException:
+            rt.cancel_output()  # parts of a failed publish are not built
+            raise
+        self._seconds += time.perf_counter() - t0
+        if len(rows):
+            self._newest = int(store.ts[rows[-1] - store.base])
+        if self._newest is not None:
+            # rows no match can read any more (after the output is built)
+            keep = self._newest - max(s.window for s in self._specs)
+            cut = int(np.searchsorted(store.ts, keep, side="left")) + store.base
+            if cut - store.base > len(store.ts) // 2:
+                store.drop_before(cut)
+        return out
+
+    def _run_chunks(self, rows: np.ndarray, table, arrow: bool):
+        """Feed ``rows`` chunk by chunk; the composite events, built in parts (:func:`output_parts`)."""
+        rt = self._rt
         jobs = []
         held: list[list[np.ndarray]] = [[] for _ in self.rules]
         n_held = 0
-        table = _compat.store_table(store, self._strings, self._time)
-        for lo, hi in chunk_bounds(store.ts[rows - store.base], self.chunk_size):
+        for lo, hi in chunk_bounds(self._store.ts[rows - self._store.base], self.chunk_size):
             rt.feed(rows[lo:hi])
             if n_held >= self.output_part:
                 # the composite events of the chunks done so far are built, in parts, by this
@@ -209,17 +229,7 @@ class HybridEngine:
                 n_held += len(res)
                 self._matches += len(res)
         jobs.append(rt.submit_output(self._output_job(held, table, arrow)))
-        out = concat_parts([p for job in jobs for p in rt.wait_output(job)], arrow)
-        self._seconds += time.perf_counter() - t0
-        if len(rows):
-            self._newest = int(store.ts[rows[-1] - store.base])
-        if self._newest is not None:
-            # rows no match can read any more (after the output is built)
-            keep = self._newest - max(s.window for s in self._specs)
-            cut = int(np.searchsorted(store.ts, keep, side="left")) + store.base
-            if cut - store.base > len(store.ts) // 2:
-                store.drop_before(cut)
-        return out
+        return concat_parts([p for job in jobs for p in rt.wait_output(job)], arrow)
 
     def flush(self, output: str = "pandas"):
         """End the input; stop the units. Returns the composite events still held (none for SEQ)."""
@@ -262,6 +272,8 @@ class HybridEngine:
         measured while calibrating (timing every kernel call costs two clock reads).
         ``split_slices``: slices of chunks routed by several splitters; ``idle_wakeups``: times
         an idle unit woke (pushed to, or its safety timeout) and found no work.
+        ``output_parts``: parts of the output built (:func:`output_parts`), ``output_parts_by_units``
+        of them by units (the rest by the publishing thread).
         """
         if self._rt is None:
             return {"units": self.units, "events": 0, "agents": []}
@@ -294,6 +306,9 @@ class HybridEngine:
             # chunks cut for several splitters: the slices routed; idle units woken without work
             "split_slices": rt.split_slices,
             "idle_wakeups": rt.idle_wakeups,
+            # output parts built (engine.output_parts), and how many of them by units
+            "output_parts": rt.output_parts,
+            "output_parts_by_units": rt.output_by_units,
             "unit_busy_s": [u.busy_s for u in rt.units],
         }
 

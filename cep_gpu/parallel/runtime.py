@@ -480,6 +480,11 @@ class Runtime:
             raise job.error
         return job.parts
 
+    def cancel_output(self) -> None:
+        """Drop the output parts not started yet (a publish that failed)."""
+        with self._cv:
+            self._out_q.clear()
+
     def _run_output(self, task, u: int | None) -> None:
         job, j = task
         part, err = None, None
