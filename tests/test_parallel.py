@@ -7,6 +7,7 @@ from unittest import mock
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -213,6 +214,12 @@ def test_several_rules_and_datetime_input():
             got = eng.publish(ev)
             eng.close()
             pd.testing.assert_frame_equal(got, expected)
+            # Arrow parts too: a part where another rule's attribute is all null takes its type
+            eng = HybridEngine(rules, units=units, chunk_size=50, batch_size=8, output_part=part, jitter=0.1)
+            arrow = eng.publish(ev, output="arrow")
+            eng.close()
+            assert arrow.schema.field("k").type == pa.int64() and arrow.num_rows == len(expected)
+            assert arrow.column("k").to_pylist() == [None if pd.isna(v) else v for v in expected["k"]]
 
 
 @pytest.mark.parametrize("match_first", [True, False])

@@ -469,10 +469,24 @@ def concat_parts(parts: list, arrow: bool):
     full = [p for p in parts if len(p)]
     if len(full) <= 1:
         return full[0] if full else parts[-1]
+    # an attribute that is null in every row of a part (another rule's, or a value no match of
+    # the part had) gets a kind inferred from nothing there; it takes the kind it has in the
+    # parts that hold values, as in detect's one frame
     if arrow:
         import pyarrow as pa
 
+        for j, name in enumerate(full[0].column_names):
+            typed = next((t.schema.field(name).type for t in full if t.column(name).null_count < len(t)), None)
+            if typed is not None:
+                full = [t if t.schema.field(name).type == typed or t.column(name).null_count < len(t)
+                        else t.set_column(j, pa.field(name, typed), pa.nulls(len(t), typed)) for t in full]
         return pa.concat_tables(full)
+    for name in full[0].columns:
+        typed = next((f[name].dtype for f in full if f[name].notna().any()), None)
+        if typed is not None:
+            for f in full:
+                if f[name].dtype != typed and not f[name].notna().any():
+                    f[name] = f[name].astype(typed)
     return pd.concat(full, ignore_index=True)
 
 
