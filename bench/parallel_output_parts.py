@@ -38,7 +38,8 @@ def timed(rule, ev, units: int, stats, parallel: bool) -> tuple[float, float, in
         t0, c0 = time.perf_counter(), time.process_time()
         out = eng.publish(ev)
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-        parts, by_units = eng._rt.output_parts, eng._rt.output_by_units
+        st = eng.stats()
+        parts, by_units = st["output_parts"], st["output_parts_by_units"]
         eng.close()
     finally:
         engine_mod.output_parts = PARTS
