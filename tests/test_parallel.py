@@ -7,6 +7,7 @@ from unittest import mock
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -208,10 +209,17 @@ def test_several_rules_and_datetime_input():
              "define Q pattern SEQ(C a, A b, C c) where a.x < c.x and b.s = 'u' within 6 s return k := a.x")
     expected = cep_gpu.detect(ev, rules, backend="reference")
     for units in (1, 2, 4):
-        eng = HybridEngine(rules, units=units, chunk_size=50, batch_size=8)
-        got = eng.publish(ev)
-        eng.close()
-        pd.testing.assert_frame_equal(got, expected)
+        for part in (3, 8192):  # both rules' composite events in parts built by several threads
+            eng = HybridEngine(rules, units=units, chunk_size=50, batch_size=8, output_part=part, jitter=0.1)
+            got = eng.publish(ev)
+            eng.close()
+            pd.testing.assert_frame_equal(got, expected)
+            # Arrow parts too: a part where another rule's attribute is all null takes its type
+            eng = HybridEngine(rules, units=units, chunk_size=50, batch_size=8, output_part=part, jitter=0.1)
+            arrow = eng.publish(ev, output="arrow")
+            eng.close()
+            assert arrow.schema.field("k").type == pa.int64() and arrow.num_rows == len(expected)
+            assert arrow.column("k").to_pylist() == [None if pd.isna(v) else v for v in expected["k"]]
 
 
 @pytest.mark.parametrize("match_first", [True, False])

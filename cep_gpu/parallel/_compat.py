@@ -13,8 +13,10 @@ from ..backends import Matches
 from ..detect import composite_events, in_time_units
 from ..events import AttributeColumn, EventTable, StringDictionary, TimeFormat
 from ..output import OutputSchema, assemble
+from .kernels import order_matches
 
-__all__ = ["EventTable", "StringDictionary", "TimeFormat", "build_output", "ingest"]
+__all__ = ["EventTable", "StringDictionary", "TimeFormat", "build_output", "build_sorted", "ingest", "match_term",
+           "store_table"]
 
 
 def ingest(df, time_unit: str, strings: StringDictionary) -> EventTable:
@@ -22,18 +24,34 @@ def ingest(df, time_unit: str, strings: StringDictionary) -> EventTable:
 
 
 def build_output(rules, results, store, strings: StringDictionary, time: TimeFormat, arrow: bool = False):
-    """The output frame of ``results`` (per rule, (n, length) absolute store rows), as ``detect``."""
-    parts = [r for r in results if len(r)]
-    uniq = np.unique(np.concatenate([r.ravel() for r in parts])) if parts else np.empty(0, np.int64)
-    local = uniq - store.base
-    table = EventTable(
-        ts=store.ts[local], ids=store.ids[local], types=store.types[local],
-        type_names=list(store.type_names) or ["_"],
-        columns={k: AttributeColumn(kind, v[local], ok[local]) for k, (kind, v, ok) in store.columns.items()},
+    """The output frame of ``results`` (per rule, (n, length) absolute store rows), as ``detect``:
+    one part, built by the calling thread (sorted by ``kernels.order_matches``)."""
+    table = store_table(store, strings, time)
+    local = [order_matches(np.ascontiguousarray(rows, dtype=np.int64), match_term(rule), store.ts, store.ids,
+                           store.base) for rule, rows in zip(rules, results)]
+    return build_sorted(rules, local, table, arrow)
+
+
+def match_term(rule) -> int:
+    """The position whose event is a match's timestamp (``-1``: the latest of its events), as
+    ``detect``'s ``match_ts`` reads it."""
+    return rule.plans[0].terminator if len(rule.plans) == 1 else -1
+
+
+def store_table(store, strings: StringDictionary, time: TimeFormat) -> EventTable:
+    """The store's events as an ``EventTable`` (its arrays, not copies): output parts index it by
+    local row, with no gather of the rows they use."""
+    return EventTable(
+        ts=store.ts, ids=store.ids, types=store.types, type_names=list(store.type_names) or ["_"],
+        columns={k: AttributeColumn(kind, v, ok) for k, (kind, v, ok) in store.columns.items()},
         strings=strings, time=time, schema={},
     )
-    res = []
-    for rule, rows in zip(rules, results):
-        m = Matches(np.searchsorted(uniq, rows).astype(np.int64), np.empty((len(rows), 0), np.float64))
-        res.append(composite_events(in_time_units(rule, time), table, m))
+
+
+def build_sorted(rules, local, table: EventTable, arrow: bool = False):
+    """The output frame of ``local`` (per rule, (n, length) rows of ``table`` already in (ts, ids)
+    order, ``kernels.order_matches``): ``detect``'s composite events, which then skip their sort."""
+    res = [composite_events(in_time_units(rule, table.time), table,
+                            Matches(rows, np.empty((len(rows), 0), np.float64)))
+           for rule, rows in zip(rules, local)]
     return assemble(res, OutputSchema.of(rules), table, arrow=arrow)

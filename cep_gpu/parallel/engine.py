@@ -18,7 +18,7 @@ import pandas as pd
 
 from ..errors import ArgumentError, EngineClosedError, EventError, LateEventError
 from ..model import Rule
-from . import _compat
+from . import _compat, kernels
 from .compile import (
     ChainSpec,
     UnsupportedPatternError,
@@ -28,7 +28,7 @@ from .compile import (
     string_compare_problems,
 )
 from .costmodel import Allocation, ChainStats, agent_loads, allocate, integer_allocation
-from .runtime import Layout, Runtime, Store
+from .runtime import Layout, OutputJob, Runtime, Store
 
 ALLOCATIONS = ("cost-model", "equal")
 #: default ``output_part``: composite events built per part (fixed costs of a part: about 1 ms)
@@ -94,8 +94,9 @@ class HybridEngine:
         Default: :func:`auto_chunk` (about two windows of events, 16384 to 65536) and
         :func:`auto_batch` (small enough that every agent gets several tasks per unit per chunk).
     output_part:
-        Composite events are built (by the publishing thread, while the units go on with the
-        next chunk) each time at least this many are held; the parts are joined at the end.
+        Composite events are built each time at least this many are held, in up to ``units + 1``
+        parts of at least this many (:func:`output_parts`) that the publishing thread and idle
+        units build while the units go on with the next chunk; the parts are joined at the end.
     splitters:
         Threads that route a chunk's events to the agents at once (the publishing thread and
         idle units, each a slice of at least ``SPLIT_MIN`` events, handed over in slice order);
@@ -188,26 +189,12 @@ class HybridEngine:
         t0 = time.perf_counter()
         rows = store.append(table)
         arrow = output == "arrow"
-        parts = []
-        held: list[list[np.ndarray]] = [[] for _ in self.rules]
-        n_held = 0
-        for lo, hi in chunk_bounds(store.ts[rows - store.base], self.chunk_size):
-            rt.feed(rows[lo:hi])
-            if n_held >= self.output_part:
-                # the composite events of the chunks done so far are built by this thread while
-                # the units join the new chunk (a timestamp never spans two chunks, so the parts
-                # are in detect's order one after the other)
-                parts.append(self._build(held, arrow))
-                held = [[] for _ in self.rules]
-                n_held = 0
-            rt.drain()
-            rt.quiesce()
-            for r, res in enumerate(rt.take_results()):
-                held[r].append(res)
-                n_held += len(res)
-                self._matches += len(res)
-        parts.append(self._build(held, arrow))
-        out = concat_parts(parts, arrow)
+        out_table = _compat.store_table(store, self._strings, self._time)  # the parts index it
+        try:
+            out = self._run_chunks(rows, out_table, arrow)
+        except BaseException:
+            rt.cancel_output()  # parts of a failed publish are not built
+            raise
         self._seconds += time.perf_counter() - t0
         if len(rows):
             self._newest = int(store.ts[rows[-1] - store.base])
@@ -218,6 +205,31 @@ class HybridEngine:
             if cut - store.base > len(store.ts) // 2:
                 store.drop_before(cut)
         return out
+
+    def _run_chunks(self, rows: np.ndarray, table, arrow: bool):
+        """Feed ``rows`` chunk by chunk; the composite events, built in parts (:func:`output_parts`)."""
+        rt = self._rt
+        jobs = []
+        held: list[list[np.ndarray]] = [[] for _ in self.rules]
+        n_held = 0
+        for lo, hi in chunk_bounds(self._store.ts[rows - self._store.base], self.chunk_size):
+            rt.feed(rows[lo:hi])
+            if n_held >= self.output_part:
+                # the composite events of the chunks done so far are built, in parts, by this
+                # thread and the idle units while the units join the new chunk (a timestamp
+                # never spans two chunks, so the parts are in detect's order one after the other)
+                jobs.append(rt.submit_output(self._output_job(held, table, arrow)))
+                rt.help_output()
+                held = [[] for _ in self.rules]
+                n_held = 0
+            rt.drain()
+            rt.quiesce()
+            for r, res in enumerate(rt.take_results()):
+                held[r].append(res)
+                n_held += len(res)
+                self._matches += len(res)
+        jobs.append(rt.submit_output(self._output_job(held, table, arrow)))
+        return concat_parts([p for job in jobs for p in rt.wait_output(job)], arrow)
 
     def flush(self, output: str = "pandas"):
         """End the input; stop the units. Returns the composite events still held (none for SEQ)."""
@@ -260,6 +272,8 @@ class HybridEngine:
         measured while calibrating (timing every kernel call costs two clock reads).
         ``split_slices``: slices of chunks routed by several splitters; ``idle_wakeups``: times
         an idle unit woke (pushed to, or its safety timeout) and found no work.
+        ``output_parts``: parts of the output built (:func:`output_parts`), ``output_parts_by_units``
+        of them by units (the rest by the publishing thread).
         """
         if self._rt is None:
             return {"units": self.units, "events": 0, "agents": []}
@@ -292,6 +306,9 @@ class HybridEngine:
             # chunks cut for several splitters: the slices routed; idle units woken without work
             "split_slices": rt.split_slices,
             "idle_wakeups": rt.idle_wakeups,
+            # output parts built (engine.output_parts), and how many of them by units
+            "output_parts": rt.output_parts,
+            "output_parts_by_units": rt.output_by_units,
             "unit_busy_s": [u.busy_s for u in rt.units],
         }
 
@@ -335,10 +352,11 @@ class HybridEngine:
 
     # -- internals -----------------------------------------------------------------------------
 
-    def _build(self, held: list[list[np.ndarray]], arrow: bool):
+    def _output_job(self, held: list[list[np.ndarray]], table, arrow: bool) -> OutputJob:
+        """The composite events of ``held`` as an :class:`OutputJob` of parts (:func:`output_parts`)."""
         results = [np.concatenate(h) if h else np.empty((0, spec.length), np.int64)
                    for h, spec in zip(held, self._specs)]
-        return _compat.build_output(self.rules, results, self._store, self._strings, self._time, arrow=arrow)
+        return output_parts(self.rules, results, self._store, table, arrow, self.output_part, self.units + 1)
 
     def _strings_for(self, table, specs) -> np.ndarray:
         return np.array([table.strings.encode_one(s) for s in specs[0].string_consts] if specs else [],
@@ -411,15 +429,64 @@ def chunk_bounds(ts: np.ndarray, size: int) -> list[tuple[int, int]]:
     return out
 
 
+def output_parts(rules, results: list[np.ndarray], store: Store, table, arrow: bool, part: int,
+                 most: int) -> OutputJob:
+    """The composite events of ``results`` (per rule, absolute store rows, any order) as an
+    :class:`OutputJob` of up to ``most`` parts of at least ``part`` matches each.
+
+    The matches are cut at timestamp boundaries (every match of one timestamp in one part, parts
+    in time order; ``kernels.bucket_matches``); each part sorts its matches by (ts, ids) in a
+    compiled kernel without the GIL (``kernels.order_matches``) and builds its frame as ``detect``
+    does, so the parts joined in order are ``detect``'s frame. Any thread may build any part.
+    """
+    n = sum(len(r) for r in results)
+    terms = [_compat.match_term(rule) for rule in rules]
+    n_parts = max(1, min(n // max(part, 1), most))
+    if n_parts > 1:
+        # cut values: quantiles of the match timestamps (a sample of them)
+        full = [(rows, t) for rows, t in zip(results, terms) if len(rows)]
+        sample = np.concatenate([
+            store.ts[(rows[:: max(len(rows) // 4096, 1), t] if t >= 0
+                      else rows[:: max(len(rows) // 4096, 1)].max(axis=1)) - store.base]
+            for rows, t in full])
+        sample.sort()
+        cuts = np.unique(sample[(np.arange(1, n_parts) * len(sample)) // n_parts])
+        cut = [kernels.bucket_matches(rows, t, store.ts, store.base, cuts) for rows, t in zip(results, terms)]
+        pieces = [[rows[off[b]:off[b + 1]] for rows, off in cut] for b in range(len(cuts) + 1)]
+        pieces = [p for p in pieces if any(len(x) for x in p)] or pieces[:1]
+    else:
+        pieces = [results]
+
+    def build(piece: list[np.ndarray]):
+        local = [kernels.order_matches(rows, t, store.ts, store.ids, store.base) for rows, t in zip(piece, terms)]
+        return _compat.build_sorted(rules, local, table, arrow)
+
+    return OutputJob([lambda p=p: build(p) for p in pieces])
+
+
 def concat_parts(parts: list, arrow: bool):
     """The output parts as one frame (or Arrow table); empty parts add nothing."""
     full = [p for p in parts if len(p)]
     if len(full) <= 1:
         return full[0] if full else parts[-1]
+    # an attribute that is null in every row of a part (another rule's, or a value no match of
+    # the part had) gets a kind inferred from nothing there; it takes the kind it has in the
+    # parts that hold values, as in detect's one frame
     if arrow:
         import pyarrow as pa
 
+        for j, name in enumerate(full[0].column_names):
+            typed = next((t.schema.field(name).type for t in full if t.column(name).null_count < len(t)), None)
+            if typed is not None:
+                full = [t if t.schema.field(name).type == typed or t.column(name).null_count < len(t)
+                        else t.set_column(j, pa.field(name, typed), pa.nulls(len(t), typed)) for t in full]
         return pa.concat_tables(full)
+    for name in full[0].columns:
+        typed = next((f[name].dtype for f in full if f[name].notna().any()), None)
+        if typed is not None:
+            for f in full:
+                if f[name].dtype != typed and not f[name].notna().any():
+                    f[name] = f[name].astype(typed)
     return pd.concat(full, ignore_index=True)
 
 

@@ -318,6 +318,113 @@ def spin(n):
     return acc
 
 
+@numba.njit(**_JIT)
+def _before(a, b, key_ts, key_ids):
+    """Whether match ``a`` sorts before match ``b`` by (ts, ids...) (``detect``'s order)."""
+    if key_ts[a] != key_ts[b]:
+        return key_ts[a] < key_ts[b]
+    for j in range(key_ids.shape[1]):
+        if key_ids[a, j] != key_ids[b, j]:
+            return key_ids[a, j] < key_ids[b, j]
+    return False
+
+
+@numba.njit(**_JIT)
+def order_matches(rows, term, ts, ids, base):
+    """Local rows (``rows - base``) of matches sorted by (ts, ids...), as ``detect`` orders them.
+
+    ``term``: the position whose event sets a match's timestamp (``-1``: the latest of its
+    events). A stable merge sort over indices (ties keep their order), without the GIL, so that
+    the output parts are sorted by several units at once.
+    """
+    n, width = rows.shape
+    key_ts = np.empty(n, np.int64)
+    key_ids = np.empty((n, width), np.int64)
+    local = np.empty((n, width), np.int64)
+    for i in range(n):
+        best = np.int64(-(2**62))
+        for j in range(width):
+            r = rows[i, j] - base
+            local[i, j] = r
+            key_ids[i, j] = ids[r]
+            if ts[r] > best:
+                best = ts[r]
+        key_ts[i] = ts[rows[i, term] - base] if term >= 0 else best
+    idx = np.arange(n)
+    tmp = np.empty(n, np.int64)
+    # runs of 16 by insertion sort, then bottom-up merges
+    run = 16
+    for lo in range(0, n, run):
+        hi = min(lo + run, n)
+        for i in range(lo + 1, hi):
+            x = idx[i]
+            k = i - 1
+            while k >= lo and _before(x, idx[k], key_ts, key_ids):
+                idx[k + 1] = idx[k]
+                k -= 1
+            idx[k + 1] = x
+    width_run = run
+    while width_run < n:
+        for lo in range(0, n, 2 * width_run):
+            mid = min(lo + width_run, n)
+            hi = min(lo + 2 * width_run, n)
+            a, b, o = lo, mid, lo
+            while a < mid and b < hi:
+                if _before(idx[b], idx[a], key_ts, key_ids):
+                    tmp[o] = idx[b]
+                    b += 1
+                else:
+                    tmp[o] = idx[a]
+                    a += 1
+                o += 1
+            while a < mid:
+                tmp[o] = idx[a]
+                a += 1
+                o += 1
+            while b < hi:
+                tmp[o] = idx[b]
+                b += 1
+                o += 1
+        idx, tmp = tmp, idx
+        width_run *= 2
+    out = np.empty((n, width), np.int64)
+    for i in range(n):
+        for j in range(width):
+            out[i, j] = local[idx[i], j]
+    return out
+
+
+@numba.njit(**_JIT)
+def bucket_matches(rows, term, ts, base, cuts):
+    """Matches grouped by the interval of ``cuts`` (sorted timestamps) their timestamp falls in:
+    ``(rows reordered, offsets)``, bucket ``b`` = ``cuts[b - 1] <= ts < cuts[b]`` (a counting
+    sort, stable; equal timestamps always share a bucket)."""
+    n, width = rows.shape
+    nb = cuts.shape[0] + 1
+    bucket = np.empty(n, np.int64)
+    counts = np.zeros(nb + 1, np.int64)
+    for i in range(n):
+        if term >= 0:
+            t = ts[rows[i, term] - base]
+        else:
+            t = ts[rows[i, 0] - base]
+            for j in range(1, width):
+                t = max(t, ts[rows[i, j] - base])
+        b = np.searchsorted(cuts, t, side="right")
+        bucket[i] = b
+        counts[b + 1] += 1
+    for b in range(nb):
+        counts[b + 1] += counts[b]
+    pos = counts[:-1].copy()
+    out = np.empty((n, width), np.int64)
+    for i in range(n):
+        b = bucket[i]
+        for j in range(width):
+            out[pos[b], j] = rows[i, j]
+        pos[b] += 1
+    return out, counts
+
+
 _WARM: list[bool] = []
 
 
@@ -342,4 +449,8 @@ def warm_up() -> None:
     append_events(f, f, f, 0, one, 0, ts, 0)
     append_matches(f.reshape(2, 1), f, f, f, 0, m, 0, ts, 0, 0, f, f, f, f, 0)
     llsf_assign(one, np.ones(1), 2)
+    order_matches(m, 0, ts, ts, 0)
+    bucket_matches(m, 0, ts, 0, one)
+    bucket_matches(m, -1, ts, 0, one)
+    order_matches(m, -1, ts, ts, 0)
     _WARM.append(True)

@@ -50,6 +50,22 @@ class SplitJob:
         self.lock = threading.Lock()
 
 
+class OutputJob:
+    """Output parts built by whichever thread is free: the publishing thread and idle units.
+
+    ``build[j]()`` returns part ``j``; :meth:`Runtime.wait_output` returns the parts in ``j``
+    order, however they finished (their concatenation is then ``detect``'s frame: parts are cut
+    at timestamp boundaries, in time order).
+    """
+
+    def __init__(self, build: list) -> None:
+        self.build = build
+        self.parts: list = [None] * len(build)
+        self.left = len(build)
+        self.error: BaseException | None = None
+        self.cv = threading.Condition()
+
+
 class Store:
     """Columnar store of the events in play: absolute row ``r`` lives at ``r - base``.
 
@@ -182,6 +198,9 @@ class Runtime:
         self.splitters = max(int(splitters), 1)
         self.split_min = SPLIT_MIN if split_min is None else max(int(split_min), 1)
         self._split_q: deque = deque()
+        self._out_q: deque = deque()  # (OutputJob, part): output parts for idle threads
+        self.output_parts = 0  # output parts built, and how many of them by units
+        self.output_by_units = 0
         self.split_slices = 0  # slices routed by a SplitJob (a chunk cut for several splitters)
         self.stages: list[dict[int, Stage]] = [
             {p: Stage(spec, p, store, strcodes[r], time_kernels) for p in range(1, spec.length)}
@@ -433,6 +452,57 @@ class Runtime:
             err, self._error = self._error, None
             raise err
 
+    def submit_output(self, job: OutputJob) -> OutputJob:
+        """Queue ``job``'s parts for the idle units (and :meth:`help_output`)."""
+        if job.build:
+            with self._cv:
+                self._out_q.extend((job, j) for j in range(len(job.build)))
+                if self.threaded:
+                    self._wake_all()
+        return job
+
+    def help_output(self) -> None:
+        """(Publishing thread.) Build queued output parts until none is left."""
+        while True:
+            try:
+                task = self._out_q.popleft()
+            except IndexError:
+                return
+            self._run_output(task, None)
+
+    def wait_output(self, job: OutputJob) -> list:
+        """Build what is still queued, wait for the parts units are building; the parts in order."""
+        self.help_output()
+        with job.cv:
+            while job.left:
+                job.cv.wait(0.05)
+        if job.error is not None:
+            raise job.error
+        return job.parts
+
+    def cancel_output(self) -> None:
+        """Drop the output parts not started yet (a publish that failed)."""
+        with self._cv:
+            self._out_q.clear()
+
+    def _run_output(self, task, u: int | None) -> None:
+        job, j = task
+        part, err = None, None
+        try:
+            if self._jitter_p:
+                self._jitter()  # shake the order in which parts finish (tests)
+            part = job.build[j]()
+        except BaseException as exc:  # noqa: BLE001 - handed to the publishing thread
+            err = exc
+        with job.cv:
+            job.parts[j] = part
+            if err is not None and job.error is None:
+                job.error = err
+            job.left -= 1
+            self.output_parts += 1
+            self.output_by_units += u is not None
+            job.cv.notify_all()
+
     def discard_queued(self) -> None:
         """Drop every queued batch unprocessed (inline runtimes only: to time the splitter alone)."""
         with self._cv:
@@ -554,11 +624,19 @@ class Runtime:
             except BaseException as exc:  # noqa: BLE001 - handed to the driver
                 task = None
                 self._error = exc
+            if task is None and self._out_q:  # no join work: build an output part
+                try:
+                    out_task = self._out_q.popleft()
+                except IndexError:
+                    out_task = None
+                if out_task is not None:
+                    self._run_output(out_task, u)
+                    continue
             if task is None:
                 with self._cv:
                     if self._stop:
                         return
-                    if self._epoch == epoch and not self._split_q:
+                    if self._epoch == epoch and not self._split_q and not self._out_q:
                         # no push since we looked: sleep until one wakes us (the timeout is
                         # only a safety net: a unit that wakes looks for work again)
                         self._idle[u] = True

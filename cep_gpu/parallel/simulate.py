@@ -35,7 +35,7 @@ from ..errors import ArgumentError
 from . import _compat, kernels
 from .compile import compile_rules
 from .costmodel import ChainStats, allocate
-from .engine import OUTPUT_PART, as_rule_list, chunk_bounds, concat_parts
+from .engine import OUTPUT_PART, as_rule_list, chunk_bounds, concat_parts, output_parts
 from .runtime import SPLIT_MIN, Layout, Runtime, Store
 
 
@@ -80,6 +80,12 @@ class Trace:
     first_ts: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
     all_ts: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
     output_s: float = 0.0  # of ``serial_s``: output assembly (the hybrid engine overlaps it)
+    #: what one more output part costs (the hybrid engine cuts a group of composite events in
+    #: parts that several threads build: ``engine.output_parts``)
+    t_opart: float = 0.0
+    #: the share of ``output_s`` that runs without the GIL (the compiled sort): only this share
+    #: of an output part runs in parallel with the others in the replay
+    output_nogil: float = 0.0
     #: the run had every stage in one agent (else one agent per stage); ``split``: the same rule
     #: traced the other way, for layouts with several agents (simulate picks)
     fused: bool = True
@@ -162,18 +168,29 @@ def _trace_once(r, events, time_unit, chunk_size, batch_size, stats, fused: bool
         chunk_events.append(hi - lo)
         chunk_results.append(rt.take_results()[0])
     run_s = time.thread_time() - t_run
-    # output assembly as HybridEngine.publish does it: in parts of at least OUTPUT_PART rows
+    # output assembly as HybridEngine.publish does it, in groups of at least OUTPUT_PART rows
+    # (each group one part here: what cutting a group in several parts adds is ``t_opart``)
     t1 = time.thread_time()
+    out_table = _compat.store_table(store, strings, table.time)
     parts, held = [], []
     for res in chunk_results:
         if sum(len(h) for h in held) >= OUTPUT_PART:
-            parts.append(_compat.build_output([r], [np.concatenate(held)], store, strings, table.time))
+            parts += [b() for b in output_parts([r], [np.concatenate(held)], store, out_table, False,
+                                                OUTPUT_PART, 1).build]
             held = []
         held.append(res)
-    parts.append(_compat.build_output([r], [np.concatenate(held) if held else np.empty((0, n), np.int64)],
-                                      store, strings, table.time))
+    parts += [b() for b in output_parts([r], [np.concatenate(held) if held else np.empty((0, n), np.int64)],
+                                        store, out_table, False, OUTPUT_PART, 1).build]
     concat_parts(parts, False)
     t_out = time.thread_time() - t1
+    t_opart = _output_part_cost(r, chunk_results, store, out_table)
+    # the part of the output work that runs without the GIL: sorting the matches (compiled,
+    # nogil); the rest (gathers, Arrow and pandas frames) is charged as if it held the GIL
+    t_sort = 0.0
+    for res in chunk_results:
+        s0 = time.thread_time()
+        kernels.order_matches(res, _compat.match_term(r), store.ts, store.ids, store.base)
+        t_sort += time.thread_time() - s0
     st = rt.stage_stats()[0]
     t_access = _access_cost(spec, store, strcodes)
     t_push = _push_cost()
@@ -208,7 +225,8 @@ def _trace_once(r, events, time_unit, chunk_size, batch_size, stats, fused: bool
         tasks=tasks, items=items, scanned=scanned, t_item=t_item, t_piece=t_piece,
         outputs=np.array([c[3] for c in per_chunk]), pushes=pushes, t_task=t_task, c_scan=c_scan,
         t_access=t_access, t_push=t_push, t_barrier=barrier_s / max(len(per_chunk), 1),
-        serial_s=t_ingest + t_out, output_s=t_out, stats=stats,
+        serial_s=t_ingest + t_out, output_s=t_out, t_opart=t_opart,
+        output_nogil=min(t_sort / t_out, 1.0) if t_out > 0 else 0.0, stats=stats,
         t_event=t_route, t_fpush=t_fpush, t_event_owned=t_route_owned, t_slice=t_slice,
         match_work_s=pair_work,
         match_items=match_items, span_s=float(ts[-1] - ts[0]) / 1e9 if len(ts) > 1 else 1.0,
@@ -256,6 +274,28 @@ def _feed_costs(spec, store, strcodes, rows, chunk: int) -> tuple[float, float, 
     n_chunks = -(-len(rows) // chunk)
     t_slice = max(cut - big, 0.0) / max(slices - n_chunks, 1)
     return t_route, t_fpush, t_route_owned, t_slice
+
+
+def _output_part_cost(rule, chunk_results, store, out_table) -> float:
+    """Seconds one more output part costs: the composite events of the run built as one part and
+    as :data:`OUTPUT_PROBE` parts (cut and sorted as the engine cuts them), best of three each."""
+    res = np.concatenate(chunk_results) if chunk_results else np.empty((0, 1), np.int64)
+    if len(res) < 8 * OUTPUT_PROBE:
+        return 0.0
+
+    def once(most: int) -> float:
+        job = output_parts([rule], [res], store, out_table, False, 1, most)
+        t0 = time.thread_time()
+        concat_parts([b() for b in job.build], False)
+        return time.thread_time() - t0
+
+    one = min(once(1) for _ in range(3))
+    many = min(once(OUTPUT_PROBE) for _ in range(3))
+    return max(many - one, 0.0) / (OUTPUT_PROBE - 1)
+
+
+#: output parts when :func:`_output_part_cost` measures the cost of a part
+OUTPUT_PROBE = 8
 
 
 #: events per slice when :func:`_feed_costs` measures the cost of a slice
@@ -434,12 +474,18 @@ def _sim_hybrid_layout(tr: Trace, groups, units, dynamic: bool, cores: int, k: i
                        batch_units: int | None = None, splitters: int = 1) -> SimResult:
     from .engine import auto_batch
 
-    # the publishing thread builds the composite events of chunk c - 1 while the units join
-    # chunk c (HybridEngine.publish): only the last chunk's are built after the units are done
+    # the composite events of chunk c - 1 are built (in parts: engine.output_parts) by the
+    # publishing thread and the idle units while the units join chunk c (HybridEngine.publish);
+    # the last chunk's parts after the units are done, spread over the threads
     finals = tr.outputs[:, -1] if tr.outputs.size else np.zeros(len(tr.chunk_events))
     out_share = tr.output_s * finals / max(float(finals.sum()), 1.0)
-    total = tr.serial_s - tr.output_s + (out_share[-1] if len(out_share) else tr.output_s)
-    cpu = tr.serial_s
+    n_parts = np.maximum(np.minimum(finals // OUTPUT_PART, k + 1), 1)
+    out_share = out_share + (n_parts - 1) * tr.t_opart  # what cutting in parts adds
+    # the parts built at once: their compiled share in parallel, the rest one after the other
+    f = tr.output_nogil
+    out_span = out_share * ((1.0 - f) + f / np.minimum(n_parts, max(cores, 1)))
+    total = tr.serial_s - tr.output_s + (out_span[-1] if len(out_span) else tr.output_s)
+    cpu = tr.serial_s + float(out_share.sum()) - tr.output_s
     # the engine's batch size with k units
     batch = auto_batch(tr.chunk, tr.length, batch_units or k)
     batches = splitter_batches(tr, batch)
@@ -471,8 +517,8 @@ def _sim_hybrid_layout(tr: Trace, groups, units, dynamic: bool, cores: int, k: i
                 finish = max(w / min(par, max(w / s, 1.0)) if s > 0 else 0.0, finish + s)
             t = max(finish, sum(works) / cores)
         phase += t
-        if c:  # the previous chunk's output assembly shares the cores with the units
-            t = max(t, (sum(works) + out_share[c - 1]) / cores, out_share[c - 1])
+        if c:  # the previous chunk's output parts share the cores with the units
+            t = max(t, (sum(works) + out_share[c - 1]) / cores, out_span[c - 1])
         # the splitter routes the chunk's events first: one thread, or (HybridEngine) the
         # publishing thread and the units, a slice each (runtime.SplitJob); the hand-over of the
         # batches stays serial (slice order, under the job's lock)
