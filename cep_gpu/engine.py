@@ -47,7 +47,7 @@ from .model import (
 from .output import OutputSchema, assemble, value_kind
 from .rule_text import duration, rule_lines
 from .stream_buffer import AppendBuffer, parse_record, table_from_columns, table_from_record
-from .stream_match import FAST_PATH_MAX_ROWS, AutoChoice, StreamMatcher, unsupported
+from .stream_match import AutoChoice, StreamMatcher, unsupported
 
 log = logging.getLogger("cep_gpu.engine")
 
@@ -141,7 +141,6 @@ class Engine:
         self._time: TimeFormat | None = None
         self._buf = AppendBuffer()  # the sliding window's rows, shared by every rule
         self._max_id = -1  # largest primitive id published: newer ids need no duplicate check
-        self._empty_out: dict = {}  # the empty pandas output per time format (copied out)
         self._timed: dict = {}  # (rule index, time format) -> the rule in that time unit
         self._late_buffer: EventTable | None = None  # published, not yet released (lateness)
         self._next_id = 0
@@ -305,7 +304,6 @@ class Engine:
         eng._backend = backend_for(eng.backend_name, eng.max_batch_latency, private=True)
         eng._on_late = on_late
         eng._subscribers = {}
-        eng._empty_out = {}
         eng._timed = {}
         eng._callback_errors = []
         if "_fast_why" not in eng.__dict__:  # a checkpoint of an engine without the fast path
@@ -560,11 +558,14 @@ class Engine:
         return records if output == "records" else self._output(results)
 
     def _empty_output(self) -> pd.DataFrame:
-        """The empty output frame (built once per time format; a copy, so callers may mutate it)."""
-        key = self._time
-        frame = self._empty_out.get(key)
+        """The empty output frame (built once per output schema and time format, for every
+        engine: it depends on nothing else; a copy, so callers may mutate it)."""
+        key = (self._schema, self._time)
+        frame = _EMPTY_FRAMES.get(key)
         if frame is None:
-            frame = self._empty_out[key] = self._output([])
+            if len(_EMPTY_FRAMES) >= 256:
+                _EMPTY_FRAMES.clear()
+            frame = _EMPTY_FRAMES[key] = self._output([])
         return frame.copy()
 
     def _timed_rule(self, i: int, time: TimeFormat) -> Rule:
@@ -585,7 +586,7 @@ class Engine:
         if got is None or got[0] != self._time:
             got = self._fast[i] = (self._time, StreamMatcher(self._timed_rule(i, self._time)))
         matcher = got[1]
-        if len(new_ids) > FAST_PATH_MAX_ROWS:  # a large micro-batch: the indexed general path
+        if matcher.max_rows is not None and len(new_ids) > matcher.max_rows:  # the indexed general path
             matcher.skip(buf)
             return None
         if self.backend_name == "auto":
@@ -785,11 +786,12 @@ def _isnull(v) -> bool:
 # -- helpers --------------------------------------------------------------------------------------
 
 
+_EMPTY_FRAMES: dict = {}  # (output schema, time format) -> the empty output frame
 _CHECKPOINT_MAGIC = b"cep-gpu engine checkpoint\n"
 _CHECKPOINT_VERSION = 1
 #: what a checkpoint leaves out: callables, the backend object (made anew), caches
 _NOT_CHECKPOINTED = frozenset(
-    {"_backend", "_on_late", "_subscribers", "_empty_out", "_timed", "_callback_errors", "_fast",
+    {"_backend", "_on_late", "_subscribers", "_timed", "_callback_errors", "_fast",
      "_auto_choice"}
 )
 

@@ -163,15 +163,27 @@ def table_from_columns(
             return None
     else:
         ids = np.arange(next_id, next_id + n, dtype=np.int64)
-    try:
-        names = list(dict.fromkeys(typ.tolist()))  # in order of first occurrence
-    except TypeError:
-        return None
-    if any(type(t) is not str for t in names):
-        return None
-    codes = np.zeros(n, np.int32)
-    for c in range(1, len(names)):
-        codes[typ == names[c]] = c
+    if n >= 512:  # a hash pass in C (one comparison pass per type costs more from here on)
+        import pandas as pd
+
+        try:
+            found, uniq = pd.factorize(typ)  # codes in order of first occurrence
+        except TypeError:
+            return None
+        names = list(uniq)
+        if any(type(t) is not str for t in names) or (found < 0).any():
+            return None
+        codes = found.astype(np.int32)
+    else:
+        try:
+            names = list(dict.fromkeys(typ.tolist()))  # in order of first occurrence
+        except TypeError:
+            return None
+        if any(type(t) is not str for t in names):
+            return None
+        codes = np.zeros(n, np.int32)
+        for c in range(1, len(names)):
+            codes[typ == names[c]] = c
     columns = {}
     for name, v in cols.items():
         if name in RESERVED:

@@ -218,6 +218,7 @@ def test_generated_kernels_are_cached_on_disk(policy, tmp_path, monkeypatch):
 
     monkeypatch.setenv("CEP_GPU_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr("cep_gpu.stream_match._KERNELS", {})
+    monkeypatch.setattr("cep_gpu.stream_match._BY_RULE", {})
     eng = Engine(seq3_rule(7, policy), backend="cpu", time_unit="ms")
     for r in ({"type": "A", "ts": 0, "k": 1}, {"type": "B", "ts": 1, "k": 1}, {"type": "C", "ts": 2, "k": 1}):
         out = eng.publish(r, output="records")
@@ -318,7 +319,10 @@ def test_restore_of_a_checkpoint_saved_before_the_fast_path_existed():
     assert again.stats()["fast_path"]["calls"] == 1
 
 
-def test_large_micro_batches_take_the_indexed_general_path_and_the_columns_keep_up():
+@pytest.mark.parametrize("policy", ["each", "last", "first"])
+def test_large_micro_batches_take_the_fast_path_through_the_key_chains(policy):
+    """A publish of thousands of rows is matched by the fast path (its key chains, not a scan
+    of each window) and equals batch, followed by one-event publishes on the same columns."""
     from cep_gpu.benchmarks.workloads import seq3_events, seq3_rule
     from cep_gpu.stream_match import FAST_PATH_MAX_ROWS
 
@@ -332,6 +336,74 @@ def test_large_micro_batches_take_the_indexed_general_path_and_the_columns_keep_
         out = [eng.publish({c: v[:big] for c, v in cols.items()}, output="records")]
         return out + [eng.publish(r, output="records") for r in _records(events.iloc[big:])]
 
-    eng = _same_as_batch(events, seq3_rule(20, "last"), publish, time_unit="ms")
+    eng = _same_as_batch(events, seq3_rule(20, policy), publish, time_unit="ms")
     s = eng.stats()
-    assert s["fast_path"]["calls"] > 100 and s["backend_calls"] == s["fast_path"]["calls"] + 1
+    assert s["fast_path"]["calls"] > 100 and s["backend_calls"] == s["fast_path"]["calls"]
+
+
+def test_large_micro_batches_of_rules_without_key_chains_take_the_indexed_general_path():
+    """An equality with an expression (``a.x = b.x + 1``) has no chain: a publish of more than
+    ``FAST_PATH_MAX_ROWS`` rows goes to the CDP backend (its parameter index), the columns keep up."""
+    from cep_gpu.stream_match import FAST_PATH_MAX_ROWS
+
+    n = FAST_PATH_MAX_ROWS + 300
+    rng = np.random.default_rng(5)
+    events = pd.DataFrame({"type": rng.choice(["A", "B"], n), "ts": np.arange(n), "x": rng.integers(0, 9, n)})
+    text = "define R from B() as b and each A(x = b.x + 1) as a within 15 ms from b"
+    cols = {c: events[c].to_numpy() for c in events.columns}
+    big = FAST_PATH_MAX_ROWS + 1
+
+    def publish(eng):
+        out = [eng.publish({c: v[:big] for c, v in cols.items()}, output="records")]
+        return out + [eng.publish(r, output="records") for r in _records(events.iloc[big:])]
+
+    eng = _same_as_batch(events, text, publish, time_unit="ms")
+    s = eng.stats()
+    assert s["fast_path"]["calls"] > 50 and s["backend_calls"] == s["fast_path"]["calls"] + 1
+
+
+_key_kinds = st.sampled_from([
+    ("int", "int"), ("int", "float"), ("float", "float"), ("float", "int"), ("str", "str"), ("bool", "bool"),
+])
+
+
+def _key_values(kind: str, rng, n: int):
+    if kind == "int":
+        return rng.integers(-2, 3, n)
+    if kind == "float":  # integral floats equal ints; -0.0 equals 0.0; NaN equals nothing
+        return rng.choice([-1.0, -0.0, 0.0, 1.0, 2.0, 0.5, float("nan")], n)
+    if kind == "str":
+        return rng.choice(np.array(["u", "v", "w"], object), n)
+    return rng.integers(0, 2, n).astype(bool)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@given(_key_kinds, st.sampled_from(["each", "last", "first"]), st.integers(0, 10**6), st.data())
+def test_key_chains_equal_batch_for_every_key_kind(kinds, policy, seed, data):
+    """The chains hash values so that equal ones (3 and 3.0, 0.0 and -0.0) share a bucket and
+    nulls/NaN join none: seq3-like streams whose keys mix kinds, with nulls, in random chunkings."""
+    rng = np.random.default_rng(seed)
+    n = data.draw(st.integers(1, 80))
+    types = rng.choice(["A", "B", "C"], n)
+    keys = {"A": _key_values(kinds[0], rng, n), "B": _key_values(kinds[1], rng, n), "C": _key_values(kinds[1], rng, n)}
+    rows = []
+    for i, t in enumerate(types):
+        rec = {"type": str(t), "ts": i}
+        if rng.random() > 0.1:  # some events lack the key: null
+            v = keys[str(t)][i]
+            rec["k" if t != "A" else "ka"] = v.item() if hasattr(v, "item") else v
+        rows.append(rec)
+    events = pd.DataFrame(rows, columns=["type", "ts", "k", "ka"])
+    text = (f"define S from C(k=$k) as c and {policy} B(k=$k) as b within 6 s from c "
+            f"and {policy} A(ka=$k) as a within 6 s from b")
+    batch = cep_gpu.detect(events, text, backend="reference")
+    eng = Engine(text, backend="cpu")
+    cuts = sorted(data.draw(st.lists(st.integers(0, n), max_size=4)))
+    parts, prev = [], 0
+    for c in cuts + [n]:
+        if c > prev:
+            parts += _publish_as(eng, events.iloc[prev:c], data.draw(st.sampled_from(["records", "frame"])), "records")
+        prev = c
+    parts.append(eng.flush(output="records"))
+    assert _record_rows(parts) == _record_rows([batch])
+    _fast_only(eng, [text])
