@@ -180,7 +180,7 @@ class Engine:
 
     # -- public API -------------------------------------------------------------------------------
 
-    def publish(self, events, output: str = "pandas") -> pd.DataFrame | list[dict]:
+    def publish(self, events, output: str = "pandas") -> pd.DataFrame | list[dict] | list[tuple]:
         """Add one event (a dict) or many (a DataFrame, an Arrow table, or a mapping of columns:
         column name -> NumPy array / Arrow array / list), in timestamp order.
 
@@ -190,7 +190,9 @@ class Engine:
         Returns the new composite events: ``output="pandas"`` (default) in the output layout of
         :func:`cep_gpu.detect`; ``output="records"`` as a list of dicts (``rule``, ``ts``, ``ids``
         as a tuple, then the attributes, nulls as ``None``; the form subscribers get), which
-        skips building a DataFrame: the fast form for one event per publish.
+        skips building a DataFrame: the fast form for one event per publish;
+        ``output="tuples"`` as a list of tuples of the same values in the order of
+        :attr:`output_fields` (no dict per composite event: the cheapest form).
 
         Raises :class:`~cep_gpu.EngineClosedError` after :meth:`flush`: a match that ``flush``
         released (trailing ``NOT``) could no longer be withdrawn by a later event.
@@ -218,7 +220,7 @@ class Engine:
             self._max_id = max(self._max_id, int(new.ids.max()))
         return self._process(released, final=False, output=output)
 
-    def flush(self, output: str = "pandas") -> pd.DataFrame | list[dict]:
+    def flush(self, output: str = "pandas") -> pd.DataFrame | list[dict] | list[tuple]:
         """End of input: release buffered late events and the matches held back by trailing
         negations; returns the composite events this produces.
 
@@ -227,7 +229,7 @@ class Engine:
         """
         _check_output(output)
         if self._closed:
-            return [] if output == "records" else self._empty_output()
+            return [] if output != "pandas" else self._empty_output()
         self._closed = True
         released = self._late_buffer
         self._late_buffer = None
@@ -551,10 +553,12 @@ class Engine:
                     self._buf.append(composite_table(res, cids, self._buf.table()))
             self._expire()
         if not results:
-            return [] if output == "records" else self._empty_output()
+            return [] if output != "pandas" else self._empty_output()
         records = self._records(results) if output == "records" or self._subscribers else None
         if records is not None:
             self._notify(records)
+        if output == "tuples":
+            return self._records(results, tuples=True)
         return records if output == "records" else self._output(results)
 
     def _empty_output(self) -> pd.DataFrame:
@@ -663,7 +667,7 @@ class Engine:
         cutoff = horizon - self._lookback
         if ts[0] >= cutoff:
             return  # nothing to drop (the usual case between two expiries)
-        n_old = int(np.searchsorted(ts, cutoff, "left"))
+        n_old = int(ts.searchsorted(cutoff, "left"))  # (the method: no NumPy dispatch wrapper)
         if n_old == 0:
             return
         self._buf.drop_front(n_old)
@@ -694,12 +698,21 @@ class Engine:
             for cb in callbacks if name in by_rule else ():
                 self._call(cb, [dict(r) for r in by_rule[name]], name)
 
-    def _records(self, results) -> list[dict]:
-        """Composite events as dicts, without pandas: what :func:`composite_records` makes of
-        the output frame (same order, keys, values and nulls), built straight from the results."""
+    @property
+    def output_fields(self) -> tuple[str, ...]:
+        """The fields of a composite event, in order: the keys of ``output="records"``, the
+        positions of ``output="tuples"`` (``rule``, ``ts``, ``ids``, ``id_counts`` when a rule
+        has a Kleene position, then every rule attribute: the pandas output's columns)."""
+        return ("rule", "ts", "ids", *(("id_counts",) if self._schema.kleene else ()),
+                *(a for a, _ in self._schema.attributes))
+
+    def _records(self, results, tuples: bool = False) -> list[dict] | list[tuple]:
+        """Composite events as dicts (or tuples), without pandas: what :func:`composite_records`
+        makes of the output frame (same order, keys, values and nulls), built straight from the
+        results."""
         attrs = [(n, value_kind(results, n, k) if n in self._schema.inferred else k)
                  for n, k in self._schema.attributes]
-        keys = ("rule", "ts", "ids", *(("id_counts",) if self._schema.kleene else ()), *(a for a, _ in attrs))
+        keys = self.output_fields
         rows: list = []
         for r in results:
             n = len(r.ts)
@@ -713,8 +726,9 @@ class Engine:
                 extra = [[list(c) for c in sizes]]
             cols = [_python_values(r.attributes.get(name), kind, self._strings, n) for name, kind in attrs]
             name = r.rule.name
-            # one dict per composite event, built by zip (no Python-level indexing per value)
-            recs = [dict(zip(keys, vals)) for vals in zip(itertools.repeat(name, n), ts, ids, *extra, *cols)]
+            # one dict (tuple) per composite event, built by zip (no Python-level indexing per value)
+            vals = zip(itertools.repeat(name, n), ts, ids, *extra, *cols)
+            recs = list(vals) if tuples else [dict(zip(keys, v)) for v in vals]
             if len(results) == 1:
                 return recs
             rows.extend(zip(r.ts.tolist(), itertools.repeat(name, n), ids, recs))
@@ -771,6 +785,8 @@ def _python_values(col: AttributeColumn | None, kind: str, strings: StringDictio
     dtype = {"int": np.int64, "float": np.float64, "bool": np.bool_}[kind]
     values = col.values.astype(dtype)
     null = ~col.valid | np.isnan(values) if kind == "float" else ~col.valid
+    if not null.any():
+        return values.tolist()  # (the usual case: no object array)
     out = values.astype(object)
     out[null] = None
     return out.tolist()
@@ -810,8 +826,8 @@ def _member(a: np.ndarray, values: np.ndarray) -> np.ndarray:
 
 
 def _check_output(output: str) -> None:
-    if output not in ("pandas", "records"):
-        raise ArgumentError(f"output must be 'pandas' or 'records', got {output!r}")
+    if output not in ("pandas", "records", "tuples"):
+        raise ArgumentError(f"output must be 'pandas', 'records' or 'tuples', got {output!r}")
 
 
 def _type_names_of(table: EventTable) -> set[str]:

@@ -13,13 +13,23 @@ keeps **incremental candidate columns** instead, and matches with **one compiled
   numbers while the buffer appends and expires); when the buffer rebuilds its arrays (it grows,
   compacts, or takes a row in the middle) the columns are rebuilt from the live rows (O(window),
   rare: amortised O(1) per event);
-* ``smatch``, generated per rule: for each new terminator, nested loops over the plan's binding
-  steps, each a binary search for the window's edges in the step's column and a scan of it with the
-  rule's generated ``valid`` check (:mod:`cep_gpu.codegen.numba_src`, the same functions as the
-  CDP kernels, lowered without the parameter index: the equality is checked per candidate);
-  ``each`` visits every valid candidate, ``last`` the latest valid one, ``first`` the earliest. Complete
-  matches go to a preallocated output array; when it is too small the call returns the number it
-  needed, the array grows and the call is repeated (nothing is truncated).
+* an **incremental parameter index** on those columns (:class:`Chains`): where a step's
+  candidates must equal a bound value (``k=$k``: ``B.k = C.k``), each entry of the step's column
+  is linked, as it is appended, to the previous and the next entry of its hash bucket (of the
+  value ``k``); the newest entry per bucket is kept in a table sized with the columns. Entries
+  leave with the columns (offset moves); compaction renumbers them and relinks the live ones;
+* ``s_match``, generated per rule: each new row joins its columns, and when it is a terminator
+  it is matched at once: nested loops over the plan's binding steps, where a step with a chain
+  walks the bucket of the bound value (back to the window's start, newest first for ``last``,
+  else forward in time order) and a step without one binary-searches its window's edges and scans
+  it. Every candidate goes through the rule's generated ``valid`` check
+  (:mod:`cep_gpu.codegen.numba_src`, the same functions as the CDP kernels, lowered without the
+  parameter index: the equality is checked per candidate, so a hash collision costs a check,
+  never a wrong match); ``each`` visits every valid candidate, ``last`` the latest valid one,
+  ``first`` the earliest. Complete matches go to a preallocated output array; when it is too
+  small the call returns the number it needed, the array grows and the call is repeated (nothing
+  is truncated). Matching each terminator as it arrives keeps a large micro-batch's chain walks
+  as short as a one-event publish's.
 
 The generated source (the rule's checks plus these two functions) goes through the on-disk kernel
 cache (:mod:`cep_gpu.codegen.cache`), so a second process loads the machine code.
@@ -49,8 +59,9 @@ from .detect import RuleResult, composite_events
 from .events import EventTable
 from .model import SELF, Attr, Neg, Rule
 
-#: Publishes that bring more new rows than this take the general path: the fast path scans each
-#: terminator's window (O(window) per terminator), which the CDP backend's parameter index beats
+#: Publishes that bring more new rows than this take the general path when the rule has an
+#: equality that the batch CDP answers by its parameter index and the fast path has no chain for
+#: (an expression such as ``a.x = b.x + 1``): scanning each terminator's window loses to the index
 #: once thousands of terminators come at once (measured: docs/performance.md, issue 12).
 FAST_PATH_MAX_ROWS = 4096
 _MIN_TS = -(2**63)
@@ -507,7 +518,9 @@ class StreamMatcher:
         and link the renumbered entries anew."""
         cs, ce = self._cnt[0], self._cnt[1]
         live = ce - cs
-        cap = max(self._cl.shape[2], 2 * (int(live.max()) + n_new))
+        need, cap = 2 * (int(live.max()) + n_new), self._cl.shape[2]
+        if not need <= cap < 4 * need:  # grow, or shrink after a burst (memory follows the window)
+            cap = max(64, need)
         cl = np.empty((3, self.n_pred, cap), np.int64)
         for p in range(self.n_pred):
             cl[0, p, : live[p]] = self._cl[0, p, cs[p]: ce[p]]

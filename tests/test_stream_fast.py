@@ -22,6 +22,12 @@ FAST_RULES = st.one_of(
 )
 
 
+def _dicts(eng: Engine, parts: list) -> list:
+    """Outputs with ``output="tuples"`` parts as the dicts of ``output="records"``."""
+    return [[dict(zip(eng.output_fields, t)) for t in p] if isinstance(p, list) and p and isinstance(p[0], tuple)
+            else p for p in parts]
+
+
 def _fast_only(eng: Engine, rules) -> None:
     """Every rule the engine marks fast did all its matching on the fast path."""
     s = eng.stats()
@@ -42,10 +48,11 @@ def test_fast_path_equals_batch_over_random_chunkings(text, events, data):
     for c in cuts + [len(events)]:
         if c > prev:
             form = data.draw(st.sampled_from(["records", "records", "frame", "columns"]))
-            parts += _publish_as(eng, events.iloc[prev:c], form, data.draw(st.sampled_from(["pandas", "records"])))
+            output = data.draw(st.sampled_from(["pandas", "records", "tuples"]))
+            parts += _publish_as(eng, events.iloc[prev:c], form, output)
         prev = c
-    parts.append(eng.flush(output=data.draw(st.sampled_from(["pandas", "records"]))))
-    assert _record_rows(parts) == _record_rows([batch])
+    parts.append(eng.flush(output=data.draw(st.sampled_from(["pandas", "records", "tuples"]))))
+    assert _record_rows(_dicts(eng, parts)) == _record_rows([batch])
     _fast_only(eng, rules)
 
 
@@ -407,3 +414,25 @@ def test_key_chains_equal_batch_for_every_key_kind(kinds, policy, seed, data):
     parts.append(eng.flush(output="records"))
     assert _record_rows(parts) == _record_rows([batch])
     _fast_only(eng, [text])
+
+
+def test_tuples_output_is_records_without_the_dicts():
+    """``output="tuples"``: the values of ``output="records"`` in ``output_fields`` order, for
+    publish and flush; subscribers still get dicts; an unknown output form is an error."""
+    text = ("define AB(v: float, s: string) from B(x = $k) as b and each A(x = $k) as a within 5 s from b "
+            "where v = a.y and s = b.s")
+    events = [{"type": "A", "ts": 0.0, "x": 1, "y": 1.5}, {"type": "A", "ts": 0.5, "x": 1, "y": float("nan")},
+              {"type": "B", "ts": 1.0, "x": 1, "s": "u"}]
+    got, seen = Engine(text, backend="cpu"), []
+    want = Engine(text, backend="cpu")
+    got.subscribe("AB", seen.append)
+    assert got.output_fields == ("rule", "ts", "ids", "v", "s")
+    for e in events:
+        tuples, records = got.publish(e, output="tuples"), want.publish(e, output="records")
+        assert [dict(zip(got.output_fields, t)) for t in tuples] == records
+    assert records == [{"rule": "AB", "ts": 1.0, "ids": (2, 0), "v": 1.5, "s": "u"},
+                       {"rule": "AB", "ts": 1.0, "ids": (2, 1), "v": None, "s": "u"}]
+    assert seen == [records]
+    assert got.flush(output="tuples") == [] and got.flush(output="tuples") == []
+    with pytest.raises(cep_gpu.ArgumentError, match="tuples"):
+        Engine(text).publish(events[0], output="rows")
