@@ -16,6 +16,7 @@ The results are those of batch ``detect`` over the concatenated input.
 from __future__ import annotations
 
 import datetime
+import gc
 import itertools
 import logging
 import math
@@ -710,6 +711,18 @@ class Engine:
         """Composite events as dicts (or tuples), without pandas: what :func:`composite_records`
         makes of the output frame (same order, keys, values and nulls), built straight from the
         results."""
+        if sum(len(r.ts) for r in results) < 2048 or not gc.isenabled():
+            return self._build_records(results, tuples)
+        # Many new containers at once make Python's cyclic collector walk every object of the
+        # process, repeatedly (measured: 6x the building time for 36,000 composite events);
+        # these hold no cycles, so the collector pauses while they are built
+        gc.disable()
+        try:
+            return self._build_records(results, tuples)
+        finally:
+            gc.enable()
+
+    def _build_records(self, results, tuples: bool) -> list[dict] | list[tuple]:
         attrs = [(n, value_kind(results, n, k) if n in self._schema.inferred else k)
                  for n, k in self._schema.attributes]
         keys = self.output_fields

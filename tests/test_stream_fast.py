@@ -436,3 +436,19 @@ def test_tuples_output_is_records_without_the_dicts():
     assert got.flush(output="tuples") == [] and got.flush(output="tuples") == []
     with pytest.raises(cep_gpu.ArgumentError, match="tuples"):
         Engine(text).publish(events[0], output="rows")
+
+
+@pytest.mark.parametrize("output", ["records", "tuples"])
+def test_thousands_of_records_at_once_equal_batch_and_leave_the_collector_on(output):
+    """3,600 composite events from one terminator (records are built with Python's cyclic
+    collector paused: it is on again afterwards)."""
+    import gc
+
+    events = pd.DataFrame({"type": ["A"] * 60 + ["B"] * 60 + ["C"], "ts": np.arange(121), "x": 1})
+    text = "define M pattern SEQ(A a, B b, C c) within 200 s"
+    batch = cep_gpu.detect(events, text, backend="reference")
+    eng = Engine(text, backend="cpu")
+    assert gc.isenabled()
+    parts = [eng.publish(r, output=output) for r in _records(events)]
+    assert gc.isenabled() and sum(map(len, parts)) == 3600
+    assert _record_rows(_dicts(eng, parts)) == _record_rows([batch])
