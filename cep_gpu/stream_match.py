@@ -76,8 +76,6 @@ def unsupported(rule: Rule, delay: int, composite_types: frozenset[str]) -> str 
         return "Kleene closure"
     if rule.aggregates:
         return "aggregates"
-    if rule.negations:
-        return "negations"
     if delay:
         return "held terminators (trailing NOT here or upstream)"
     if rule.input_types & composite_types:
@@ -126,7 +124,7 @@ def s_lb_row(cr, p, x, lo, hi):
     return lo
 '''
 
-_OWN_FUNC = re.compile(r"^(?:s_fkey|s_bkt|s_lb_ts|s_lb_row|s_filt\d+|s_sync|s_relink|s_match)$")
+_OWN_FUNC = re.compile(r"^(?:s_fkey|s_bkt|s_lb_ts|s_lb_row|s_filt\d+|s_nfilt\d+|s_sync|s_nsync|s_relink|s_match)$")
 _OWN_LOCAL = re.compile(r"^(?:[a-z]\d+|j\d+|l\d+|h\d+|w\d+|cr|cs|ce|nt|codes|types|start|lo|hi|x|mid|p|n|cap|out|seqs|nlo|nhi|ts|sc|r|t|env|e0|e1|cl|cnt|hd|pv|nx|c|g|b|mask)$")
 
 
@@ -160,7 +158,35 @@ def _filter_source(spec, kinds) -> list[str]:
             b.check(rule.conditions[c], "return False")
         out.append(f"@numba.njit(cache=True)\ndef s_filt{p}(r, env):")
         out += prologue(spec.layout, kinds) + b.lines + ["    return True", ""]
+    for k, neg in enumerate(rule.negations):  # the negated event's own conditions (SELF)
+        if not spec.neg_filters[k]:
+            continue
+        b = Body(spec.layout, kinds, lambda q: "r")
+        b.agg_inputs = []
+        for c in spec.neg_filters[k]:
+            b.check(neg.conditions[c], "return False")
+        out.append(f"@numba.njit(cache=True)\ndef s_nfilt{k}(r, env):")
+        out += prologue(spec.layout, kinds) + b.lines + ["    return True", ""]
     return out
+
+
+def _nsync_source(spec, kinds) -> list[str]:
+    """``s_nsync(lo, hi, types, cl, cnt, env, start)``: the negations' columns (slots after the
+    predicates': table rows in plane 0, their timestamps in plane 1, which the generated
+    negation checks binary-search): expire the entries before row ``start``, append the rows
+    ``[lo, hi)`` of each negated type that pass the negation's own filters."""
+    n_pred, n_neg = spec.rule.n_predicates, len(spec.rule.negations)
+    lines = ["@numba.njit(cache=True)", "def s_nsync(lo, hi, types, cl, cnt, env, start):",
+             *_STATE[:6], *prologue(spec.layout, kinds),
+             f"    for p in range({n_pred}, {n_pred + n_neg}):", *_EXPIRE,
+             "    for r in range(lo, hi):", "        t = types[r]"]
+    for k in range(n_neg):
+        q = n_pred + k
+        cond = f"t == codes[{q}]" + (f" and s_nfilt{k}(r, env)" if spec.neg_filters[k] else "")
+        lines += [f"        if {cond}:", f"            c = ce[{q}]", f"            cr[{q}, c] = r",
+                  f"            pv[{q}, c] = ts[r]", f"            ce[{q}] = c + 1"]
+    lines += ["    return 0", ""]
+    return lines
 
 
 @dataclass(frozen=True)
@@ -389,7 +415,8 @@ def stream_source(spec, kinds) -> str:
     check_source(rule_src)
     chains = Chains.of(spec.rule, kinds)
     own = "\n".join([_HELPERS] + _filter_source(spec, kinds) + _sync_source(spec, kinds, chains)
-                    + _relink_source(spec, kinds, chains) + _match_source(spec, kinds, chains))
+                    + _nsync_source(spec, kinds) + _relink_source(spec, kinds, chains)
+                    + _match_source(spec, kinds, chains))
     _check_own(own)
     return rule_src + "\n" + own + "\n"
 
@@ -399,7 +426,7 @@ _BY_RULE: dict[tuple, tuple] = {}  # (rule, kinds) -> kernels: no source generat
 
 
 def compile_stream(spec, kinds: dict[str, str | None]) -> tuple:
-    """``(s_sync, s_relink, s_match)`` of the rule, compiled once per process (keyed by their
+    """``(s_sync, s_relink, s_match, s_nsync)`` of the rule, compiled once per process (keyed by their
     source) and cached on disk by :mod:`cep_gpu.codegen.cache`."""
     by_rule = (spec.rule, tuple(sorted(kinds.items(), key=lambda kv: kv[0])))
     hit = _BY_RULE.get(by_rule)
@@ -418,7 +445,7 @@ def compile_stream(spec, kinds: dict[str, str | None]) -> tuple:
         ns = kcache.load_kernels(source, f"<cep_gpu stream kernels {key[:12]}>", ns)
         if len(_KERNELS) >= 1024:
             _KERNELS.clear()
-        hit = _KERNELS[key] = (ns["s_sync"], ns["s_relink"], ns["s_match"])
+        hit = _KERNELS[key] = (ns["s_sync"], ns["s_relink"], ns["s_match"], ns["s_nsync"])
     if len(_BY_RULE) >= 1024:
         _BY_RULE.clear()
     _BY_RULE[by_rule] = hit
@@ -439,6 +466,8 @@ class StreamMatcher:
         self.rule = rule
         self.spec = lower(rule, use_index=False)
         self.n_pred = n = rule.n_predicates
+        self.n_neg = len(rule.negations)
+        slots = n + self.n_neg  # a column per predicate, then one per negation
         #: most new rows one call takes (None: any): where some equality of the rule has no chain,
         #: the batch CDP's parameter index beats scanning windows for large micro-batches
         every = {a: "int" for a in self.spec.layout.attrs}
@@ -448,13 +477,14 @@ class StreamMatcher:
         self._n_strings = -1
         self._n_types = -1
         self._synced = 0  # store rows below this are in the columns (or not theirs)
+        self._nsynced = 0  # the same for the negations' columns
         self._ce_bound = 0  # >= the largest column end (room check without a reduction)
         self._kernels: dict[tuple, tuple] = {}
         self._fns: tuple | None = None
         self._env: tuple = ()
         # the state the kernels share, in three arrays (fewer arguments to dispatch): see s_sync
-        self._cl = np.empty((3, n, 64), np.int64)
-        self._cnt = np.zeros((5, n), np.int64)
+        self._cl = np.empty((3, slots, 64), np.int64)
+        self._cnt = np.zeros((5, slots), np.int64)
         self._cnt[2] = -1
         self._hd = np.full((n, 64), -1, np.int64)
         self._out = np.empty((16, n), np.int64)
@@ -481,9 +511,13 @@ class StreamMatcher:
             self._reserve(end - s_lo)
         self._ce_bound += end - s_lo
         self._synced = end
+        env = self._env
+        if self.n_neg:  # the negations' columns hold every row up to the end: their live views
+            self._nsync(end, start)
+            env = env[: -2 * self.n_neg] + self._neg_views()
         s_match = self._fns[2]
         while True:
-            n = s_match(s_lo, s_hi, store.types, start, lo, hi, self._cl, self._cnt, self._hd, self._env, self._out)
+            n = s_match(s_lo, s_hi, store.types, start, lo, hi, self._cl, self._cnt, self._hd, env, self._out)
             if n <= len(self._out):
                 break
             self._out = np.empty((2 * n, self.n_pred), np.int64)  # grow and redo: never truncate
@@ -513,6 +547,23 @@ class StreamMatcher:
         self._ce_bound += hi - lo
         self._synced = hi
 
+    def _nsync(self, end: int, start: int) -> None:
+        """The negations' columns up to row ``end`` (entries before row ``start`` expire)."""
+        n_new = end - self._nsynced
+        if self._ce_bound + n_new > self._cl.shape[2]:
+            self._reserve(n_new)
+        self._fns[3](self._nsynced, end, self._store.types, self._cl, self._cnt, self._env, start)
+        self._ce_bound += n_new
+        self._nsynced = end
+
+    def _neg_views(self) -> tuple:
+        """Per negation its live column: table rows and their timestamps (views)."""
+        cs, ce, cl = self._cnt[0], self._cnt[1], self._cl
+        out: tuple = ()
+        for q in range(self.n_pred, self.n_pred + self.n_neg):
+            out += (cl[0, q, cs[q]:ce[q]], cl[1, q, cs[q]:ce[q]])
+        return out
+
     def _reserve(self, n_new: int) -> None:
         """Room for ``n_new`` more entries per column: drop the expired prefixes, grow if needed,
         and link the renumbered entries anew."""
@@ -521,9 +572,11 @@ class StreamMatcher:
         need, cap = 2 * (int(live.max()) + n_new), self._cl.shape[2]
         if not need <= cap < 4 * need:  # grow, or shrink after a burst (memory follows the window)
             cap = max(64, need)
-        cl = np.empty((3, self.n_pred, cap), np.int64)
-        for p in range(self.n_pred):
+        cl = np.empty((3, self.n_pred + self.n_neg, cap), np.int64)
+        for p in range(self.n_pred + self.n_neg):
             cl[0, p, : live[p]] = self._cl[0, p, cs[p]: ce[p]]
+            if p >= self.n_pred:  # a negation's column: its timestamps too
+                cl[1, p, : live[p]] = self._cl[1, p, cs[p]: ce[p]]
         self._cl = cl
         cs[:] = 0
         ce[:] = live
@@ -542,7 +595,7 @@ class StreamMatcher:
         self._cnt[:2] = 0
         self._hd[:] = -1
         self._ce_bound = 0
-        self._synced = start
+        self._synced = self._nsynced = start
         n = len(new_ids)
         if n and n <= end - start and np.array_equal(store.ids[end - n:end], new_ids):
             self._sync(start, end - n, start)  # the usual case: the new rows went last (s_match adds them)
@@ -574,7 +627,8 @@ class StreamMatcher:
         self._store_ok = _attributes_from_columns(self.rule, store)
         names = store.type_names
         self._n_types = len(names)
-        self._cnt[2] = [names.index(p.event_type) if p.event_type in names else -1 for p in self.rule.predicates]
+        self._cnt[2] = [names.index(t) if t in names else -1
+                        for t in [p.event_type for p in self.rule.predicates] + [g.event_type for g in self.rule.negations]]
 
     def _env_of(self, store: EventTable) -> tuple:
         layout = self.spec.layout
@@ -584,6 +638,8 @@ class StreamMatcher:
             env += [np.zeros(1, np.float64), np.zeros(1, np.bool_)] if col is None else [col.values, col.valid]
         codes = [store.strings.lookup(s) for s in layout.strings]
         env.append(np.array(codes or [-2], np.int64))
+        for q in range(self.n_pred, self.n_pred + self.n_neg):  # (replaced per call: _neg_views)
+            env += [self._cl[0, q, :0], self._cl[1, q, :0]]
         return tuple(env)
 
     def skip(self, buf) -> None:
@@ -596,6 +652,8 @@ class StreamMatcher:
             if len(store.strings) != self._n_strings or len(store.type_names) != self._n_types:
                 self._set_env(store)
             self._sync(self._synced, end, start)
+        if self.n_neg:
+            self._nsync(end, start)
 
 
 def _attributes_from_columns(rule: Rule, store: EventTable) -> bool:
