@@ -31,11 +31,16 @@ keeps **incremental candidate columns** instead, and matches with **one compiled
   is truncated). Matching each terminator as it arrives keeps a large micro-batch's chain walks
   as short as a one-event publish's.
 
-The generated source (the rule's checks plus these two functions) goes through the on-disk kernel
+A negation (``not A(...) between b and c``, not trailing) has a column of its own: the rows of
+the negated type that pass its own filters, with their timestamps, kept by a compiled sync up to
+the end of the buffer before each match, and handed to the rule's generated negation checks
+(the CDP kernels' functions, which binary-search its span in it) as views of the live entries.
+
+The generated source (the rule's checks plus these functions) goes through the on-disk kernel
 cache (:mod:`cep_gpu.codegen.cache`), so a second process loads the machine code.
 
 Rules the fast path does not cover take the general path, with identical results (tested):
-``consuming``, aggregates, negations (their spans need columns of their own), a trailing ``NOT`` here
+``consuming``, aggregates, a trailing ``NOT`` here
 or upstream (held terminators), rules that read composite events (hierarchies), unbounded windows,
 and every backend but ``cpu`` and ``auto`` (``auto`` takes the fast path when its planner picks the
 CPU: one decision per rule and window-occupancy bucket, cached, see :class:`AutoChoice`).

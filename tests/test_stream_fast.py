@@ -453,3 +453,25 @@ def test_thousands_of_records_at_once_equal_batch_and_leave_the_collector_on(out
     parts = [eng.publish(r, output=output) for r in _records(events)]
     assert gc.isenabled() and sum(map(len, parts)) == 3600
     assert _record_rows(_dicts(eng, parts)) == _record_rows([batch])
+
+
+@pytest.mark.parametrize("size", [1, 37, 5000])
+def test_negation_columns_through_reserve_and_compaction(size):
+    """A rule with a (non-trailing) negation on the fast path over a stream long enough to
+    compact the buffer and the columns many times (the negation's rows and timestamps move
+    with them), in one-event publishes, micro-batches and one large publish."""
+    rng = np.random.default_rng(11)
+    n = 3000
+    events = pd.DataFrame({"type": rng.choice(["A", "B", "C"], n), "ts": np.arange(n), "x": rng.integers(0, 5, n)})
+    text = ("define R from B(x=$k) as b and each A(x=$k) as a within 20 s from b "
+            "and not C(x=$k) between a and b")
+    cols = {c: events[c].to_numpy() for c in events.columns}
+
+    def publish(eng):
+        return [eng.publish({c: v[s:s + size] for c, v in cols.items()}, output="records")
+                for s in range(0, n, size)]
+
+    eng = _same_as_batch(events, text, publish)
+    s = eng.stats()
+    assert s["fast_path"]["rules"] == {"R": "fast"} and s["fast_path"]["fallbacks"] == 0
+    assert s["backend_calls"] == s["fast_path"]["calls"] and s["composites"]["R"] > 100
