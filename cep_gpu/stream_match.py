@@ -247,7 +247,7 @@ def _valid_of(layout, kinds, attr: str, row: str) -> tuple[str, str]:
 
 
 def _key_of_value(value: str, floats: bool) -> str:
-    return f"s_fkey(float({value}))" if floats else f"int({value})"
+    return f"s_fkey({value} * 1.0)" if floats else f"int({value})"  # (numba has no float(bool))
 
 
 def _link_lines(spec, kinds, chains: Chains, p: int, ind: str) -> list[str]:
@@ -383,13 +383,13 @@ def _term_lines(spec, kinds, chains: Chains, pi: int, depth: int, skip: str) -> 
 def _match_source(spec, kinds, chains: Chains) -> list[str]:
     """``s_match(lo, hi, types, start, nlo, nhi, cl, cnt, hd, env, out) -> n``: ``s_sync`` of
     rows ``[lo, hi)`` and the complete matches of every plan whose terminator is a row in
-    ``[nlo, nhi)`` (one compiled call for both), written to ``out`` while it has room; ``n`` is
-    the number of matches (more than ``out`` holds: call again with a larger ``out``, and an
-    empty sync range).
+    ``[nlo, nhi)`` (inside ``[lo, hi)``), written to ``out`` while it has room; ``n`` is the
+    number of matches (more than ``out`` holds: take the rows out of the columns again, see
+    :meth:`StreamMatcher._rollback`, and call again with a larger ``out``).
 
-    When the terminators are among the rows synced, each row is matched as soon as it has
-    joined its columns, so that a chain walk starts at the newest entry before the terminator
-    (a large micro-batch costs what its events' windows hold, not the rest of the batch)."""
+    Each row is matched as soon as it has joined its columns, so that a chain walk starts at the
+    newest entry before the terminator (a large micro-batch costs what its events' windows
+    hold, not the rest of the batch)."""
     lines = ["@numba.njit(cache=True)",
              "def s_match(lo, hi, types, start, nlo, nhi, cl, cnt, hd, env, out):",
              *_STATE, *prologue(spec.layout, kinds),
@@ -404,13 +404,8 @@ def _match_source(spec, kinds, chains: Chains) -> list[str]:
                   f"                if j0 >= cs[{tp}] and cr[{tp}, j0] == r:",
                   "                    for o1 in range(1):",  # (a loop to leave: the terminator's "skip")
                   *_term_lines(spec, kinds, chains, pi, 6, "break")]
-    lines += ["        return n", "    s_sync(lo, hi, types, cl, cnt, hd, env, start)"]
-    for pi, plan in enumerate(spec.plans):
-        tp = plan.steps[0].pred
-        lines += [f"    e0 = s_lb_row(cr, {tp}, nlo, cs[{tp}], ce[{tp}])",
-                  f"    e1 = s_lb_row(cr, {tp}, nhi, e0, ce[{tp}])",
-                  "    for j0 in range(e0, e1):", *_term_lines(spec, kinds, chains, pi, 2, "continue")]
-    lines += ["    return n", ""]
+    lines += ["        return n", "    s_sync(lo, hi, types, cl, cnt, hd, env, start)  # (no terminator among them)",
+              "    return n", ""]
     return lines
 
 
@@ -526,7 +521,7 @@ class StreamMatcher:
             if n <= len(self._out):
                 break
             self._out = np.empty((2 * n, self.n_pred), np.int64)  # grow and redo: never truncate
-            s_lo = s_hi  # (synced already)
+            self._rollback(s_lo)
         return Matches(self._out[:n].copy(), _NO_AGGS[:n] if n <= len(_NO_AGGS) else np.empty((n, 0)))
 
     @property
@@ -551,6 +546,14 @@ class StreamMatcher:
         self._fns[0](lo, hi, self._store.types, self._cl, self._cnt, self._hd, self._env, start)
         self._ce_bound += hi - lo
         self._synced = hi
+
+    def _rollback(self, row: int) -> None:
+        """Take the rows from ``row`` on out of the predicates' columns again (and relink the
+        chains of the rest), as if they had not been synced (rare: an output array too small)."""
+        cs, ce = self._cnt[0], self._cnt[1]
+        for p in range(self.n_pred):
+            ce[p] = cs[p] + int(np.searchsorted(self._cl[0, p, cs[p]:ce[p]], row))
+        self._fns[1](self._cl, self._cnt, self._hd, self._env)
 
     def _nsync(self, end: int, start: int) -> None:
         """The negations' columns up to row ``end`` (entries before row ``start`` expire)."""
@@ -592,8 +595,8 @@ class StreamMatcher:
         self._ce_bound = int(live.max())
 
     def _rebuild(self, buf, store: EventTable, start: int, end: int, new_ids: np.ndarray):
-        """New buffer arrays: columns from the live rows (up to the new rows when they went
-        last: :meth:`match` adds those); the new terminators' row run."""
+        """New buffer arrays: columns from the live rows up to the new rows' run (:meth:`match`
+        adds the rest); the run (``None``: the new rows are not one run)."""
         self.rebuilds += 1
         self._store = store
         self._set_env(store)
@@ -605,15 +608,12 @@ class StreamMatcher:
         if n and n <= end - start and np.array_equal(store.ids[end - n:end], new_ids):
             self._sync(start, end - n, start)  # the usual case: the new rows went last (s_match adds them)
             return end - n, end
-        self._sync(start, end, start)
-        if not n:
-            return end, end
-        is_new = np.flatnonzero(np.isin(store.ids[start:end], new_ids))
-        if not len(is_new):
-            return end, end
-        lo, hi = start + int(is_new[0]), start + int(is_new[-1]) + 1
+        is_new = np.flatnonzero(np.isin(store.ids[start:end], new_ids)) if n else np.empty(0, np.int64)
+        lo, hi = (start + int(is_new[0]), start + int(is_new[-1]) + 1) if len(is_new) else (end, end)
         if hi - lo != len(is_new):
-            return None, None  # new rows in the middle of the window: the general path
+            self._sync(start, end, start)
+            return None, None  # new rows scattered in the window: the general path
+        self._sync(start, lo, start)  # (s_match adds the rest, matching the new run's terminators)
         return lo, hi
 
     def _set_env(self, store: EventTable) -> None:

@@ -372,6 +372,7 @@ def test_large_micro_batches_of_rules_without_key_chains_take_the_indexed_genera
 
 _key_kinds = st.sampled_from([
     ("int", "int"), ("int", "float"), ("float", "float"), ("float", "int"), ("str", "str"), ("bool", "bool"),
+    ("bool", "float"), ("float", "bool"), ("bool", "int"),
 ])
 
 
