@@ -151,26 +151,21 @@ def _check_own(source: str) -> None:
 
 
 def _filter_source(spec, kinds) -> list[str]:
-    """``s_filt<p>(r, env)``: predicate ``p``'s static filters for row ``r``."""
+    """``s_filt<p>(r, env)``: predicate ``p``'s static filters for row ``r``; ``s_nfilt<k>``:
+    negation ``k``'s own (the negated event's, ``SELF``)."""
     rule = spec.rule
+    parts = [(f"s_filt{p}", [rule.conditions[c] for c in spec.filters[p]]) for p in range(rule.n_predicates)]
+    parts += [(f"s_nfilt{k}", [neg.conditions[c] for c in spec.neg_filters[k]])
+              for k, neg in enumerate(rule.negations)]
     out = []
-    for p in range(rule.n_predicates):
-        if not spec.filters[p]:
+    for name, conditions in parts:
+        if not conditions:
             continue
         b = Body(spec.layout, kinds, lambda q: "r")
         b.agg_inputs = []
-        for c in spec.filters[p]:
-            b.check(rule.conditions[c], "return False")
-        out.append(f"@numba.njit(cache=True)\ndef s_filt{p}(r, env):")
-        out += prologue(spec.layout, kinds) + b.lines + ["    return True", ""]
-    for k, neg in enumerate(rule.negations):  # the negated event's own conditions (SELF)
-        if not spec.neg_filters[k]:
-            continue
-        b = Body(spec.layout, kinds, lambda q: "r")
-        b.agg_inputs = []
-        for c in spec.neg_filters[k]:
-            b.check(neg.conditions[c], "return False")
-        out.append(f"@numba.njit(cache=True)\ndef s_nfilt{k}(r, env):")
+        for cond in conditions:
+            b.check(cond, "return False")
+        out.append(f"@numba.njit(cache=True)\ndef {name}(r, env):")
         out += prologue(spec.layout, kinds) + b.lines + ["    return True", ""]
     return out
 
