@@ -2,14 +2,16 @@
 
     .venv/bin/python bench/stream_latency.py [--events 20000] [--window 1000] [--policies each,last]
         [--sizes 1,10,100,1000,10000] [--rss-events 0] [--backend cpu] [--repeat 1]
-        [--png latency.png] [--json out.json]
+        [--latency-output records] [--outputs records,pandas] [--png latency.png] [--json out.json]
 
 Workload: seq3 (docs/performance.md) with k-equality, event i at i ms, WIN in ms (= events per
 window). Latency: a fresh ``Engine`` is warmed with two windows of events, then every further
-event is published alone as a plain dict with ``output="records"``; each publish is timed
+event is published alone as a plain dict with ``output="records"`` (``--latency-output tuples``:
+the tuple form); each publish is timed
 (``time.perf_counter_ns``) and reported as percentiles, split into terminators (C) and the rest.
 Throughput: the same events as columnar micro-batches (a mapping of NumPy arrays) of each size,
-with ``output="records"`` and ``output="pandas"``, next to one batch ``detect`` (pandas output);
+with each of ``--outputs`` (``records``, ``tuples``, ``pandas``), next to one batch ``detect``
+(pandas output), timed by the wall clock and by the process's CPU time;
 both must find the same number of composite events. RSS: resident memory before and after
 ``--rss-events`` more one-event publishes (0: skipped).
 
@@ -41,18 +43,18 @@ def rss_bytes() -> int:
         return int(f.read().split()[1]) * 4096
 
 
-def latency(rule: str, events, backend: str, warm: int) -> dict:
+def latency(rule: str, events, backend: str, warm: int, output: str = "records") -> dict:
     recs = plain_records(events)
     eng = cep_gpu.Engine(rule, backend=backend, time_unit="ms")
     for r in recs[:warm]:
-        eng.publish(r, output="records")
+        eng.publish(r, output=output)
     lat = np.empty(len(recs) - warm, np.int64)
     kinds = np.array([r["type"] for r in recs[warm:]])
     found = 0
     t_all, c_all = time.perf_counter(), time.process_time()
     for k, r in enumerate(recs[warm:]):
         t0 = time.perf_counter_ns()
-        found += len(eng.publish(r, output="records"))
+        found += len(eng.publish(r, output=output))
         lat[k] = time.perf_counter_ns() - t0
     wall = time.perf_counter() - t_all
     cpu = time.process_time() - c_all
@@ -73,26 +75,30 @@ def throughput(rule: str, events, backend: str, sizes: list[int], output: str, r
     cols = {c: events[c].to_numpy() for c in events.columns}
     n = len(events)
     cep_gpu.detect(events.iloc[:2000], rule, backend=backend, time_unit="ms")  # compile
-    batch_s = math.inf
+    batch_s = batch_cpu = math.inf
     for _ in range(repeat):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         batch = len(cep_gpu.detect(events, rule, backend=backend, time_unit="ms"))
         batch_s = min(batch_s, time.perf_counter() - t0)
-    rows = [{"size": "batch", "seconds": batch_s, "events_per_s": n / batch_s, "composites": batch}]
+        batch_cpu = min(batch_cpu, time.process_time() - c0)
+    rows = [{"size": "batch", "seconds": batch_s, "cpu_seconds": batch_cpu, "events_per_s": n / batch_s,
+             "events_per_cpu_s": n / batch_cpu, "composites": batch}]
     for size in sizes:
-        dt = math.inf
+        dt = cpu = math.inf
         for _ in range(repeat):
             eng = cep_gpu.Engine(rule, backend=backend, time_unit="ms")
             found = 0
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             for s in range(0, n, size):
                 found += len(eng.publish({c: v[s:s + size] for c, v in cols.items()}, output=output))
             found += len(eng.flush(output=output))
             dt = min(dt, time.perf_counter() - t0)
+            cpu = min(cpu, time.process_time() - c0)
             if found != batch:
                 raise SystemExit(f"publish size {size}: {found} composite events, batch found {batch}")
-        rows.append({"size": size, "output": output, "seconds": dt, "events_per_s": n / dt, "composites": found,
-                     "vs_batch": dt / batch_s})
+        rows.append({"size": size, "output": output, "seconds": dt, "cpu_seconds": cpu, "events_per_s": n / dt,
+                     "events_per_cpu_s": n / cpu, "composites": found, "vs_batch": dt / batch_s,
+                     "vs_batch_cpu": cpu / batch_cpu})
     return rows
 
 
@@ -105,6 +111,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--size-events", type=int, default=30_000, help="events of the throughput runs")
     ap.add_argument("--rss-events", type=int, default=0)
     ap.add_argument("--outputs", default="records,pandas", help="output forms of the throughput runs")
+    ap.add_argument("--latency-output", default="records", choices=["records", "tuples"])
     ap.add_argument("--backend", default="cpu")
     ap.add_argument("--repeat", type=int, default=1, help="throughput: best of this many runs per size")
     ap.add_argument("--png")
@@ -116,7 +123,7 @@ def main(argv: list[str] | None = None) -> dict:
                     "load_average": os.getloadavg(), "repeat": args.repeat}
     for policy in args.policies.split(","):
         rule = seq3_rule(args.window, policy)
-        lat = latency(rule, seq3_events(warm + args.events, seed=0), args.backend, warm)
+        lat = latency(rule, seq3_events(warm + args.events, seed=0), args.backend, warm, args.latency_output)
         us = lat.pop("us")
         report["latency"][policy] = lat | {"histogram_us": us}
         print(f"{policy}: {lat['publishes']} one-event publishes, {lat['events_per_s']:,.0f} events/s "
@@ -130,9 +137,10 @@ def main(argv: list[str] | None = None) -> dict:
             rows = throughput(rule, seq3_events(args.size_events, seed=1), args.backend, sizes, output, args.repeat)
             report["throughput"][f"{policy}/{output}"] = rows
             for r in rows:
-                extra = f"  ({r['vs_batch']:.2f}x batch time)" if "vs_batch" in r else ""
+                extra = f"  ({r['vs_batch']:.2f}x batch time, {r['vs_batch_cpu']:.2f}x by CPU time)" \
+                    if "vs_batch" in r else ""
                 print(f"  output={output} publish size {r['size']!s:>6}: {r['events_per_s']:>12,.0f} "
-                      f"events/s{extra}")
+                      f"events/s ({r['events_per_cpu_s']:>12,.0f} per CPU second){extra}")
     if args.rss_events:
         rule = seq3_rule(args.window, "each")
         recs = plain_records(seq3_events(warm + args.rss_events, seed=2))

@@ -33,8 +33,35 @@ from .events import (
     values_as,
 )
 from .events.lineage import array_role, concat_lineage, row_tag, slice_lineage, start_lineage
+from .jit import cached_njit
 
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+
+
+def _in_order_py(ts: np.ndarray, ids: np.ndarray) -> bool:
+    """Whether the rows are in strictly increasing (ts, id) order (one pass; what a handful of
+    NumPy calls per micro-batch would cost several times over)."""
+    for i in range(1, len(ts)):
+        if ts[i] < ts[i - 1] or (ts[i] == ts[i - 1] and ids[i] <= ids[i - 1]):
+            return False
+    return True
+
+
+def _int_ns_py(ts: np.ndarray, mult: int, lim: int) -> tuple[np.ndarray, bool]:
+    """Integer timestamps times ``mult`` (ns), and whether every one was within ``[-lim, lim]``
+    (so that the product fits in 64 bits)."""
+    ns = np.empty(len(ts), np.int64)
+    ok = True
+    for i in range(len(ts)):
+        x = ts[i]
+        if x < -lim or x > lim:
+            ok = False
+        ns[i] = x * mult
+    return ns, ok
+
+
+_in_order = cached_njit(_in_order_py)
+_int_ns = cached_njit(_int_ns_py)
 _DTYPES = {"int": np.int64, "float": np.float64, "string": np.int32, "bool": np.bool_}
 
 
@@ -138,10 +165,9 @@ def table_from_columns(
     if n == 0 or typ.dtype.kind not in "OU" or ts.shape != (n,):
         return None
     if ts.dtype == np.int64:
-        lim = _INT64_MAX // UNIT_NS[time_unit]
-        if n and (int(ts.min()) < -lim or int(ts.max()) > lim):
+        ns, ok = _int_ns(ts, UNIT_NS[time_unit], _INT64_MAX // UNIT_NS[time_unit])
+        if not ok:
             return None
-        ns = ts * UNIT_NS[time_unit]
         dtype = "int64"
     elif ts.dtype == np.float64:
         if not np.isfinite(ts).all():
@@ -153,26 +179,37 @@ def table_from_columns(
         dtype = "float64"
     else:
         return None
-    if n > 1 and (np.diff(ns) < 0).any():
-        return None  # unsorted: the general path sorts
     if "id" in cols:
         ids = cols["id"]
         if not isinstance(ids, np.ndarray) or ids.dtype != np.int64 or ids.shape != (n,) or int(ids.min()) < 0:
             return None
-        if n > 1 and ((np.diff(ns) == 0) & (np.diff(ids) <= 0)).any():
-            return None
     else:
         ids = np.arange(next_id, next_id + n, dtype=np.int64)
-    try:
-        names = list(dict.fromkeys(typ.tolist()))  # in order of first occurrence
-    except TypeError:
-        return None
-    if any(type(t) is not str for t in names):
-        return None
-    codes = np.zeros(n, np.int32)
-    for c in range(1, len(names)):
-        codes[typ == names[c]] = c
+    if n > 1 and not _in_order(ns, ids):
+        return None  # unsorted (or ids against the order at a tied ts): the general path sorts
+    if n >= 512:  # a hash pass in C (one comparison pass per type costs more from here on)
+        import pandas as pd
+
+        try:
+            found, uniq = pd.factorize(typ)  # codes in order of first occurrence
+        except TypeError:
+            return None
+        names = list(uniq)
+        if any(type(t) is not str for t in names) or (found < 0).any():
+            return None
+        codes = found.astype(np.int32)
+    else:
+        try:
+            names = list(dict.fromkeys(typ.tolist()))  # in order of first occurrence
+        except TypeError:
+            return None
+        if any(type(t) is not str for t in names):
+            return None
+        codes = np.zeros(n, np.int32)
+        for c in range(1, len(names)):
+            codes[typ == names[c]] = c
     columns = {}
+    full = set()  # columns without nulls
     for name, v in cols.items():
         if name in RESERVED:
             continue
@@ -180,7 +217,11 @@ def table_from_columns(
             return None
         kind = _NUMERIC_KIND.get(v.dtype)
         if kind is not None:
-            valid = ~np.isnan(v) if kind == "float" else np.ones(n, np.bool_)
+            if kind == "float":
+                valid = ~np.isnan(v)
+            else:
+                valid = np.ones(n, np.bool_)
+                full.add(name)
             columns[name] = AttributeColumn(kind, v.copy(), valid)
         elif v.dtype.kind == "O":
             values = v.tolist()
@@ -188,9 +229,10 @@ def table_from_columns(
                 return None
             codes_s = np.fromiter((strings.encode_one(x) for x in values), np.int32, n)
             columns[name] = AttributeColumn("string", codes_s, np.ones(n, np.bool_))
+            full.add(name)
         else:
             return None
-    full = {k for k, col in columns.items() if col.valid.all()}
+    full |= {k for k, col in columns.items() if k not in full and col.valid.all()}
     if len(names) == 1 or len(full) == len(columns):  # no nulls: every type has every column
         schema = {t: {k for k, col in columns.items() if k in full or col.valid.any()} for t in names}
     else:
@@ -383,7 +425,7 @@ class AppendBuffer:
         """Whether ``new`` can simply go after the live rows: later in (ts, id) order, same
         string dictionary and time format, and attribute kinds that ``concat`` would keep."""
         st = self._store
-        if new.strings is not st.strings or new._order() is not None:
+        if new.strings is not st.strings or (len(new) > 1 and not _in_order(new.ts, new.ids)):
             return False
         if self._end > self._start:
             last_ts, last_id = st.ts[self._end - 1], st.ids[self._end - 1]

@@ -13,19 +13,34 @@ keeps **incremental candidate columns** instead, and matches with **one compiled
   numbers while the buffer appends and expires); when the buffer rebuilds its arrays (it grows,
   compacts, or takes a row in the middle) the columns are rebuilt from the live rows (O(window),
   rare: amortised O(1) per event);
-* ``smatch``, generated per rule: for each new terminator, nested loops over the plan's binding
-  steps, each a binary search for the window's edges in the step's column and a scan of it with the
-  rule's generated ``valid`` check (:mod:`cep_gpu.codegen.numba_src`, the same functions as the
-  CDP kernels, lowered without the parameter index: the equality is checked per candidate);
-  ``each`` visits every valid candidate, ``last`` the latest valid one, ``first`` the earliest. Complete
-  matches go to a preallocated output array; when it is too small the call returns the number it
-  needed, the array grows and the call is repeated (nothing is truncated).
+* an **incremental parameter index** on those columns (:class:`Chains`): where a step's
+  candidates must equal a bound value (``k=$k``: ``B.k = C.k``), each entry of the step's column
+  is linked, as it is appended, to the previous and the next entry of its hash bucket (of the
+  value ``k``); the newest entry per bucket is kept in a table sized with the columns. Entries
+  leave with the columns (offset moves); compaction renumbers them and relinks the live ones;
+* ``s_match``, generated per rule: each new row joins its columns, and when it is a terminator
+  it is matched at once: nested loops over the plan's binding steps, where a step with a chain
+  walks the bucket of the bound value (back to the window's start, newest first for ``last``,
+  else forward in time order) and a step without one binary-searches its window's edges and scans
+  it. Every candidate goes through the rule's generated ``valid`` check
+  (:mod:`cep_gpu.codegen.numba_src`, the same functions as the CDP kernels, lowered without the
+  parameter index: the equality is checked per candidate, so a hash collision costs a check,
+  never a wrong match); ``each`` visits every valid candidate, ``last`` the latest valid one,
+  ``first`` the earliest. Complete matches go to a preallocated output array; when it is too
+  small the call returns the number it needed, the array grows and the call is repeated (nothing
+  is truncated). Matching each terminator as it arrives keeps a large micro-batch's chain walks
+  as short as a one-event publish's.
 
-The generated source (the rule's checks plus these two functions) goes through the on-disk kernel
+A negation (``not A(...) between b and c``, not trailing) has a column of its own: the rows of
+the negated type that pass its own filters, with their timestamps, kept by a compiled sync up to
+the end of the buffer before each match, and handed to the rule's generated negation checks
+(the CDP kernels' functions, which binary-search its span in it) as views of the live entries.
+
+The generated source (the rule's checks plus these functions) goes through the on-disk kernel
 cache (:mod:`cep_gpu.codegen.cache`), so a second process loads the machine code.
 
 Rules the fast path does not cover take the general path, with identical results (tested):
-``consuming``, aggregates, negations (their spans need columns of their own), a trailing ``NOT`` here
+``consuming``, aggregates, a trailing ``NOT`` here
 or upstream (held terminators), rules that read composite events (hierarchies), unbounded windows,
 and every backend but ``cpu`` and ``auto`` (``auto`` takes the fast path when its planner picks the
 CPU: one decision per rule and window-occupancy bucket, cached, see :class:`AutoChoice`).
@@ -36,6 +51,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import re
+from dataclasses import dataclass
 
 import numba
 import numpy as np
@@ -46,10 +62,11 @@ from .codegen import lower
 from .codegen.numba_src import Body, check_source, emit_source, literal, prologue
 from .detect import RuleResult, composite_events
 from .events import EventTable
-from .model import Attr, Neg, Rule
+from .model import SELF, Attr, Neg, Rule
 
-#: Publishes that bring more new rows than this take the general path: the fast path scans each
-#: terminator's window (O(window) per terminator), which the CDP backend's parameter index beats
+#: Publishes that bring more new rows than this take the general path when the rule has an
+#: equality that the batch CDP answers by its parameter index and the fast path has no chain for
+#: (an expression such as ``a.x = b.x + 1``): scanning each terminator's window loses to the index
 #: once thousands of terminators come at once (measured: docs/performance.md, issue 12).
 FAST_PATH_MAX_ROWS = 4096
 _MIN_TS = -(2**63)
@@ -64,8 +81,6 @@ def unsupported(rule: Rule, delay: int, composite_types: frozenset[str]) -> str 
         return "Kleene closure"
     if rule.aggregates:
         return "aggregates"
-    if rule.negations:
-        return "negations"
     if delay:
         return "held terminators (trailing NOT here or upstream)"
     if rule.input_types & composite_types:
@@ -80,6 +95,18 @@ def unsupported(rule: Rule, delay: int, composite_types: frozenset[str]) -> str 
 # -- code generation --------------------------------------------------------------------------------
 
 _HELPERS = '''
+@numba.njit(cache=True, inline="always")
+def s_fkey(x):
+    if x == x and -4.6e18 < x < 4.6e18:
+        return int(x)
+    return 0
+
+
+@numba.njit(cache=True, inline="always")
+def s_bkt(x, mask):
+    return ((x * -7046029254386353131) >> 32) & mask
+
+
 @numba.njit(cache=True, inline="always")
 def s_lb_ts(cr, p, ts, x, lo, hi):
     while lo < hi:
@@ -102,8 +129,8 @@ def s_lb_row(cr, p, x, lo, hi):
     return lo
 '''
 
-_OWN_FUNC = re.compile(r"^(?:s_lb_ts|s_lb_row|s_filt\d+|s_sync|s_match)$")
-_OWN_LOCAL = re.compile(r"^(?:[a-z]\d+|j\d+|l\d+|h\d+|w\d+|cr|cs|ce|nt|codes|types|start|lo|hi|x|mid|p|n|cap|out|seqs|nlo|nhi|ts|sc|r|t|env|e0|e1)$")
+_OWN_FUNC = re.compile(r"^(?:s_fkey|s_bkt|s_lb_ts|s_lb_row|s_filt\d+|s_nfilt\d+|s_sync|s_nsync|s_relink|s_match)$")
+_OWN_LOCAL = re.compile(r"^(?:[a-z]\d+|j\d+|l\d+|h\d+|w\d+|cr|cs|ce|nt|codes|types|start|lo|hi|x|mid|p|n|cap|out|seqs|nlo|nhi|ts|sc|r|t|env|e0|e1|cl|cnt|hd|pv|nx|c|g|b|mask)$")
 
 
 def _check_own(source: str) -> None:
@@ -111,7 +138,7 @@ def _check_own(source: str) -> None:
     :func:`cep_gpu.codegen.numba_src.check_source`)."""
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Name):
-            if not (node.id in {"numba", "np", "range", "float", "min", "max", "True", "False"} or _OWN_LOCAL.match(node.id)
+            if not (node.id in {"numba", "np", "range", "float", "int", "min", "max", "True", "False"} or _OWN_LOCAL.match(node.id)
                     or _OWN_FUNC.match(node.id) or re.match(r"^valid_\d+_\d+$", node.id)):
                 raise ValueError(f"stream kernel source uses an unexpected name {node.id!r}")
         elif isinstance(node, ast.Attribute) and node.attr not in {"njit", "nan", "isnan", "inf", "shape"}:
@@ -124,71 +151,183 @@ def _check_own(source: str) -> None:
 
 
 def _filter_source(spec, kinds) -> list[str]:
-    """``s_filt<p>(r, env)``: predicate ``p``'s static filters for row ``r``."""
+    """``s_filt<p>(r, env)``: predicate ``p``'s static filters for row ``r``; ``s_nfilt<k>``:
+    negation ``k``'s own (the negated event's, ``SELF``)."""
     rule = spec.rule
+    parts = [(f"s_filt{p}", [rule.conditions[c] for c in spec.filters[p]]) for p in range(rule.n_predicates)]
+    parts += [(f"s_nfilt{k}", [neg.conditions[c] for c in spec.neg_filters[k]])
+              for k, neg in enumerate(rule.negations)]
     out = []
-    for p in range(rule.n_predicates):
-        if not spec.filters[p]:
+    for name, conditions in parts:
+        if not conditions:
             continue
         b = Body(spec.layout, kinds, lambda q: "r")
         b.agg_inputs = []
-        for c in spec.filters[p]:
-            b.check(rule.conditions[c], "return False")
-        out.append(f"@numba.njit(cache=True)\ndef s_filt{p}(r, env):")
+        for cond in conditions:
+            b.check(cond, "return False")
+        out.append(f"@numba.njit(cache=True)\ndef {name}(r, env):")
         out += prologue(spec.layout, kinds) + b.lines + ["    return True", ""]
     return out
 
 
-def _sync_source(spec) -> list[str]:
-    """``s_sync(lo, hi, types, codes, cr, cs, ce, env, start)``: expire entries before ``start``,
-    then append rows ``[lo, hi)`` to the columns of the predicates they pass."""
-    n_pred = spec.rule.n_predicates
-    lines = ["@numba.njit(cache=True)", "def s_sync(lo, hi, types, codes, cr, cs, ce, env, start):",
-             f"    for p in range({n_pred}):",
-             "        while cs[p] < ce[p] and cr[p, cs[p]] < start:",
-             "            cs[p] += 1",
-             "    for r in range(lo, hi):",
-             "        t = types[r]"]
-    for p in range(n_pred):
-        cond = f"t == codes[{p}]" + (f" and s_filt{p}(r, env)" if spec.filters[p] else "")
-        lines += [f"        if {cond}:", f"            cr[{p}, ce[{p}]] = r", f"            ce[{p}] += 1"]
+def _nsync_source(spec, kinds) -> list[str]:
+    """``s_nsync(lo, hi, types, cl, cnt, env, start)``: the negations' columns (slots after the
+    predicates': table rows in plane 0, their timestamps in plane 1, which the generated
+    negation checks binary-search): expire the entries before row ``start``, append the rows
+    ``[lo, hi)`` of each negated type that pass the negation's own filters."""
+    n_pred, n_neg = spec.rule.n_predicates, len(spec.rule.negations)
+    lines = ["@numba.njit(cache=True)", "def s_nsync(lo, hi, types, cl, cnt, env, start):",
+             *_STATE[:6], *prologue(spec.layout, kinds),
+             f"    for p in range({n_pred}, {n_pred + n_neg}):", *_EXPIRE,
+             "    for r in range(lo, hi):", "        t = types[r]"]
+    for k in range(n_neg):
+        q = n_pred + k
+        cond = f"t == codes[{q}]" + (f" and s_nfilt{k}(r, env)" if spec.neg_filters[k] else "")
+        lines += [f"        if {cond}:", f"            c = ce[{q}]", f"            cr[{q}, c] = r",
+                  f"            pv[{q}, c] = ts[r]", f"            ce[{q}] = c + 1"]
     lines += ["    return 0", ""]
     return lines
 
 
-def _match_source(spec) -> list[str]:
-    """``s_match(lo, hi, types, codes, start, nlo, nhi, cr, cs, ce, env, out, seqs, nt) -> n``:
-    ``s_sync`` of rows ``[lo, hi)`` (one compiled call for both), then the complete matches of
-    every plan whose terminator is a row in ``[nlo, nhi)``, written to ``out`` while it has room;
-    ``n`` is the number of matches (more than ``out`` holds: call again with a larger ``out``,
-    and an empty sync range)."""
+@dataclass(frozen=True)
+class Chains:
+    """The incremental parameter index of a rule's fast path, for one set of attribute kinds.
+
+    ``attr[p]``: the attribute whose value chains predicate ``p``'s column entries (each entry
+    links to the previous and the next entry of its hash bucket); ``floats[p]``: hash through
+    the float key (the attribute or a value it is compared with is a float), so that equal
+    values (``3 == 3.0``, ``0.0 == -0.0``) always land in the same bucket. ``steps[(plan,
+    step)]``: ``(predicate, attribute)`` of the bound value the step's equality compares with;
+    such a step walks the chain of that value's bucket instead of scanning its window. The
+    walk only narrows the candidates: each is still checked by the step's ``valid`` function,
+    equality included, so a hash collision costs a check, never a wrong match.
+    """
+
+    attr: dict
+    floats: dict
+    steps: dict
+
+    @classmethod
+    def of(cls, rule: Rule, kinds: dict[str, str | None]) -> Chains:
+        indexed = lower(rule, use_index=True)  # which equality each step could answer by an index
+        attr: dict[int, str] = {}
+        steps: dict[tuple[int, int], tuple[int, str]] = {}
+        for pi, plan in enumerate(indexed.plans):
+            for s, st in enumerate(plan.steps):
+                key = st.key
+                if s == 0 or key is None or not isinstance(key.expr, Attr) or key.expr.pred == SELF:
+                    continue  # (an expression other than a plain attribute: the window is scanned)
+                if kinds.get(key.attr) is None or kinds.get(key.expr.name) is None:
+                    continue  # always null: no candidate either way
+                if attr.setdefault(st.pred, key.attr) != key.attr:
+                    continue  # one chained attribute per column
+                steps[(pi, s)] = (key.expr.pred, key.expr.name)
+        floats = {p: kinds[a] == "float" or any(
+            kinds[qa] == "float" for (pi, s), (_, qa) in steps.items() if indexed.plans[pi].steps[s].pred == p)
+            for p, a in attr.items()}
+        return cls(attr, floats, steps)
+
+    def unindexed_keys(self, rule: Rule) -> bool:
+        """Whether some step has an equality the batch CDP answers by its index but this does not."""
+        indexed = lower(rule, use_index=True)
+        return any(st.key is not None and (pi, s) not in self.steps
+                   for pi, plan in enumerate(indexed.plans) for s, st in enumerate(plan.steps) if s)
+
+
+def _valid_of(layout, kinds, attr: str, row: str) -> tuple[str, str]:
+    """(value, validity) source of ``attr`` at ``row`` (NaN counts as null, as in the checks)."""
+    sl = layout.attrs.index(attr)
+    ok = f"v{sl}[{row}]" + (f" and not np.isnan(a{sl}[{row}])" if kinds[attr] == "float" else "")
+    return f"a{sl}[{row}]", ok
+
+
+def _key_of_value(value: str, floats: bool) -> str:
+    return f"s_fkey({value} * 1.0)" if floats else f"int({value})"  # (numba has no float(bool))
+
+
+def _link_lines(spec, kinds, chains: Chains, p: int, ind: str) -> list[str]:
+    """Append column entry ``c`` (table row ``r``) of predicate ``p`` to its bucket's chain."""
+    value, ok = _valid_of(spec.layout, kinds, chains.attr[p], "r")
+    return [f"{ind}if {ok}:",
+            f"{ind}    b = s_bkt({_key_of_value(value, chains.floats[p])}, mask)",
+            f"{ind}    g = hd[{p}, b]",
+            f"{ind}    pv[{p}, c] = g",
+            f"{ind}    if g >= 0:",
+            f"{ind}        nx[{p}, g] = c",
+            f"{ind}    hd[{p}, b] = c",
+            f"{ind}else:",
+            f"{ind}    pv[{p}, c] = -1",
+            f"{ind}nx[{p}, c] = -1"]
+
+
+_STATE = ["    cr = cl[0]", "    pv = cl[1]", "    nx = cl[2]", "    cs = cnt[0]", "    ce = cnt[1]",
+          "    codes = cnt[2]", "    mask = hd.shape[1] - 1"]
+
+
+def _add_lines(spec, kinds, chains: Chains, ind: str) -> list[str]:
+    """Append table row ``r`` to the columns of the predicates it passes (and to their chains)."""
+    lines = [f"{ind}t = types[r]"]
+    for p in range(spec.rule.n_predicates):
+        cond = f"t == codes[{p}]" + (f" and s_filt{p}(r, env)" if spec.filters[p] else "")
+        lines += [f"{ind}if {cond}:", f"{ind}    c = ce[{p}]", f"{ind}    cr[{p}, c] = r", f"{ind}    ce[{p}] = c + 1"]
+        if p in chains.attr:
+            lines += _link_lines(spec, kinds, chains, p, ind + "    ")
+    return lines
+
+
+_EXPIRE = ["        while cs[p] < ce[p] and cr[p, cs[p]] < start:", "            cs[p] += 1"]
+
+
+def _sync_source(spec, kinds, chains: Chains) -> list[str]:
+    """``s_sync(lo, hi, types, cl, cnt, hd, env, start)``: expire the entries before row
+    ``start``, then append rows ``[lo, hi)`` to the columns of the predicates they pass.
+
+    ``cl``: (3, predicates, capacity) column entries (table rows), chain links back and forward;
+    ``cnt``: per predicate its column's start, end and event type code, then the scratch row of
+    the match and its terminator count; ``hd``: (predicates, buckets) the newest entry of each
+    bucket. (The state is in three arrays: fewer arguments for Numba's dispatch to read.)"""
+    return ["@numba.njit(cache=True)", "def s_sync(lo, hi, types, cl, cnt, hd, env, start):",
+            *_STATE, *prologue(spec.layout, kinds),
+            f"    for p in range({spec.rule.n_predicates}):", *_EXPIRE,
+            "    for r in range(lo, hi):", *_add_lines(spec, kinds, chains, "        "),
+            "    return 0", ""]
+
+
+def _relink_source(spec, kinds, chains: Chains) -> list[str]:
+    """``s_relink(cl, cnt, hd, env)``: the chains of every live entry anew (after the columns
+    were compacted: entries renumbered)."""
+    lines = ["@numba.njit(cache=True)", "def s_relink(cl, cnt, hd, env):", *_STATE,
+             *prologue(spec.layout, kinds), "    hd[:, :] = -1"]
+    for p in sorted(chains.attr):
+        lines += [f"    for c in range(cs[{p}], ce[{p}]):", f"        r = cr[{p}, c]"]
+        lines += _link_lines(spec, kinds, chains, p, "        ")
+    lines += ["    return 0", ""]
+    return lines
+
+
+def _term_lines(spec, kinds, chains: Chains, pi: int, depth: int, skip: str) -> list[str]:
+    """The complete matches of plan ``pi`` for the terminator at entry ``j0`` of its column,
+    written to ``out[n:]`` while it has room (``n`` counts them all); ``skip`` leaves the
+    terminator (its own checks failed)."""
     n_pred = spec.rule.n_predicates
-    lines = ["@numba.njit(cache=True)",
-             "def s_match(lo, hi, types, codes, start, nlo, nhi, cr, cs, ce, env, out, seqs, nt):",
-             "    s_sync(lo, hi, types, codes, cr, cs, ce, env, start)",
-             "    ts = env[0]", "    n = 0", "    nt[0] = 0", "    cap = out.shape[0]"]
-    for pi, plan in enumerate(spec.plans):
-        steps = plan.steps
-        tp = steps[0].pred
-        lines += [f"    e0 = s_lb_row(cr, {tp}, nlo, cs[{tp}], ce[{tp}])",
-                  f"    e1 = s_lb_row(cr, {tp}, nhi, e0, ce[{tp}])",
-                  "    for j0 in range(e0, e1):",
-                  "        nt[0] += 1",
-                  f"        for p in range({n_pred}):",
-                  "            seqs[0, p] = -1",
-                  f"        seqs[0, {tp}] = cr[{tp}, j0]"]
-        depth = 2
-        if not steps[0].trivial:
-            lines += ["    " * depth + f"if not valid_{pi}_0(seqs, 0, cr[{tp}, j0], env):",
-                      "    " * (depth + 1) + "continue"]
-        for s in range(1, len(steps)):
-            st = steps[s]
-            ind = "    " * depth
-            p = st.pred
-            lines.append(f"{ind}h{s} = ts[seqs[0, {st.before}]]")
-            w = int(st.window)
-            lines.append(f"{ind}w{s} = ts[seqs[0, {st.anchor}]]")
-            lines.append(f"{ind}l{s} = w{s} - {literal(w)} if w{s} >= {literal(_MIN_TS + w)} else {literal(_MIN_TS)}")
+    steps = spec.plans[pi].steps
+    tp = steps[0].pred
+    ind = "    " * depth
+    lines = [f"{ind}nt[0] += 1", f"{ind}for p in range({n_pred}):", f"{ind}    seqs[0, p] = -1",
+             f"{ind}seqs[0, {tp}] = cr[{tp}, j0]"]
+    if not steps[0].trivial:
+        lines += [f"{ind}if not valid_{pi}_0(seqs, 0, cr[{tp}, j0], env):", f"{ind}    {skip}"]
+    base = depth
+    for s in range(1, len(steps)):
+        st = steps[s]
+        ind = "    " * depth
+        p = st.pred
+        lines.append(f"{ind}h{s} = ts[seqs[0, {st.before}]]")
+        w = int(st.window)
+        lines.append(f"{ind}w{s} = ts[seqs[0, {st.anchor}]]")
+        lines.append(f"{ind}l{s} = w{s} - {literal(w)} if w{s} >= {literal(_MIN_TS + w)} else {literal(_MIN_TS)}")
+        key = chains.steps.get((pi, s))
+        if key is None:  # scan the window: its edges by binary search
             lines.append(f"{ind}l{s} = s_lb_ts(cr, {p}, ts, l{s}, cs[{p}], ce[{p}])")
             lines.append(f"{ind}h{s} = s_lb_ts(cr, {p}, ts, h{s}, l{s}, ce[{p}])")
             if st.ties:  # "before" is row order: also earlier rows at ts(before)
@@ -197,21 +336,71 @@ def _match_source(spec) -> list[str]:
                 lines.append(f"{ind}for j{s} in range(h{s} - 1, l{s} - 1, -1):")
             else:
                 lines.append(f"{ind}for j{s} in range(l{s}, h{s}):")
-            ind2 = ind + "    "
-            if not st.trivial:
-                lines += [f"{ind2}if not valid_{pi}_{s}(seqs, 0, cr[{p}, j{s}], env):", f"{ind2}    continue"]
-            lines.append(f"{ind2}seqs[0, {p}] = cr[{p}, j{s}]")
-            depth += 1
-        ind = "    " * depth
-        lines += [f"{ind}if n < cap:",
-                  f"{ind}    for p in range({n_pred}):",
-                  f"{ind}        out[n, p] = seqs[0, p]",
-                  f"{ind}n += 1"]
-        # last/first: stop at the first valid candidate of each such step, whatever follows it
-        for s in range(len(steps) - 1, 0, -1):
-            if steps[s].policy in ("last", "first"):
-                lines.append("    " * (s + 2) + "break")
-    lines += ["    return n", ""]
+        else:  # walk the chain of the bound value's bucket: entries inside the window, live
+            # ("before": an earlier timestamp, or with ties an earlier row; no binary search)
+            before = f"cr[{p}, g{s}] < x{s}" if st.ties else f"ts[cr[{p}, g{s}]] < h{s}"
+            inside = f"g{s} >= cs[{p}] and ts[cr[{p}, g{s}]] >= l{s}"
+            value, ok = _valid_of(spec.layout, kinds, key[1], f"seqs[0, {key[0]}]")
+            lines += [f"{ind}x{s} = seqs[0, {st.before}]",
+                      f"{ind}g{s} = -1",
+                      f"{ind}if {ok}:",
+                      f"{ind}    g{s} = hd[{p}, s_bkt({_key_of_value(value, chains.floats[p])}, mask)]",
+                      f"{ind}    while g{s} >= cs[{p}] and not ({before}):",
+                      f"{ind}        g{s} = pv[{p}, g{s}]"]
+            if st.policy == "last":  # newest first, back along the chain
+                lines += [f"{ind}while {inside}:", f"{ind}    j{s} = g{s}", f"{ind}    g{s} = pv[{p}, j{s}]"]
+            else:  # find the oldest in the window, then forward (time order)
+                lines += [f"{ind}f{s} = -1",
+                          f"{ind}while {inside}:",
+                          f"{ind}    f{s} = g{s}",
+                          f"{ind}    g{s} = pv[{p}, g{s}]",
+                          f"{ind}g{s} = f{s}",
+                          f"{ind}while g{s} >= 0 and {before}:",
+                          f"{ind}    j{s} = g{s}",
+                          f"{ind}    g{s} = nx[{p}, j{s}]"]
+        ind2 = ind + "    "
+        if not st.trivial:
+            lines += [f"{ind2}if not valid_{pi}_{s}(seqs, 0, cr[{p}, j{s}], env):", f"{ind2}    continue"]
+        lines.append(f"{ind2}seqs[0, {p}] = cr[{p}, j{s}]")
+        depth += 1
+    ind = "    " * depth
+    lines += [f"{ind}if n < cap:",
+              f"{ind}    for p in range({n_pred}):",
+              f"{ind}        out[n, p] = seqs[0, p]",
+              f"{ind}n += 1"]
+    # last/first: stop at the first valid candidate of each such step, whatever follows it
+    for s in range(len(steps) - 1, 0, -1):
+        if steps[s].policy in ("last", "first"):
+            lines.append("    " * (base + s) + "break")
+    return lines
+
+
+def _match_source(spec, kinds, chains: Chains) -> list[str]:
+    """``s_match(lo, hi, types, start, nlo, nhi, cl, cnt, hd, env, out) -> n``: ``s_sync`` of
+    rows ``[lo, hi)`` and the complete matches of every plan whose terminator is a row in
+    ``[nlo, nhi)`` (inside ``[lo, hi)``), written to ``out`` while it has room; ``n`` is the
+    number of matches (more than ``out`` holds: take the rows out of the columns again, see
+    :meth:`StreamMatcher._rollback`, and call again with a larger ``out``).
+
+    Each row is matched as soon as it has joined its columns, so that a chain walk starts at the
+    newest entry before the terminator (a large micro-batch costs what its events' windows
+    hold, not the rest of the batch)."""
+    lines = ["@numba.njit(cache=True)",
+             "def s_match(lo, hi, types, start, nlo, nhi, cl, cnt, hd, env, out):",
+             *_STATE, *prologue(spec.layout, kinds),
+             "    seqs = cnt[3:4]", "    nt = cnt[4]", "    n = 0", "    nt[0] = 0", "    cap = out.shape[0]",
+             "    if lo < hi and lo <= nlo and nhi <= hi:",
+             f"        for p in range({spec.rule.n_predicates}):", *["    " + x for x in _EXPIRE],
+             "        for r in range(lo, hi):", *_add_lines(spec, kinds, chains, "            "),
+             "            if nlo <= r < nhi:"]
+    for pi, plan in enumerate(spec.plans):
+        tp = plan.steps[0].pred
+        lines += [f"                j0 = ce[{tp}] - 1",
+                  f"                if j0 >= cs[{tp}] and cr[{tp}, j0] == r:",
+                  "                    for o1 in range(1):",  # (a loop to leave: the terminator's "skip")
+                  *_term_lines(spec, kinds, chains, pi, 6, "break")]
+    lines += ["        return n", "    s_sync(lo, hi, types, cl, cnt, hd, env, start)  # (no terminator among them)",
+              "    return n", ""]
     return lines
 
 
@@ -219,17 +408,25 @@ def stream_source(spec, kinds) -> str:
     """The whole generated source of one rule's fast path (checked)."""
     rule_src = emit_source(spec, kinds)
     check_source(rule_src)
-    own = "\n".join([_HELPERS] + _filter_source(spec, kinds) + _sync_source(spec) + _match_source(spec))
+    chains = Chains.of(spec.rule, kinds)
+    own = "\n".join([_HELPERS] + _filter_source(spec, kinds) + _sync_source(spec, kinds, chains)
+                    + _nsync_source(spec, kinds) + _relink_source(spec, kinds, chains)
+                    + _match_source(spec, kinds, chains))
     _check_own(own)
     return rule_src + "\n" + own + "\n"
 
 
 _KERNELS: dict[str, tuple] = {}
+_BY_RULE: dict[tuple, tuple] = {}  # (rule, kinds) -> kernels: no source generation per engine
 
 
 def compile_stream(spec, kinds: dict[str, str | None]) -> tuple:
-    """``(s_sync, s_match)`` of the rule, compiled once per process (keyed by their source) and
-    cached on disk by :mod:`cep_gpu.codegen.cache`."""
+    """``(s_sync, s_relink, s_match, s_nsync)`` of the rule, compiled once per process (keyed by their
+    source) and cached on disk by :mod:`cep_gpu.codegen.cache`."""
+    by_rule = (spec.rule, tuple(sorted(kinds.items(), key=lambda kv: kv[0])))
+    hit = _BY_RULE.get(by_rule)
+    if hit is not None:
+        return hit
     source = stream_source(spec, kinds)
     key = hashlib.blake2b(source.encode("utf-8"), digest_size=16).hexdigest()
     hit = _KERNELS.get(key)
@@ -237,13 +434,16 @@ def compile_stream(spec, kinds: dict[str, str | None]) -> tuple:
         from .kernels.cpu import lower_bound, upper_bound
 
         ns = {
-            "__builtins__": {"float": float, "range": range, "min": min, "max": max},
+            "__builtins__": {"float": float, "int": int, "range": range, "min": min, "max": max},
             "numba": numba, "np": np, "lower_bound": lower_bound, "upper_bound": upper_bound,
         }
         ns = kcache.load_kernels(source, f"<cep_gpu stream kernels {key[:12]}>", ns)
         if len(_KERNELS) >= 1024:
             _KERNELS.clear()
-        hit = _KERNELS[key] = (ns["s_sync"], ns["s_match"])
+        hit = _KERNELS[key] = (ns["s_sync"], ns["s_relink"], ns["s_match"], ns["s_nsync"])
+    if len(_BY_RULE) >= 1024:
+        _BY_RULE.clear()
+    _BY_RULE[by_rule] = hit
     return hit
 
 
@@ -260,26 +460,32 @@ class StreamMatcher:
     def __init__(self, rule: Rule) -> None:
         self.rule = rule
         self.spec = lower(rule, use_index=False)
-        self.n_pred = rule.n_predicates
+        self.n_pred = n = rule.n_predicates
+        self.n_neg = len(rule.negations)
+        slots = n + self.n_neg  # a column per predicate, then one per negation
+        #: most new rows one call takes (None: any): where some equality of the rule has no chain,
+        #: the batch CDP's parameter index beats scanning windows for large micro-batches
+        every = {a: "int" for a in self.spec.layout.attrs}
+        self.max_rows = FAST_PATH_MAX_ROWS if Chains.of(rule, every).unindexed_keys(rule) else None
         self._store: EventTable | None = None  # the buffer arrays the columns point into
         self._n_cols = -1
         self._n_strings = -1
         self._n_types = -1
         self._synced = 0  # store rows below this are in the columns (or not theirs)
+        self._nsynced = 0  # the same for the negations' columns
         self._ce_bound = 0  # >= the largest column end (room check without a reduction)
         self._kernels: dict[tuple, tuple] = {}
         self._fns: tuple | None = None
         self._env: tuple = ()
-        self._codes = np.full(self.n_pred, -1, np.int32)
-        self._cr = np.empty((self.n_pred, 64), np.int64)
-        self._cs = np.zeros(self.n_pred, np.int64)
-        self._ce = np.zeros(self.n_pred, np.int64)
-        self._out = np.empty((16, self.n_pred), np.int64)
-        self._seqs = np.empty((1, self.n_pred), np.int64)
-        self._nt = np.zeros(1, np.int64)  # terminators of the last call
+        # the state the kernels share, in three arrays (fewer arguments to dispatch): see s_sync
+        self._cl = np.empty((3, slots, 64), np.int64)
+        self._cnt = np.zeros((5, slots), np.int64)
+        self._cnt[2] = -1
+        self._hd = np.full((n, 64), -1, np.int64)
+        self._out = np.empty((16, n), np.int64)
         self.rebuilds = 0
         self._store_ok = False
-        self._empty = RuleResult(rule, np.empty(0, np.int64), np.empty((0, self.n_pred), np.int64), {})
+        self._empty = RuleResult(rule, np.empty(0, np.int64), np.empty((0, n), np.int64), {})
 
     def match(self, buf, new_ids: np.ndarray) -> Matches | None:
         """The matches of the rule's new terminators (rows of ``new_ids``) as rows of
@@ -288,33 +494,35 @@ class StreamMatcher:
         general path (the columns are up to date either way)."""
         store, start, end = buf.store()
         if store is not self._store or len(store.columns) != self._n_cols:
-            lo, hi = self._rebuild(buf, store, start, end, new_ids)
-            s_lo = s_hi = end  # synced by the rebuild
+            lo, hi = self._rebuild(buf, store, start, end, new_ids)  # synced up to the new rows
+            if lo is None:
+                return None
         else:
             if len(store.strings) != self._n_strings or len(store.type_names) != self._n_types:
                 self._set_env(store)  # a new string constant or event type may now occur
             lo, hi = self._synced, end
-            s_lo, s_hi = lo, end  # synced by s_match itself
-            if self._ce_bound + (end - lo) > self._cr.shape[1]:
-                self._reserve(end - lo)
-            self._ce_bound += end - lo
-            self._synced = end
-        if lo is None:
-            return None
-        s_match = self._fns[1]
+        s_lo, s_hi = self._synced, end  # synced by s_match itself, each row matched as it joins
+        if self._ce_bound + (end - s_lo) > self._cl.shape[2]:
+            self._reserve(end - s_lo)
+        self._ce_bound += end - s_lo
+        self._synced = end
+        env = self._env
+        if self.n_neg:  # the negations' columns hold every row up to the end: their live views
+            self._nsync(end, start)
+            env = env[: -2 * self.n_neg] + self._neg_views()
+        s_match = self._fns[2]
         while True:
-            n = s_match(s_lo, s_hi, store.types, self._codes, start, lo, hi, self._cr, self._cs, self._ce,
-                        self._env, self._out, self._seqs, self._nt)
+            n = s_match(s_lo, s_hi, store.types, start, lo, hi, self._cl, self._cnt, self._hd, env, self._out)
             if n <= len(self._out):
                 break
             self._out = np.empty((2 * n, self.n_pred), np.int64)  # grow and redo: never truncate
-            s_lo = s_hi  # (synced already)
+            self._rollback(s_lo)
         return Matches(self._out[:n].copy(), _NO_AGGS[:n] if n <= len(_NO_AGGS) else np.empty((n, 0)))
 
     @property
     def terminators(self) -> int:
         """How many terminators the last :meth:`match` took."""
-        return int(self._nt[0])
+        return int(self._cnt[4, 0])
 
     def composites(self, buf, matches: Matches) -> RuleResult:
         """The composite events of ``matches`` (rows of the store, from :meth:`match`)."""
@@ -328,40 +536,79 @@ class StreamMatcher:
     # -- columns ----------------------------------------------------------------------------------
 
     def _sync(self, lo: int, hi: int, start: int) -> None:
-        if self._ce_bound + (hi - lo) > self._cr.shape[1]:
+        if self._ce_bound + (hi - lo) > self._cl.shape[2]:
             self._reserve(hi - lo)
-        self._fns[0](lo, hi, self._store.types, self._codes, self._cr, self._cs, self._ce, self._env, start)
+        self._fns[0](lo, hi, self._store.types, self._cl, self._cnt, self._hd, self._env, start)
         self._ce_bound += hi - lo
         self._synced = hi
 
-    def _reserve(self, n_new: int) -> None:
-        """Room for ``n_new`` more entries per column: drop the expired prefixes, grow if needed."""
-        live = self._ce - self._cs
-        cap = max(self._cr.shape[1], 2 * (int(live.max()) + n_new))
-        cr = np.empty((self.n_pred, cap), np.int64)
+    def _rollback(self, row: int) -> None:
+        """Take the rows from ``row`` on out of the predicates' columns again (and relink the
+        chains of the rest), as if they had not been synced (rare: an output array too small)."""
+        cs, ce = self._cnt[0], self._cnt[1]
         for p in range(self.n_pred):
-            cr[p, : live[p]] = self._cr[p, self._cs[p]: self._ce[p]]
-        self._cr, self._cs, self._ce = cr, np.zeros(self.n_pred, np.int64), live.astype(np.int64)
+            ce[p] = cs[p] + int(np.searchsorted(self._cl[0, p, cs[p]:ce[p]], row))
+        self._fns[1](self._cl, self._cnt, self._hd, self._env)
+
+    def _nsync(self, end: int, start: int) -> None:
+        """The negations' columns up to row ``end`` (entries before row ``start`` expire)."""
+        n_new = end - self._nsynced
+        if self._ce_bound + n_new > self._cl.shape[2]:
+            self._reserve(n_new)
+        self._fns[3](self._nsynced, end, self._store.types, self._cl, self._cnt, self._env, start)
+        self._ce_bound += n_new
+        self._nsynced = end
+
+    def _neg_views(self) -> tuple:
+        """Per negation its live column: table rows and their timestamps (views)."""
+        cs, ce, cl = self._cnt[0], self._cnt[1], self._cl
+        out: tuple = ()
+        for q in range(self.n_pred, self.n_pred + self.n_neg):
+            out += (cl[0, q, cs[q]:ce[q]], cl[1, q, cs[q]:ce[q]])
+        return out
+
+    def _reserve(self, n_new: int) -> None:
+        """Room for ``n_new`` more entries per column: drop the expired prefixes, grow if needed,
+        and link the renumbered entries anew."""
+        cs, ce = self._cnt[0], self._cnt[1]
+        live = ce - cs
+        need, cap = 2 * (int(live.max()) + n_new), self._cl.shape[2]
+        if not need <= cap < 4 * need:  # grow, or shrink after a burst (memory follows the window)
+            cap = max(64, need)
+        cl = np.empty((3, self.n_pred + self.n_neg, cap), np.int64)
+        for p in range(self.n_pred + self.n_neg):
+            cl[0, p, : live[p]] = self._cl[0, p, cs[p]: ce[p]]
+            if p >= self.n_pred:  # a negation's column: its timestamps too
+                cl[1, p, : live[p]] = self._cl[1, p, cs[p]: ce[p]]
+        self._cl = cl
+        cs[:] = 0
+        ce[:] = live
+        buckets = 1 << max(6, (cap - 1).bit_length())  # about one entry per bucket at most
+        if self._hd.shape[1] != buckets:
+            self._hd = np.empty((self.n_pred, buckets), np.int64)
+        self._fns[1](self._cl, self._cnt, self._hd, self._env)
         self._ce_bound = int(live.max())
 
     def _rebuild(self, buf, store: EventTable, start: int, end: int, new_ids: np.ndarray):
-        """New buffer arrays: columns from the live rows; the new terminators' row run."""
+        """New buffer arrays: columns from the live rows up to the new rows' run (:meth:`match`
+        adds the rest); the run (``None``: the new rows are not one run)."""
         self.rebuilds += 1
         self._store = store
         self._set_env(store)
-        self._cs[:] = 0
-        self._ce[:] = 0
+        self._cnt[:2] = 0
+        self._hd[:] = -1
         self._ce_bound = 0
-        self._synced = start
-        self._sync(start, end, start)
-        if not len(new_ids):
-            return end, end
-        is_new = np.flatnonzero(np.isin(store.ids[start:end], new_ids))
-        if not len(is_new):
-            return end, end
-        lo, hi = start + int(is_new[0]), start + int(is_new[-1]) + 1
+        self._synced = self._nsynced = start
+        n = len(new_ids)
+        if n and n <= end - start and np.array_equal(store.ids[end - n:end], new_ids):
+            self._sync(start, end - n, start)  # the usual case: the new rows went last (s_match adds them)
+            return end - n, end
+        is_new = np.flatnonzero(np.isin(store.ids[start:end], new_ids)) if n else np.empty(0, np.int64)
+        lo, hi = (start + int(is_new[0]), start + int(is_new[-1]) + 1) if len(is_new) else (end, end)
         if hi - lo != len(is_new):
-            return None, None  # new rows in the middle of the window: the general path
+            self._sync(start, end, start)
+            return None, None  # new rows scattered in the window: the general path
+        self._sync(start, lo, start)  # (s_match adds the rest, matching the new run's terminators)
         return lo, hi
 
     def _set_env(self, store: EventTable) -> None:
@@ -372,22 +619,28 @@ class StreamMatcher:
         fns = self._kernels.get(key)
         if fns is None:
             fns = self._kernels[key] = compile_stream(self.spec, kinds)
+        # (kinds only change with a new store object, and then _rebuild relinks from scratch)
         self._fns = fns
+        self._env = self._env_of(store)
+        self._n_cols = len(store.columns)
+        self._n_strings = len(store.strings)
+        self._store_ok = _attributes_from_columns(self.rule, store)
+        names = store.type_names
+        self._n_types = len(names)
+        self._cnt[2] = [names.index(t) if t in names else -1
+                        for t in [p.event_type for p in self.rule.predicates] + [g.event_type for g in self.rule.negations]]
+
+    def _env_of(self, store: EventTable) -> tuple:
+        layout = self.spec.layout
         env: list = [store.ts]
         for a in layout.attrs:
             col = store.columns.get(a)
             env += [np.zeros(1, np.float64), np.zeros(1, np.bool_)] if col is None else [col.values, col.valid]
         codes = [store.strings.lookup(s) for s in layout.strings]
         env.append(np.array(codes or [-2], np.int64))
-        self._env = tuple(env)
-        self._n_cols = len(store.columns)
-        self._n_strings = len(store.strings)
-        self._store_ok = _attributes_from_columns(self.rule, store)
-        names = store.type_names
-        self._n_types = len(names)
-        self._codes = np.array(
-            [names.index(p.event_type) if p.event_type in names else -1 for p in self.rule.predicates], np.int32
-        )
+        for q in range(self.n_pred, self.n_pred + self.n_neg):  # (replaced per call: _neg_views)
+            env += [self._cl[0, q, :0], self._cl[1, q, :0]]
+        return tuple(env)
 
     def skip(self, buf) -> None:
         """Bring the columns up to the buffer's end without matching (the general path matched
@@ -399,6 +652,8 @@ class StreamMatcher:
             if len(store.strings) != self._n_strings or len(store.type_names) != self._n_types:
                 self._set_env(store)
             self._sync(self._synced, end, start)
+        if self.n_neg:
+            self._nsync(end, start)
 
 
 def _attributes_from_columns(rule: Rule, store: EventTable) -> bool:

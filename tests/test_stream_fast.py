@@ -14,12 +14,19 @@ from test_engine import _publish_as, _record_rows, _records
 import cep_gpu
 from cep_gpu import Engine
 
-#: rules the fast path covers (TESLA without negations/aggregates/consuming), and SEQ/AND
-#: patterns (those with a NOT take the general path: the differential covers both)
+#: rules the fast path covers (TESLA without aggregates/consuming, negations included), and
+#: SEQ/AND patterns (those with a trailing NOT take the general path: the differential covers both)
 FAST_RULES = st.one_of(
     tesla_rules(negations=False, aggregates=False, consuming=False),
+    tesla_rules(negations=True, aggregates=False, consuming=False),
     seq_rules(),
 )
+
+
+def _dicts(eng: Engine, parts: list) -> list:
+    """Outputs with ``output="tuples"`` parts as the dicts of ``output="records"``."""
+    return [[dict(zip(eng.output_fields, t)) for t in p] if isinstance(p, list) and p and isinstance(p[0], tuple)
+            else p for p in parts]
 
 
 def _fast_only(eng: Engine, rules) -> None:
@@ -42,10 +49,11 @@ def test_fast_path_equals_batch_over_random_chunkings(text, events, data):
     for c in cuts + [len(events)]:
         if c > prev:
             form = data.draw(st.sampled_from(["records", "records", "frame", "columns"]))
-            parts += _publish_as(eng, events.iloc[prev:c], form, data.draw(st.sampled_from(["pandas", "records"])))
+            output = data.draw(st.sampled_from(["pandas", "records", "tuples"]))
+            parts += _publish_as(eng, events.iloc[prev:c], form, output)
         prev = c
-    parts.append(eng.flush(output=data.draw(st.sampled_from(["pandas", "records"]))))
-    assert _record_rows(parts) == _record_rows([batch])
+    parts.append(eng.flush(output=data.draw(st.sampled_from(["pandas", "records", "tuples"]))))
+    assert _record_rows(_dicts(eng, parts)) == _record_rows([batch])
     _fast_only(eng, rules)
 
 
@@ -75,7 +83,7 @@ def test_rules_outside_the_fast_path_say_why():
             "define H from B() as b and each K() as k within 5 s from b;\n"
             "define F pattern SEQ(A a, B b) within 2 s")
     why = Engine(text, backend="cpu").stats()["fast_path"]["rules"]
-    assert why == {"N": "negations", "G": "aggregates", "K": "consuming",
+    assert why == {"N": "fast", "G": "aggregates", "K": "consuming",
                    "H": "reads composite events (hierarchy)", "F": "fast"}
     assert set(Engine(text, backend="reference").stats()["fast_path"]["rules"].values()) == {"backend 'reference'"}
 
@@ -218,6 +226,7 @@ def test_generated_kernels_are_cached_on_disk(policy, tmp_path, monkeypatch):
 
     monkeypatch.setenv("CEP_GPU_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr("cep_gpu.stream_match._KERNELS", {})
+    monkeypatch.setattr("cep_gpu.stream_match._BY_RULE", {})
     eng = Engine(seq3_rule(7, policy), backend="cpu", time_unit="ms")
     for r in ({"type": "A", "ts": 0, "k": 1}, {"type": "B", "ts": 1, "k": 1}, {"type": "C", "ts": 2, "k": 1}):
         out = eng.publish(r, output="records")
@@ -318,7 +327,10 @@ def test_restore_of_a_checkpoint_saved_before_the_fast_path_existed():
     assert again.stats()["fast_path"]["calls"] == 1
 
 
-def test_large_micro_batches_take_the_indexed_general_path_and_the_columns_keep_up():
+@pytest.mark.parametrize("policy", ["each", "last", "first"])
+def test_large_micro_batches_take_the_fast_path_through_the_key_chains(policy):
+    """A publish of thousands of rows is matched by the fast path (its key chains, not a scan
+    of each window) and equals batch, followed by one-event publishes on the same columns."""
     from cep_gpu.benchmarks.workloads import seq3_events, seq3_rule
     from cep_gpu.stream_match import FAST_PATH_MAX_ROWS
 
@@ -332,6 +344,135 @@ def test_large_micro_batches_take_the_indexed_general_path_and_the_columns_keep_
         out = [eng.publish({c: v[:big] for c, v in cols.items()}, output="records")]
         return out + [eng.publish(r, output="records") for r in _records(events.iloc[big:])]
 
-    eng = _same_as_batch(events, seq3_rule(20, "last"), publish, time_unit="ms")
+    eng = _same_as_batch(events, seq3_rule(20, policy), publish, time_unit="ms")
     s = eng.stats()
-    assert s["fast_path"]["calls"] > 100 and s["backend_calls"] == s["fast_path"]["calls"] + 1
+    assert s["fast_path"]["calls"] > 100 and s["backend_calls"] == s["fast_path"]["calls"]
+
+
+def test_large_micro_batches_of_rules_without_key_chains_take_the_indexed_general_path():
+    """An equality with an expression (``a.x = b.x + 1``) has no chain: a publish of more than
+    ``FAST_PATH_MAX_ROWS`` rows goes to the CDP backend (its parameter index), the columns keep up."""
+    from cep_gpu.stream_match import FAST_PATH_MAX_ROWS
+
+    n = FAST_PATH_MAX_ROWS + 300
+    rng = np.random.default_rng(5)
+    events = pd.DataFrame({"type": rng.choice(["A", "B"], n), "ts": np.arange(n), "x": rng.integers(0, 9, n)})
+    text = "define R from B() as b and each A(x = b.x + 1) as a within 15 ms from b"
+    cols = {c: events[c].to_numpy() for c in events.columns}
+    big = FAST_PATH_MAX_ROWS + 1
+
+    def publish(eng):
+        out = [eng.publish({c: v[:big] for c, v in cols.items()}, output="records")]
+        return out + [eng.publish(r, output="records") for r in _records(events.iloc[big:])]
+
+    eng = _same_as_batch(events, text, publish, time_unit="ms")
+    s = eng.stats()
+    assert s["fast_path"]["calls"] > 50 and s["backend_calls"] == s["fast_path"]["calls"] + 1
+
+
+_key_kinds = st.sampled_from([
+    ("int", "int"), ("int", "float"), ("float", "float"), ("float", "int"), ("str", "str"), ("bool", "bool"),
+    ("bool", "float"), ("float", "bool"), ("bool", "int"),
+])
+
+
+def _key_values(kind: str, rng, n: int):
+    if kind == "int":
+        return rng.integers(-2, 3, n)
+    if kind == "float":  # integral floats equal ints; -0.0 equals 0.0; NaN equals nothing
+        return rng.choice([-1.0, -0.0, 0.0, 1.0, 2.0, 0.5, float("nan")], n)
+    if kind == "str":
+        return rng.choice(np.array(["u", "v", "w"], object), n)
+    return rng.integers(0, 2, n).astype(bool)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@given(_key_kinds, st.sampled_from(["each", "last", "first"]), st.integers(0, 10**6), st.data())
+def test_key_chains_equal_batch_for_every_key_kind(kinds, policy, seed, data):
+    """The chains hash values so that equal ones (3 and 3.0, 0.0 and -0.0) share a bucket and
+    nulls/NaN join none: seq3-like streams whose keys mix kinds, with nulls, in random chunkings."""
+    rng = np.random.default_rng(seed)
+    n = data.draw(st.integers(1, 80))
+    types = rng.choice(["A", "B", "C"], n)
+    keys = {"A": _key_values(kinds[0], rng, n), "B": _key_values(kinds[1], rng, n), "C": _key_values(kinds[1], rng, n)}
+    rows = []
+    for i, t in enumerate(types):
+        rec = {"type": str(t), "ts": i}
+        if rng.random() > 0.1:  # some events lack the key: null
+            v = keys[str(t)][i]
+            rec["k" if t != "A" else "ka"] = v.item() if hasattr(v, "item") else v
+        rows.append(rec)
+    events = pd.DataFrame(rows, columns=["type", "ts", "k", "ka"])
+    text = (f"define S from C(k=$k) as c and {policy} B(k=$k) as b within 6 s from c "
+            f"and {policy} A(ka=$k) as a within 6 s from b")
+    batch = cep_gpu.detect(events, text, backend="reference")
+    eng = Engine(text, backend="cpu")
+    cuts = sorted(data.draw(st.lists(st.integers(0, n), max_size=4)))
+    parts, prev = [], 0
+    for c in cuts + [n]:
+        if c > prev:
+            parts += _publish_as(eng, events.iloc[prev:c], data.draw(st.sampled_from(["records", "frame"])), "records")
+        prev = c
+    parts.append(eng.flush(output="records"))
+    assert _record_rows(parts) == _record_rows([batch])
+    _fast_only(eng, [text])
+
+
+def test_tuples_output_is_records_without_the_dicts():
+    """``output="tuples"``: the values of ``output="records"`` in ``output_fields`` order, for
+    publish and flush; subscribers still get dicts; an unknown output form is an error."""
+    text = ("define AB(v: float, s: string) from B(x = $k) as b and each A(x = $k) as a within 5 s from b "
+            "where v = a.y and s = b.s")
+    events = [{"type": "A", "ts": 0.0, "x": 1, "y": 1.5}, {"type": "A", "ts": 0.5, "x": 1, "y": float("nan")},
+              {"type": "B", "ts": 1.0, "x": 1, "s": "u"}]
+    got, seen = Engine(text, backend="cpu"), []
+    want = Engine(text, backend="cpu")
+    got.subscribe("AB", seen.append)
+    assert got.output_fields == ("rule", "ts", "ids", "v", "s")
+    for e in events:
+        tuples, records = got.publish(e, output="tuples"), want.publish(e, output="records")
+        assert [dict(zip(got.output_fields, t)) for t in tuples] == records
+    assert records == [{"rule": "AB", "ts": 1.0, "ids": (2, 0), "v": 1.5, "s": "u"},
+                       {"rule": "AB", "ts": 1.0, "ids": (2, 1), "v": None, "s": "u"}]
+    assert seen == [records]
+    assert got.flush(output="tuples") == [] and got.flush(output="tuples") == []
+    with pytest.raises(cep_gpu.ArgumentError, match="tuples"):
+        Engine(text).publish(events[0], output="rows")
+
+
+@pytest.mark.parametrize("output", ["records", "tuples"])
+def test_thousands_of_records_at_once_equal_batch_and_leave_the_collector_on(output):
+    """3,600 composite events from one terminator (records are built with Python's cyclic
+    collector paused: it is on again afterwards)."""
+    import gc
+
+    events = pd.DataFrame({"type": ["A"] * 60 + ["B"] * 60 + ["C"], "ts": np.arange(121), "x": 1})
+    text = "define M pattern SEQ(A a, B b, C c) within 200 s"
+    batch = cep_gpu.detect(events, text, backend="reference")
+    eng = Engine(text, backend="cpu")
+    assert gc.isenabled()
+    parts = [eng.publish(r, output=output) for r in _records(events)]
+    assert gc.isenabled() and sum(map(len, parts)) == 3600
+    assert _record_rows(_dicts(eng, parts)) == _record_rows([batch])
+
+
+@pytest.mark.parametrize("size", [1, 37, 5000])
+def test_negation_columns_through_reserve_and_compaction(size):
+    """A rule with a (non-trailing) negation on the fast path over a stream long enough to
+    compact the buffer and the columns many times (the negation's rows and timestamps move
+    with them), in one-event publishes, micro-batches and one large publish."""
+    rng = np.random.default_rng(11)
+    n = 3000
+    events = pd.DataFrame({"type": rng.choice(["A", "B", "C"], n), "ts": np.arange(n), "x": rng.integers(0, 5, n)})
+    text = ("define R from B(x=$k) as b and each A(x=$k) as a within 20 s from b "
+            "and not C(x=$k) between a and b")
+    cols = {c: events[c].to_numpy() for c in events.columns}
+
+    def publish(eng):
+        return [eng.publish({c: v[s:s + size] for c, v in cols.items()}, output="records")
+                for s in range(0, n, size)]
+
+    eng = _same_as_batch(events, text, publish)
+    s = eng.stats()
+    assert s["fast_path"]["rules"] == {"R": "fast"} and s["fast_path"]["fallbacks"] == 0
+    assert s["backend_calls"] == s["fast_path"]["calls"] and s["composites"]["R"] > 100
