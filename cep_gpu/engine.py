@@ -190,7 +190,7 @@ class Engine:
 
     # -- public API -------------------------------------------------------------------------------
 
-    def publish(self, events, output: str = "pandas") -> pd.DataFrame | list[dict] | list[tuple]:
+    def publish(self, events, output: str = "pandas") -> pd.DataFrame | pa.Table | list[dict] | list[tuple]:
         """Add one event (a dict) or many (a DataFrame, an Arrow table, or a mapping of columns:
         column name -> NumPy array / Arrow array / list), in timestamp order.
 
@@ -202,7 +202,10 @@ class Engine:
         as a tuple, then the attributes, nulls as ``None``; the form subscribers get), which
         skips building a DataFrame: the fast form for one event per publish;
         ``output="tuples"`` as a list of tuples of the same values in the order of
-        :attr:`output_fields` (no dict per composite event: the cheapest form).
+        :attr:`output_fields` (no dict per composite event); ``output="arrow"`` as a
+        :class:`pyarrow.Table` with the columns and rows of ``detect(..., output="arrow")``,
+        built from the result arrays without pandas and without a Python object per composite
+        event: the form for micro-batches that produce many composite events.
 
         Raises :class:`~cep_gpu.EngineClosedError` after :meth:`flush`: a match that ``flush``
         released (trailing ``NOT``) could no longer be withdrawn by a later event.
@@ -232,7 +235,7 @@ class Engine:
             self._max_id = max(self._max_id, int(new.ids.max()))
         return self._process(released, final=False, output=output)
 
-    def flush(self, output: str = "pandas") -> pd.DataFrame | list[dict] | list[tuple]:
+    def flush(self, output: str = "pandas") -> pd.DataFrame | pa.Table | list[dict] | list[tuple]:
         """End of input: release buffered late events and the matches held back by trailing
         negations; returns the composite events this produces.
 
@@ -241,7 +244,7 @@ class Engine:
         """
         _check_output(output)
         if self._closed:
-            return [] if output != "pandas" else self._empty_output()
+            return self._nothing(output)
         self._closed = True
         released = self._late_buffer
         self._late_buffer = None
@@ -566,24 +569,33 @@ class Engine:
                     self._buf.append(composite_table(res, cids, self._buf.table()))
             self._expire()
         if not results:
-            return [] if output != "pandas" else self._empty_output()
+            return self._nothing(output)
         records = self._records(results) if output == "records" or self._subscribers else None
         if records is not None:
             self._notify(records)
         if output == "tuples":
             return self._records(results, tuples=True)
+        if output == "arrow":
+            return self._output(results, arrow=True)
         return records if output == "records" else self._output(results)
 
-    def _empty_output(self) -> pd.DataFrame:
-        """The empty output frame (built once per output schema and time format, for every
-        engine: it depends on nothing else; a copy, so callers may mutate it)."""
-        key = (self._schema, self._time)
+    def _nothing(self, output: str):
+        """No composite event, in the ``output`` form."""
+        if output in ("records", "tuples"):
+            return []
+        return self._empty_output(arrow=output == "arrow")
+
+    def _empty_output(self, arrow: bool = False) -> pd.DataFrame | pa.Table:
+        """The empty output frame or Arrow table (built once per output schema, time format and
+        form, for every engine: it depends on nothing else; a frame is copied, so callers may
+        mutate it; an Arrow table is immutable)."""
+        key = (self._schema, self._time, arrow)
         frame = _EMPTY_FRAMES.get(key)
         if frame is None:
             if len(_EMPTY_FRAMES) >= 256:
                 _EMPTY_FRAMES.clear()
-            frame = _EMPTY_FRAMES[key] = self._output([])
-        return frame.copy()
+            frame = _EMPTY_FRAMES[key] = self._output([], arrow=arrow)
+        return frame if arrow else frame.copy()
 
     def _timed_rule(self, i: int, time: TimeFormat) -> Rule:
         """Rule ``i`` in the stream's time unit (``in_time_units`` hashes the whole rule: ~15 us,
@@ -693,11 +705,11 @@ class Engine:
 
     # -- output -----------------------------------------------------------------------------------
 
-    def _output(self, results) -> pd.DataFrame:
+    def _output(self, results, arrow: bool = False) -> pd.DataFrame | pa.Table:
         table = self._buf.table()
         if table is None:
             table = _empty_table(self._strings, self._time)
-        return assemble(results, self._schema, replace(table, time=self._time or table.time))
+        return assemble(results, self._schema, replace(table, time=self._time or table.time), arrow=arrow)
 
     def _notify(self, records: list[dict]) -> None:
         """Call the subscribers with their rules' composite events (copies: a callback that
@@ -827,7 +839,7 @@ def _isnull(v) -> bool:
 # -- helpers --------------------------------------------------------------------------------------
 
 
-_EMPTY_FRAMES: dict = {}  # (output schema, time format) -> the empty output frame
+_EMPTY_FRAMES: dict = {}  # (output schema, time format, arrow) -> the empty output frame/table
 _CHECKPOINT_MAGIC = b"cep-gpu engine checkpoint\n"
 _CHECKPOINT_VERSION = 1
 #: what a checkpoint leaves out: callables, the backend object (made anew), caches
@@ -851,8 +863,8 @@ def _member(a: np.ndarray, values: np.ndarray) -> np.ndarray:
 
 
 def _check_output(output: str) -> None:
-    if output not in ("pandas", "records", "tuples"):
-        raise ArgumentError(f"output must be 'pandas', 'records' or 'tuples', got {output!r}")
+    if output not in ("pandas", "arrow", "records", "tuples"):
+        raise ArgumentError(f"output must be 'pandas', 'arrow', 'records' or 'tuples', got {output!r}")
 
 
 def _type_names_of(table: EventTable) -> set[str]:

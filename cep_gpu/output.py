@@ -72,7 +72,7 @@ def assemble(results, schema: OutputSchema, table: EventTable, arrow: bool = Fal
     kleene = schema.kleene or any(getattr(r, "sizes", None) is not None for r in results)
     if len(results) == 1 and not kleene:
         # one rule: composite_events already sorted it by (ts, ids)
-        order = np.arange(n_total, dtype=np.int64)
+        order = slice(None)  # the identity, without a gather per column
         flat_ids = results[0].ids.reshape(-1)
         lens = np.full(n_total, results[0].ids.shape[1], np.int64)
     else:
@@ -102,9 +102,12 @@ def assemble(results, schema: OutputSchema, table: EventTable, arrow: bool = Fal
 
     ts_values = table.time.from_ns(ts[order])
     ts_arr = pa.array(ts_values)
-    rule_arr = pa.DictionaryArray.from_arrays(
-        pa.array(name_codes[order], type=pa.int32()), pa.array(rule_names, type=pa.string())
-    ).cast(pa.string())
+    if len(rule_names) == 1:  # one rule (a publish's usual case): no dictionary to decode
+        rule_arr = pa.repeat(pa.scalar(rule_names[0], pa.string()), n_total)
+    else:
+        rule_arr = pa.DictionaryArray.from_arrays(
+            pa.array(name_codes[order], type=pa.int32()), pa.array(rule_names, type=pa.string())
+        ).cast(pa.string())
     columns = {"rule": rule_arr, "ts": ts_arr, "ids": ids_arr}
     if kleene:
         columns[ID_COUNTS] = _id_counts(results, order)
@@ -209,4 +212,4 @@ def _attribute_array(results, name: str, kind: str, order, table: EventTable, n:
         ).cast(pa.string())
     values = values[order]
     null = ~valid | np.isnan(values) if kind == "float" else ~valid  # NaN is null, as in pandas
-    return pa.array(values, type=_ARROW_TYPES[kind], mask=null)
+    return pa.array(values, type=_ARROW_TYPES[kind], mask=null if null.any() else None)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -22,11 +23,22 @@ FAST_RULES = st.one_of(
     seq_rules(),
 )
 
+#: every output form of publish/flush
+OUTPUTS = ["pandas", "arrow", "records", "tuples"]
+
 
 def _dicts(eng: Engine, parts: list) -> list:
-    """Outputs with ``output="tuples"`` parts as the dicts of ``output="records"``."""
+    """Outputs with ``output="tuples"`` parts as the dicts of ``output="records"``, and
+    ``output="arrow"`` tables as the frame that pandas output gives (Arrow-backed ids)."""
     return [[dict(zip(eng.output_fields, t)) for t in p] if isinstance(p, list) and p and isinstance(p[0], tuple)
-            else p for p in parts]
+            else _arrow_frame(p) if isinstance(p, pa.Table) else p for p in parts]
+
+
+def _arrow_frame(table: pa.Table) -> pd.DataFrame:
+    """An ``output="arrow"`` table as a pandas output frame (nullable columns, ids as lists)."""
+    from cep_gpu.events import nullable_pandas_type
+
+    return table.to_pandas(types_mapper=lambda t: pd.ArrowDtype(t) if pa.types.is_list(t) else nullable_pandas_type(t))
 
 
 def _fast_only(eng: Engine, rules) -> None:
@@ -49,10 +61,10 @@ def test_fast_path_equals_batch_over_random_chunkings(text, events, data):
     for c in cuts + [len(events)]:
         if c > prev:
             form = data.draw(st.sampled_from(["records", "records", "frame", "columns"]))
-            output = data.draw(st.sampled_from(["pandas", "records", "tuples"]))
+            output = data.draw(st.sampled_from(OUTPUTS))
             parts += _publish_as(eng, events.iloc[prev:c], form, output)
         prev = c
-    parts.append(eng.flush(output=data.draw(st.sampled_from(["pandas", "records", "tuples"]))))
+    parts.append(eng.flush(output=data.draw(st.sampled_from(OUTPUTS))))
     assert _record_rows(_dicts(eng, parts)) == _record_rows([batch])
     _fast_only(eng, rules)
 
@@ -440,7 +452,32 @@ def test_tuples_output_is_records_without_the_dicts():
         Engine(text).publish(events[0], output="rows")
 
 
-@pytest.mark.parametrize("output", ["records", "tuples"])
+def test_arrow_output_is_batch_arrow_output():
+    """``output="arrow"``: per publish, a pyarrow Table with batch ``detect(output="arrow")``'s
+    schema; concatenated, the same table as batch (one rule: publishes come in batch order);
+    an empty publish gives an empty table of that schema; subscribers still get records."""
+    rng = np.random.default_rng(5)
+    n = 400
+    events = pd.DataFrame({"type": rng.choice(["A", "B", "C"], n), "ts": np.arange(n, dtype=np.int64),
+                           "k": rng.integers(0, 4, n), "v": rng.normal(size=n)})
+    events.loc[events.index % 7 == 0, "v"] = np.nan  # nulls in a returned attribute
+    text = ("define R(x: float) from C(k=$k) as c and each B(k=$k) as b within 30 s from c "
+            "and each A(k=$k) as a within 30 s from b where x = a.v")
+    batch = cep_gpu.detect(events, text, backend="cpu", output="arrow")
+    eng, seen = Engine(text, backend="cpu"), []
+    eng.subscribe("R", seen.append)
+    cols = {c: events[c].to_numpy() for c in events.columns}
+    parts = [eng.publish({c: v[s:s + 37] for c, v in cols.items()}, output="arrow") for s in range(0, n, 37)]
+    parts.append(eng.flush(output="arrow"))
+    assert all(isinstance(p, pa.Table) and p.schema == batch.schema for p in parts)
+    assert any(p.num_rows == 0 for p in parts) and len(batch) > 100
+    assert pa.concat_tables(parts).equals(batch)
+    assert [r["ids"] for recs in seen for r in recs] == [tuple(i) for i in batch.column("ids").to_pylist()]
+    again = eng.flush(output="arrow")
+    assert isinstance(again, pa.Table) and again.num_rows == 0 and again.schema == batch.schema
+
+
+@pytest.mark.parametrize("output", ["records", "tuples", "arrow"])
 def test_thousands_of_records_at_once_equal_batch_and_leave_the_collector_on(output):
     """3,600 composite events from one terminator (records are built with Python's cyclic
     collector paused: it is on again afterwards)."""
