@@ -10,8 +10,10 @@ event is published alone as a plain dict with ``output="records"`` (``--latency-
 the tuple form); each publish is timed
 (``time.perf_counter_ns``) and reported as percentiles, split into terminators (C) and the rest.
 Throughput: the same events as columnar micro-batches (a mapping of NumPy arrays) of each size,
-with each of ``--outputs`` (``records``, ``tuples``, ``pandas``), next to one batch ``detect``
-(pandas output), timed by the wall clock and by the process's CPU time;
+with each of ``--outputs`` (``records``, ``tuples``, ``pandas``, ``arrow``,
+``columns``), next to one batch
+``detect`` (pandas output; Arrow output for ``arrow``: like for like), timed by the wall clock
+and by the process's CPU time;
 both must find the same number of composite events. RSS: resident memory before and after
 ``--rss-events`` more one-event publishes (0: skipped).
 
@@ -70,6 +72,11 @@ def latency(rule: str, events, backend: str, warm: int, output: str = "records")
     return out
 
 
+def _count(out) -> int:
+    """Composite events in a publish's output (``output="columns"`` is a dict of arrays)."""
+    return len(out["ts"]) if isinstance(out, dict) else len(out)
+
+
 def throughput(rule: str, events, backend: str, sizes: list[int], output: str, repeat: int = 1) -> list[dict]:
     """Events/s per publish size: the best of ``repeat`` runs (the least disturbed by other jobs)."""
     cols = {c: events[c].to_numpy() for c in events.columns}
@@ -78,10 +85,11 @@ def throughput(rule: str, events, backend: str, sizes: list[int], output: str, r
     batch_s = batch_cpu = math.inf
     for _ in range(repeat):
         t0, c0 = time.perf_counter(), time.process_time()
-        batch = len(cep_gpu.detect(events, rule, backend=backend, time_unit="ms"))
+        batch = len(cep_gpu.detect(events, rule, backend=backend, time_unit="ms",
+                                   output="arrow" if output == "arrow" else "pandas"))
         batch_s = min(batch_s, time.perf_counter() - t0)
         batch_cpu = min(batch_cpu, time.process_time() - c0)
-    rows = [{"size": "batch", "seconds": batch_s, "cpu_seconds": batch_cpu, "events_per_s": n / batch_s,
+    rows = [{"size": "batch", "output": "arrow" if output == "arrow" else "pandas", "seconds": batch_s, "cpu_seconds": batch_cpu, "events_per_s": n / batch_s,
              "events_per_cpu_s": n / batch_cpu, "composites": batch}]
     for size in sizes:
         dt = cpu = math.inf
@@ -90,8 +98,8 @@ def throughput(rule: str, events, backend: str, sizes: list[int], output: str, r
             found = 0
             t0, c0 = time.perf_counter(), time.process_time()
             for s in range(0, n, size):
-                found += len(eng.publish({c: v[s:s + size] for c, v in cols.items()}, output=output))
-            found += len(eng.flush(output=output))
+                found += _count(eng.publish({c: v[s:s + size] for c, v in cols.items()}, output=output))
+            found += _count(eng.flush(output=output))
             dt = min(dt, time.perf_counter() - t0)
             cpu = min(cpu, time.process_time() - c0)
             if found != batch:
@@ -110,7 +118,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--sizes", default="1,10,100,1000,10000")
     ap.add_argument("--size-events", type=int, default=30_000, help="events of the throughput runs")
     ap.add_argument("--rss-events", type=int, default=0)
-    ap.add_argument("--outputs", default="records,pandas", help="output forms of the throughput runs")
+    ap.add_argument("--outputs", default="records,pandas", help="output forms of the throughput runs (records, tuples, pandas, arrow, columns)")
     ap.add_argument("--latency-output", default="records", choices=["records", "tuples"])
     ap.add_argument("--backend", default="cpu")
     ap.add_argument("--repeat", type=int, default=1, help="throughput: best of this many runs per size")

@@ -45,7 +45,7 @@ from .events import UNIT_NS, AttributeColumn, EventTable, StringDictionary, Time
 from .model import (
     Rule,
 )
-from .output import OutputSchema, assemble, value_kind
+from .output import OutputSchema, assemble, assemble_columns, value_kind
 from .rule_text import duration, rule_lines
 from .stream_buffer import AppendBuffer, parse_record, table_from_columns, table_from_record
 from .stream_match import AutoChoice, StreamMatcher, unsupported
@@ -190,7 +190,7 @@ class Engine:
 
     # -- public API -------------------------------------------------------------------------------
 
-    def publish(self, events, output: str = "pandas") -> pd.DataFrame | pa.Table | list[dict] | list[tuple]:
+    def publish(self, events, output: str = "pandas") -> pd.DataFrame | pa.Table | dict | list[dict] | list[tuple]:
         """Add one event (a dict) or many (a DataFrame, an Arrow table, or a mapping of columns:
         column name -> NumPy array / Arrow array / list), in timestamp order.
 
@@ -205,7 +205,11 @@ class Engine:
         :attr:`output_fields` (no dict per composite event); ``output="arrow"`` as a
         :class:`pyarrow.Table` with the columns and rows of ``detect(..., output="arrow")``,
         built from the result arrays without pandas and without a Python object per composite
-        event: the form for micro-batches that produce many composite events.
+        event: the form for micro-batches that produce many composite events;
+        ``output="columns"`` as a dict of NumPy arrays (``rule``, ``ts``, ``ids`` one row per
+        composite event padded with -1, ``ids_len``, ``id_counts`` for Kleene rules, each
+        attribute a masked array: see :func:`cep_gpu.output.assemble_columns`), with no pyarrow
+        either: the cheapest form for small micro-batches.
 
         Raises :class:`~cep_gpu.EngineClosedError` after :meth:`flush`: a match that ``flush``
         released (trailing ``NOT``) could no longer be withdrawn by a later event.
@@ -235,7 +239,7 @@ class Engine:
             self._max_id = max(self._max_id, int(new.ids.max()))
         return self._process(released, final=False, output=output)
 
-    def flush(self, output: str = "pandas") -> pd.DataFrame | pa.Table | list[dict] | list[tuple]:
+    def flush(self, output: str = "pandas") -> pd.DataFrame | pa.Table | dict | list[dict] | list[tuple]:
         """End of input: release buffered late events and the matches held back by trailing
         negations; returns the composite events this produces.
 
@@ -577,12 +581,16 @@ class Engine:
             return self._records(results, tuples=True)
         if output == "arrow":
             return self._output(results, arrow=True)
+        if output == "columns":
+            return self._columns(results)
         return records if output == "records" else self._output(results)
 
     def _nothing(self, output: str):
         """No composite event, in the ``output`` form."""
         if output in ("records", "tuples"):
             return []
+        if output == "columns":
+            return self._columns([])  # (fresh arrays: the caller may write to them)
         return self._empty_output(arrow=output == "arrow")
 
     def _empty_output(self, arrow: bool = False) -> pd.DataFrame | pa.Table:
@@ -710,6 +718,12 @@ class Engine:
         if table is None:
             table = _empty_table(self._strings, self._time)
         return assemble(results, self._schema, replace(table, time=self._time or table.time), arrow=arrow)
+
+    def _columns(self, results) -> dict[str, np.ndarray]:
+        table = self._buf.table()
+        if table is None:
+            table = _empty_table(self._strings, self._time)
+        return assemble_columns(results, self._schema, replace(table, time=self._time or table.time))
 
     def _notify(self, records: list[dict]) -> None:
         """Call the subscribers with their rules' composite events (copies: a callback that
@@ -863,8 +877,10 @@ def _member(a: np.ndarray, values: np.ndarray) -> np.ndarray:
 
 
 def _check_output(output: str) -> None:
-    if output not in ("pandas", "arrow", "records", "tuples"):
-        raise ArgumentError(f"output must be 'pandas', 'arrow', 'records' or 'tuples', got {output!r}")
+    if output not in ("pandas", "arrow", "columns", "records", "tuples"):
+        raise ArgumentError(
+            f"output must be 'pandas', 'arrow', 'columns', 'records' or 'tuples', got {output!r}"
+        )
 
 
 def _type_names_of(table: EventTable) -> set[str]:

@@ -54,13 +54,23 @@ class OutputSchema:
         return pa.schema(fields)
 
 
-def assemble(results, schema: OutputSchema, table: EventTable, arrow: bool = False):
-    """Concatenate per-rule results, sort by (ts, rule, ids), and build the output table.
+@dataclass
+class _Layout:
+    """Every rule's results in output order (ts, rule, ids): what each output form is built from."""
 
-    Columnar throughout: rule names and string attributes go through Arrow dictionaries, numbers
-    stay NumPy arrays, so no Python object is made per composite event (pandas output excepted,
-    where ``ids`` stays Arrow-backed).
-    """
+    results: list
+    n: int
+    ts: np.ndarray  # int64 ns, unordered
+    rule_names: list[str]
+    name_codes: np.ndarray  # index into rule_names, unordered
+    kleene: bool
+    order: np.ndarray | slice  # the output order (a slice: the identity)
+    lens: np.ndarray  # ids per composite event, ordered
+    ids: np.ndarray  # (n, width) int64, ordered, padded with int64 min past lens
+    single: bool  # one rule without Kleene positions: ids is the result's own array
+
+
+def _layout(results, schema: OutputSchema) -> _Layout:
     results = [r for r in results if len(r.ts)] or list(results[:1])
     n_total = sum(len(r.ts) for r in results)
     width = max((r.ids.shape[1] for r in results), default=1)
@@ -72,26 +82,70 @@ def assemble(results, schema: OutputSchema, table: EventTable, arrow: bool = Fal
     kleene = schema.kleene or any(getattr(r, "sizes", None) is not None for r in results)
     if len(results) == 1 and not kleene:
         # one rule: composite_events already sorted it by (ts, ids)
-        order = slice(None)  # the identity, without a gather per column
-        flat_ids = results[0].ids.reshape(-1)
-        lens = np.full(n_total, results[0].ids.shape[1], np.int64)
+        return _Layout(results, n_total, ts, rule_names, name_codes, kleene, slice(None),
+                       np.full(n_total, results[0].ids.shape[1], np.int64), results[0].ids, True)
+    # pad ids so that a shorter tuple sorts before its extensions, as Python tuples do
+    # (Kleene results come padded so already, with their own lengths)
+    pad = np.full((n_total, width), np.iinfo(np.int64).min, dtype=np.int64)
+    lengths = np.empty(n_total, dtype=np.int64)
+    start = 0
+    for r in results:
+        k = len(r.ts)
+        pad[start:start + k, : r.ids.shape[1]] = r.ids
+        own = getattr(r, "lengths", None)
+        lengths[start:start + k] = r.ids.shape[1] if own is None else own
+        start += k
+    keys = tuple(pad[:, j] for j in reversed(range(width))) + (name_codes, ts)
+    order = np.lexsort(keys) if n_total else np.empty(0, np.int64)
+    ids = pad[order]
+    lens = lengths[order]
+    ids[np.arange(width)[None, :] >= lens[:, None]] = np.iinfo(np.int64).min  # Kleene padding too
+    return _Layout(results, n_total, ts, rule_names, name_codes, kleene, order, lens, ids, False)
+
+
+def assemble_columns(results, schema: OutputSchema, table: EventTable) -> dict[str, np.ndarray]:
+    """The output as a dict of NumPy arrays, with no Python object made per composite event
+    (``Engine.publish(..., output="columns")``; docs/api.md):
+
+    ``rule`` (str array), ``ts`` (the stream's time values; datetimes as ``datetime64[ns]``
+    in UTC), ``ids`` (int64, one row per composite event, padded with -1 past ``ids_len``),
+    ``ids_len`` (int64), ``id_counts`` (int64, one row per composite event, 0-padded; only when
+    a rule has a Kleene position), then every attribute as a masked array (masked: null; a
+    float NaN is null, as in the other forms)."""
+    lay = _layout(results, schema)
+    ts = lay.ts[lay.order]
+    ts = ts.astype("datetime64[ns]") if table.time.kind == "datetime" else table.time.from_ns(ts)
+    names = np.array(lay.rule_names or [""])
+    ids = lay.ids if lay.single else np.where(lay.ids == np.iinfo(np.int64).min, -1, lay.ids)
+    out = {"rule": names[lay.name_codes[lay.order]] if len(lay.rule_names) > 1 else np.repeat(names, lay.n),
+           "ts": ts, "ids": ids, "ids_len": lay.lens}
+    if lay.kleene:
+        out[ID_COUNTS] = _id_count_rows(lay.results, lay.order)
+    for name, kind in schema.attributes:
+        if name in schema.inferred:
+            kind = value_kind(lay.results, name, kind)
+        values, valid = _attribute_values(lay.results, name, kind, lay.order, lay.n)
+        if kind == "string":
+            values = table.strings.decode(np.where(valid, values, -1))
+        null = ~valid | np.isnan(values) if kind == "float" else ~valid
+        out[name] = np.ma.MaskedArray(values, mask=null)
+    return out
+
+
+def assemble(results, schema: OutputSchema, table: EventTable, arrow: bool = False):
+    """Concatenate per-rule results, sort by (ts, rule, ids), and build the output table.
+
+    Columnar throughout: rule names and string attributes go through Arrow dictionaries, numbers
+    stay NumPy arrays, so no Python object is made per composite event (pandas output excepted,
+    where ``ids`` stays Arrow-backed).
+    """
+    lay = _layout(results, schema)
+    results, n_total, ts, rule_names, name_codes, kleene, order, lens = (
+        lay.results, lay.n, lay.ts, lay.rule_names, lay.name_codes, lay.kleene, lay.order, lay.lens)
+    if lay.single:
+        flat_ids = lay.ids.reshape(-1)
     else:
-        # pad ids so that a shorter tuple sorts before its extensions, as Python tuples do
-        # (Kleene results come padded so already, with their own lengths)
-        pad = np.full((n_total, width), np.iinfo(np.int64).min, dtype=np.int64)
-        lengths = np.empty(n_total, dtype=np.int64)
-        start = 0
-        for r in results:
-            k = len(r.ts)
-            pad[start:start + k, : r.ids.shape[1]] = r.ids
-            own = getattr(r, "lengths", None)
-            lengths[start:start + k] = r.ids.shape[1] if own is None else own
-            start += k
-        keys = tuple(pad[:, j] for j in reversed(range(width))) + (name_codes, ts)
-        order = np.lexsort(keys) if n_total else np.empty(0, np.int64)
-        lens = lengths[order]
-        mask = np.arange(width)[None, :] < lens[:, None]
-        flat_ids = pad[order][mask]
+        flat_ids = lay.ids[np.arange(lay.ids.shape[1])[None, :] < lens[:, None]]
     offsets = np.zeros(n_total + 1, np.int64)
     np.cumsum(lens, out=offsets[1:])
     if offsets[-1] < 2**31:
@@ -128,6 +182,16 @@ def assemble(results, schema: OutputSchema, table: EventTable, arrow: bool = Fal
 
 def _id_counts(results, order: np.ndarray) -> pa.Array:
     """``id_counts``: per match, how many ids each position took, in declaration order."""
+    pad, widths = _id_count_rows(results, order, with_widths=True)
+    flat = pad[np.arange(pad.shape[1])[None, :] < widths[:, None]]
+    offsets = np.zeros(len(widths) + 1, np.int32)
+    np.cumsum(widths, out=offsets[1:])
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat.astype(np.int32), type=pa.int32()))
+
+
+def _id_count_rows(results, order, with_widths: bool = False):
+    """``id_counts`` as one 0-padded int64 row per match, in output order (and each row's
+    number of positions, with ``with_widths``)."""
     parts = []
     for r in results:
         sizes = getattr(r, "sizes", None)
@@ -141,11 +205,7 @@ def _id_counts(results, order: np.ndarray) -> pa.Array:
     for p in parts:
         pad[start:start + len(p), : p.shape[1]] = p
         start += len(p)
-    widths, pad = widths[order], pad[order]
-    flat = pad[np.arange(width)[None, :] < widths[:, None]]
-    offsets = np.zeros(len(widths) + 1, np.int32)
-    np.cumsum(widths, out=offsets[1:])
-    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat.astype(np.int32), type=pa.int32()))
+    return (pad[order], widths[order]) if with_widths else pad[order]
 
 
 def value_kind(results, name: str, default: str) -> str:
@@ -181,6 +241,23 @@ def _types_mapper(t: pa.DataType):
 
 def _attribute_array(results, name: str, kind: str, order, table: EventTable, n: int) -> pa.Array:
     """One attribute column over every rule's results (null where a rule does not define it)."""
+    values, valid = _attribute_values(results, name, kind, order, n)
+    if kind == "string":
+        # decode through an Arrow dictionary of the strings in use (no Python object per row)
+        used, inverse = np.unique(values[valid], return_inverse=True)
+        dictionary = pa.array(list(table.strings.decode(used)), type=pa.string())
+        local = np.zeros(n, np.int32)
+        local[valid] = inverse
+        return pa.DictionaryArray.from_arrays(
+            pa.array(local, type=pa.int32(), mask=~valid), dictionary
+        ).cast(pa.string())
+    null = ~valid | np.isnan(values) if kind == "float" else ~valid  # NaN is null, as in pandas
+    return pa.array(values, type=_ARROW_TYPES[kind], mask=null if null.any() else None)
+
+
+def _attribute_values(results, name: str, kind: str, order, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """One attribute over every rule's results, in output order: its values (string codes for
+    strings, -1 for null) and where it is defined (a rule may not define it)."""
     valid = np.zeros(n, dtype=bool)
     if kind == "string":
         codes = np.full(n, -1, np.int64)
@@ -199,17 +276,4 @@ def _attribute_array(results, name: str, kind: str, order, table: EventTable, n:
             else:
                 values[start:start + k] = col.values
         start += k
-    valid = valid[order]
-    if kind == "string":
-        # decode through an Arrow dictionary of the strings in use (no Python object per row)
-        c = codes[order]
-        used, inverse = np.unique(c[valid], return_inverse=True)
-        dictionary = pa.array(list(table.strings.decode(used)), type=pa.string())
-        local = np.zeros(n, np.int32)
-        local[valid] = inverse
-        return pa.DictionaryArray.from_arrays(
-            pa.array(local, type=pa.int32(), mask=~valid), dictionary
-        ).cast(pa.string())
-    values = values[order]
-    null = ~valid | np.isnan(values) if kind == "float" else ~valid  # NaN is null, as in pandas
-    return pa.array(values, type=_ARROW_TYPES[kind], mask=null if null.any() else None)
+    return (codes if kind == "string" else values)[order], valid[order]

@@ -24,14 +24,36 @@ FAST_RULES = st.one_of(
 )
 
 #: every output form of publish/flush
-OUTPUTS = ["pandas", "arrow", "records", "tuples"]
+OUTPUTS = ["pandas", "arrow", "columns", "records", "tuples"]
 
 
 def _dicts(eng: Engine, parts: list) -> list:
     """Outputs with ``output="tuples"`` parts as the dicts of ``output="records"``, and
     ``output="arrow"`` tables as the frame that pandas output gives (Arrow-backed ids)."""
     return [[dict(zip(eng.output_fields, t)) for t in p] if isinstance(p, list) and p and isinstance(p[0], tuple)
-            else _arrow_frame(p) if isinstance(p, pa.Table) else p for p in parts]
+            else _arrow_frame(p) if isinstance(p, pa.Table) else _column_records(p) if isinstance(p, dict)
+            else p for p in parts]
+
+
+def _column_records(cols: dict) -> list[dict]:
+    """An ``output="columns"`` dict as the records of ``output="records"``, row by row."""
+    n = len(cols["ts"])
+    assert all(len(v) == n for v in cols.values()) and cols["ids"].dtype == np.int64
+    ts = list(pd.to_datetime(cols["ts"])) if cols["ts"].dtype.kind == "M" else cols["ts"].tolist()
+    lens = cols["ids_len"].tolist()
+    recs = []
+    for i in range(n):
+        ids = cols["ids"][i]
+        assert (ids[lens[i]:] == -1).all()  # the padding
+        rec = {"rule": str(cols["rule"][i]), "ts": ts[i], "ids": tuple(ids[:lens[i]].tolist())}
+        for name, col in cols.items():
+            if name == "id_counts":
+                rec[name] = [c for c in col[i].tolist() if c]  # 0: padding (a position takes >= 1 id)
+            elif name not in ("rule", "ts", "ids", "ids_len"):
+                assert isinstance(col, np.ma.MaskedArray)
+                rec[name] = col.tolist()[i]  # masked: None
+        recs.append(rec)
+    return recs
 
 
 def _arrow_frame(table: pa.Table) -> pd.DataFrame:
@@ -477,7 +499,38 @@ def test_arrow_output_is_batch_arrow_output():
     assert isinstance(again, pa.Table) and again.num_rows == 0 and again.schema == batch.schema
 
 
-@pytest.mark.parametrize("output", ["records", "tuples", "arrow"])
+def test_columns_output_by_hand():
+    """``output="columns"``: two rules of different widths (ids padded with -1 past ``ids_len``),
+    output order by (ts, rule, ids), a string attribute and nulls (masked), NumPy arrays only."""
+    text = ("define AB(s: string, v: float) from B(x = $k) as b and each A(x = $k) as a within 5 s from b "
+            "where s = a.s and v = a.y\n"
+            "define ABC pattern SEQ(A a, B b, C c) within 5 s")
+    events = [{"type": "A", "ts": 0.0, "x": 1, "y": 1.5, "s": "p"},
+              {"type": "A", "ts": 0.5, "x": 1, "y": float("nan"), "s": "q"},
+              {"type": "B", "ts": 1.0, "x": 1, "s": "u"},
+              {"type": "C", "ts": 2.0, "x": 1}]
+    eng = Engine(text, backend="cpu")
+    got = [eng.publish(e, output="columns") for e in events] + [eng.flush(output="columns")]
+    assert [len(c["ts"]) for c in got] == [0, 0, 2, 2, 0]
+    ab, abc = got[2], got[3]
+    assert set(ab) == {"rule", "ts", "ids", "ids_len", "s", "v"}
+    assert ab["rule"].tolist() == ["AB", "AB"] and ab["ts"].tolist() == [1.0, 1.0]
+    assert ab["ids"].tolist() == [[2, 0], [2, 1]] and ab["ids_len"].tolist() == [2, 2]
+    assert ab["s"].tolist() == ["p", "q"] and ab["v"].tolist() == [1.5, None]  # NaN is null
+    assert abc["ids"].tolist() == [[0, 2, 3], [1, 2, 3]] and abc["ids_len"].tolist() == [3, 3]
+    assert abc["s"].mask.all() and abc["v"].mask.all()  # ABC defines neither attribute
+    # one publish with both rules' events: (ts, rule, ids) order, the 2-id rows padded
+    again = Engine(text, backend="cpu")
+    both = again.publish(pd.DataFrame(events), output="columns")
+    assert both["rule"].tolist() == ["AB", "AB", "ABC", "ABC"]
+    assert both["ids"].tolist() == [[2, 0, -1], [2, 1, -1], [0, 2, 3], [1, 2, 3]]
+    assert both["ids_len"].tolist() == [2, 2, 3, 3]
+    assert all(isinstance(v, np.ndarray) for v in both.values())
+    batch = cep_gpu.detect(pd.DataFrame(events), text, backend="reference")
+    assert _record_rows([_column_records(both)]) == _record_rows([batch])
+
+
+@pytest.mark.parametrize("output", ["records", "tuples", "arrow", "columns"])
 def test_thousands_of_records_at_once_equal_batch_and_leave_the_collector_on(output):
     """3,600 composite events from one terminator (records are built with Python's cyclic
     collector paused: it is on again afterwards)."""
@@ -489,7 +542,7 @@ def test_thousands_of_records_at_once_equal_batch_and_leave_the_collector_on(out
     eng = Engine(text, backend="cpu")
     assert gc.isenabled()
     parts = [eng.publish(r, output=output) for r in _records(events)]
-    assert gc.isenabled() and sum(map(len, parts)) == 3600
+    assert gc.isenabled() and sum(len(p["ts"]) if isinstance(p, dict) else len(p) for p in parts) == 3600
     assert _record_rows(_dicts(eng, parts)) == _record_rows([batch])
 
 

@@ -90,7 +90,7 @@ class ShedGate:
         finally:
             self.inside = False
         lat = time.perf_counter() - t0
-        k = len(out)
+        k = len(out["ts"]) if isinstance(out, dict) else len(out)  # (output="columns": a dict)
         self.composites += k
         if k:
             self.latencies.append((lat, k))
