@@ -590,7 +590,13 @@ class Engine:
         if output in ("records", "tuples"):
             return []
         if output == "columns":
-            return self._columns([])  # (fresh arrays: the caller may write to them)
+            # a new dict of the cached empty arrays (length 0: nothing in them to change)
+            key = (self._schema, self._time, "columns")
+            if key not in _EMPTY_FRAMES:
+                if len(_EMPTY_FRAMES) >= 256:
+                    _EMPTY_FRAMES.clear()
+                _EMPTY_FRAMES[key] = self._columns([])
+            return dict(_EMPTY_FRAMES[key])
         return self._empty_output(arrow=output == "arrow")
 
     def _empty_output(self, arrow: bool = False) -> pd.DataFrame | pa.Table:
@@ -853,7 +859,7 @@ def _isnull(v) -> bool:
 # -- helpers --------------------------------------------------------------------------------------
 
 
-_EMPTY_FRAMES: dict = {}  # (output schema, time format, arrow) -> the empty output frame/table
+_EMPTY_FRAMES: dict = {}  # (output schema, time format, form) -> the empty output (frame/table/columns)
 _CHECKPOINT_MAGIC = b"cep-gpu engine checkpoint\n"
 _CHECKPOINT_VERSION = 1
 #: what a checkpoint leaves out: callables, the backend object (made anew), caches
