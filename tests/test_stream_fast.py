@@ -3,6 +3,8 @@ per-rule matcher gives the composite events of batch ``detect``, and is the path
 
 from __future__ import annotations
 
+import datetime
+
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -29,9 +31,9 @@ OUTPUTS = ["pandas", "arrow", "columns", "records", "tuples"]
 
 def _dicts(eng: Engine, parts: list) -> list:
     """Outputs with ``output="tuples"`` parts as the dicts of ``output="records"``, and
-    ``output="arrow"`` tables as the frame that pandas output gives (Arrow-backed ids)."""
+    ``output="arrow"`` tables and ``output="columns"`` dicts as records too."""
     return [[dict(zip(eng.output_fields, t)) for t in p] if isinstance(p, list) and p and isinstance(p[0], tuple)
-            else _arrow_frame(p) if isinstance(p, pa.Table) else _column_records(p) if isinstance(p, dict)
+            else _arrow_records(p) if isinstance(p, pa.Table) else _column_records(p) if isinstance(p, dict)
             else p for p in parts]
 
 
@@ -56,11 +58,14 @@ def _column_records(cols: dict) -> list[dict]:
     return recs
 
 
-def _arrow_frame(table: pa.Table) -> pd.DataFrame:
-    """An ``output="arrow"`` table as a pandas output frame (nullable columns, ids as lists)."""
-    from cep_gpu.events import nullable_pandas_type
-
-    return table.to_pandas(types_mapper=lambda t: pd.ArrowDtype(t) if pa.types.is_list(t) else nullable_pandas_type(t))
+def _arrow_records(table: pa.Table) -> list[dict]:
+    """An ``output="arrow"`` table as the records of ``output="records"`` (Python values)."""
+    recs = table.to_pylist()
+    for r in recs:
+        r["ids"] = tuple(r["ids"])
+        if isinstance(r["ts"], datetime.datetime):
+            r["ts"] = pd.Timestamp(r["ts"])
+    return recs
 
 
 def _fast_only(eng: Engine, rules) -> None:
