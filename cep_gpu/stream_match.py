@@ -69,6 +69,10 @@ from .model import SELF, Attr, Neg, Rule
 #: (an expression such as ``a.x = b.x + 1``): scanning each terminator's window loses to the index
 #: once thousands of terminators come at once (measured: docs/performance.md, issue 12).
 FAST_PATH_MAX_ROWS = 4096
+#: A rule with more plans than this (an ``AND`` of many positions: one plan per order) takes the
+#: general path: the fast path compiles kernels per plan (about 1.4 s each), the general path's
+#: CDP kernels are shared across plans.
+FAST_PATH_MAX_PLANS = 8
 _MIN_TS = -(2**63)
 _NO_AGGS = np.empty((4096, 0), np.float64)  # Matches.aggs of rules without aggregates (views)
 
@@ -85,6 +89,8 @@ def unsupported(rule: Rule, delay: int, composite_types: frozenset[str]) -> str 
         return "held terminators (trailing NOT here or upstream)"
     if rule.input_types & composite_types:
         return "reads composite events (hierarchy)"
+    if len(rule.plans) > FAST_PATH_MAX_PLANS:
+        return f"{len(rule.plans)} plans (AND orders) exceed FAST_PATH_MAX_PLANS = {FAST_PATH_MAX_PLANS}"
     for plan in rule.plans:
         for k, p in enumerate(plan.predicates):
             if k != plan.terminator and p.window is None:
