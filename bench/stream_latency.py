@@ -32,6 +32,7 @@ import numpy as np
 
 import cep_gpu
 from cep_gpu.benchmarks.workloads import seq3_events, seq3_rule
+from cep_gpu.output import composite_count
 
 
 def plain_records(frame) -> list[dict]:
@@ -72,11 +73,6 @@ def latency(rule: str, events, backend: str, warm: int, output: str = "records")
     return out
 
 
-def _count(out) -> int:
-    """Composite events in a publish's output (``output="columns"`` is a dict of arrays)."""
-    return len(out["ts"]) if isinstance(out, dict) else len(out)
-
-
 def throughput(rule: str, events, backend: str, sizes: list[int], output: str, repeat: int = 1) -> list[dict]:
     """Events/s per publish size: the best of ``repeat`` runs (the least disturbed by other jobs)."""
     cols = {c: events[c].to_numpy() for c in events.columns}
@@ -98,8 +94,8 @@ def throughput(rule: str, events, backend: str, sizes: list[int], output: str, r
             found = 0
             t0, c0 = time.perf_counter(), time.process_time()
             for s in range(0, n, size):
-                found += _count(eng.publish({c: v[s:s + size] for c, v in cols.items()}, output=output))
-            found += _count(eng.flush(output=output))
+                found += composite_count(eng.publish({c: v[s:s + size] for c, v in cols.items()}, output=output))
+            found += composite_count(eng.flush(output=output))
             dt = min(dt, time.perf_counter() - t0)
             cpu = min(cpu, time.process_time() - c0)
             if found != batch:

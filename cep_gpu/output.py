@@ -103,6 +103,12 @@ def _layout(results, schema: OutputSchema) -> _Layout:
     return _Layout(results, n_total, ts, rule_names, name_codes, kleene, order, lens, ids, False)
 
 
+def composite_count(out) -> int:
+    """Composite events in any output form of ``publish``/``flush``/``detect`` (``output="columns"``
+    is a dict of arrays, whose ``len`` counts its keys)."""
+    return len(out["ts"]) if isinstance(out, dict) else len(out)
+
+
 def assemble_columns(results, schema: OutputSchema, table: EventTable) -> dict[str, np.ndarray]:
     """The output as a dict of NumPy arrays, with no Python object made per composite event
     (``Engine.publish(..., output="columns")``; docs/api.md):

@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import ArgumentError
+from ..output import composite_count
 
 #: publishes whose latency the percentiles are taken over (a long-lived engine keeps no more)
 LATENCY_WINDOW = 100_000
@@ -90,7 +91,7 @@ class ShedGate:
         finally:
             self.inside = False
         lat = time.perf_counter() - t0
-        k = len(out["ts"]) if isinstance(out, dict) else len(out)  # (output="columns": a dict)
+        k = composite_count(out)
         self.composites += k
         if k:
             self.latencies.append((lat, k))
