@@ -62,10 +62,7 @@ def as_rules(rules) -> list[Rule]:
 def check_schema(rules: Sequence[Rule], table: EventTable) -> None:
     """Reject rules that read attributes no event in the input (or no rule's output) has,
     and comparisons that the kernels cannot make (ordering on strings, strings vs numbers)."""
-    # A composite event's attributes are only in the input of rules that read its type: a rule's
-    # own output attribute (``define X(k: int) ... where k = C.k``) does not make ``k`` an input.
-    read = {t for r in rules for t in r.input_types}
-    produced = {a.name: a.type for r in rules if r.name in read for a in r.attributes}
+    produced = {a.name: a.type for r in rules for a in r.attributes}
     known = set(table.columns) | set(produced)
 
     def kind_of(expr) -> str | None:

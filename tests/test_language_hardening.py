@@ -140,8 +140,6 @@ EVENTS = pd.DataFrame({"type": ["X", "Y"], "ts": [1, 2], "v": [1.0, 2.0], "s": [
     "text, line, column, words",
     [
         ("define A from X(w > 1)", 1, 17, "reads attribute 'w'"),
-        # the rule's own output attribute is no input attribute (DESIGN.md section 3)
-        ("define A(w: float) from X() where w = X.w", 1, 41, "reads attribute 'w'"),
         ("define A from X() and each Y() within 1 s from X\nwhere k = Y.zz", 2, 13,
          "reads attribute 'zz'"),
         ("define A\npattern SEQ(X a, Y b)\nwhere a.s = 3 within 1 s", 3, 7,
@@ -187,12 +185,3 @@ def test_equal_rules_from_different_texts_point_into_their_own_text():
         with pytest.raises(RuleError) as info:
             cep_gpu.detect(EVENTS, text, backend="reference")
         assert info.value.column == column
-
-
-def test_a_composite_types_attributes_are_inputs_of_the_rules_that_read_it():
-    text = ("define A(w: float) from X() where w = X.v\n\n"
-            "define B(u: float) from A(w > 0) where u = A.w")
-    for backend in ("reference", "cpu"):
-        out = cep_gpu.detect(EVENTS, text, backend=backend)
-        assert list(out["rule"]) == ["A", "B"]
-        assert out["u"].iloc[1] == 1.0
