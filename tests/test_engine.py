@@ -639,3 +639,11 @@ def test_one_event_publishes_keep_the_buffer_and_its_arrays_bounded():
     assert max(rows) <= 51 + 1 and min(rows[100:]) >= 50
     assert max(capacity) <= 4 * 1024  # compacted, not grown with the stream
     assert eng.stats()["expired"] == 4000 - rows[-1]
+
+
+def test_an_attribute_changing_kind_names_the_event():
+    engine = cep_gpu.Engine("define X from C(k=$k) and each B(k=$k) within 1 s. from C", backend="cpu")
+    engine.publish({"type": "B", "ts": 1.0, "k": 1})
+    with pytest.raises(cep_gpu.errors.EventError, match=r"'k' holds string values \(first in event C\(id=1\)\) "
+                       r"but int values in earlier events"):
+        engine.publish({"type": "C", "ts": 1.5, "k": "1"})

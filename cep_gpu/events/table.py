@@ -197,7 +197,7 @@ class EventTable:
         columns: dict[str, AttributeColumn] = {}
         for name in list(self.columns) + [k for k in other.columns if k not in self.columns]:
             a, b = self.columns.get(name), other.columns.get(name)
-            kind = merge_kind(name, a, b)
+            kind = merge_kind(name, a, b, _first_event(other, b))
             columns[name] = AttributeColumn(
                 kind,
                 np.concatenate([values_as(a, kind, len(self)), values_as(b, kind, len(other))]),
@@ -257,3 +257,12 @@ class EventTable:
         for name, col in self.columns.items():
             data[name] = column_to_python(col, self.strings)
         return pd.DataFrame(data)
+
+
+def _first_event(table: EventTable, col: AttributeColumn | None) -> str:
+    """' (first in event T(id=…))' for the first row of ``table`` where ``col`` has a value."""
+    rows = np.flatnonzero(col.valid) if col is not None else []
+    if not len(rows):
+        return ""
+    r = int(rows[0])
+    return f" (first in event {table.type_names[table.types[r]]}(id={int(table.ids[r])}))"

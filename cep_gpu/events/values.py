@@ -115,7 +115,9 @@ def column_to_python(col: AttributeColumn, strings: StringDictionary) -> pd.Seri
     return pd.Series(pd.array(col.values, dtype=dtype)).mask(~col.valid)
 
 
-def merge_kind(name: str, a: AttributeColumn | None, b: AttributeColumn | None) -> Kind:
+def merge_kind(name: str, a: AttributeColumn | None, b: AttributeColumn | None, where: str = "") -> Kind:
+    """The kind of ``a`` and ``b`` joined (int and float give float); ``where`` names the event
+    of ``b`` that an error points at."""
     kinds = {c.kind for c in (a, b) if c is not None and c.valid.any()}
     if not kinds:
         return (a or b).kind  # type: ignore[union-attr]
@@ -123,7 +125,9 @@ def merge_kind(name: str, a: AttributeColumn | None, b: AttributeColumn | None) 
         return kinds.pop()
     if kinds == {"int", "float"}:
         return "float"
-    raise EventError(f"attribute {name!r} has kinds {sorted(kinds)} in different events")
+    raise EventError(
+        f"attribute {name!r} holds {b.kind} values{where} but {a.kind} values in earlier events; "  # type: ignore[union-attr]
+        "an attribute keeps one kind across events (only int and float mix)")
 
 
 def values_as(col: AttributeColumn | None, kind: Kind, n: int) -> np.ndarray:
