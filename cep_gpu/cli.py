@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from .errors import CepError
+from .errors import ArgumentError, CepError
 
 BACKENDS = ["auto", "cpu", "gpu", "aip", "reference"]
 PROGRESS_THRESHOLD = 1_000_000
@@ -93,6 +93,9 @@ def read_rules(path: str):
     p = Path(path)
     if not p.exists():
         raise FileNotFoundError(f"{path}: no such rule file")
+    if p.suffix.lower() in (".csv", ".parquet", ".pq", ".arrow"):
+        raise ArgumentError(f"{path} looks like an event file, where the rule file is expected: "
+                            "the rules come first (cep-gpu run RULES EVENTS)")
     return parse_rules(p.read_text())
 
 

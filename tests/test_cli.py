@@ -75,6 +75,12 @@ def test_run_reports_unknown_file_type(tmp_path, files, capsys):
     assert "unknown file type" in capsys.readouterr().err
 
 
+def test_run_with_its_files_swapped_says_so(files, capsys):
+    rules, pq_path, _, _ = files
+    assert main(["run", str(pq_path), str(rules)]) == 1
+    assert "the rules come first (cep-gpu run RULES EVENTS)" in capsys.readouterr().err
+
+
 def test_explain_names_rules_and_windows(files, capsys):
     rules, _, _, _ = files
     assert main(["explain", str(rules), "--backend", "reference"]) == 0
