@@ -402,3 +402,33 @@ def test_regathered_statistics_reach_the_running_shedder():
     assert calls and all(c >= 100 for c in calls)
     assert sh.stats.samples["A"]["price"].mean() > 250  # the last run's shedder knows the new prices
     assert recalls["regathered"] > recalls["stale"], recalls
+
+
+def test_the_guard_compares_utilities_across_buffers_only_at_zero():
+    """An event whose utility is small but positive (u < 1/ξ, the paper's UtilArr^0) is not
+    worthless: the guard must not drain such types' buffers before the others. Here every A and
+    C has U < 1e-2 (a.x > c.x is rare) while B's utilities are near 1; all buffers overflow, and
+    the guard once took its victims from A and C only (Section 4.4: utilities rank the events
+    *of one buffer*; which buffer drops is the constraints' business, Section 4.2.2)."""
+    rng = np.random.default_rng(1)
+    rule = "define P pattern SEQ(A a, B b, C c) where a.price < b.price and a.x > c.x within 5 s"
+
+    def abc(n, t0):
+        k = np.arange(n) % 3
+        return pd.DataFrame({"type": np.array(["A", "B", "C"])[k], "ts": t0 + np.arange(n) * 0.01,
+                             "price": np.where(k == 0, rng.normal(90, 5, n), rng.normal(110, 5, n)),
+                             "x": np.where(k == 0, rng.normal(0, 0.5, n), rng.normal(3, 0.4, n))})
+    eng = SheddingEngine(rule, Shedder(0.05, policy="darling", distribution="normal"), mode="virtual",
+                         cost_model=CostModel(default=1e-3), guard=0.5)
+    eng.warm_up(abc(600, 0.0))
+    run = abc(600, 10.0)
+    u = eng.shedder.utilities(run)
+    ty = run["type"].to_numpy()
+    assert 0 < u[ty != "B"].min() and u[ty != "B"].max() < 1 / 100 and u[ty == "B"].min() > 0.5
+    eng.run(run, np.zeros(len(run)), reference=False)
+    s = eng.stats()
+    d = s["dropped_per_type"]
+    assert s["guard_drops"] > 0 and s["violations"] == 0
+    kept = {t: 200 - d.get(t, 0) for t in "ABC"}
+    # about 24 events fit the guard's share of the bound; they were B's alone (A 1, B 23, C 0)
+    assert sum(kept.values()) >= 20 and min(kept.values()) >= 4, kept

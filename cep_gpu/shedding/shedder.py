@@ -183,8 +183,11 @@ class Shedder:
         return self.utility.compute(events)
 
     def buckets_of(self, utilities: np.ndarray) -> np.ndarray:
-        """The auxiliary array of each utility: ⌊u·ξ⌋ in 0 .. ξ (Section 4.4)."""
-        return np.clip(np.floor(np.asarray(utilities) * self.buckets), 0, self.buckets).astype(np.int64)
+        """The auxiliary array of each utility: 0 for u = 0 (the event can be in no match), else
+        1 + ⌊u·ξ⌋ (UtilArr^⌊u·ξ⌋ of Section 4.4, ⌊u·ξ⌋ in 0 .. ξ)."""
+        u = np.asarray(utilities, np.float64)
+        b = np.clip(np.floor(u * self.buckets), 0, self.buckets).astype(np.int64) + 1
+        return np.where(u > 0, b, 0)
 
     def make_core(self, events: pd.DataFrame, ts_ns: np.ndarray, cost_model: CostModel | None,
                   utilities: np.ndarray | None = None, context: int = 0,
@@ -214,7 +217,7 @@ class Shedder:
         if self.policy == "darling":
             bkt = self.buckets_of(self.utilities(events) if utilities is None else utilities)
         else:  # one bucket: the victim is a random event of the buffer
-            bkt = np.zeros(len(events), np.int64)
+            bkt = np.ones(len(events), np.int64)
         core = _core.Core(typ, bkt, lo, relevant, z_est, z_act, is_term, nt, gamma,
                           latency_bound=self.latency_bound, beta=self.beta,
                           kappa_est=st.window_cost, kappa_act=kappa_act,
