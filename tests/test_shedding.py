@@ -432,3 +432,39 @@ def test_the_guard_compares_utilities_across_buffers_only_at_zero():
     kept = {t: 200 - d.get(t, 0) for t in "ABC"}
     # about 24 events fit the guard's share of the bound; they were B's alone (A 1, B 23, C 0)
     assert sum(kept.values()) >= 20 and min(kept.values()) >= 4, kept
+
+
+# -- the benchmark's workloads (Section 5.1) -------------------------------------------------------
+
+
+def test_nasdaq_workload_is_the_papers_q1a_on_per_minute_bars():
+    """One bar per symbol and minute, log-normal volumes, Q1^A with factor C within 60 minutes."""
+    from cep_gpu.shedding import bench
+
+    rule, ev = bench.nasdaq(2400, 4, seed=3, noise=0.5, factor_c=1.5)
+    again = bench.nasdaq(2400, 4, seed=3, noise=0.5, factor_c=1.5)[1]
+    pd.testing.assert_frame_equal(ev, again)  # seeded
+    assert "within 60 min" in rule and rule.count("volume * 1.5") == 3
+    assert cep_gpu.parse_rule(rule).input_types == {"S0", "S1", "S2", "S3"}
+    minute = (ev["ts"] // 60).astype(int)
+    per = ev.groupby([minute, "type"]).size()
+    assert per.max() == 1 and ev["type"].nunique() == 8  # 4 read + 4 unread symbols: noise 0.5
+    assert ev["ts"].is_monotonic_increasing and ev["ts"].is_unique
+    logv = np.log(ev.loc[ev["type"] == "S0", "volume"])
+    v = ev.loc[ev["type"] == "S0", "volume"]
+    assert abs(logv.skew()) < 0.5 and v.skew() > 2  # log-normal: symmetric log, heavy tail
+    # ~60 events of each pattern symbol in one 60-minute window
+    assert ((ev["type"] == "S1") & (ev["ts"] < 3600)).sum() == 60
+    with pytest.raises(ValueError, match="noise"):
+        bench.nasdaq(100, 4, noise=1.0)
+
+
+def test_nasdaq_bench_keeps_the_bound_in_virtual_time():
+    from cep_gpu.shedding import bench
+
+    out = bench.run("nasdaq", lengths=(4,), factors=(), n_events=3000, warmup=1000, mode="virtual",
+                    policies=("random", "darling"))
+    rows = {r["policy"]: r for r in out["rows"]}
+    assert rows["darling"]["violations"] == 0 and rows["random"]["violations"] == 0
+    assert rows["darling"]["dropped"] > 0 and rows["darling"]["composites_reference"] > 0
+    assert out["summary"]["criteria"]["darling_violations"] == 0

@@ -1,6 +1,6 @@
 """``cep-gpu shedding bench`` (wired in by :mod:`cep_gpu.cli`) and ``cep-gpu bench shedding``.
 
-    cep-gpu shedding bench [--quick] [--workload stock|bus] [--mode real|virtual]
+    cep-gpu shedding bench [--quick] [--workload stock|nasdaq|bus] [--mode real|virtual]
                            [--lengths 3,4,5,6] [--factors 10,100,1000] [--out F.json] [--plot F.png]
 """
 
@@ -48,7 +48,9 @@ def add_shedding_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def add_bench_arguments(b: argparse.ArgumentParser) -> None:
-    b.add_argument("--workload", choices=["stock", "bus"], default="stock")
+    b.add_argument("--workload", choices=["stock", "nasdaq", "bus"], default="stock",
+                   help="stock: prices, short windows (the earlier workload); nasdaq: the paper's Q1^A "
+                        "on per-minute volumes, 60-minute windows (docs/shedding.md, resolution 19)")
     b.add_argument("--mode", choices=["real", "virtual"], default="real",
                    help="real: the engine's measured time (default); virtual: charged costs")
     b.add_argument("--lengths", type=_ints, default=[3, 4, 5, 6], help="pattern lengths (default 3,4,5,6)")
