@@ -468,3 +468,39 @@ def test_nasdaq_bench_keeps_the_bound_in_virtual_time():
     assert rows["darling"]["violations"] == 0 and rows["random"]["violations"] == 0
     assert rows["darling"]["dropped"] > 0 and rows["darling"]["composites_reference"] > 0
     assert out["summary"]["criteria"]["darling_violations"] == 0
+
+
+def test_chain_utility_is_the_exact_match_probability_and_eq11_stays_the_default():
+    """The optional "chain" utility (docs/shedding.md, resolution 22) against brute force over
+    the samples: P(b.x > 1.2·a.x and c.x > b.x + 1 | a.x = x), scaled to max 1 on A's sample."""
+    rng = np.random.default_rng(5)
+    m = 40
+    sample = pd.DataFrame({"type": np.repeat(["A", "B", "C"], m), "ts": np.arange(3 * m, dtype=float),
+                           "x": np.r_[rng.lognormal(0, 0.5, m), rng.lognormal(0.5, 0.5, m),
+                                      rng.lognormal(1, 0.5, m)]})
+    rule = "define P pattern SEQ(A a, B b, C c) where b.x > a.x * 1.2 and c.x > b.x + 1 within 1 min"
+    xa, xb, xc = (sample.loc[sample["type"] == t, "x"].to_numpy() for t in "ABC")
+
+    def brute_a(x):
+        return ((xb[None, :, None] > 1.2 * x[:, None, None]) & (xc[None, None, :] > xb[None, :, None] + 1)).mean(axis=(1, 2))
+
+    probe = pd.DataFrame({"type": "A", "ts": 0.0, "x": [0.2, 0.8, 1.5, 3.0]})
+    chain = Shedder(1.0, utility="chain").fit(rule, sample, costs=CostModel())
+    np.testing.assert_allclose(chain.utilities(probe), brute_a(probe["x"].to_numpy()) / brute_a(xa).max(),
+                               atol=1e-12)
+    # B sits between two conditions that both read it: the same ranking as Eq. 11 there
+    pb = pd.DataFrame({"type": "B", "ts": 0.0, "x": [0.5, 1.5, 2.5]})
+    raw = (xa[None, :] * 1.2 < pb["x"].to_numpy()[:, None]).mean(1) * (xc[None, :] > pb["x"].to_numpy()[:, None] + 1).mean(1)
+    own = (xa[None, :] * 1.2 < xb[:, None]).mean(1) * (xc[None, :] > xb[:, None] + 1).mean(1)
+    np.testing.assert_allclose(chain.utilities(pb), raw / own.max(), atol=1e-12)
+    # Eq. 11 (the default) reads only the conditions on A: 1 - F_B(1.2 x), not the same numbers
+    eq11 = Shedder(1.0, distribution="empirical").fit(rule, sample, costs=CostModel())
+    np.testing.assert_allclose(eq11.utilities(probe), (xb[None, :] > 1.2 * probe["x"].to_numpy()[:, None]).mean(1),
+                               atol=1e-12)
+    # a cycle of conditions has no exact messages: Eq. 11 instead
+    cyc = rule.replace("within", "and c.x > a.x within")
+    got = Shedder(1.0, utility="chain", distribution="empirical").fit(cyc, sample, costs=CostModel())
+    ref = Shedder(1.0, distribution="empirical").fit(cyc, sample, costs=CostModel())
+    np.testing.assert_allclose(got.utilities(probe), ref.utilities(probe), atol=1e-12)
+    with pytest.raises(ArgumentError, match="utility"):
+        Shedder(1.0, utility="oracle")
