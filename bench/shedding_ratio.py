@@ -74,7 +74,7 @@ def diagnose(length: int, setting: str = "default", seed: int = 0, window: int |
         value[m] = means[b]
     oracles = {"value-oracle": value / max(value.max(), 1), "oracle": part / max(part.max(), 1)}
     out = {"length": length, "latency_bound_s": bound, "matches": len(ref),
-           "base_share": float((where == "base").mean())}
+           "base_share": float((where == "base").mean()) if len(ref) else float("nan")}
     for name in ("random", "darling", "value-oracle", "oracle"):
         eng = SheddingEngine(rule, Shedder(bound, policy="random" if name == "random" else "darling",
                                            seed=seed), mode="virtual", cost_model=costs)
@@ -105,11 +105,17 @@ def main() -> None:
     for length in (int(x) for x in args.lengths.split(",")):
         d = diagnose(length, args.setting, window=args.window, factor_c=args.factor_c,
                      workload=args.workload, n_run=args.events)
+        if not d["matches"]:
+            print(f"{length} | 0 | (no reference match in this run: nothing to compare)")
+            continue
         cells = " | ".join(f"{d[k]['recall']:.3f} / " + ("-" if d[k]["peak"] is None else f"{d[k]['peak']:.3f}")
                            for k in ("random", "darling", "value-oracle", "oracle"))
-        rnd = max(d["random"]["recall"], 1e-9)
+        rnd = d["random"]["recall"]
+
+        def over(x: float) -> str:
+            return f"{x / rnd:.2f}" if rnd > 0 else ("-" if x == 0 else "inf")
         print(f"{length} | {d['matches']} ({d['base_share']:.2f}) | {cells} | "
-              f"{d['darling']['recall'] / rnd:.2f} | {d['oracle']['recall'] / rnd:.2f}")
+              f"{over(d['darling']['recall'])} | {over(d['oracle']['recall'])}")
         assert d["darling"]["violations"] == 0
 
 
