@@ -89,6 +89,11 @@ def diagnose(length: int, setting: str = "default", seed: int = 0, window: int |
     return out
 
 
+def _over(x: float, rnd: float) -> str:
+    """x / random's recall, printable when random found nothing."""
+    return f"{x / rnd:.2f}" if rnd > 0 else ("-" if x == 0 else "inf")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--setting", choices=["default", "light"], default="default")
@@ -111,11 +116,8 @@ def main() -> None:
         cells = " | ".join(f"{d[k]['recall']:.3f} / " + ("-" if d[k]["peak"] is None else f"{d[k]['peak']:.3f}")
                            for k in ("random", "darling", "value-oracle", "oracle"))
         rnd = d["random"]["recall"]
-
-        def over(x: float) -> str:
-            return f"{x / rnd:.2f}" if rnd > 0 else ("-" if x == 0 else "inf")
         print(f"{length} | {d['matches']} ({d['base_share']:.2f}) | {cells} | "
-              f"{over(d['darling']['recall'])} | {over(d['oracle']['recall'])}")
+              f"{_over(d['darling']['recall'], rnd)} | {_over(d['oracle']['recall'], rnd)}")
         assert d["darling"]["violations"] == 0
 
 
