@@ -402,3 +402,105 @@ def test_regathered_statistics_reach_the_running_shedder():
     assert calls and all(c >= 100 for c in calls)
     assert sh.stats.samples["A"]["price"].mean() > 250  # the last run's shedder knows the new prices
     assert recalls["regathered"] > recalls["stale"], recalls
+
+
+def test_the_guard_compares_utilities_across_buffers_only_at_zero():
+    """An event whose utility is small but positive (u < 1/ξ, the paper's UtilArr^0) is not
+    worthless: the guard must not drain such types' buffers before the others. Here every A and
+    C has U < 1e-2 (a.x > c.x is rare) while B's utilities are near 1; all buffers overflow, and
+    the guard once took its victims from A and C only (Section 4.4: utilities rank the events
+    *of one buffer*; which buffer drops is the constraints' business, Section 4.2.2)."""
+    rng = np.random.default_rng(1)
+    rule = "define P pattern SEQ(A a, B b, C c) where a.price < b.price and a.x > c.x within 5 s"
+
+    def abc(n, t0):
+        k = np.arange(n) % 3
+        return pd.DataFrame({"type": np.array(["A", "B", "C"])[k], "ts": t0 + np.arange(n) * 0.01,
+                             "price": np.where(k == 0, rng.normal(90, 5, n), rng.normal(110, 5, n)),
+                             "x": np.where(k == 0, rng.normal(0, 0.5, n), rng.normal(3, 0.4, n))})
+    eng = SheddingEngine(rule, Shedder(0.05, policy="darling", distribution="normal"), mode="virtual",
+                         cost_model=CostModel(default=1e-3), guard=0.5)
+    eng.warm_up(abc(600, 0.0))
+    run = abc(600, 10.0)
+    u = eng.shedder.utilities(run)
+    ty = run["type"].to_numpy()
+    assert 0 < u[ty != "B"].min() and u[ty != "B"].max() < 1 / 100 and u[ty == "B"].min() > 0.5
+    eng.run(run, np.zeros(len(run)), reference=False)
+    s = eng.stats()
+    d = s["dropped_per_type"]
+    assert s["guard_drops"] > 0 and s["violations"] == 0
+    kept = {t: 200 - d.get(t, 0) for t in "ABC"}
+    # about 24 events fit the guard's share of the bound; they were B's alone (A 1, B 23, C 0)
+    assert sum(kept.values()) >= 20 and min(kept.values()) >= 4, kept
+
+
+# -- the benchmark's workloads (Section 5.1) -------------------------------------------------------
+
+
+def test_nasdaq_workload_is_the_papers_q1a_on_per_minute_bars():
+    """One bar per symbol and minute, log-normal volumes, Q1^A with factor C within 60 minutes."""
+    from cep_gpu.shedding import bench
+
+    rule, ev = bench.nasdaq(2400, 4, seed=3, noise=0.5, factor_c=1.5)
+    again = bench.nasdaq(2400, 4, seed=3, noise=0.5, factor_c=1.5)[1]
+    pd.testing.assert_frame_equal(ev, again)  # seeded
+    assert "within 60 min" in rule and rule.count("volume * 1.5") == 3
+    assert cep_gpu.parse_rule(rule).input_types == {"S0", "S1", "S2", "S3"}
+    minute = (ev["ts"] // 60).astype(int)
+    per = ev.groupby([minute, "type"]).size()
+    assert per.max() == 1 and ev["type"].nunique() == 8  # 4 read + 4 unread symbols: noise 0.5
+    assert ev["ts"].is_monotonic_increasing and ev["ts"].is_unique
+    logv = np.log(ev.loc[ev["type"] == "S0", "volume"])
+    v = ev.loc[ev["type"] == "S0", "volume"]
+    assert abs(logv.skew()) < 0.5 and v.skew() > 2  # log-normal: symmetric log, heavy tail
+    # ~60 events of each pattern symbol in one 60-minute window
+    assert ((ev["type"] == "S1") & (ev["ts"] < 3600)).sum() == 60
+    with pytest.raises(ValueError, match="noise"):
+        bench.nasdaq(100, 4, noise=1.0)
+
+
+def test_nasdaq_bench_keeps_the_bound_in_virtual_time():
+    from cep_gpu.shedding import bench
+
+    out = bench.run("nasdaq", lengths=(4,), factors=(), n_events=3000, warmup=1000, mode="virtual",
+                    policies=("random", "darling"))
+    rows = {r["policy"]: r for r in out["rows"]}
+    assert rows["darling"]["violations"] == 0 and rows["random"]["violations"] == 0
+    assert rows["darling"]["dropped"] > 0 and rows["darling"]["composites_reference"] > 0
+    assert out["summary"]["criteria"]["darling_violations"] == 0
+
+
+def test_chain_utility_is_the_exact_match_probability_and_eq11_stays_the_default():
+    """The optional "chain" utility (docs/shedding.md, resolution 22) against brute force over
+    the samples: P(b.x > 1.2·a.x and c.x > b.x + 1 | a.x = x), scaled to max 1 on A's sample."""
+    rng = np.random.default_rng(5)
+    m = 40
+    sample = pd.DataFrame({"type": np.repeat(["A", "B", "C"], m), "ts": np.arange(3 * m, dtype=float),
+                           "x": np.r_[rng.lognormal(0, 0.5, m), rng.lognormal(0.5, 0.5, m),
+                                      rng.lognormal(1, 0.5, m)]})
+    rule = "define P pattern SEQ(A a, B b, C c) where b.x > a.x * 1.2 and c.x > b.x + 1 within 1 min"
+    xa, xb, xc = (sample.loc[sample["type"] == t, "x"].to_numpy() for t in "ABC")
+
+    def brute_a(x):
+        return ((xb[None, :, None] > 1.2 * x[:, None, None]) & (xc[None, None, :] > xb[None, :, None] + 1)).mean(axis=(1, 2))
+
+    probe = pd.DataFrame({"type": "A", "ts": 0.0, "x": [0.2, 0.8, 1.5, 3.0]})
+    chain = Shedder(1.0, utility="chain").fit(rule, sample, costs=CostModel())
+    np.testing.assert_allclose(chain.utilities(probe), brute_a(probe["x"].to_numpy()) / brute_a(xa).max(),
+                               atol=1e-12)
+    # B sits between two conditions that both read it: the same ranking as Eq. 11 there
+    pb = pd.DataFrame({"type": "B", "ts": 0.0, "x": [0.5, 1.5, 2.5]})
+    raw = (xa[None, :] * 1.2 < pb["x"].to_numpy()[:, None]).mean(1) * (xc[None, :] > pb["x"].to_numpy()[:, None] + 1).mean(1)
+    own = (xa[None, :] * 1.2 < xb[:, None]).mean(1) * (xc[None, :] > xb[:, None] + 1).mean(1)
+    np.testing.assert_allclose(chain.utilities(pb), raw / own.max(), atol=1e-12)
+    # Eq. 11 (the default) reads only the conditions on A: 1 - F_B(1.2 x), not the same numbers
+    eq11 = Shedder(1.0, distribution="empirical").fit(rule, sample, costs=CostModel())
+    np.testing.assert_allclose(eq11.utilities(probe), (xb[None, :] > 1.2 * probe["x"].to_numpy()[:, None]).mean(1),
+                               atol=1e-12)
+    # a cycle of conditions has no exact messages: Eq. 11 instead
+    cyc = rule.replace("within", "and c.x > a.x within")
+    got = Shedder(1.0, utility="chain", distribution="empirical").fit(cyc, sample, costs=CostModel())
+    ref = Shedder(1.0, distribution="empirical").fit(cyc, sample, costs=CostModel())
+    np.testing.assert_allclose(got.utilities(probe), ref.utilities(probe), atol=1e-12)
+    with pytest.raises(ArgumentError, match="utility"):
+        Shedder(1.0, utility="oracle")

@@ -202,29 +202,34 @@ def arrive(i, now, F, IS, typ, bkt, est, status, lo, relevant, evicted, ring,
         limit = F[F_L] * F[F_EPS]
         while busy + F[F_WQ] > limit and status[i] == 1:
             IS[I_GUARD] += 1
+            # which buffer: (darling) one holding worthless events (utility exactly 0, array 0)
+            # first; else the buffer fullest against its local constraint, size / N_T (N_T = 0:
+            # a type no rule reads, first). Utilities of different types are not compared:
+            # Eq. 11 ranks the events of one buffer (Section 4.4), and a product over a middle
+            # chain position's conditions is small for every value (docs/shedding.md, res. 18)
             best_t = -1
-            best_key = 3 * (nb + 1)
-            tied = 0  # events in the best (buffer, bucket) pairs seen so far
+            best_zero = False
+            best_fill = -1.0
+            tied = 0  # events in the tied buffers seen so far (the victim is uniform over them)
             for u in range(size.shape[0]):
                 if size[u] <= 0:
                     continue
                 _activate(u, IS, typ, bkt, status, nxt, prv, head, cnt, minb, active)
-                bu = _lowest(u, IS, cnt, minb)
-                if policy == RANDOM:
-                    # no utilities: buffers above their local constraint first, else any
-                    key = nb + 1 if size[u] > nt[u] else 2 * (nb + 1)
+                zero = policy == DARLING and _lowest(u, IS, cnt, minb) == 0
+                fill = np.inf if nt[u] <= 0.0 else size[u] / nt[u]
+                c = cnt[u * nb] if zero else size[u]
+                if zero and not best_zero:
+                    better, same = True, False
+                elif best_zero and not zero:
+                    better, same = False, False
+                elif zero:
+                    better, same = False, True
                 else:
-                    # worthless events (bucket 0) first, then buffers above their local
-                    # constraint, then the lowest bucket
-                    key = bu
-                    if bu > 0:
-                        key += nb + 1 if size[u] > nt[u] else 2 * (nb + 1)
-                c = cnt[u * nb + bu]
-                if key < best_key:
-                    best_t, best_key, tied = u, key, c
-                elif key == best_key:
-                    # a tie between buffers: the victim is uniform over the tied events (a
-                    # fixed buffer order would always drain the same type)
+                    better, same = fill > best_fill, fill == best_fill
+                if better or best_t < 0:
+                    best_t, best_zero, best_fill, tied = u, zero, fill, c
+                elif same:
+                    # a tie between buffers: a fixed buffer order would always drain one type
                     tied += c
                     if _rand(IS, tied) < c:
                         best_t = u
@@ -366,7 +371,9 @@ class Core:
                  policy: int, buckets: int, seed: int, guard: float = 1.0 - 1e-9) -> None:
         n = len(typ)
         k = len(z_est)
-        nb = buckets + 1  # UtilArr^0 .. UtilArr^xi (Section 4.4: u * xi in [0, xi])
+        # array 0: utility exactly 0; array b + 1: UtilArr^b, b = floor(u * xi) in 0 .. xi
+        # (Section 4.4; docs/shedding.md, resolutions 4 and 18)
+        nb = buckets + 2
         self.n = n
         self.typ = np.ascontiguousarray(typ, np.int64)
         self.bkt = np.ascontiguousarray(bkt, np.int64)

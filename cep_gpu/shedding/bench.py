@@ -6,6 +6,12 @@ Workloads (seeded):
   levels; the pattern ``SEQ(S0 a0, ..., S{n-1} a{n-1})`` with ``a{i}.price > a{i-1}.price * C``
   within a window (the paper's Q1^A with prices); half of the events belong to tickers the
   pattern does not read (the paper's stock stream has 2500 identifiers).
+* ``nasdaq``: the paper's stock workload as Section 5.1 describes it: per-minute bars (one event
+  per symbol and minute; the symbol is the event type), a log-normal trading ``volume`` per
+  symbol (heavy-tailed; per-symbol scales) and open/high/low/close prices; the query Q1^A,
+  ``SEQ(S0 a0, ..., S{n-1} a{n-1}) where a{i}.volume > a{i-1}.volume * C within 60 min`` (so
+  about 60 events of each pattern symbol per window); ``noise`` is the share of events of
+  symbols the pattern does not read (docs/shedding.md, resolution 19).
 * ``bus``: bus lines as types, ``dist`` (distance to the centre, log-normal: skewed, so the
   empirical CDF is used) and the pattern ``SEQ(L0, ..., L{n-1})`` with increasing ``dist``
   (the paper's Q1^C).
@@ -67,6 +73,45 @@ def stock(n_events: int, length: int, seed: int = 0, tickers: int = 24, noise: f
     return rule, ev
 
 
+def nasdaq(n_events: int, length: int, seed: int = 0, noise: float = 0.5, factor_c: float = 1.5,
+           window_min: int = 60) -> tuple[str, pd.DataFrame]:
+    """Per-minute stock bars (``ts`` in seconds) and the paper's Q1^A on trading volume.
+
+    Every symbol has one bar a minute, at a random second of it (so timestamps are distinct and
+    the symbols' order within a minute is random); ``volume`` is log-normal per symbol,
+    log V ~ N(μ_s, σ_s²) with μ_s ~ U(7, 9) and σ_s ~ U(0.8, 1.2); ``open``/``high``/``low``/
+    ``close`` follow a per-symbol random walk (Q1^A does not read them). The pattern reads the
+    symbols S0 .. S{n-1}; the others (``noise`` of the events) are symbols no rule reads.
+    """
+    if length < 2:
+        raise ValueError(f"pattern length must be >= 2, got {length}")
+    if not 0 <= noise < 1:
+        raise ValueError(f"noise must be in [0, 1), got {noise}")
+    rng = np.random.default_rng(seed)
+    n_sym = length + int(round(length * noise / (1 - noise)))
+    names = np.array([f"S{i}" for i in range(n_sym)])
+    minutes = -(-n_events // n_sym)
+    offset = rng.random((minutes, n_sym))
+    ty = names[np.argsort(offset, axis=1)].ravel()[:n_events]
+    ts = (np.arange(minutes)[:, None] * 60.0 + np.sort(offset, axis=1) * 60.0).ravel()[:n_events]
+    code = pd.Index(names).get_indexer(ty)
+    mu, sd = rng.uniform(7, 9, n_sym), rng.uniform(0.8, 1.2, n_sym)
+    volume = np.exp(mu[code] + sd[code] * rng.standard_normal(n_events)).round() + 1
+    close = np.empty(n_events)
+    for k in range(n_sym):
+        m = code == k
+        close[m] = rng.uniform(20, 200) * np.exp(np.cumsum(rng.normal(0, 0.002, m.sum())))
+    opn = close * np.exp(rng.normal(0, 0.001, n_events))
+    spread = np.abs(rng.normal(0, 0.002, n_events)) * close
+    ev = pd.DataFrame({"type": ty, "ts": ts, "volume": volume, "open": opn.round(4),
+                       "high": (np.maximum(opn, close) + spread).round(4),
+                       "low": (np.minimum(opn, close) - spread).round(4), "close": close.round(4)})
+    where = " and ".join(f"a{i}.volume > a{i - 1}.volume * {factor_c}" for i in range(1, length))
+    rule = (f"define Rise pattern SEQ({', '.join(f'{t} a{i}' for i, t in enumerate(names[:length]))}) "
+            f"where {where} within {window_min} min")
+    return rule, ev
+
+
 def bus(n_events: int, length: int, seed: int = 0, lines: int = 16, noise: float = 0.5) -> tuple[str, pd.DataFrame]:
     """Bus-like events: lines as types, log-normal distances from the centre."""
     if length < 2 or length > lines:
@@ -92,7 +137,7 @@ def bus(n_events: int, length: int, seed: int = 0, lines: int = 16, noise: float
 #: the virtual-time cost model of the benchmark: 1 ms per event, 20 us per event a terminator reads
 VIRTUAL_COSTS = CostModel(default=1e-3, window=2e-5)
 
-WORKLOADS: dict[str, Callable[..., tuple[str, pd.DataFrame]]] = {"stock": stock, "bus": bus}
+WORKLOADS: dict[str, Callable[..., tuple[str, pd.DataFrame]]] = {"stock": stock, "nasdaq": nasdaq, "bus": bus}
 
 
 def load_profile(n: int, base_rate: float, factor: float, start: float = 0.0) -> np.ndarray:
@@ -124,6 +169,7 @@ def run(
     bound_fraction: float = 0.25,
     regather_every: int | None = None,
     guard: float | None = None,
+    utility: str = "eq11",
     on_step: Callable[[str], None] | None = None,
 ) -> dict:
     """Recall and p99 latency per policy against pattern length and against the overload rate.
@@ -153,7 +199,7 @@ def run(
             biggest = max(s for s, _ in PEAKS) * len(main) * zbar
             bound = latency_bound if latency_bound is not None else round(max(biggest * bound_fraction, 20 * zbar), 4)
             for policy in policies:
-                sh = Shedder(bound, beta=beta, buckets=buckets, policy=policy, seed=seed)
+                sh = Shedder(bound, beta=beta, buckets=buckets, policy=policy, seed=seed, utility=utility)
                 eng = SheddingEngine(rule, sh, backend=backend, mode=mode, cost_model=costs,
                                      drift_check=_always if every else None, drift_every=every or 1,
                                      guard=guard)
@@ -185,6 +231,7 @@ def run(
         "settings": {"lengths": list(lengths), "factors": list(factors), "n_events": n_events,
                      "warmup": warmup, "beta": beta, "buckets": buckets, "backend": backend,
                      "seeds": list(seeds), "peaks": PEAKS, "noise": noise, "regather_every": every, "guard": guard,
+                     "utility": utility,
                      "latency_bound_s": latency_bound or f"auto ({bound_fraction} x the largest peak's drain time)"},
         "rows": rows,
         "summary": summarize(rows),

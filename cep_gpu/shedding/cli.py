@@ -1,6 +1,6 @@
 """``cep-gpu shedding bench`` (wired in by :mod:`cep_gpu.cli`) and ``cep-gpu bench shedding``.
 
-    cep-gpu shedding bench [--quick] [--workload stock|bus] [--mode real|virtual]
+    cep-gpu shedding bench [--quick] [--workload stock|nasdaq|bus] [--mode real|virtual]
                            [--lengths 3,4,5,6] [--factors 10,100,1000] [--out F.json] [--plot F.png]
 """
 
@@ -48,7 +48,9 @@ def add_shedding_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def add_bench_arguments(b: argparse.ArgumentParser) -> None:
-    b.add_argument("--workload", choices=["stock", "bus"], default="stock")
+    b.add_argument("--workload", choices=["stock", "nasdaq", "bus"], default="stock",
+                   help="stock: prices, short windows (the earlier workload); nasdaq: the paper's Q1^A "
+                        "on per-minute volumes, 60-minute windows (docs/shedding.md, resolution 19)")
     b.add_argument("--mode", choices=["real", "virtual"], default="real",
                    help="real: the engine's measured time (default); virtual: charged costs")
     b.add_argument("--lengths", type=_ints, default=[3, 4, 5, 6], help="pattern lengths (default 3,4,5,6)")
@@ -71,6 +73,9 @@ def add_bench_arguments(b: argparse.ArgumentParser) -> None:
                         "(default: the warm-up size; 0: never)")
     b.add_argument("--guard", type=float, default=None,
                    help="the hard guard's share of L_max (default: beta in real time, 1 in virtual time)")
+    b.add_argument("--utility", choices=["eq11", "chain"], default="eq11",
+                   help="darling's utility: eq11 (the paper's, default) or chain (an extension: "
+                        "docs/shedding.md, resolution 22)")
     b.add_argument("--quick", action="store_true", help="lengths 3,4,5; factors 100,1000; 4000 events")
     b.add_argument("--out", help="write the results (JSON, with a 'summary') here")
     b.add_argument("--plot", help="write the figure (PNG) here")
@@ -102,7 +107,7 @@ def cmd_bench(args) -> int:
                        latency_bound=args.latency_bound, beta=args.beta, buckets=args.buckets,
                        mode=args.mode, seeds=range(args.seeds), backend=args.backend, noise=args.noise,
                        bound_fraction=args.bound_fraction, regather_every=args.regather_every,
-                       guard=args.guard,
+                       guard=args.guard, utility=args.utility,
                        on_step=lambda s: print(f"  {s}", file=sys.stderr, flush=True))
     save_results(result, args.out, args.plot, bench.plot)
     return 0
@@ -113,6 +118,6 @@ def shedding_bench_from_bench_args(args) -> int:
     ns = argparse.Namespace(workload="stock", mode="real", lengths=[3, 4, 5, 6], factors=[10, 100, 1000],
                             events=24000, warmup=2000, latency_bound=None, beta=0.8, buckets=100,
                             seeds=1, backend="cpu", noise=0.5, bound_fraction=0.25, regather_every=None,
-                            guard=None, quick=False, out=args.out,
+                            guard=None, utility="eq11", quick=False, out=args.out,
                             plot=args.plot)
     return cmd_bench(ns)

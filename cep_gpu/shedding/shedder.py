@@ -18,7 +18,7 @@ from ..model import Rule
 from . import _core
 from .gate import ShedGate
 from .stats import CostModel, Empirical, Normal, Statistics, gather
-from .utility import UtilityModel
+from .utility import UTILITIES, UtilityModel
 
 POLICIES = ("darling", "random", "state", "none")
 #: nanoseconds per ``time_unit`` (the units of cep_gpu.detect)
@@ -51,6 +51,9 @@ class Shedder:
         ``"auto"``, ``"normal"`` or ``"empirical"`` attribute distributions (docs/shedding.md).
     utility_samples:
         Value tuples of the Monte-Carlo utility estimate for conditions without a closed form.
+    utility:
+        ``"eq11"`` (the paper's Eq. 11, default) or ``"chain"``, an optional extension that
+        also counts the conditions between the other roles (docs/shedding.md, resolution 22).
     """
 
     def __init__(
@@ -63,6 +66,7 @@ class Shedder:
         seed: int = 0,
         distribution: str = "auto",
         utility_samples: int = 256,
+        utility: str = "eq11",
     ) -> None:
         if isinstance(latency_bound, bool) or not isinstance(latency_bound, (int, float)) \
                 or not math.isfinite(latency_bound) or latency_bound <= 0:
@@ -75,6 +79,8 @@ class Shedder:
             raise ArgumentError(f"policy must be one of {', '.join(POLICIES)}; got {policy!r}")
         if distribution not in ("auto", "normal", "empirical"):
             raise ArgumentError(f"distribution must be 'auto', 'normal' or 'empirical', got {distribution!r}")
+        if utility not in UTILITIES:
+            raise ArgumentError(f"utility must be one of {', '.join(UTILITIES)}; got {utility!r}")
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
             raise ArgumentError(f"seed must be an int, got {seed!r}")
         self.latency_bound = float(latency_bound)
@@ -84,6 +90,7 @@ class Shedder:
         self.seed = int(seed)
         self.distribution = distribution
         self.utility_samples = utility_samples
+        self.utility_kind = utility
         self.rules: list[Rule] = []
         self.stats: Statistics | None = None
         self.utility: UtilityModel | None = None
@@ -135,7 +142,7 @@ class Shedder:
         if window_cost is not None:
             stats.window_cost = float(window_cost)
         self.stats = stats
-        self.utility = UtilityModel(self.rules, stats, self.utility_samples, self.seed)
+        self.utility = UtilityModel(self.rules, stats, self.utility_samples, self.seed, self.utility_kind)
         self._constraints()
         return self
 
@@ -183,8 +190,11 @@ class Shedder:
         return self.utility.compute(events)
 
     def buckets_of(self, utilities: np.ndarray) -> np.ndarray:
-        """The auxiliary array of each utility: ⌊u·ξ⌋ in 0 .. ξ (Section 4.4)."""
-        return np.clip(np.floor(np.asarray(utilities) * self.buckets), 0, self.buckets).astype(np.int64)
+        """The auxiliary array of each utility: 0 for u = 0 (the event can be in no match), else
+        1 + ⌊u·ξ⌋ (UtilArr^⌊u·ξ⌋ of Section 4.4, ⌊u·ξ⌋ in 0 .. ξ)."""
+        u = np.asarray(utilities, np.float64)
+        b = np.clip(np.floor(u * self.buckets), 0, self.buckets).astype(np.int64) + 1
+        return np.where(u > 0, b, 0)
 
     def make_core(self, events: pd.DataFrame, ts_ns: np.ndarray, cost_model: CostModel | None,
                   utilities: np.ndarray | None = None, context: int = 0,
@@ -214,7 +224,7 @@ class Shedder:
         if self.policy == "darling":
             bkt = self.buckets_of(self.utilities(events) if utilities is None else utilities)
         else:  # one bucket: the victim is a random event of the buffer
-            bkt = np.zeros(len(events), np.int64)
+            bkt = np.ones(len(events), np.int64)
         core = _core.Core(typ, bkt, lo, relevant, z_est, z_act, is_term, nt, gamma,
                           latency_bound=self.latency_bound, beta=self.beta,
                           kappa_est=st.window_cost, kappa_act=kappa_act,

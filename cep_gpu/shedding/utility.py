@@ -45,15 +45,23 @@ from ..model import (
 from .stats import Empirical, Normal, Statistics, fit
 
 _FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "=": "=", "!=": "!="}
+#: ``"eq11"``: the paper's Eq. 11 (default); ``"chain"``: the optional extension of
+#: docs/shedding.md, resolution 22 (every condition of the rule, not only those that read T)
+UTILITIES = ("eq11", "chain")
 _CHUNK = 1 << 20  # values per Monte-Carlo evaluation chunk
 
 
 class UtilityModel:
     """Utility functions of ``rules`` under ``stats``; :meth:`compute` scores a batch of events."""
 
-    def __init__(self, rules: list[Rule], stats: Statistics, samples: int = 256, seed: int = 0) -> None:
+    def __init__(self, rules: list[Rule], stats: Statistics, samples: int = 256, seed: int = 0,
+                 kind: str = "eq11") -> None:
         if not isinstance(samples, int) or samples < 1:
             raise ArgumentError(f"utility samples must be an int >= 1, got {samples!r}")
+        if kind not in UTILITIES:
+            raise ArgumentError(f"utility must be one of {', '.join(UTILITIES)}; got {kind!r}")
+        self.kind = kind
+        self._incoming_cache: dict[tuple[int, int], list | None] = {}
         self.rules = rules
         self.stats = stats
         self.samples = samples
@@ -91,9 +99,11 @@ class UtilityModel:
             sub = events.iloc[rows]
             best = np.zeros(len(rows))
             for ri, pi in roles:
-                u = np.ones(len(rows))
-                for c in self._conditions(ri, pi):
-                    u *= self._factor(ri, pi, c, sub)
+                u = self._chain(ri, pi, sub) if self.kind == "chain" else None
+                if u is None:  # Eq. 11
+                    u = np.ones(len(rows))
+                    for c in self._conditions(ri, pi):
+                        u *= self._factor(ri, pi, c, sub)
                 np.maximum(best, u, out=best)
             out[rows] = best
         return out
@@ -186,6 +196,95 @@ class UtilityModel:
             out[lo:lo + m] = (valid & vals.astype(bool)).reshape(m, k).mean(axis=1)
         return out
 
+    # -- the "chain" extension (docs/shedding.md, resolution 22; not the paper's Eq. 11) --------
+
+    def _chain(self, ri: int, pi: int, sub: pd.DataFrame) -> np.ndarray | None:
+        """P(every condition of the rule holds | the role ``pi`` has e's values, the other roles
+        drawn independently from their samples), scaled to a maximum of 1 over pi's own sample:
+        the conditions between the *other* roles count too (Eq. 11 leaves them out). Exact by
+        message passing when the rule's conditions between roles are binary linear order
+        comparisons forming a forest (a chain such as Q1^A); None (Eq. 11 instead) otherwise."""
+        incoming = self._incoming(ri, pi)
+        if incoming is None:
+            return None
+        own = self._filtered_sample(ri, pi)
+        u = self._messages(incoming, sub)
+        top = self._messages(incoming, own).max() if own is not None and len(own) else 0.0
+        if top <= 0:
+            return None
+        u = np.minimum(u / top, 1.0)
+        for c in self._conditions(ri, pi):  # p's own static filters: 0 or 1
+            if inputs(c, self.rules[ri]) == {pi}:
+                u *= self._factor(ri, pi, c, sub)
+        return u
+
+    def _messages(self, incoming: list, frame: pd.DataFrame) -> np.ndarray:
+        out = np.ones(len(frame))
+        for mine, a, b, k, op, vals, cum in incoming:
+            x, valid = _column(frame, mine)
+            out *= np.where(valid, _weighted_count(vals, cum, -(b * x + k) / a, op), 0.0)
+        return out
+
+    def _incoming(self, ri: int, pi: int) -> list | None:
+        """The messages into role ``pi``: per neighbour q (one condition a·y_q + b·x_pi + k op 0),
+        (pi's attribute, a, b, k, op, q's sorted values, their cumulative weights / m); None if
+        the rule's conditions do not form such a forest."""
+        key = (ri, pi)
+        if key not in self._incoming_cache:
+            edges = self._edges(ri)
+            self._incoming_cache[key] = None if edges is None else \
+                [self._message(ri, q, pi, e, edges) for q, e in _neighbours(edges, pi)]
+        return self._incoming_cache[key]
+
+    def _edges(self, ri: int) -> list | None:
+        rule = self.rules[ri]
+        edges, parent = [], list(range(len(rule.predicates)))
+
+        def root(i):
+            while parent[i] != i:
+                i = parent[i]
+            return i
+        for c in rule.conditions:
+            ins = sorted(inputs(c, rule))
+            if len(ins) < 2 or any(isinstance(n, (AggValue, Timestamp)) for n in walk(c)):
+                continue  # static filters act through the samples; time conditions: φ = 1
+            if len(ins) > 2 or not isinstance(c, Compare) or c.op not in ("<", "<=", ">", ">="):
+                return None
+            lin = _linear(c.left, c.right)
+            if lin is None:
+                return None
+            attrs = [k for k in lin if k is not None]
+            if sorted(a[0] for a in attrs) != ins or any(lin[a] == 0 for a in attrs):
+                return None
+            if root(ins[0]) == root(ins[1]):
+                return None  # a cycle: the messages would not be exact
+            parent[root(ins[0])] = root(ins[1])
+            edges.append((c.op, lin))
+        return edges
+
+    def _message(self, ri: int, q: int, r: int, edge: tuple, edges: list) -> tuple:
+        """The message from role q to role r along ``edge``: q's sample rows weighted by the
+        messages from q's other neighbours (recursively), as a step function of r's value."""
+        op, lin = edge
+        sample = self._filtered_sample(ri, q)
+        (qa,) = [k for k in lin if k is not None and k[0] == q]
+        (ra,) = [k for k in lin if k is not None and k[0] == r]
+        if sample is None or len(sample) == 0:
+            w, vals = np.zeros(0), np.zeros(0)
+        else:
+            w = np.ones(len(sample))
+            for k, e in _neighbours(edges, q):
+                if k != r:
+                    w *= self._messages([self._message(ri, k, q, e, edges)], sample)
+            vals, valid = _column(sample, qa[1])
+            w, vals = w[valid], vals[valid]
+        # a·y_q + b·x_r + k op 0  <=>  y_q op' -(b·x_r + k)/a  (op flipped when a < 0)
+        a, b = lin[qa], lin[ra]
+        order = np.argsort(vals, kind="stable")
+        m = max(len(vals), 1)
+        cum = np.concatenate([[0.0], np.cumsum(w[order])]) / m
+        return (ra[1], a, b, lin.get(None, 0.0), op if a > 0 else _FLIP[op], vals[order], cum)
+
     # -- distributions --------------------------------------------------------------------------
 
     def _filtered_sample(self, ri: int, q: int) -> pd.DataFrame | None:
@@ -220,6 +319,27 @@ class UtilityModel:
 
 
 # -- expression helpers (over plain NumPy columns; no engine internals) ---------------------------
+
+
+def _neighbours(edges: list, p: int) -> list:
+    """(the other role, the edge) for every edge of role ``p``."""
+    out = []
+    for e in edges:
+        roles = [k[0] for k in e[1] if k is not None]
+        if p in roles:
+            out.append(([x for x in roles if x != p][0], e))
+    return out
+
+
+def _weighted_count(vals: np.ndarray, cum: np.ndarray, t: np.ndarray, op: str) -> np.ndarray:
+    """Σ w_j / m over the sorted values v_j with v_j op t (``cum``: cumulative w / m, from 0)."""
+    if op == "<":
+        return cum[np.searchsorted(vals, t, "left")]
+    if op == "<=":
+        return cum[np.searchsorted(vals, t, "right")]
+    if op == ">":
+        return cum[-1] - cum[np.searchsorted(vals, t, "right")]
+    return cum[-1] - cum[np.searchsorted(vals, t, "left")]
 
 
 def _raw(frame: pd.DataFrame, name: str) -> np.ndarray:
