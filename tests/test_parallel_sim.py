@@ -101,8 +101,12 @@ def test_generators_are_seeded():
 
 
 def test_bench_tiny_writes_summary(tmp_path):
-    res = run_bench(events=1500, windows=(), lengths=(3,), workloads=("stock",), repeat=1)
+    res = run_bench(events=1500, windows=(), lengths=(3,), workloads=("stock",), repeat=1, figure10_windows=(1.0,),
+                    figure10_events=2000, paper_windows=(1.0,), paper_lengths=(3,), paper_events=3000)
     (p,) = res["points"]
+    (q,) = res["figure10_paper"]
+    assert q["matches"] > 0 and len(q["growth"]) == 2 and all(g > 0 for g in q["growth"])
+    assert set(res["summary"]["figure10_paper_regime"]) == {"k=8", "k=12", "k=16", "k=24"}
     assert p["matches"] > 0
     assert set(p["real"]) >= {"hybrid", "rip", "llsf", "state-parallel", "sequential", "detect"}
     s = res["summary"]
@@ -116,6 +120,31 @@ def test_bench_tiny_writes_summary(tmp_path):
 
     write(res, str(tmp_path / "p.json"), None)
     assert json.loads((tmp_path / "p.json").read_text())["summary"]["real_hybrid_ahead_at_k2"]
+    assert "| stock | 3 | 1 |" in md  # the paper-regime table
+    # a benchmark split in runs, merged by the CLI: every point once per run, summary recomputed
+    write(res, str(tmp_path / "q.json"), None)
+    assert main(["parallel", "bench", "--merge", str(tmp_path / "p.json"), str(tmp_path / "q.json"),
+                 "--out", str(tmp_path / "m.json")]) == 0
+    merged = json.loads((tmp_path / "m.json").read_text())
+    assert len(merged["points"]) == 2 and len(merged["figure10_paper"]) == 2
+    assert merged["summary"]["real_hybrid_ahead_at_k2"].endswith("/6")
+
+
+@pytest.mark.parametrize("units", [1, 2, 3])
+def test_paper_regime_rules_equal_detect(units):
+    """The Figure 10 paper-regime rules (a band on neighbours' prices; distances to different
+    places compared) through the hybrid engine: exactly detect's composite events."""
+    from cep_gpu.parallel import HybridEngine
+    from cep_gpu.parallel.bench import PAPER_WORKLOADS
+
+    for name, (gen, rule_of) in PAPER_WORKLOADS.items():
+        ev = gen(1200, seed=units)
+        rule = rule_of(4, 1.0)
+        with HybridEngine(rule, units=units) as eng:
+            got = eng.publish(ev)
+        expected = cep_gpu.detect(ev, rule, backend="cpu")
+        assert len(expected) > 0, name
+        assert [tuple(x) for x in got["ids"]] == [tuple(x) for x in expected["ids"]], name
 
 
 def test_cli_run_equals_detect(tmp_path, capsys):

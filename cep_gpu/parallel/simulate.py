@@ -86,6 +86,10 @@ class Trace:
     #: the share of ``output_s`` that runs without the GIL (the compiled sort): only this share
     #: of an output part runs in parallel with the others in the replay
     output_nogil: float = 0.0
+    #: the share of building output parts that ran in parallel on two threads, measured
+    #: (:func:`_output_parallel_share`); ``None``: not measurable, ``output_nogil`` is used
+    output_parallel: float | None = None
+    output_cores: float = 0.0  # the cores two threads got while it was measured
     #: the run had every stage in one agent (else one agent per stage); ``split``: the same rule
     #: traced the other way, for layouts with several agents (simulate picks)
     fused: bool = True
@@ -109,10 +113,15 @@ def trace(rule, events: pd.DataFrame, *, time_unit: str = "s", chunk_size: int =
     # the same pairs cost more when every stage is its own agent (partial matches wait in queues
     # and come back cold) than when the stages run fused: both layouts are recorded
     traces = []
+    probe: tuple[float | None, float] = (None, 0.0)
     for fused in (True, False):
-        _trace_once(r, events, time_unit, chunk_size, batch_size, stats, fused)
+        warm = _trace_once(r, events, time_unit, chunk_size, batch_size, stats, fused, probe=fused)
+        if fused:  # measured once: a property of building the output, not of the layout
+            probe = (warm.output_parallel, warm.output_cores)
         traces.append(min((_trace_once(r, events, time_unit, chunk_size, batch_size, stats, fused)
                            for _ in range(repeat)), key=_charged))
+    for tr in traces:
+        tr.output_parallel, tr.output_cores = probe
     traces[0].split = traces[1]
     return traces[0]
 
@@ -123,7 +132,7 @@ def _charged(tr: Trace) -> float:
         + float(tr.items.sum()) * tr.t_item + tr.t_event * tr.n_events
 
 
-def _trace_once(r, events, time_unit, chunk_size, batch_size, stats, fused: bool) -> Trace:
+def _trace_once(r, events, time_unit, chunk_size, batch_size, stats, fused: bool, probe: bool = False) -> Trace:
     t0 = time.thread_time()
     strings = _compat.StringDictionary()
     table = _compat.ingest(events, time_unit, strings)
@@ -184,6 +193,7 @@ def _trace_once(r, events, time_unit, chunk_size, batch_size, stats, fused: bool
     concat_parts(parts, False)
     t_out = time.thread_time() - t1
     t_opart = _output_part_cost(r, chunk_results, store, out_table)
+    par_share, par_cores = _output_parallel_share(r, chunk_results, store, out_table) if probe else (None, 0.0)
     # the part of the output work that runs without the GIL: sorting the matches (compiled,
     # nogil); the rest (gathers, Arrow and pandas frames) is charged as if it held the GIL
     t_sort = 0.0
@@ -227,6 +237,7 @@ def _trace_once(r, events, time_unit, chunk_size, batch_size, stats, fused: bool
         t_access=t_access, t_push=t_push, t_barrier=barrier_s / max(len(per_chunk), 1),
         serial_s=t_ingest + t_out, output_s=t_out, t_opart=t_opart,
         output_nogil=min(t_sort / t_out, 1.0) if t_out > 0 else 0.0, stats=stats,
+        output_parallel=par_share, output_cores=par_cores,
         t_event=t_route, t_fpush=t_fpush, t_event_owned=t_route_owned, t_slice=t_slice,
         match_work_s=pair_work,
         match_items=match_items, span_s=float(ts[-1] - ts[0]) / 1e9 if len(ts) > 1 else 1.0,
@@ -292,6 +303,70 @@ def _output_part_cost(rule, chunk_results, store, out_table) -> float:
     one = min(once(1) for _ in range(3))
     many = min(once(OUTPUT_PROBE) for _ in range(3))
     return max(many - one, 0.0) / (OUTPUT_PROBE - 1)
+
+
+def _output_parallel_share(rule, chunk_results, store, out_table) -> tuple[float | None, float]:
+    """The share of building output parts that runs in parallel, measured: the run's composite
+    events cut in two parts as the engine cuts them, built one after the other and on two
+    threads at once (best of 5 each), on the cores two threads get right now (``c``, by
+    :func:`cores_available` before and after). Amdahl's law, ``t2 / t1 = (1 - f) + f / c``,
+    gives ``f``. ``(None, c)`` where the output is too small to time (fewer than two parts'
+    worth) or two threads got less than 1.5 cores (``f`` is then not measurable: the replay
+    falls back to the compiled sort's share, as if all the rest held the GIL)."""
+    import threading
+
+    res = np.concatenate(chunk_results) if chunk_results else np.empty((0, 1), np.int64)
+    if len(res) < 2 * OUTPUT_PART:
+        return None, 0.0
+    job = output_parts([rule], [res], store, out_table, False, OUTPUT_PART, 2)
+    if len(job.build) != 2:
+        return None, 0.0
+    for b in job.build:
+        b()  # warm
+
+    def serial() -> float:
+        t0 = time.perf_counter()
+        for b in job.build:
+            b()
+        return time.perf_counter() - t0
+
+    def two() -> float:
+        threads = [threading.Thread(target=b) for b in job.build]
+        t0 = time.perf_counter()
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        return time.perf_counter() - t0
+
+    c0 = cores_available()
+    t1 = min(serial() for _ in range(5))
+    t2 = min(two() for _ in range(5))
+    c = (c0 + cores_available()) / 2
+    if c < 1.5:
+        return None, c
+    return float(np.clip((1.0 - t2 / t1) / (1.0 - 1.0 / min(c, 2.0)), 0.0, 1.0)), c
+
+
+def cores_available(n: int = 20_000_000) -> float:
+    """How many cores two threads get right now: a compiled loop run once alone, then twice at
+    once on two threads (about 0.05 s). 2.0 on an idle 2-core machine; about 1 when other jobs
+    hold a core, and then no 2-unit run can be faster than one unit."""
+    import threading
+
+    spin = kernels.spin
+    spin(10)
+    t0 = time.perf_counter()
+    spin(n)
+    one = time.perf_counter() - t0
+    threads = [threading.Thread(target=spin, args=(n,)) for _ in range(2)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return 2.0 * one / max(time.perf_counter() - t0, 1e-9)
+
 
 
 #: output parts when :func:`_output_part_cost` measures the cost of a part
@@ -481,8 +556,9 @@ def _sim_hybrid_layout(tr: Trace, groups, units, dynamic: bool, cores: int, k: i
     out_share = tr.output_s * finals / max(float(finals.sum()), 1.0)
     n_parts = np.maximum(np.minimum(finals // OUTPUT_PART, k + 1), 1)
     out_share = out_share + (n_parts - 1) * tr.t_opart  # what cutting in parts adds
-    # the parts built at once: their compiled share in parallel, the rest one after the other
-    f = tr.output_nogil
+    # the parts built at once: their measured parallel share in parallel (where it could not be
+    # measured, the compiled sort's share), the rest one after the other
+    f = tr.output_parallel if tr.output_parallel is not None else tr.output_nogil
     out_span = out_share * ((1.0 - f) + f / np.minimum(n_parts, max(cores, 1)))
     total = tr.serial_s - tr.output_s + (out_span[-1] if len(out_span) else tr.output_s)
     cpu = tr.serial_s + float(out_share.sum()) - tr.output_s
