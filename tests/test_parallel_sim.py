@@ -173,3 +173,32 @@ def test_cli_bad_arguments(capsys):
         assert "must be >=" in capsys.readouterr().err
     assert main(["parallel", "run", "/no/such/rules.txt", "/no/such/events.csv"]) == 1
     assert "no such" in capsys.readouterr().err
+
+
+def test_replay_runs_the_gil_held_parts_one_at_a_time(small_trace):
+    """A task's Python (everything of a stage's work but its scanned pairs) holds the GIL: with
+    task costs made large, the hybrid's parallel phase at k units is at least the sum of every
+    chunk's GIL-held work (not that sum / k), and RIP's time at least its units' Python."""
+    from cep_gpu.parallel.engine import auto_batch
+    from cep_gpu.parallel.simulate import stage_calls
+
+    tr, _ = small_trace
+    slow = dataclasses.replace(tr, t_task=np.full(3, 1e-3), split=None)
+    for k in (4, 16):
+        res = simulate(slow, "hybrid", k)
+        batch = auto_batch(slow.chunk, slow.length, k)
+        starts = {0} if len(res.units_per_agent) == 1 else set(range(slow.length - 1))
+        held = sum(float(np.dot(stage_calls(slow, c, starts, batch), slow.t_task)) for c in range(len(slow.chunk_events)))
+        assert res.parallel_s >= held * (1 - 1e-9)
+        assert res.parallel_s > 2 * held / k  # far from a k-fold split of it
+    rip1, rip16 = simulate(slow, "rip", 1), simulate(slow, "rip", 16)
+    assert rip16.seconds > 0.3 * rip1.seconds  # the Python of 16 units does not split 16 ways
+
+
+def test_auto_batch_grows_with_many_units():
+    from cep_gpu.parallel.engine import auto_batch
+
+    # up to 4 units: four tasks per unit and position a chunk, within [256, 1024] (unchanged)
+    assert [auto_batch(16_384, 4, u) for u in (1, 2, 4)] == [1024, 512, 256]
+    # from 5 units: at least 64 per unit (fewer tasks: their Python runs one at a time)
+    assert auto_batch(16_384, 4, 8) == 512 and auto_batch(16_384, 4, 24) == 1536

@@ -507,8 +507,13 @@ def auto_batch(chunk: int, length: int, units: int) -> int:
     buffer (one per unit there), so with many units small tasks cost more in visits and calls
     than the balance they buy (in the k-unit replay, 32-item tasks left the hybrid behind RIP at
     k >= 8 for patterns of 5-6 positions; 256 does not change 1 or 2 units at chunks >= 16,384).
+    From 5 units on, at least ``64 * units``: a task's Python (about 15-40 us, with its fragment
+    visits) holds the GIL, so all units' tasks run one at a time; with many units that, not
+    the joins, sets the pace unless tasks grow with the units (the k-unit replay charges it:
+    docs/parallel.md, "The GIL").
     """
-    return int(min(max(chunk // (max(length, 1) * 4 * max(units, 1)), 256), 1024))
+    return int(min(max(chunk // (max(length, 1) * 4 * max(units, 1)), 256, 64 * max(units, 1)),
+                   max(1024, 64 * max(units, 1))))
 
 
 def measure_stats(spec: ChainSpec, table, strcodes: np.ndarray) -> ChainStats:

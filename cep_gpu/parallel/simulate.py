@@ -617,7 +617,7 @@ def _sim_hybrid_layout(tr: Trace, groups, units, dynamic: bool, cores: int, k: i
     starts = {g[0] - 2 for g in groups}
     phase = 0.0
     for c in range(len(tr.chunk_events)):
-        works, spans = [], []
+        works, spans, gil = [], [], 0.0
         all_calls = stage_calls(tr, c, starts, batch)
         for g, u in zip(groups, units):
             idx = [i - 2 for i in g]
@@ -630,6 +630,10 @@ def _sim_hybrid_layout(tr: Trace, groups, units, dynamic: bool, cores: int, k: i
                     + tr.scanned[c, j] * tr.c_scan[j] for j, n_calls in zip(idx, calls))
             # hand-overs into the agent (fused stages hand over inline, Section 4.2)
             w += calls[0] * tr.t_push
+            # what of it holds the GIL: everything but the scanned pairs (a task's Python
+            # around its kernel calls, a call's dispatch, numbering and appending items, the
+            # hand-over); an upper bound, as NumPy releases the GIL in its larger copies
+            gil += w - sum(tr.scanned[c, j] * tr.c_scan[j] for j in idx)
             works.append(w)
             spans.append(w / max(tasks, 1.0))  # one task: the least time an agent can take
         if dynamic:
@@ -641,6 +645,8 @@ def _sim_hybrid_layout(tr: Trace, groups, units, dynamic: bool, cores: int, k: i
                 par = max(min(u, cores), 1)
                 finish = max(w / min(par, max(w / s, 1.0)) if s > 0 else 0.0, finish + s)
             t = max(finish, sum(works) / cores)
+        # the units' GIL-held parts run one at a time, whatever k
+        t = max(t, gil)
         phase += t
         if c:  # the previous chunk's output parts share the cores with the units
             t = max(t, (sum(works) + out_share[c - 1]) / cores, out_span[c - 1])
@@ -740,7 +746,9 @@ def _sim_data_parallel(tr: Trace, method: str, k: int, rip_batch: int | None, co
     item_per_event = ev_items * tr.t_item / max(tr.n_events, 1)
     per_unit = (read * (split_per_event + item_per_event) + tasks * t_task + pieces * tr.t_piece
                 + owned * (tr.match_work_s + m_items * tr.t_item))
-    # k units on ``cores`` cores: the slowest unit, or the total shared by the cores
-    t = max(per_unit.max(), per_unit.sum() / cores)
+    # k units on ``cores`` cores: the slowest unit, or the total shared by the cores, or what of
+    # it holds the GIL (as in the hybrid: all but the pairs and the routing), one unit at a time
+    gil = float((read * item_per_event + tasks * t_task + pieces * tr.t_piece + owned * m_items * tr.t_item).sum())
+    t = max(per_unit.max(), per_unit.sum() / cores, gil)
     return SimResult(method, k, tr.serial_s + t, tr.n_events, cpu_s=tr.serial_s + float(per_unit.sum()),
                      parallel_s=t)
