@@ -164,8 +164,11 @@ def test_simulation_charges_the_output_parts_per_unit():
     def with_(t, **kw):  # both traced layouts (simulate picks the split one for several agents)
         return dataclasses.replace(t, split=dataclasses.replace(t.split, **kw), **kw)
 
-    serial = with_(tr, output_nogil=0.0, t_opart=0.0)
-    spread = with_(tr, output_nogil=1.0, t_opart=0.0)
+    serial = with_(tr, output_nogil=0.0, output_parallel=None, t_opart=0.0)
+    spread = with_(tr, output_nogil=1.0, output_parallel=None, t_opart=0.0)
+    # a measured parallel share, where there is one, is what the replay uses
+    assert simulate(with_(tr, output_nogil=0.0, output_parallel=1.0, t_opart=0.0), "hybrid", 8).seconds == \
+        pytest.approx(simulate(spread, "hybrid", 8).seconds)
     for k in (1, 8):
         a, b = simulate(serial, "hybrid", k), simulate(spread, "hybrid", k)
         # the CPU time charged does not depend on how the parts are spread

@@ -200,5 +200,6 @@ def test_auto_batch_grows_with_many_units():
 
     # up to 4 units: four tasks per unit and position a chunk, within [256, 1024] (unchanged)
     assert [auto_batch(16_384, 4, u) for u in (1, 2, 4)] == [1024, 512, 256]
+    assert [auto_batch(32_768, 4, u) for u in (1, 2, 4)] == [1024, 1024, 512]
     # from 5 units: at least 64 per unit (fewer tasks: their Python runs one at a time)
     assert auto_batch(16_384, 4, 8) == 512 and auto_batch(16_384, 4, 24) == 1536
