@@ -183,7 +183,8 @@ def test_replay_runs_the_gil_held_parts_one_at_a_time(small_trace):
     from cep_gpu.parallel.simulate import stage_calls
 
     tr, _ = small_trace
-    slow = dataclasses.replace(tr, t_task=np.full(3, 1e-3), split=None)
+    # the upper bound (no measured serial share): all but the pairs holds the GIL
+    slow = dataclasses.replace(tr, t_task=np.full(3, 1e-3), split=None, units_serial=None)
     for k in (4, 16):
         res = simulate(slow, "hybrid", k)
         batch = auto_batch(slow.chunk, slow.length, k)
@@ -193,6 +194,15 @@ def test_replay_runs_the_gil_held_parts_one_at_a_time(small_trace):
         assert res.parallel_s > 2 * held / k  # far from a k-fold split of it
     rip1, rip16 = simulate(slow, "rip", 1), simulate(slow, "rip", 16)
     assert rip16.seconds > 0.3 * rip1.seconds  # the Python of 16 units does not split 16 ways
+    # a measured serial share replaces the bound: all of it serial, 16 units are no faster than
+    # one; none of it, they are
+    for m in ("hybrid", "rip"):
+        serial = dataclasses.replace(slow, units_serial=1.0)
+        assert simulate(serial, m, 16).parallel_s >= simulate(serial, m, 1).parallel_s * (1 - 1e-9)
+        free = dataclasses.replace(slow, units_serial=0.0)
+        assert simulate(free, m, 16).parallel_s < simulate(slow, m, 16).parallel_s
+    free = dataclasses.replace(slow, units_serial=0.0)
+    assert simulate(free, "hybrid", 16).parallel_s < 0.5 * simulate(free, "hybrid", 1).parallel_s
 
 
 def test_auto_batch_grows_with_many_units():

@@ -94,6 +94,10 @@ class Trace:
     #: (:func:`_output_parallel_share`); ``None``: not measurable, ``output_nogil`` is used
     output_parallel: float | None = None
     output_cores: float = 0.0  # the cores two threads got while it was measured
+    #: the share of the units' work that did not run in parallel when two units ran the rule at
+    #: once on two threads (:func:`_units_serial_share`: the GIL-held Python, and what two
+    #: threads contend for); ``None``: not measurable, the replay takes all but the pairs
+    units_serial: float | None = None
     #: the run had every stage in one agent (else one agent per stage); ``split``: the same rule
     #: traced the other way, for layouts with several agents (simulate picks)
     fused: bool = True
@@ -118,15 +122,18 @@ def trace(rule, events: pd.DataFrame, *, time_unit: str = "s", chunk_size: int =
     # and come back cold) than when the stages run fused: both layouts are recorded
     traces = []
     probe: tuple[float | None, float] = (None, 0.0)
+    serial: float | None = None
     for fused in (True, False):
         warm = _trace_once(r, events, time_unit, chunk_size, batch_size, stats, fused, probe=fused)
         if fused:  # measured once: a property of building the output, not of the layout
             probe = (warm.output_parallel, warm.output_cores)
+            serial = warm.units_serial
         traces.append(min((_trace_once(r, events, time_unit, chunk_size, batch_size, stats, fused)
                            for _ in range(repeat)), key=_charged))
     t_run = _run_overhead(r, events, time_unit)
     for tr in traces:
         tr.output_parallel, tr.output_cores = probe
+        tr.units_serial = serial
         tr.t_run = t_run
     traces[0].split = traces[1]
     return traces[0]
@@ -200,6 +207,7 @@ def _trace_once(r, events, time_unit, chunk_size, batch_size, stats, fused: bool
     t_out = time.thread_time() - t1
     t_opart = _output_part_cost(r, chunk_results, store, out_table)
     par_share, par_cores = _output_parallel_share(r, chunk_results, store, out_table) if probe else (None, 0.0)
+    units_serial = _units_serial_share(spec, store, strcodes, rows, chunk_size, batch_size) if probe else None
     # the part of the output work that runs without the GIL: sorting the matches (compiled,
     # nogil); the rest (gathers, Arrow and pandas frames) is charged as if it held the GIL
     t_sort = 0.0
@@ -243,7 +251,7 @@ def _trace_once(r, events, time_unit, chunk_size, batch_size, stats, fused: bool
         t_access=t_access, t_push=t_push, t_barrier=barrier_s / max(len(per_chunk), 1),
         serial_s=t_ingest + t_out, output_s=t_out, t_opart=t_opart,
         output_nogil=min(t_sort / t_out, 1.0) if t_out > 0 else 0.0, stats=stats,
-        output_parallel=par_share, output_cores=par_cores,
+        output_parallel=par_share, output_cores=par_cores, units_serial=units_serial,
         t_event=t_route, t_fpush=t_fpush, t_event_owned=t_route_owned, t_slice=t_slice,
         match_work_s=pair_work,
         match_items=match_items, span_s=float(ts[-1] - ts[0]) / 1e9 if len(ts) > 1 else 1.0,
@@ -344,6 +352,67 @@ def _output_part_cost(rule, chunk_results, store, out_table) -> float:
     one = min(once(1) for _ in range(3))
     many = min(once(OUTPUT_PROBE) for _ in range(3))
     return max(many - one, 0.0) / (OUTPUT_PROBE - 1)
+
+
+def _units_serial_share(spec, store, strcodes, rows, chunk: int, batch: int) -> float | None:
+    """The share of the units' work that holds the GIL, measured: the rule run over the events by
+    an inline runtime (every stage its own agent) on one thread while a second thread runs a pure
+    Python loop, which can only run while the first does not hold the GIL. On two free cores the
+    loop's rate falls, against its rate alone, by the share of the time the run holds the GIL
+    (best of 3). Amdahl's law read on two runs at once cannot tell 0.05 from 0, which is what
+    decides 24 units; this can. ``None`` where two threads got less than 1.5 cores."""
+    import threading
+
+    n = spec.length
+    layout = Layout([[(p,) for p in range(1, n)]], [0] * (n - 1), 1)
+
+    def one() -> None:
+        rt = Runtime([spec], store, layout, [strcodes], dynamic=False, threads=False, batch_size=batch)
+        for lo, hi in chunk_bounds(store.ts[rows - store.base], chunk):
+            rt.feed(rows[lo:hi])
+            rt.drain()
+            rt.quiesce()
+            rt.take_results()
+        rt.close()
+
+    def spin_python(stop: threading.Event, out: list) -> None:
+        k = 0
+        t0 = time.perf_counter()
+        while not stop.is_set():
+            for _ in range(200):
+                k += 1
+        out.append(k / (time.perf_counter() - t0))
+
+    def rate(with_run: bool) -> tuple[float, float]:
+        stop, out = threading.Event(), []
+        th = threading.Thread(target=spin_python, args=(stop, out))
+        t0 = time.perf_counter()
+        th.start()
+        if with_run:
+            one()
+        else:
+            time.sleep(0.05)
+        took = time.perf_counter() - t0
+        stop.set()
+        th.join()
+        return out[0], took
+
+    import sys
+
+    one()  # warm
+    c0 = cores_available()
+    # the loop hands the GIL over as soon as the run asks for it (by default it would keep it for
+    # 5 ms, starving the run, and lose nothing itself)
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)
+    try:
+        alone = max(rate(False)[0] for _ in range(3))
+        beside = max(rate(True)[0] for _ in range(3))
+    finally:
+        sys.setswitchinterval(old)
+    if (c0 + cores_available()) / 2 < 1.5:
+        return None
+    return float(np.clip(1.0 - beside / alone, 0.0, 1.0))
 
 
 def _output_parallel_share(rule, chunk_results, store, out_table) -> tuple[float | None, float]:
@@ -630,10 +699,12 @@ def _sim_hybrid_layout(tr: Trace, groups, units, dynamic: bool, cores: int, k: i
                     + tr.scanned[c, j] * tr.c_scan[j] for j, n_calls in zip(idx, calls))
             # hand-overs into the agent (fused stages hand over inline, Section 4.2)
             w += calls[0] * tr.t_push
-            # what of it holds the GIL: everything but the scanned pairs (a task's Python
-            # around its kernel calls, a call's dispatch, numbering and appending items, the
-            # hand-over); an upper bound, as NumPy releases the GIL in its larger copies
-            gil += w - sum(tr.scanned[c, j] * tr.c_scan[j] for j in idx)
+            # what of it does not run in parallel: the measured serial share of the units' work
+            # (two units at once on two threads), else everything but the scanned pairs (a
+            # task's Python around its kernel calls, a call's dispatch, numbering and appending
+            # items, the hand-over: an upper bound, compiled appends release the GIL)
+            gil += (tr.units_serial * w if tr.units_serial is not None
+                    else w - sum(tr.scanned[c, j] * tr.c_scan[j] for j in idx))
             works.append(w)
             spans.append(w / max(tasks, 1.0))  # one task: the least time an agent can take
         if dynamic:
@@ -748,7 +819,8 @@ def _sim_data_parallel(tr: Trace, method: str, k: int, rip_batch: int | None, co
                 + owned * (tr.match_work_s + m_items * tr.t_item))
     # k units on ``cores`` cores: the slowest unit, or the total shared by the cores, or what of
     # it holds the GIL (as in the hybrid: all but the pairs and the routing), one unit at a time
-    gil = float((read * item_per_event + tasks * t_task + pieces * tr.t_piece + owned * m_items * tr.t_item).sum())
+    gil = (tr.units_serial * float(per_unit.sum()) if tr.units_serial is not None
+           else float((read * item_per_event + tasks * t_task + pieces * tr.t_piece + owned * m_items * tr.t_item).sum()))
     t = max(per_unit.max(), per_unit.sum() / cores, gil)
     return SimResult(method, k, tr.serial_s + t, tr.n_events, cpu_s=tr.serial_s + float(per_unit.sum()),
                      parallel_s=t)
