@@ -250,6 +250,7 @@ def figure10_paper_point(workload: str, length: int, window: float, events: int,
             "selectivity": list(st.selectivity[1:]), "growth": growth,
             "pairs_per_match": float(tr.scanned.sum() / max(tr.outputs[:, -1].sum(), 1.0)),
             "output_parallel": tr.output_parallel, "output_cores": tr.output_cores,
+            "units_serial": tr.units_serial,
             "ratios": allocation_ratios(tr)}
 
 
