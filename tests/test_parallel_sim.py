@@ -128,6 +128,9 @@ def test_bench_tiny_writes_summary(tmp_path):
     merged = json.loads((tmp_path / "m.json").read_text())
     assert len(merged["points"]) == 2 and len(merged["figure10_paper"]) == 2
     assert merged["summary"]["real_hybrid_ahead_at_k2"].endswith("/6")
+    (tmp_path / "bad.json").write_text('{"no": 1}')
+    for bad in (str(tmp_path / "missing.json"), str(tmp_path / "bad.json")):
+        assert main(["parallel", "bench", "--merge", bad, "--out", str(tmp_path / "x.json")]) == 1
 
 
 @pytest.mark.parametrize("units", [1, 2, 3])

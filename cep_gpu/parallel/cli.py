@@ -116,8 +116,16 @@ def cmd_bench(args) -> int:
 
         results = []
         for path in args.merge:
-            with open(path) as f:
-                results.append(json.load(f))
+            try:
+                with open(path) as f:
+                    results.append(json.load(f))
+            except (OSError, ValueError) as exc:
+                print(f"cep-gpu parallel bench: error: cannot read {path}: {exc}", file=sys.stderr)
+                return 1
+            if not isinstance(results[-1], dict) or "points" not in results[-1]:
+                print(f"cep-gpu parallel bench: error: {path} is not a 'cep-gpu parallel bench' result",
+                      file=sys.stderr)
+                return 1
         res = merge(results)
         write(res, args.out, args.plot)
         console.print_json(json.dumps(res["summary"], default=json_default))
