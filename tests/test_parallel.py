@@ -392,3 +392,25 @@ def test_given_stats_and_arrow_output():
     assert "agent A2" in eng.explain()
     with pytest.raises(ArgumentError, match="output"):
         HybridEngine(rule).publish(ev, output="count")
+
+
+@pytest.mark.parametrize("units", [6, 9])
+def test_many_units_with_their_default_batches(units):
+    """From 5 units on, tasks hold at least 64 items a unit (auto_batch) and chunks at least 32,768
+    events: the defaults (no batch or chunk size given), several agents with several units each,
+    dynamic units on and off, exactly detect's composite events."""
+    from cep_gpu.parallel.bench import stock_events, stock_rule
+    from cep_gpu.parallel.engine import auto_batch
+
+    ev = stock_events(40_000, seed=units)
+    rule = stock_rule(4, 0.5)
+    expected = cep_gpu.detect(ev, rule, backend="cpu")
+    assert len(expected) > 0
+    for dynamic in (True, False):
+        eng = HybridEngine(rule, units=units, dynamic=dynamic, fusion=False)
+        try:
+            got = eng.publish(ev)
+            assert eng.chunk_size >= 32_768 and eng.batch_size == auto_batch(eng.chunk_size, 4, units) >= 64 * units
+        finally:
+            eng.close()
+        pd.testing.assert_frame_equal(got, expected)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cep_gpu.errors import ArgumentError
 from cep_gpu.parallel import ChainStats, agent_loads, allocate, match_rates
@@ -47,13 +49,30 @@ def test_allocation_eq6_by_hand():
     assert al.units == [8, 8]
 
 
-def test_integer_allocation_largest_remainder():
+def test_integer_allocation_min_max():
     assert integer_allocation([1.0, 1.0, 2.0], 8) == [2, 2, 4]
     assert integer_allocation([1.0, 0.0, 0.0], 5) == [3, 1, 1]
     assert sum(integer_allocation([0.3, 0.3, 0.4], 7)) == 7
+    # largest remainder gave [1, 5, 18]: the first agent then had 1.25 units' load on one unit
+    assert integer_allocation([1.25, 5.0, 17.75], 24) == [2, 5, 17]
     assert equal_allocation(3, 8) == [3, 3, 2]
     with pytest.raises(ArgumentError, match="units"):
         integer_allocation([1.0, 1.0, 1.0], 2)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.floats(0.0, 10.0), min_size=1, max_size=4), st.integers(0, 6))
+def test_integer_allocation_is_the_best_whole_allocation(shares, extra):
+    """No allocation of whole units (at least one each) has a smaller largest load per unit."""
+    import itertools
+
+    units = len(shares) + extra
+    got = integer_allocation(shares, units)
+    assert sum(got) == units and min(got) >= 1
+    worst = max(x / u for x, u in zip(shares, got))
+    for alt in itertools.product(range(1, units + 1), repeat=len(shares)):
+        if sum(alt) == units:
+            assert worst <= max(x / u for x, u in zip(shares, alt)) + 1e-12
 
 
 def test_fusion_algorithm_2():

@@ -52,6 +52,29 @@ def test_order_matches_is_detects_order(n, width, term, seed, base):
     assert np.array_equal(got, lexsorted(rows, ts, ids, term))
 
 
+@settings(max_examples=40, deadline=None)
+@given(st.integers(33, 400), st.integers(1, 4), st.integers(0, 3), st.integers(0, 2**31 - 1), st.booleans(),
+       st.booleans())
+def test_order_matches_counting_path_and_its_fallbacks(n, width, term, seed, sorted_ts, wide):
+    """More than 32 matches with a terminator position take the counting sort by row when the
+    rows are in timestamp order (the store's) and span few rows; timestamps out of row order or a
+    row range far wider than the matches fall back to the merge sort: every case is detect's
+    order, ties (duplicate ids) in input order."""
+    rng = np.random.default_rng(seed)
+    n_ev = 5000 if wide else 60
+    ts = rng.integers(0, 20, n_ev).astype(np.int64)
+    if sorted_ts:
+        ts.sort()
+    ids = rng.integers(0, 8, n_ev).astype(np.int64)  # duplicate ids: ties
+    rows = np.sort(rng.integers(0, n_ev, (n, width)), axis=1)
+    term = min(term, width - 1)
+    got = kernels.order_matches(rows, term, ts, ids, 0)
+    t_ = ts[rows[:, term]]
+    i = ids[rows]
+    order = np.lexsort(tuple(i[:, j] for j in reversed(range(width))) + (t_,))  # stable
+    assert np.array_equal(got, rows[order])
+
+
 @settings(max_examples=30, deadline=None)
 @given(st.integers(0, 200), st.integers(0, 6), st.integers(-1, 1), st.integers(0, 2**31 - 1))
 def test_bucket_matches_cuts_at_timestamps(n, n_cuts, term, seed):
@@ -164,8 +187,11 @@ def test_simulation_charges_the_output_parts_per_unit():
     def with_(t, **kw):  # both traced layouts (simulate picks the split one for several agents)
         return dataclasses.replace(t, split=dataclasses.replace(t.split, **kw), **kw)
 
-    serial = with_(tr, output_nogil=0.0, t_opart=0.0)
-    spread = with_(tr, output_nogil=1.0, t_opart=0.0)
+    serial = with_(tr, output_nogil=0.0, output_parallel=None, t_opart=0.0)
+    spread = with_(tr, output_nogil=1.0, output_parallel=None, t_opart=0.0)
+    # a measured parallel share, where there is one, is what the replay uses
+    assert simulate(with_(tr, output_nogil=0.0, output_parallel=1.0, t_opart=0.0), "hybrid", 8).seconds == \
+        pytest.approx(simulate(spread, "hybrid", 8).seconds)
     for k in (1, 8):
         a, b = simulate(serial, "hybrid", k), simulate(spread, "hybrid", k)
         # the CPU time charged does not depend on how the parts are spread

@@ -101,8 +101,12 @@ def test_generators_are_seeded():
 
 
 def test_bench_tiny_writes_summary(tmp_path):
-    res = run_bench(events=1500, windows=(), lengths=(3,), workloads=("stock",), repeat=1)
+    res = run_bench(events=1500, windows=(), lengths=(3,), workloads=("stock",), repeat=1, figure10_windows=(1.0,),
+                    figure10_events=2000, paper_windows=(1.0,), paper_lengths=(3,), paper_events=3000)
     (p,) = res["points"]
+    (q,) = res["figure10_paper"]
+    assert q["matches"] > 0 and len(q["growth"]) == 2 and all(g > 0 for g in q["growth"])
+    assert set(res["summary"]["figure10_paper_regime"]) == {"k=8", "k=12", "k=16", "k=24"}
     assert p["matches"] > 0
     assert set(p["real"]) >= {"hybrid", "rip", "llsf", "state-parallel", "sequential", "detect"}
     s = res["summary"]
@@ -116,6 +120,34 @@ def test_bench_tiny_writes_summary(tmp_path):
 
     write(res, str(tmp_path / "p.json"), None)
     assert json.loads((tmp_path / "p.json").read_text())["summary"]["real_hybrid_ahead_at_k2"]
+    assert "| stock | 3 | 1 |" in md  # the paper-regime table
+    # a benchmark split in runs, merged by the CLI: every point once per run, summary recomputed
+    write(res, str(tmp_path / "q.json"), None)
+    assert main(["parallel", "bench", "--merge", str(tmp_path / "p.json"), str(tmp_path / "q.json"),
+                 "--out", str(tmp_path / "m.json")]) == 0
+    merged = json.loads((tmp_path / "m.json").read_text())
+    assert len(merged["points"]) == 2 and len(merged["figure10_paper"]) == 2
+    assert merged["summary"]["real_hybrid_ahead_at_k2"].endswith("/6")
+    (tmp_path / "bad.json").write_text('{"no": 1}')
+    for bad in (str(tmp_path / "missing.json"), str(tmp_path / "bad.json")):
+        assert main(["parallel", "bench", "--merge", bad, "--out", str(tmp_path / "x.json")]) == 1
+
+
+@pytest.mark.parametrize("units", [1, 2, 3])
+def test_paper_regime_rules_equal_detect(units):
+    """The Figure 10 paper-regime rules (a band on neighbours' prices; distances to different
+    places compared) through the hybrid engine: exactly detect's composite events."""
+    from cep_gpu.parallel import HybridEngine
+    from cep_gpu.parallel.bench import PAPER_WORKLOADS
+
+    for name, (gen, rule_of) in PAPER_WORKLOADS.items():
+        ev = gen(1200, seed=units)
+        rule = rule_of(4, 1.0)
+        with HybridEngine(rule, units=units) as eng:
+            got = eng.publish(ev)
+        expected = cep_gpu.detect(ev, rule, backend="cpu")
+        assert len(expected) > 0, name
+        assert [tuple(x) for x in got["ids"]] == [tuple(x) for x in expected["ids"]], name
 
 
 def test_cli_run_equals_detect(tmp_path, capsys):
@@ -144,3 +176,43 @@ def test_cli_bad_arguments(capsys):
         assert "must be >=" in capsys.readouterr().err
     assert main(["parallel", "run", "/no/such/rules.txt", "/no/such/events.csv"]) == 1
     assert "no such" in capsys.readouterr().err
+
+
+def test_replay_runs_the_gil_held_parts_one_at_a_time(small_trace):
+    """A task's Python (everything of a stage's work but its scanned pairs) holds the GIL: with
+    task costs made large, the hybrid's parallel phase at k units is at least the sum of every
+    chunk's GIL-held work (not that sum / k), and RIP's time at least its units' Python."""
+    from cep_gpu.parallel.engine import auto_batch
+    from cep_gpu.parallel.simulate import stage_calls
+
+    tr, _ = small_trace
+    # the upper bound (no measured serial share): all but the pairs holds the GIL
+    slow = dataclasses.replace(tr, t_task=np.full(3, 1e-3), split=None, units_serial=None)
+    for k in (4, 16):
+        res = simulate(slow, "hybrid", k)
+        batch = auto_batch(slow.chunk, slow.length, k)
+        starts = {0} if len(res.units_per_agent) == 1 else set(range(slow.length - 1))
+        held = sum(float(np.dot(stage_calls(slow, c, starts, batch), slow.t_task)) for c in range(len(slow.chunk_events)))
+        assert res.parallel_s >= held * (1 - 1e-9)
+        assert res.parallel_s > 2 * held / k  # far from a k-fold split of it
+    rip1, rip16 = simulate(slow, "rip", 1), simulate(slow, "rip", 16)
+    assert rip16.seconds > 0.3 * rip1.seconds  # the Python of 16 units does not split 16 ways
+    # a measured serial share replaces the bound, never above it: all of it serial is the bound;
+    # none of it, 16 units are faster
+    for m in ("hybrid", "rip"):
+        serial = dataclasses.replace(slow, units_serial=1.0)
+        assert simulate(serial, m, 16).parallel_s == pytest.approx(simulate(slow, m, 16).parallel_s)
+        free = dataclasses.replace(slow, units_serial=0.0)
+        assert simulate(free, m, 16).parallel_s < simulate(slow, m, 16).parallel_s
+    free = dataclasses.replace(slow, units_serial=0.0)
+    assert simulate(free, "hybrid", 16).parallel_s < 0.5 * simulate(free, "hybrid", 1).parallel_s
+
+
+def test_auto_batch_grows_with_many_units():
+    from cep_gpu.parallel.engine import auto_batch
+
+    # up to 4 units: four tasks per unit and position a chunk, within [256, 1024] (unchanged)
+    assert [auto_batch(16_384, 4, u) for u in (1, 2, 4)] == [1024, 512, 256]
+    assert [auto_batch(32_768, 4, u) for u in (1, 2, 4)] == [1024, 1024, 512]
+    # from 5 units: at least 64 per unit (fewer tasks: their Python runs one at a time)
+    assert auto_batch(16_384, 4, 8) == 512 and auto_batch(16_384, 4, 24) == 1536

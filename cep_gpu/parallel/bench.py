@@ -25,7 +25,7 @@ import pandas as pd
 
 from .baselines import run
 from .engine import HybridEngine
-from .simulate import simulate, trace
+from .simulate import cores_available, simulate, trace
 
 REAL_METHODS = ("hybrid", "hybrid-equal", "state-parallel", "rip", "llsf")
 SIM_METHODS = ("hybrid", "hybrid-equal", "state-parallel", "rip", "llsf")
@@ -45,26 +45,37 @@ def stock_events(n: int, tickers: int = 8, rate: float = 100.0, seed: int = 0) -
                          "price": price, "volume": rng.integers(1, 1000, n)})
 
 
-def stock_rule(length: int, window: float) -> str:
+def stock_rule(length: int, window: float, threshold: float = 0.0) -> str:
+    """``SEQ(S0 a0, ..., S(L-1))``, each price above the one before; with ``threshold`` above it
+    by at least that much (the paper's ``Corr(...) > T``: a threshold sets the selectivity)."""
     al = [f"a{i}" for i in range(length)]
     seq = ", ".join(f"S{i} {a}" for i, a in enumerate(al))
-    where = " and ".join(f"{al[i]}.price > {al[i - 1]}.price" for i in range(1, length))
+    plus = f" + {threshold:g}" if threshold else ""
+    where = " and ".join(f"{al[i]}.price > {al[i - 1]}.price{plus}" for i in range(1, length))
     return f"define Rise pattern SEQ({seq}) where {where} within {window:g} s"
 
 
-def sensor_events(n: int, sensors: int = 8, rate: float = 100.0, seed: int = 0) -> pd.DataFrame:
-    """``n`` readings: ``type`` = sensor ``D0..``, ``distance`` in [0, 10), ``room`` of 3."""
+def sensor_events(n: int, sensors: int = 8, rate: float = 100.0, seed: int = 0, locations: int = 1) -> pd.DataFrame:
+    """``n`` readings: ``type`` = sensor ``D0..``, ``distance`` in [0, 10), ``room`` of 3; with
+    ``locations > 1`` also ``distance1..`` (the distances to other places, as the paper's
+    smart-home readings have: its conditions compare ``A.distanceX < B.distanceY``)."""
     rng = np.random.default_rng(seed + 1)
     ts = np.cumsum(rng.exponential(1.0 / rate, n))
-    return pd.DataFrame({"type": np.array([f"D{k}" for k in range(sensors)])[rng.integers(0, sensors, n)],
-                         "ts": ts, "distance": rng.random(n) * 10.0,
-                         "room": np.array(["hall", "kitchen", "bed"])[rng.integers(0, 3, n)]})
+    df = pd.DataFrame({"type": np.array([f"D{k}" for k in range(sensors)])[rng.integers(0, sensors, n)],
+                       "ts": ts, "distance": rng.random(n) * 10.0,
+                       "room": np.array(["hall", "kitchen", "bed"])[rng.integers(0, 3, n)]})
+    for j in range(1, locations):
+        df[f"distance{j}"] = rng.random(n) * 10.0
+    return df
 
 
-def sensor_rule(length: int, window: float) -> str:
+def sensor_rule(length: int, window: float, threshold: float = 0.0) -> str:
+    """``SEQ(D0 a0, ..., D(L-1))`` with growing distance (by more than ``threshold``) and the
+    same room at both ends."""
     al = [f"a{i}" for i in range(length)]
     seq = ", ".join(f"D{i} {a}" for i, a in enumerate(al))
-    conds = [f"{al[i]}.distance > {al[i - 1]}.distance" for i in range(1, length)]
+    plus = f" + {threshold:g}" if threshold else ""
+    conds = [f"{al[i]}.distance > {al[i - 1]}.distance{plus}" for i in range(1, length)]
     conds.append(f"{al[-1]}.room = {al[0]}.room")
     return f"define Walk pattern SEQ({seq}) where {' and '.join(conds)} within {window:g} s"
 
@@ -72,25 +83,42 @@ def sensor_rule(length: int, window: float) -> str:
 WORKLOADS = {"stock": (stock_events, stock_rule), "sensor": (sensor_events, sensor_rule)}
 
 
-def cores_available(n: int = 20_000_000) -> float:
-    """How many cores two threads get right now: a compiled loop run once alone, then twice at
-    once on two threads (about 0.05 s). 2.0 on an idle 2-core machine; about 1 when other jobs
-    hold a core, and then no 2-unit run can be faster than one unit."""
-    import threading
+def close_rule(length: int, window: float, band: float = 0.3) -> str:
+    """The paper's stock query Q1^A (Table 2) on this stream: ``SEQ(S0 a0, ..., S(L-1))`` whose
+    neighbours' prices are within ``band`` of each other, the analogue of ``Corr(S_(i-1), S_i) >
+    T`` (tickers that move together). Unlike "each price above the last" (whose conditions chain,
+    ``a0 < a1 < a2``: the selectivity falls as ``1 / L!``), the pairs' conditions are nearly
+    independent, as Theorem 2 (Appendix A) assumes."""
+    al = [f"a{i}" for i in range(length)]
+    seq = ", ".join(f"S{i} {a}" for i, a in enumerate(al))
+    where = " and ".join(f"{al[i]}.price < {al[i - 1]}.price + {band:g} and {al[i]}.price > {al[i - 1]}.price - {band:g}"
+                         for i in range(1, length))
+    return f"define Close pattern SEQ({seq}) where {where} within {window:g} s"
 
-    from .kernels import spin
 
-    spin(10)
-    t0 = time.perf_counter()
-    spin(n)
-    one = time.perf_counter() - t0
-    threads = [threading.Thread(target=spin, args=(n,)) for _ in range(2)]
-    t0 = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return 2.0 * one / max(time.perf_counter() - t0, 1e-9)
+def zones_rule(length: int, window: float, threshold: float = 2.0) -> str:
+    """The paper's sensor query Q1^B (Table 2, Section 5.1: ``A.distanceX < B.distanceY``, distances
+    to different places): each reading farther from one place (by more than ``threshold``) than
+    the reading before was from another; every event's two distances differ, so the conditions
+    are independent. Needs ``sensor_events(..., locations=4)``."""
+    def d(j: int) -> str:
+        return "distance" if j == 0 else f"distance{j}"
+
+    al = [f"a{i}" for i in range(length)]
+    seq = ", ".join(f"D{i} {a}" for i, a in enumerate(al))
+    where = " and ".join(f"{al[i]}.{d(2 * (i % 2))} > {al[i - 1]}.{d(2 * ((i - 1) % 2) + 1)} + {threshold:g}"
+                         for i in range(1, length))
+    return f"define Zones pattern SEQ({seq}) where {where} within {window:g} s"
+
+
+def _sensor4(n: int, seed: int = 0) -> pd.DataFrame:
+    return sensor_events(n, seed=seed, locations=4)
+
+
+#: the paper's Figure 10 regime (docs/performance.md): independent pairwise conditions of
+#: selectivity ~0.1-0.2 a compared pair, windows where Theorem 2's growth ``2 e s W`` runs from
+#: about 1 to about 8, pattern lengths 3-5, streams of several chunks
+PAPER_WORKLOADS = {"stock": (stock_events, close_rule), "sensor": (_sensor4, zones_rule)}
 
 
 def _cpu_run(fn):
@@ -167,7 +195,10 @@ def bench_point(workload: str, length: int, window: float, events: int, seed: in
         for units in units_list:
             real_s = best[(m, units)]
             used = point["real"][m][str(units)]["cores_used"]
-            sim = simulate(tr, m, units, cores=min(units, os.cpu_count() or 1))
+            # state-parallel runs one thread per agent whatever ``units``: its threads, not
+            # ``units``, meet the machine's cores (its "x1" run used 1.5 cores here)
+            threads = length - 1 if m == "state-parallel" else units
+            sim = simulate(tr, m, units, cores=min(threads, os.cpu_count() or 1))
             pred_eff = simulate(tr, m, units, cores=max(1, round(used))).seconds
             real_cpu = point["real"][m][str(units)]["cpu_seconds"]
             point["validation"].setdefault(m, {})[str(units)] = {
@@ -202,6 +233,27 @@ def figure10_point(workload: str, length: int, window: float, events: int, seed:
             "matches": int(tr.outputs[:, -1].sum()), "ratios": allocation_ratios(tr)}
 
 
+def figure10_paper_point(workload: str, length: int, window: float, events: int, seed: int) -> dict:
+    """A point of the paper-regime Figure 10 sweep (:data:`PAPER_WORKLOADS`), simulated: the
+    allocation ratios, with Theorem 2's growth factor ``2 e_i s_i W`` per agent and the
+    selectivities read off the trace, and the output's measured parallel share."""
+    from .simulate import stats_from_trace
+
+    gen, rule_of = PAPER_WORKLOADS[workload]
+    ev = gen(events, seed=seed)
+    rule = rule_of(length, window)
+    tr = trace(rule, ev, chunk_size=_chunk_of(rule, ev), batch_size=_trace_batch(rule, ev, length))
+    st = stats_from_trace(tr, 8)
+    growth = [2.0 * st.rates[j] * st.selectivity[j] * st.window for j in range(1, length)]
+    return {"workload": workload, "length": length, "window_s": window, "events": len(ev), "rule": rule,
+            "matches": int(tr.outputs[:, -1].sum()), "chunks": len(tr.chunk_events),
+            "selectivity": list(st.selectivity[1:]), "growth": growth,
+            "pairs_per_match": float(tr.scanned.sum() / max(tr.outputs[:, -1].sum(), 1.0)),
+            "output_parallel": tr.output_parallel, "output_cores": tr.output_cores,
+            "units_serial": tr.units_serial,
+            "ratios": allocation_ratios(tr)}
+
+
 def _trace_batch(rule, ev, length: int) -> int:
     """The trace's batch: the engine's with two units (the real runs it is checked against are
     at one and two units; simulate scales the task counts to other batch sizes)."""
@@ -220,22 +272,35 @@ def _chunk_of(rule, ev) -> int:
 def run_bench(*, events: int = 30_000, windows=(0.25, 0.5, 1.0, 1.5), lengths=(3, 4, 5, 6),
               length_window: float = 0.5, window_length: int = 4, workloads=("stock", "sensor"),
               repeat: int = 2, seed: int = 0, figure10_windows=(1.0, 1.5, 2.0), figure10_events: int = 20_000,
-              progress=None) -> dict:
+              paper_windows=(0.5, 1.0, 1.5, 2.0), paper_lengths=(3, 4, 5), paper_events: int = 100_000,
+              real: bool = True, figure10: bool = True, progress=None) -> dict:
     """The whole benchmark; returns the JSON-ready result with its ``summary``.
 
     ``figure10_windows``: the paper's Figure 10 sweep (allocation against the window, pattern
-    length ``window_length``), simulated only, on ``figure10_events`` events.
+    length ``window_length``), simulated only, on ``figure10_events`` events; ``paper_*``: the
+    same in the paper's regime (:data:`PAPER_WORKLOADS`). ``real=False`` / ``figure10=False``
+    leave out the real points / both Figure 10 sweeps (to split the benchmark in runs; see
+    :func:`merge`).
     """
     t0 = time.perf_counter()
     load0 = os.getloadavg()
     points = []
-    for w in workloads:
+    for w in workloads if real else ():
         for win in windows:
             points.append(bench_point(w, window_length, win, events, seed, repeat, progress=progress) | {"sweep": "window"})
         for L in lengths:
             points.append(bench_point(w, L, length_window, events, seed, repeat, progress=progress) | {"sweep": "length"})
-    fig10 = []
-    for w in workloads:
+    fig10, paper = [], []
+    for w in workloads if figure10 else ():
+        for L in paper_lengths:
+            for win in paper_windows:
+                paper.append(figure10_paper_point(w, L, win, paper_events, seed))
+                if progress:
+                    r = paper[-1]["ratios"]
+                    progress(f"figure 10 (paper regime) {w} L={L} W={win:g}: growth "
+                             f"{', '.join(f'{g:.1f}' for g in paper[-1]['growth'])}; cost/equal end to end "
+                             + ", ".join(f"k={k} {r[k]['end_to_end']:.2f}" for k in r if int(k) >= 8))
+    for w in workloads if figure10 else ():
         for win in figure10_windows:
             fig10.append(figure10_point(w, window_length, win, figure10_events, seed))
             if progress:
@@ -249,10 +314,13 @@ def run_bench(*, events: int = 30_000, windows=(0.25, 0.5, 1.0, 1.5), lengths=(3
                     "load_average_start": load0, "load_average_end": os.getloadavg()},
         "settings": {"events": events, "windows": list(windows), "lengths": list(lengths), "repeat": repeat,
                      "seed": seed, "sim_units": list(SIM_UNITS), "figure10_windows": list(figure10_windows),
-                     "figure10_events": figure10_events},
+                     "figure10_events": figure10_events, "paper_windows": list(paper_windows),
+                     "paper_lengths": list(paper_lengths), "paper_events": paper_events,
+                     "workloads": list(workloads), "real": real, "figure10": figure10},
         "points": points,
         "figure10": fig10,
-        "summary": summarize(points, fig10),
+        "figure10_paper": paper,
+        "summary": summarize(points, fig10, paper),
         "seconds": time.perf_counter() - t0,
     }
 
@@ -261,9 +329,10 @@ def _spread(xs: list[float]) -> dict | None:
     return {"min": min(xs), "median": float(np.median(xs)), "max": max(xs)} if xs else None
 
 
-def summarize(points: list[dict], figure10: list[dict] | None = None) -> dict:
-    """The issue's success criteria, measured."""
+def summarize(points: list[dict], figure10: list[dict] | None = None, paper: list[dict] | None = None) -> dict:
+    """The issue's success criteria, measured (any of the three lists may be empty)."""
     figure10 = figure10 or []
+    paper = paper or []
     ahead, total, behind = 0, 0, []
     ahead_free, total_free = 0, 0  # at points where two threads got at least 1.5 cores
     for p in points:
@@ -331,13 +400,9 @@ def summarize(points: list[dict], figure10: list[dict] | None = None) -> dict:
         "sim_points_behind": sim_behind,
         "sim_hybrid_one_splitter_ahead_k_ge_2": f"{sim_ahead1}/{sim_total}",
         "sim_hybrid_over_rip_k_ge_8": _spread(over_rip),
-        "cost_model_vs_equal_static_k_ge_8": {"min": min(ratios), "median": float(np.median(ratios)),
-                                              "max": max(ratios)} if ratios else None,
-        "cost_model_with_fusion_vs_equal_static_k_ge_8": {
-            "min": min(ratios_fused), "median": float(np.median(ratios_fused)), "max": max(ratios_fused)}
-        if ratios_fused else None,
-        "cost_model_vs_equal_dynamic_k_ge_8": {"min": min(ratios_dyn), "median": float(np.median(ratios_dyn)),
-                                               "max": max(ratios_dyn)} if ratios_dyn else None,
+        "cost_model_vs_equal_static_k_ge_8": _spread(ratios),
+        "cost_model_with_fusion_vs_equal_static_k_ge_8": _spread(ratios_fused),
+        "cost_model_vs_equal_dynamic_k_ge_8": _spread(ratios_dyn),
         "cost_model_ge_1_5x_equal_at_k_ge_8": bool(ratios) and bool(min(ratios) >= 1.5),
         "cost_model_vs_equal_parallel_phase_k_ge_8": _spread(par_ratios),
         "figure10_parallel_phase_k_ge_8": _spread(f10_par),
@@ -356,12 +421,44 @@ def summarize(points: list[dict], figure10: list[dict] | None = None) -> dict:
         "sim_cpu_validation_median_error": float(np.median(cpu_errs)) if cpu_errs else None,
         "sim_cpu_validation_max_error_1_unit": max(cpu_errs1) if cpu_errs1 else None,
         "sim_cpu_validation_share_within_20pct": float(np.mean([e <= 0.2 for e in cpu_errs])) if cpu_errs else None,
-        "median_cores_used_by_real_runs": float(np.median([v["cores_used"] for p in points for m in p["real"].values()
-                                                           for v in m.values()])),
-        "hybrid2_vs_batch_detect": {"min": min(vs_detect), "median": float(np.median(vs_detect)), "max": max(vs_detect)},
-        "hybrid2_vs_sequential_engine": {"min": min(vs_seq), "median": float(np.median(vs_seq)), "max": max(vs_seq)},
-        "hybrid_speedup_2_over_1_unit": {"min": min(speedup), "median": float(np.median(speedup)), "max": max(speedup)},
+        "median_cores_used_by_real_runs": _spread([v["cores_used"] for p in points for m in p["real"].values()
+                                                   for v in m.values()]),
+        "hybrid2_vs_batch_detect": _spread(vs_detect),
+        "hybrid2_vs_sequential_engine": _spread(vs_seq),
+        "hybrid_speedup_2_over_1_unit": _spread(speedup),
+        **paper_summary(paper),
     }
+
+
+def paper_summary(paper: list[dict]) -> dict:
+    """The cost-model criterion in the paper's Figure 10 regime: per k >= 8, the cost model over
+    the equal split (end to end and parallel phase), over all points and over those whose
+    growth factors (Theorem 2's ``2 e s W``, every agent but the last) are all >= 2."""
+    if not paper:
+        return {}
+    out: dict = {}
+    for k in [k for k in paper[0]["ratios"] if int(k) >= 8]:
+        e2e = [q["ratios"][k]["end_to_end"] for q in paper]
+        par = [q["ratios"][k]["parallel_phase"] for q in paper]
+        # agent i's load over agent i-1's follows m_i / m_(i-1): the growth of every agent but the
+        # last (whose growth is the rate of composite events)
+        grown = [q["ratios"][k]["end_to_end"] for q in paper if min(q["growth"][:-1]) >= 2.0]
+        out[f"k={k}"] = {"end_to_end": _spread(e2e), "parallel_phase": _spread(par),
+                         "end_to_end_ge_1_5x": f"{sum(r >= 1.5 for r in e2e)}/{len(e2e)}",
+                         "end_to_end_where_growth_ge_2": _spread(grown),
+                         "end_to_end_ge_1_5x_where_growth_ge_2": f"{sum(r >= 1.5 for r in grown)}/{len(grown)}"}
+    return {"figure10_paper_regime": out}
+
+
+def merge(results: list[dict]) -> dict:
+    """Several :func:`run_bench` results (a benchmark split in runs) as one, summary recomputed."""
+    points = [p for r in results for p in r["points"]]
+    fig10 = [q for r in results for q in r.get("figure10", [])]
+    paper = [q for r in results for q in r.get("figure10_paper", [])]
+    return {"machine": results[0]["machine"], "runs": [{"machine": r["machine"], "settings": r["settings"],
+                                                        "seconds": r["seconds"]} for r in results],
+            "settings": results[0]["settings"], "points": points, "figure10": fig10, "figure10_paper": paper,
+            "summary": summarize(points, fig10, paper), "seconds": sum(r["seconds"] for r in results)}
 
 
 def plot(result: dict, path: str) -> None:
@@ -486,4 +583,16 @@ def markdown(result: dict) -> str:
             lines.append(f"| {q['workload']} | {q['length']} | {q['window_s']:g} | {q['matches']:,} | "
                          + " | ".join(f"{rs[k_]['end_to_end']:.2f} | {rs[k_]['parallel_phase']:.2f}" for k_ in ks)
                          + f" | {rs['8']['units_cost_model']} / {rs['8']['units_equal']} |")
+    paper = result.get("figure10_paper") or []
+    if paper:
+        ks = [k_ for k_ in paper[0]["ratios"] if int(k_) >= 8]
+        lines += ["", "| workload | L | W (s) | matches | growth 2esW per agent | pairs a match | "
+                  + " | ".join(f"k={k_}: end to end | parallel phase" for k_ in ks) + " | units k=24 (cost model / equal) |",
+                  "|---|---|---|---|---|---|" + "---|---|" * len(ks) + "---|"]
+        for q in paper:
+            rs = q["ratios"]
+            lines.append(f"| {q['workload']} | {q['length']} | {q['window_s']:g} | {q['matches']:,} | "
+                         f"{', '.join(f'{g:.1f}' for g in q['growth'])} | {q['pairs_per_match']:.0f} | "
+                         + " | ".join(f"{rs[k_]['end_to_end']:.2f} | {rs[k_]['parallel_phase']:.2f}" for k_ in ks)
+                         + f" | {rs['24']['units_cost_model']} / {rs['24']['units_equal']} |")
     return "\n".join(lines)

@@ -64,6 +64,11 @@ def add_bench_arguments(b: argparse.ArgumentParser) -> None:
     b.add_argument("--quick", action="store_true", help="one workload, two points, few events")
     b.add_argument("--out", help="write the results (JSON, with a summary) here")
     b.add_argument("--plot", help="draw the figure (PNG) here")
+    b.add_argument("--workloads", nargs="+", choices=["stock", "sensor"], default=["stock", "sensor"])
+    b.add_argument("--no-real", action="store_true", help="leave out the real points (simulated Figure 10 only)")
+    b.add_argument("--no-figure10", action="store_true", help="leave out both simulated Figure 10 sweeps")
+    b.add_argument("--merge", nargs="+", metavar="JSON",
+                   help="run nothing: merge these results (a benchmark split in runs) into --out/--plot")
 
 
 def cmd_run(args) -> int:
@@ -106,10 +111,31 @@ def cmd_bench(args) -> int:
     from .bench import json_default, run_bench, write
 
     console = Console(stderr=True)
-    kw = {}
+    if getattr(args, "merge", None):
+        from .bench import merge
+
+        results = []
+        for path in args.merge:
+            try:
+                with open(path) as f:
+                    results.append(json.load(f))
+            except (OSError, ValueError) as exc:
+                print(f"cep-gpu parallel bench: error: cannot read {path}: {exc}", file=sys.stderr)
+                return 1
+            if not isinstance(results[-1], dict) or "points" not in results[-1]:
+                print(f"cep-gpu parallel bench: error: {path} is not a 'cep-gpu parallel bench' result",
+                      file=sys.stderr)
+                return 1
+        res = merge(results)
+        write(res, args.out, args.plot)
+        console.print_json(json.dumps(res["summary"], default=json_default))
+        return 0
+    kw = {"workloads": tuple(getattr(args, "workloads", None) or ("stock", "sensor")),
+          "real": not getattr(args, "no_real", False), "figure10": not getattr(args, "no_figure10", False)}
     if args.quick:
-        kw = {"windows": (0.5,), "lengths": (3,), "workloads": ("stock",), "events": min(args.events, 5000),
-              "repeat": 1}
+        kw |= {"windows": (0.5,), "lengths": (3,), "workloads": ("stock",), "events": min(args.events, 5000),
+               "repeat": 1, "figure10_windows": (1.0,), "figure10_events": 5000, "paper_windows": (1.0,),
+               "paper_lengths": (3,), "paper_events": 5000}
     res = run_bench(events=kw.pop("events", args.events), repeat=kw.pop("repeat", args.repeat), seed=args.seed,
                     progress=lambda s: console.print(s, highlight=False), **kw)
     write(res, args.out, args.plot)

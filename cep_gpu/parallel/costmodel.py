@@ -19,7 +19,7 @@ order condition is part of the selectivity).
 
 from __future__ import annotations
 
-import math
+import heapq
 from dataclasses import dataclass, field
 
 from ..errors import ArgumentError
@@ -121,24 +121,25 @@ def proportional(loads: list[float], units: int) -> list[float]:
 
 
 def integer_allocation(shares: list[float], units: int) -> list[int]:
-    """Round Eq. (6) to whole units: at least one per agent, the rest by largest remainder.
+    """Round Eq. (6) to whole units: at least one per agent, then each further unit to the agent
+    with the most load per unit (``share / units`` largest; the earlier agent on a tie).
 
-    Needs ``units >= len(shares)``.
+    Eq. (6) equalises the load per unit; with whole units this greedy rounding minimises the
+    largest load per unit (the slowest agent), which largest-remainder rounding does not: it
+    can leave a small agent one unit short (shares 1.25, 5, 17.75 of 24 gave 1, 5, 18, whose
+    first agent then carries 1.25 units' load on one). Needs ``units >= len(shares)``.
     """
     k = len(shares)
     if units < k:
         raise ArgumentError(f"{units} units cannot give each of {k} agents one")
-    total = sum(shares) or 1.0
-    spare = units - k
-    want = [max(x / total * units - 1.0, 0.0) for x in shares]
-    wsum = sum(want)
-    ideal = [w / wsum * spare if wsum > 0 else spare / k for w in want]
-    base = [int(math.floor(x)) for x in ideal]
-    left = spare - sum(base)
-    order = sorted(range(k), key=lambda j: (-(ideal[j] - base[j]), j))
-    for j in order[:left]:
-        base[j] += 1
-    return [1 + b for b in base]
+    whole = [1] * k
+    heap = [(-float(x), j) for j, x in enumerate(shares)]
+    heapq.heapify(heap)
+    for _ in range(units - k):
+        _, j = heapq.heappop(heap)
+        whole[j] += 1
+        heapq.heappush(heap, (-float(shares[j]) / whole[j], j))
+    return whole
 
 
 def equal_allocation(n_agents: int, units: int) -> list[int]:

@@ -91,7 +91,7 @@ class HybridEngine:
         ``calibration_events`` events of the first publish (:meth:`calibrate`).
     batch_size, chunk_size:
         Items per task, and events fed between two quiescent points (where buffers are pruned).
-        Default: :func:`auto_chunk` (about two windows of events, 16384 to 65536) and
+        Default: :func:`auto_chunk` (about two windows of events, 32768 to 65536) and
         :func:`auto_batch` (small enough that every agent gets several tasks per unit per chunk).
     output_part:
         Composite events are built each time at least this many are held, in up to ``units + 1``
@@ -491,12 +491,15 @@ def concat_parts(parts: list, arrow: bool):
 
 
 def auto_chunk(rate: float, window_s: float) -> int:
-    """Events between two quiescent points: about two windows' worth, within [16384, 65536].
+    """Events between two quiescent points: about two windows' worth, within [32768, 65536].
 
     Each quiescent point is a barrier (every unit waits for the slowest); match fragments are
-    searched by blocks, so longer chunks cost little in probing and save barriers.
+    searched by blocks, so longer chunks cost little in probing and save barriers. The floor
+    was 16384: on two free cores (13:33 UTC, docs/performance.md) 32768 took the hybrid with
+    two units from 225 to 200 ms at sensor L=4, W=1.5 s (100,000 events; LLSF 208 ms) and from
+    34 to 33 ms at stock L=4, W=0.5 s.
     """
-    return int(min(max(2.0 * rate * window_s, 16_384), 65_536))
+    return int(min(max(2.0 * rate * window_s, 32_768), 65_536))
 
 
 def auto_batch(chunk: int, length: int, units: int) -> int:
@@ -507,8 +510,13 @@ def auto_batch(chunk: int, length: int, units: int) -> int:
     buffer (one per unit there), so with many units small tasks cost more in visits and calls
     than the balance they buy (in the k-unit replay, 32-item tasks left the hybrid behind RIP at
     k >= 8 for patterns of 5-6 positions; 256 does not change 1 or 2 units at chunks >= 16,384).
+    From 5 units on, at least ``64 * units``: a task's Python (about 15-40 us, with its fragment
+    visits) holds the GIL, so all units' tasks run one at a time; with many units that, not
+    the joins, sets the pace unless tasks grow with the units (the k-unit replay charges it:
+    docs/parallel.md, "The GIL").
     """
-    return int(min(max(chunk // (max(length, 1) * 4 * max(units, 1)), 256), 1024))
+    return int(min(max(chunk // (max(length, 1) * 4 * max(units, 1)), 256, 64 * max(units, 1)),
+                   max(1024, 64 * max(units, 1))))
 
 
 def measure_stats(spec: ChainSpec, table, strcodes: np.ndarray) -> ChainStats:

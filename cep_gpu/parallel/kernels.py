@@ -319,14 +319,61 @@ def spin(n):
 
 
 @numba.njit(**_JIT)
-def _before(a, b, key_ts, key_ids):
-    """Whether match ``a`` sorts before match ``b`` by (ts, ids...) (``detect``'s order)."""
+def _after_idx(a, b, key_ts, key_ids):
+    """Whether match ``a`` sorts after match ``b`` by (ts, ids..., input position): ``detect``'s
+    order, ties in input order (a total order, so any sort gives the stable result)."""
     if key_ts[a] != key_ts[b]:
-        return key_ts[a] < key_ts[b]
+        return key_ts[a] > key_ts[b]
     for j in range(key_ids.shape[1]):
         if key_ids[a, j] != key_ids[b, j]:
-            return key_ids[a, j] < key_ids[b, j]
-    return False
+            return key_ids[a, j] > key_ids[b, j]
+    return a > b
+
+
+@numba.njit(**_JIT)
+def _sort_range(idx, tmp, lo, hi, key_ts, key_ids):
+    """Sort ``idx[lo:hi]`` by (ts, ids..., input position): runs of 16 by insertion sort, then
+    bottom-up merges (``tmp`` is scratch of the same length)."""
+    run = 16
+    for a0 in range(lo, hi, run):
+        a1 = min(a0 + run, hi)
+        for i in range(a0 + 1, a1):
+            x = idx[i]
+            k = i - 1
+            while k >= a0 and _after_idx(idx[k], x, key_ts, key_ids):
+                idx[k + 1] = idx[k]
+                k -= 1
+            idx[k + 1] = x
+    width_run = run
+    src, dst = idx, tmp
+    swapped = False
+    while width_run < hi - lo:
+        for a0 in range(lo, hi, 2 * width_run):
+            mid = min(a0 + width_run, hi)
+            end = min(a0 + 2 * width_run, hi)
+            a, b, o = a0, mid, a0
+            while a < mid and b < end:
+                if _after_idx(src[a], src[b], key_ts, key_ids):
+                    dst[o] = src[b]
+                    b += 1
+                else:
+                    dst[o] = src[a]
+                    a += 1
+                o += 1
+            while a < mid:
+                dst[o] = src[a]
+                a += 1
+                o += 1
+            while b < end:
+                dst[o] = src[b]
+                b += 1
+                o += 1
+        src, dst = dst, src
+        swapped = not swapped
+        width_run *= 2
+    if swapped:
+        for i in range(lo, hi):
+            idx[i] = src[i]
 
 
 @numba.njit(**_JIT)
@@ -334,13 +381,21 @@ def order_matches(rows, term, ts, ids, base):
     """Local rows (``rows - base``) of matches sorted by (ts, ids...), as ``detect`` orders them.
 
     ``term``: the position whose event sets a match's timestamp (``-1``: the latest of its
-    events). A stable merge sort over indices (ties keep their order), without the GIL, so that
-    the output parts are sorted by several units at once.
+    events). Ties (the same ids throughout) keep their input order. Without the GIL, so that the
+    output parts are sorted by several units at once.
+
+    The store's rows are in timestamp order, so when a match's timestamp is one position's
+    event (``term >= 0``) a counting sort by that row orders the matches by timestamp in one
+    pass; only the matches of one timestamp (a few dozen at most, typically) are then sorted by
+    their ids. Otherwise (``term = -1``, a row range much wider than the matches, or timestamps
+    out of row order) one merge sort over all of them.
     """
     n, width = rows.shape
     key_ts = np.empty(n, np.int64)
     key_ids = np.empty((n, width), np.int64)
     local = np.empty((n, width), np.int64)
+    lo_row = np.int64(2**62)
+    hi_row = np.int64(-1)
     for i in range(n):
         best = np.int64(-(2**62))
         for j in range(width):
@@ -349,44 +404,43 @@ def order_matches(rows, term, ts, ids, base):
             key_ids[i, j] = ids[r]
             if ts[r] > best:
                 best = ts[r]
-        key_ts[i] = ts[rows[i, term] - base] if term >= 0 else best
+        if term >= 0:
+            r = local[i, term]
+            key_ts[i] = ts[r]
+            lo_row = min(lo_row, r)
+            hi_row = max(hi_row, r)
+        else:
+            key_ts[i] = best
     idx = np.arange(n)
     tmp = np.empty(n, np.int64)
-    # runs of 16 by insertion sort, then bottom-up merges
-    run = 16
-    for lo in range(0, n, run):
-        hi = min(lo + run, n)
-        for i in range(lo + 1, hi):
-            x = idx[i]
-            k = i - 1
-            while k >= lo and _before(x, idx[k], key_ts, key_ids):
-                idx[k + 1] = idx[k]
-                k -= 1
-            idx[k + 1] = x
-    width_run = run
-    while width_run < n:
-        for lo in range(0, n, 2 * width_run):
-            mid = min(lo + width_run, n)
-            hi = min(lo + 2 * width_run, n)
-            a, b, o = lo, mid, lo
-            while a < mid and b < hi:
-                if _before(idx[b], idx[a], key_ts, key_ids):
-                    tmp[o] = idx[b]
-                    b += 1
-                else:
-                    tmp[o] = idx[a]
-                    a += 1
-                o += 1
-            while a < mid:
-                tmp[o] = idx[a]
-                a += 1
-                o += 1
-            while b < hi:
-                tmp[o] = idx[b]
+    counting = term >= 0 and n > 32 and hi_row - lo_row < 4 * n + 4096
+    if counting:
+        for r in range(lo_row, hi_row):
+            if ts[r + 1] < ts[r]:
+                counting = False
+                break
+    if not counting:
+        _sort_range(idx, tmp, 0, n, key_ts, key_ids)
+    else:
+        # stable counting sort by the timestamp's row (rows are in timestamp order) ...
+        count = np.zeros(hi_row - lo_row + 2, np.int64)
+        for i in range(n):
+            count[local[i, term] - lo_row + 1] += 1
+        for r in range(1, count.shape[0]):
+            count[r] += count[r - 1]
+        for i in range(n):
+            r = local[i, term] - lo_row
+            idx[count[r]] = i
+            count[r] += 1
+        # ... then each run of one timestamp by its ids
+        a = 0
+        while a < n:
+            b = a + 1
+            while b < n and key_ts[idx[b]] == key_ts[idx[a]]:
                 b += 1
-                o += 1
-        idx, tmp = tmp, idx
-        width_run *= 2
+            if b - a > 1:
+                _sort_range(idx, tmp, a, b, key_ts, key_ids)
+            a = b
     out = np.empty((n, width), np.int64)
     for i in range(n):
         for j in range(width):

@@ -75,6 +75,10 @@ class Trace:
     chunk: int = 16_384
     t_item: float = 0.0  # per item entering a stage (numbering, appending, output)
     t_piece: float = 0.0  # data-parallel: per piece (a runtime built, fed and drained)
+    #: the hybrid engine's fixed cost of a run beyond ingestion and output (building the engine,
+    #: starting and stopping its threads, the publish's checks, chunk bounds, joining the parts):
+    #: charged once per run to the publishing thread (:func:`_run_overhead`)
+    t_run: float = 0.0
     match_items: np.ndarray = field(default_factory=lambda: np.empty((0, 0)))
     span_s: float = 1.0
     first_ts: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
@@ -86,6 +90,14 @@ class Trace:
     #: the share of ``output_s`` that runs without the GIL (the compiled sort): only this share
     #: of an output part runs in parallel with the others in the replay
     output_nogil: float = 0.0
+    #: the share of building output parts that ran in parallel on two threads, measured
+    #: (:func:`_output_parallel_share`); ``None``: not measurable, ``output_nogil`` is used
+    output_parallel: float | None = None
+    output_cores: float = 0.0  # the cores two threads got while it was measured
+    #: the share of the units' work that did not run in parallel when two units ran the rule at
+    #: once on two threads (:func:`_units_serial_share`: the GIL-held Python, and what two
+    #: threads contend for); ``None``: not measurable, the replay takes all but the pairs
+    units_serial: float | None = None
     #: the run had every stage in one agent (else one agent per stage); ``split``: the same rule
     #: traced the other way, for layouts with several agents (simulate picks)
     fused: bool = True
@@ -109,10 +121,20 @@ def trace(rule, events: pd.DataFrame, *, time_unit: str = "s", chunk_size: int =
     # the same pairs cost more when every stage is its own agent (partial matches wait in queues
     # and come back cold) than when the stages run fused: both layouts are recorded
     traces = []
+    probe: tuple[float | None, float] = (None, 0.0)
+    serial: float | None = None
     for fused in (True, False):
-        _trace_once(r, events, time_unit, chunk_size, batch_size, stats, fused)
+        warm = _trace_once(r, events, time_unit, chunk_size, batch_size, stats, fused, probe=fused)
+        if fused:  # measured once: a property of building the output, not of the layout
+            probe = (warm.output_parallel, warm.output_cores)
+            serial = warm.units_serial
         traces.append(min((_trace_once(r, events, time_unit, chunk_size, batch_size, stats, fused)
                            for _ in range(repeat)), key=_charged))
+    t_run = _run_overhead(r, events, time_unit)
+    for tr in traces:
+        tr.output_parallel, tr.output_cores = probe
+        tr.units_serial = serial
+        tr.t_run = t_run
     traces[0].split = traces[1]
     return traces[0]
 
@@ -123,7 +145,7 @@ def _charged(tr: Trace) -> float:
         + float(tr.items.sum()) * tr.t_item + tr.t_event * tr.n_events
 
 
-def _trace_once(r, events, time_unit, chunk_size, batch_size, stats, fused: bool) -> Trace:
+def _trace_once(r, events, time_unit, chunk_size, batch_size, stats, fused: bool, probe: bool = False) -> Trace:
     t0 = time.thread_time()
     strings = _compat.StringDictionary()
     table = _compat.ingest(events, time_unit, strings)
@@ -184,6 +206,8 @@ def _trace_once(r, events, time_unit, chunk_size, batch_size, stats, fused: bool
     concat_parts(parts, False)
     t_out = time.thread_time() - t1
     t_opart = _output_part_cost(r, chunk_results, store, out_table)
+    par_share, par_cores = _output_parallel_share(r, chunk_results, store, out_table) if probe else (None, 0.0)
+    units_serial = _units_serial_share(spec, store, strcodes, rows, chunk_size, batch_size) if probe else None
     # the part of the output work that runs without the GIL: sorting the matches (compiled,
     # nogil); the rest (gathers, Arrow and pandas frames) is charged as if it held the GIL
     t_sort = 0.0
@@ -213,7 +237,7 @@ def _trace_once(r, events, time_unit, chunk_size, batch_size, stats, fused: bool
     # per task: the call, one fragment visit (the trace ran one unit) and the wrapping
     t_task = np.maximum(per_call, 0.0) + t_access + wrap
     pair_s = float((scanned.sum(axis=0) * c_scan).sum())
-    t_piece = _piece_cost(spec, store, strcodes, rows[: min(len(rows), 64)], t_task, t_item)
+    t_piece = _piece_cost(spec, store, strcodes, rows[: min(len(rows), 64)], t_task, t_item, c_scan)
     t_route, t_fpush, t_route_owned, t_slice = _feed_costs(spec, store, strcodes, rows, chunk_size)
     # hand-overs per stage: the batches entering it (stage 1 gets the splitter's)
     pushes = tasks.copy()
@@ -227,6 +251,7 @@ def _trace_once(r, events, time_unit, chunk_size, batch_size, stats, fused: bool
         t_access=t_access, t_push=t_push, t_barrier=barrier_s / max(len(per_chunk), 1),
         serial_s=t_ingest + t_out, output_s=t_out, t_opart=t_opart,
         output_nogil=min(t_sort / t_out, 1.0) if t_out > 0 else 0.0, stats=stats,
+        output_parallel=par_share, output_cores=par_cores, units_serial=units_serial,
         t_event=t_route, t_fpush=t_fpush, t_event_owned=t_route_owned, t_slice=t_slice,
         match_work_s=pair_work,
         match_items=match_items, span_s=float(ts[-1] - ts[0]) / 1e9 if len(ts) > 1 else 1.0,
@@ -235,6 +260,41 @@ def _trace_once(r, events, time_unit, chunk_size, batch_size, stats, fused: bool
     )
     rt.close()
     return tr
+
+
+def _run_overhead(rule, events: pd.DataFrame, time_unit: str, n: int = 8) -> float:
+    """CPU seconds (all threads) of a whole ``HybridEngine`` run over ``n`` events with two units,
+    less ingesting those events and building their (empty) output as the trace charges them:
+    what a run costs beyond the work the trace charges per event, task, pair and part. Median
+    of 9, after a warm-up run."""
+    from .engine import HybridEngine
+
+    tiny = events.iloc[:n]
+
+    def engine_run() -> float:
+        c0 = time.process_time()
+        eng = HybridEngine([rule], units=2, time_unit=time_unit)
+        try:
+            eng.publish(tiny)
+        finally:
+            eng.close()
+        return time.process_time() - c0
+
+    def charged() -> float:
+        c0 = time.process_time()
+        strings = _compat.StringDictionary()
+        table = _compat.ingest(tiny, time_unit, strings)
+        (spec,) = compile_rules([rule], table.time.scale_ns())
+        store = Store(spec.attributes)
+        store.append(table)
+        out_table = _compat.store_table(store, strings, table.time)
+        concat_parts([b() for b in output_parts([rule], [np.empty((0, spec.length), np.int64)], store, out_table,
+                                                False, OUTPUT_PART, 1).build], False)
+        return time.process_time() - c0
+
+    engine_run()
+    charged()
+    return max(float(np.median([engine_run() for _ in range(9)]) - np.median([charged() for _ in range(9)])), 0.0)
 
 
 def _feed_costs(spec, store, strcodes, rows, chunk: int) -> tuple[float, float, float, float]:
@@ -294,6 +354,135 @@ def _output_part_cost(rule, chunk_results, store, out_table) -> float:
     return max(many - one, 0.0) / (OUTPUT_PROBE - 1)
 
 
+def _units_serial_share(spec, store, strcodes, rows, chunk: int, batch: int) -> float | None:
+    """The share of the units' work that holds the GIL, measured: the rule run over the events by
+    an inline runtime (every stage its own agent) on one thread while a second thread runs a pure
+    Python loop, which can only run while the first does not hold the GIL. On two free cores the
+    loop's rate falls, against its rate alone, by the share of the time the run holds the GIL
+    (the median of 7 turns). Amdahl's law read on two runs at once cannot tell 0.05 from 0, which is what
+    decides 24 units; this can. ``None`` where two threads got less than 1.5 cores."""
+    import threading
+
+    n = spec.length
+    layout = Layout([[(p,) for p in range(1, n)]], [0] * (n - 1), 1)
+
+    def one() -> None:
+        rt = Runtime([spec], store, layout, [strcodes], dynamic=False, threads=False, batch_size=batch)
+        for lo, hi in chunk_bounds(store.ts[rows - store.base], chunk):
+            rt.feed(rows[lo:hi])
+            rt.drain()
+            rt.quiesce()
+            rt.take_results()
+        rt.close()
+
+    def spin_python(stop: threading.Event, out: list) -> None:
+        k = 0
+        t0 = time.perf_counter()
+        while not stop.is_set():
+            for _ in range(200):
+                k += 1
+        out.append(k / (time.perf_counter() - t0))
+
+    def rate(with_run: bool) -> tuple[float, float]:
+        stop, out = threading.Event(), []
+        th = threading.Thread(target=spin_python, args=(stop, out))
+        t0 = time.perf_counter()
+        th.start()
+        if with_run:
+            one()
+        else:
+            time.sleep(0.05)
+        took = time.perf_counter() - t0
+        stop.set()
+        th.join()
+        return out[0], took
+
+    import sys
+
+    one()  # warm
+    c0 = cores_available()
+    # the loop hands the GIL over as soon as the run asks for it (by default it would keep it for
+    # 5 ms, starving the run, and lose nothing itself)
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)
+    try:
+        # alone and beside the run in turns, the median of the 7 ratios: a burst of other work
+        # hits one pair, not the result
+        ratios = []
+        for _ in range(7):
+            alone = rate(False)[0]
+            ratios.append(rate(True)[0] / alone)
+    finally:
+        sys.setswitchinterval(old)
+    if (c0 + cores_available()) / 2 < 1.5:
+        return None
+    return float(np.clip(1.0 - np.median(ratios), 0.0, 1.0))
+
+
+def _output_parallel_share(rule, chunk_results, store, out_table) -> tuple[float | None, float]:
+    """The share of building output parts that runs in parallel, measured: the run's composite
+    events cut in two parts as the engine cuts them, built one after the other and on two
+    threads at once (best of 5 each), on the cores two threads get right now (``c``, by
+    :func:`cores_available` before and after). Amdahl's law, ``t2 / t1 = (1 - f) + f / c``,
+    gives ``f``. ``(None, c)`` where the output is too small to time (fewer than two parts'
+    worth) or two threads got less than 1.5 cores (``f`` is then not measurable: the replay
+    falls back to the compiled sort's share, as if all the rest held the GIL)."""
+    import threading
+
+    res = np.concatenate(chunk_results) if chunk_results else np.empty((0, 1), np.int64)
+    if len(res) < 2 * OUTPUT_PART:
+        return None, 0.0
+    job = output_parts([rule], [res], store, out_table, False, OUTPUT_PART, 2)
+    if len(job.build) != 2:
+        return None, 0.0
+    for b in job.build:
+        b()  # warm
+
+    def serial() -> float:
+        t0 = time.perf_counter()
+        for b in job.build:
+            b()
+        return time.perf_counter() - t0
+
+    def two() -> float:
+        threads = [threading.Thread(target=b) for b in job.build]
+        t0 = time.perf_counter()
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        return time.perf_counter() - t0
+
+    c0 = cores_available()
+    t1 = min(serial() for _ in range(5))
+    t2 = min(two() for _ in range(5))
+    c = (c0 + cores_available()) / 2
+    if c < 1.5:
+        return None, c
+    return float(np.clip((1.0 - t2 / t1) / (1.0 - 1.0 / min(c, 2.0)), 0.0, 1.0)), c
+
+
+def cores_available(n: int = 20_000_000) -> float:
+    """How many cores two threads get right now: a compiled loop run once alone, then twice at
+    once on two threads (about 0.05 s). 2.0 on an idle 2-core machine; about 1 when other jobs
+    hold a core, and then no 2-unit run can be faster than one unit."""
+    import threading
+
+    spin = kernels.spin
+    spin(10)
+    t0 = time.perf_counter()
+    spin(n)
+    one = time.perf_counter() - t0
+    threads = [threading.Thread(target=spin, args=(n,)) for _ in range(2)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return 2.0 * one / max(time.perf_counter() - t0, 1e-9)
+
+
+
 #: output parts when :func:`_output_part_cost` measures the cost of a part
 OUTPUT_PROBE = 8
 
@@ -334,28 +523,33 @@ def _call_item_cost(spec, store, strcodes, rows) -> tuple[float, float]:
     return small, max(big - small, 0.0) / 255
 
 
-def _piece_cost(spec, store, strcodes, rows, t_task: np.ndarray, t_item: float) -> float:
-    """Seconds of a RIP/LLSF piece beyond its tasks and items: build an inline runtime, feed it a
-    real slice of events (every stage gets fragments), drain it, prune it at its quiescent point
-    and take its results; the stage calls and items it ran are charged at the trace's own costs
-    and taken off, since simulate charges them per task and per item."""
+def _piece_cost(spec, store, strcodes, rows, t_task: np.ndarray, t_item: float, c_scan: np.ndarray) -> float:
+    """Seconds of a RIP/LLSF piece beyond its tasks, items and pairs: build an inline runtime,
+    feed it a real slice of events (every stage gets fragments), drain it, prune it at its
+    quiescent point and take its results; the stage calls, items and scanned pairs it ran are
+    charged at the trace's own costs and taken off, since simulate charges them per task, per
+    item and per pair. One warm-up, then the median of 20 (the mean of 10 with the first, cold,
+    runtime among them charged LLSF at short windows, hundreds of small pieces, 12-31% too much).
+    """
     n = spec.length
-    reps = 10
     layout = Layout([[(p,) for p in range(1, n)]], [0] * (n - 1), 1)
-    t0 = time.thread_time()
-    calls = np.zeros(n - 1)
-    items = 0
-    for _ in range(reps):
+    spent = []
+    for rep in range(21):
+        t0 = time.thread_time()
         rt = Runtime([spec], store, layout, [strcodes], dynamic=False, threads=False)
         rt.feed(rows, first_only=rows)
         rt.drain()
         rt.quiesce()
         rt.take_results()
+        took = time.thread_time() - t0
         st = rt.stage_stats()[0]
-        calls += [st[p].tasks for p in range(1, n)]
-        items += sum(st[p].items for p in range(1, n))
-    spent = time.thread_time() - t0 - float((calls * t_task).sum()) - items * t_item
-    return max(spent, 0.0) / reps
+        calls = np.array([st[p].tasks for p in range(1, n)], dtype=np.float64)
+        scanned = np.array([st[p].scanned for p in range(1, n)], dtype=np.float64)
+        items = sum(st[p].items for p in range(1, n))
+        if rep:  # the first is a warm-up (its runtime was the first built: slower)
+            spent.append(took - float((calls * t_task).sum()) - items * t_item - float((scanned * c_scan).sum()))
+    # the median piece: a mean let one slow repetition (another job on the core) count tenfold
+    return max(float(np.median(spent)), 0.0)
 
 
 def _access_cost(spec, store, strcodes) -> float:
@@ -467,6 +661,9 @@ def _sim_hybrid(tr: Trace, k: int, allocation: str, dynamic: bool, fusion: bool,
     res = _sim_hybrid_layout(tr, al.groups, units, dynamic or pooled, min(cores, k), k,
                              splitters=k if splitters is None else splitters)
     res.method = "hybrid" if allocation == "cost-model" else "hybrid-equal"
+    # the engine's per-run work on the publishing thread (state-parallel runs a bare runtime)
+    res.seconds += tr.t_run
+    res.cpu_s += tr.t_run
     return res
 
 
@@ -481,8 +678,9 @@ def _sim_hybrid_layout(tr: Trace, groups, units, dynamic: bool, cores: int, k: i
     out_share = tr.output_s * finals / max(float(finals.sum()), 1.0)
     n_parts = np.maximum(np.minimum(finals // OUTPUT_PART, k + 1), 1)
     out_share = out_share + (n_parts - 1) * tr.t_opart  # what cutting in parts adds
-    # the parts built at once: their compiled share in parallel, the rest one after the other
-    f = tr.output_nogil
+    # the parts built at once: their measured parallel share in parallel (where it could not be
+    # measured, the compiled sort's share), the rest one after the other
+    f = tr.output_parallel if tr.output_parallel is not None else tr.output_nogil
     out_span = out_share * ((1.0 - f) + f / np.minimum(n_parts, max(cores, 1)))
     total = tr.serial_s - tr.output_s + (out_span[-1] if len(out_span) else tr.output_s)
     cpu = tr.serial_s + float(out_share.sum()) - tr.output_s
@@ -492,7 +690,7 @@ def _sim_hybrid_layout(tr: Trace, groups, units, dynamic: bool, cores: int, k: i
     starts = {g[0] - 2 for g in groups}
     phase = 0.0
     for c in range(len(tr.chunk_events)):
-        works, spans = [], []
+        works, spans, gil = [], [], 0.0
         all_calls = stage_calls(tr, c, starts, batch)
         for g, u in zip(groups, units):
             idx = [i - 2 for i in g]
@@ -505,6 +703,12 @@ def _sim_hybrid_layout(tr: Trace, groups, units, dynamic: bool, cores: int, k: i
                     + tr.scanned[c, j] * tr.c_scan[j] for j, n_calls in zip(idx, calls))
             # hand-overs into the agent (fused stages hand over inline, Section 4.2)
             w += calls[0] * tr.t_push
+            # what of it does not run in parallel: the measured serial share of the units' work
+            # (two units at once on two threads), else everything but the scanned pairs (a
+            # task's Python around its kernel calls, a call's dispatch, numbering and appending
+            # items, the hand-over: an upper bound, compiled appends release the GIL)
+            bound = w - sum(tr.scanned[c, j] * tr.c_scan[j] for j in idx)
+            gil += min(tr.units_serial * w, bound) if tr.units_serial is not None else bound
             works.append(w)
             spans.append(w / max(tasks, 1.0))  # one task: the least time an agent can take
         if dynamic:
@@ -516,6 +720,8 @@ def _sim_hybrid_layout(tr: Trace, groups, units, dynamic: bool, cores: int, k: i
                 par = max(min(u, cores), 1)
                 finish = max(w / min(par, max(w / s, 1.0)) if s > 0 else 0.0, finish + s)
             t = max(finish, sum(works) / cores)
+        # the units' GIL-held parts run one at a time, whatever k
+        t = max(t, gil)
         phase += t
         if c:  # the previous chunk's output parts share the cores with the units
             t = max(t, (sum(works) + out_share[c - 1]) / cores, out_span[c - 1])
@@ -615,7 +821,10 @@ def _sim_data_parallel(tr: Trace, method: str, k: int, rip_batch: int | None, co
     item_per_event = ev_items * tr.t_item / max(tr.n_events, 1)
     per_unit = (read * (split_per_event + item_per_event) + tasks * t_task + pieces * tr.t_piece
                 + owned * (tr.match_work_s + m_items * tr.t_item))
-    # k units on ``cores`` cores: the slowest unit, or the total shared by the cores
-    t = max(per_unit.max(), per_unit.sum() / cores)
+    # k units on ``cores`` cores: the slowest unit, or the total shared by the cores, or what of
+    # it holds the GIL (as in the hybrid: all but the pairs and the routing), one unit at a time
+    bound = float((read * item_per_event + tasks * t_task + pieces * tr.t_piece + owned * m_items * tr.t_item).sum())
+    gil = min(tr.units_serial * float(per_unit.sum()), bound) if tr.units_serial is not None else bound
+    t = max(per_unit.max(), per_unit.sum() / cores, gil)
     return SimResult(method, k, tr.serial_s + t, tr.n_events, cpu_s=tr.serial_s + float(per_unit.sum()),
                      parallel_s=t)
