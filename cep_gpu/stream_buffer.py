@@ -77,11 +77,22 @@ class Row:
     attrs: tuple
 
 
+# NumPy scalars whose .item() is the Python value the pandas path would read
+_NUMPY_SCALARS = frozenset({
+    np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32,
+    np.float16, np.float32, np.float64, np.bool_, np.str_,
+})
+
+
 def parse_record(rec: dict, next_id: int, time_unit: str, strings: StringDictionary) -> Row | None:
     """One event (a dict) as a :class:`Row`, as the pandas path would read it; ``None`` when the
     record is not one of the plain cases handled here (it then goes through pandas)."""
     typ, ts = rec.get("type"), rec.get("ts")
-    if type(typ) is not str or "ts" not in rec:
+    if type(typ) is not str:
+        if not isinstance(typ, str):  # np.str_ (a row of a NumPy array) is a str
+            return None
+        typ = str(typ)
+    if "ts" not in rec:
         return None
     tts = type(ts)
     if tts is int or tts is np.int64:
@@ -103,6 +114,8 @@ def parse_record(rec: dict, next_id: int, time_unit: str, strings: StringDiction
         return None
     if "id" in rec:
         rid = rec["id"]
+        if isinstance(rid, np.integer):
+            rid = int(rid)
         if type(rid) is not int or not 0 <= rid <= _INT64_MAX:
             return None
     else:
@@ -114,7 +127,12 @@ def parse_record(rec: dict, next_id: int, time_unit: str, strings: StringDiction
         if type(name) is not str:
             return None
         tv = type(v)
-        if tv is float:
+        if tv in _NUMPY_SCALARS:  # values taken from NumPy arrays or pandas rows
+            v = v.item()
+            tv = type(v)
+        if v is None:  # pandas reads a lone None as a null float
+            attrs.append((name, "float", math.nan, False))
+        elif tv is float:
             attrs.append((name, "float", v, not math.isnan(v)))
         elif tv is int:
             if not _INT64_MIN <= v <= _INT64_MAX:

@@ -33,11 +33,20 @@ _values = st.one_of(
     st.floats(allow_nan=True, allow_infinity=True),
     st.text(max_size=3),
     st.booleans(),
+    st.none(),
+    # values read from NumPy arrays or pandas rows
+    st.integers(-(2**63), 2**63 - 1).map(np.int64),
+    st.integers(-(2**31), 2**31 - 1).map(np.int32),
+    st.floats(allow_nan=True, allow_infinity=True, width=32).map(np.float32),
+    st.floats(allow_nan=True, allow_infinity=True).map(np.float64),
+    st.booleans().map(np.bool_),
+    st.text(max_size=3).map(np.str_),
 )
 _records = st.fixed_dictionaries(
-    {"type": st.sampled_from(["A", "B", "Cx"]),
+    {"type": st.sampled_from(["A", "B", "Cx"]).flatmap(lambda t: st.sampled_from([t, np.str_(t)])),
      "ts": st.one_of(st.integers(0, 10**6), st.floats(0, 1e6, allow_nan=False))},
-    optional={"id": st.integers(0, 10**9), "x": _values, "y": _values, "name": st.text(max_size=2)},
+    optional={"id": st.one_of(st.integers(0, 10**9), st.integers(0, 10**9).map(np.int64)),
+              "x": _values, "y": _values, "name": st.text(max_size=2)},
 )
 
 
