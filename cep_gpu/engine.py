@@ -219,7 +219,9 @@ class Engine:
         if self._shedding is not None and not self._shedding.inside:  # DARLING (docs/shedding.md)
             return self._shedding.publish(self, events, output)
         if type(events) is dict and self._lateness is None:
-            fast = self._publish_row(events, output)
+            typ = type(events.get("type"))
+            fast = self._publish_row(events, output) if typ is str else \
+                self._publish_columns(events, output) if typ is np.ndarray else None
             if fast is not None:
                 return fast
         new, n_rows = self._ingest(events)
@@ -537,6 +539,27 @@ class Engine:
         self._max_id = row.id
         self._newest = row.ts if self._newest is None else max(self._newest, row.ts)
         return self._match(np.array([row.id], np.int64), {row.type}, False, output)
+
+    def _publish_columns(self, cols: dict, output: str):
+        """A micro-batch of NumPy columns straight into the buffer (no table in between) in the
+        plain case (:meth:`AppendBuffer.append_columns`); ``None`` (nothing changed) when the
+        general path must handle it: new types or columns, nulls, strings, unsorted rows, and
+        every error come from there."""
+        time_fmt = self._time
+        if time_fmt is None or time_fmt.kind != "numeric":
+            return None
+        got = self._buf.append_columns(cols, self._next_id, UNIT_NS[self._time_unit], time_fmt.dtype == "float64",
+                                       _INT64_MIN if self._newest is None else self._newest, self._max_id)
+        if got is None:
+            return None
+        ids, types, top = got
+        n = len(ids)
+        self._next_id += n
+        self._published += n
+        self._released += n
+        self._max_id = max(self._max_id, top)
+        self._newest = int(self._buf.last_ts())
+        return self._match(ids, set(types), False, output)
 
     def _process(self, released: EventTable | None, final: bool, output: str = "pandas"):
         new_ids = np.empty(0, np.int64)
@@ -868,6 +891,7 @@ def _isnull(v) -> bool:
 # -- helpers --------------------------------------------------------------------------------------
 
 
+_INT64_MIN = -(2**63)
 _EMPTY_FRAMES: dict = {}  # (output schema, time format, form) -> the empty output (frame/table/columns)
 _CHECKPOINT_MAGIC = b"cep-gpu engine checkpoint\n"
 _CHECKPOINT_VERSION = 1

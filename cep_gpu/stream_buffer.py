@@ -60,8 +60,45 @@ def _int_ns_py(ts: np.ndarray, mult: int, lim: int) -> tuple[np.ndarray, bool]:
     return ns, ok
 
 
+def _put_rows_py(ts, mult, lim, ids, next_id, codes, st_ts, st_ids, st_types, s, last_ts, last_id,
+                 newest, max_id, seen):
+    """The rows of a columnar micro-batch straight into the buffer's arrays from row ``s`` on:
+    timestamps times ``mult`` (ns), ids (``ids``, or ``next_id`` on when it is empty), type
+    codes, and per type code its count in ``seen``. First every check, then the writes: when a
+    row cannot simply go last (a timestamp outside ``[-lim, lim]``, an id not above ``max_id``,
+    rows out of (ts, id) order, the first row before the buffer's last ``(last_ts, last_id)``
+    or before ``newest``) nothing is written and the result is -1 (the caller takes the general
+    path, which sorts or reports); else the largest id."""
+    n = ts.shape[0]
+    own = ids.shape[0] == n
+    top = -1
+    pt = last_ts
+    pr = last_id
+    for i in range(n):
+        x = ts[i]
+        if x < -lim or x > lim:
+            return -1
+        t = x * mult
+        r = ids[i] if own else next_id + i
+        if r <= max_id or (i == 0 and t < newest) or t < pt or (t == pt and r <= pr):
+            return -1
+        pt = t
+        pr = r
+        if r > top:
+            top = r
+    for i in range(n):
+        st_ts[s + i] = ts[i] * mult
+        st_ids[s + i] = ids[i] if own else next_id + i
+        c = codes[i]
+        st_types[s + i] = c
+        seen[c] += 1
+    return top
+
+
 _in_order = cached_njit(_in_order_py)
 _int_ns = cached_njit(_int_ns_py)
+_put_rows = cached_njit(_put_rows_py)
+_NO_IDS = np.empty(0, np.int64)
 _DTYPES = {"int": np.int64, "float": np.float64, "string": np.int32, "bool": np.bool_}
 
 
@@ -254,6 +291,7 @@ class AppendBuffer:
         self._start = 0
         self._end = 0
         self._view: EventTable | None = None
+        self._type_codes: tuple | None = None  # (store, event type -> code) for append_columns
 
     def __len__(self) -> int:
         return self._end - self._start
@@ -373,6 +411,10 @@ class AppendBuffer:
         """The live rows' timestamps (a view)."""
         return np.empty(0, np.int64) if self._store is None else self._store.ts[self._start:self._end]
 
+    def last_ts(self) -> int:
+        """The last row's timestamp (ns); the buffer must not be empty."""
+        return self._store.ts[self._end - 1]
+
     def append_row(self, row: Row) -> bool:
         """Append one event in place when it simply goes last (later than the last row, its
         attributes already columns of the same kind, room left); ``False`` (nothing changed)
@@ -410,6 +452,78 @@ class AppendBuffer:
         self._end = e + 1
         self._view = None
         return True
+
+    def append_columns(self, cols: dict, next_id: int, mult: int, float_ts: bool, newest: int,
+                       max_id: int) -> tuple[np.ndarray, list[str], int] | None:
+        """A columnar micro-batch (a dict of NumPy arrays) straight into the arrays, in the
+        plain case only: rows in (ts, id) order after the last row and not before ``newest``,
+        ids above ``max_id`` (``next_id`` on when there is no ``id``), known event types,
+        attributes that are columns already with the same dtype (int64, float64 without NaN,
+        bool), timestamps int64 (float64 too when ``float_ts``: the stream's are floats) in
+        the range ``mult`` (ns per unit) allows. Then this is what :func:`table_from_columns`
+        and :meth:`append` give, without the table in between; the result: the new rows' ids,
+        the event types among them, the largest id. Otherwise ``None``, with nothing changed
+        (the caller takes the general path, which sorts, converts and reports errors)."""
+        st = self._store
+        typ, ts = cols.get("type"), cols.get("ts")
+        if st is None or type(typ) is not np.ndarray or type(ts) is not np.ndarray or typ.ndim != 1:
+            return None
+        n = len(typ)
+        if n == 0 or typ.dtype.kind not in "OU" or ts.shape != (n,):
+            return None
+        if ts.dtype == np.int64:
+            lim = _INT64_MAX // mult
+        elif ts.dtype == np.float64 and float_ts:
+            f = np.round(ts * mult)  # as table_from_columns converts them
+            if not ((f > -9.2e18) & (f < 9.2e18)).all():  # (NaN and inf fail too)
+                return None
+            ts, mult, lim = f.astype(np.int64), 1, _INT64_MAX
+        else:
+            return None
+        ids = cols.get("id", _NO_IDS)
+        if ids is not _NO_IDS and (type(ids) is not np.ndarray or ids.dtype != np.int64 or ids.shape != (n,)):
+            return None
+        columns = st.columns
+        for name, v in cols.items():
+            if name in RESERVED:
+                continue
+            c = columns.get(name)
+            if c is None or type(v) is not np.ndarray or v.dtype != c.values.dtype or v.shape != (n,) \
+                    or _NUMERIC_KIND.get(v.dtype) != c.kind or (c.kind == "float" and np.isnan(v).any()):
+                return None  # a new column, another kind, nulls, strings: the general path
+        names = st.type_names
+        code_of = self._type_codes
+        if code_of is None or code_of[0] is not st or len(code_of[1]) != len(names):
+            code_of = self._type_codes = (st, {t: c for c, t in enumerate(names)})
+        try:
+            codes = np.fromiter(map(code_of[1].__getitem__, typ.tolist()), np.int32, n)
+        except (KeyError, TypeError):
+            return None  # a new event type (or not a name): the general path adds it
+        if self._end + n > len(st.ts):
+            self._reserve(n)
+            st = self._store
+        s, e = self._end, self._end + n
+        last_ts, last_id = (st.ts[s - 1], st.ids[s - 1]) if s > self._start else (_INT64_MIN, -1)
+        seen = np.zeros(len(names), np.int64)
+        top = _put_rows(ts, mult, lim, ids, next_id, codes, st.ts, st.ids, st.types, s, last_ts, last_id,
+                        newest, max_id, seen)
+        if top < 0:
+            return None
+        for name, c in st.columns.items():
+            v = cols.get(name)
+            if v is None:
+                c.values[s:e] = -1 if c.kind == "string" else 0
+                c.valid[s:e] = False
+            else:
+                c.values[s:e] = v
+                c.valid[s:e] = True
+        present = [names[c] for c, k in enumerate(seen.tolist()) if k]
+        attrs = [name for name in cols if name not in RESERVED]
+        for t in present:
+            st.schema.setdefault(t, set()).update(attrs)
+        self._end = e
+        self._view = None
+        return (ids if ids is not _NO_IDS else np.arange(next_id, next_id + n, dtype=np.int64)), present, int(top)
 
     def drop_front(self, n: int) -> None:
         """Forget the ``n`` oldest rows (an offset move; compacts when most of the array is dead)."""
