@@ -146,7 +146,8 @@ class Engine:
 
         self._strings = StringDictionary()
         self._time: TimeFormat | None = None
-        self._buf = AppendBuffer()  # the sliding window's rows, shared by every rule
+        # the sliding window's rows, shared by every rule (row lineage: for a device backend)
+        self._buf = AppendBuffer(lineage=backend != "cpu")
         self._max_id = -1  # largest primitive id published: newer ids need no duplicate check
         self._timed: dict = {}  # (rule index, time format) -> the rule in that time unit
         self._late_buffer: EventTable | None = None  # published, not yet released (lateness)

@@ -2,8 +2,9 @@
 
 :class:`AppendBuffer` holds the rows of the sliding window as column arrays with spare capacity:
 appending rows that come after the last one is a copy into the free tail (amortised O(1) per
-row: the capacity doubles), and expiry moves a start offset (O(1)); the live rows are compacted
-to a fresh array only when the dead prefix outgrows them. :meth:`AppendBuffer.table` hands out an
+row: a full buffer is compacted into arrays of four times its live rows, at least 1,024), and
+expiry moves a start offset (O(1)); after a burst, when the arrays are far larger than the live
+rows, expiry compacts them to fit. :meth:`AppendBuffer.table` hands out an
 :class:`~cep_gpu.events.EventTable` whose arrays are views of the live rows, which every rule
 reads (the columns are shared, not copied per rule). Rows that must go in the middle (a composite
 event released late by a trailing ``NOT``) and attribute kinds that change (an int attribute that
@@ -286,7 +287,11 @@ def table_from_columns(
 class AppendBuffer:
     """The engine's sliding buffer of rows in (ts, id) order (see the module docstring)."""
 
-    def __init__(self) -> None:
+    def __init__(self, lineage: bool = True) -> None:
+        #: whether the arrays carry a row lineage (:mod:`cep_gpu.events.lineage`), which only a
+        #: device backend reads; the engine turns it off for ``backend="cpu"`` (it costs tens of
+        #: microseconds per compaction and per view)
+        self._lineage = lineage
         self._store: EventTable | None = None  # arrays of length capacity; rows [start, end) live
         self._start = 0
         self._end = 0
@@ -298,10 +303,10 @@ class AppendBuffer:
 
     def __getstate__(self) -> dict:
         # only the live rows travel (a checkpoint does not carry the spare capacity)
-        return {"table": self.table()}
+        return {"table": self.table(), "lineage": self._lineage}
 
     def __setstate__(self, state: dict) -> None:
-        self.__init__()
+        self.__init__(state.get("lineage", True))
         if state["table"] is not None:
             self.set(state["table"])
 
@@ -337,7 +342,8 @@ class AppendBuffer:
             )
             # the views continue the store's row lineage, so that a device backend keeps the
             # rows it already holds and uploads only the new ones (see cep_gpu.events.lineage)
-            self._view.lineage = slice_lineage(st, self._view, s)
+            if st.lineage is not None:
+                self._view.lineage = slice_lineage(st, self._view, s)
         return self._view
 
     def set(self, table: EventTable, cap: int | None = None) -> None:
@@ -353,6 +359,8 @@ class AppendBuffer:
         # stored rows are written once and never change: the store is one lineage, which
         # continues the rows of ``table`` (a view of the old store when compacting), so that a
         # device backend keeps what it holds across compactions
+        if not self._lineage:
+            return
         if n and row_tag(table) is not None:
             self._store.lineage = concat_lineage(table, self._store, n)
         else:
@@ -398,7 +406,7 @@ class AppendBuffer:
                 valid[s:e] = b.valid
                 st.columns[name] = AttributeColumn(b.kind, values, valid)
                 ts_tag = row_tag(st)  # a new column: same lineage and row numbering as ts
-                for part, arr in (("values", values), ("valid", valid)):
+                for part, arr in (("values", values), ("valid", valid)) if ts_tag is not None else ():
                     role = array_role(part, name)
                     st.lineage.set(role, arr, RowTag(ts_tag.lineage, ts_tag.base, role))
         for t, names in new.schema.items():
@@ -526,13 +534,15 @@ class AppendBuffer:
         return (ids if ids is not _NO_IDS else np.arange(next_id, next_id + n, dtype=np.int64)), present, int(top)
 
     def drop_front(self, n: int) -> None:
-        """Forget the ``n`` oldest rows (an offset move; compacts when most of the array is dead)."""
+        """Forget the ``n`` oldest rows (an offset move; compacts when most of the array is dead
+        and the arrays are far larger than the live rows need: after a burst)."""
         if n <= 0:
             return
         self._start += n
         self._view = None
         live = self._end - self._start
-        if self._start > max(1024, 2 * live):
+        # (otherwise the next append that finds no room compacts: see _reserve)
+        if self._start > max(1024, 2 * live) and len(self._store.ts) > 8 * max(live, 256):
             self.set(self.table())
 
     def _fits(self, new: EventTable) -> bool:
@@ -554,8 +564,11 @@ class AppendBuffer:
         return True
 
     def _reserve(self, n: int) -> None:
+        # room for three times the live rows (at least 1,024): a compaction copies the live rows
+        # and makes every rule's fast path rebuild its columns (about 0.1 ms at 2,000 rows), so
+        # its cost per appended row is a third of a row copy, plus little fixed cost
         live = self.table()
-        self.set(live, cap=2 * (len(live) + n))
+        self.set(live, cap=max(4 * (len(live) + n), 1024))
 
 
 def _grow(a: np.ndarray, cap: int) -> np.ndarray:
