@@ -215,8 +215,10 @@ class Engine:
         Raises :class:`~cep_gpu.EngineClosedError` after :meth:`flush`: a match that ``flush``
         released (trailing ``NOT``) could no longer be withdrawn by a later event.
         """
-        self._check_open("publish")
-        _check_output(output)
+        if self._closed:
+            self._check_open("publish")
+        if output not in _OUTPUTS:
+            _check_output(output)
         if self._shedding is not None and not self._shedding.inside:  # DARLING (docs/shedding.md)
             return self._shedding.publish(self, events, output)
         if type(events) is dict and self._lateness is None:
@@ -650,7 +652,7 @@ class Engine:
         are not one run at the end of the buffer)."""
         buf = self._buf
         got = self._fast.get(i)
-        if got is None or got[0] != self._time:
+        if got is None or (got[0] is not self._time and got[0] != self._time):
             got = self._fast[i] = (self._time, StreamMatcher(self._timed_rule(i, self._time)))
         matcher = got[1]
         if matcher.max_rows is not None and len(new_ids) > matcher.max_rows:  # the indexed general path
@@ -781,8 +783,14 @@ class Engine:
         """The fields of a composite event, in order: the keys of ``output="records"``, the
         positions of ``output="tuples"`` (``rule``, ``ts``, ``ids``, ``id_counts`` when a rule
         has a Kleene position, then every rule attribute: the pandas output's columns)."""
-        return ("rule", "ts", "ids", *(("id_counts",) if self._schema.kleene else ()),
-                *(a for a, _ in self._schema.attributes))
+        fields = _FIELDS.get(self._schema)
+        if fields is None:
+            fields = ("rule", "ts", "ids", *(("id_counts",) if self._schema.kleene else ()),
+                      *(a for a, _ in self._schema.attributes))
+            if len(_FIELDS) >= 256:
+                _FIELDS.clear()
+            _FIELDS[self._schema] = fields
+        return fields
 
     def _records(self, results, tuples: bool = False) -> list[dict] | list[tuple]:
         """Composite events as dicts (or tuples), without pandas: what :func:`composite_records`
@@ -865,6 +873,9 @@ def composite_records(out: pd.DataFrame) -> list[dict]:
 
 
 _RECORD_MAKERS: dict[tuple, Callable] = {}
+_FIELDS: dict[OutputSchema, tuple[str, ...]] = {}  # output schema -> Engine.output_fields
+_NUMPY_DTYPES = {"int": np.int64, "float": np.float64, "bool": np.bool_}
+_OUTPUTS = frozenset({"pandas", "arrow", "columns", "records", "tuples"})
 
 
 def _record_maker(keys: tuple[str, ...]) -> Callable:
@@ -892,8 +903,7 @@ def _python_values(col: AttributeColumn | None, kind: str, strings: StringDictio
         if col.kind != "string":
             raise TypeError(f"attribute mixes strings with {col.kind} values")
         return strings.decode(np.where(col.valid, col.values, -1)).tolist()
-    dtype = {"int": np.int64, "float": np.float64, "bool": np.bool_}[kind]
-    values = col.values.astype(dtype)
+    values = col.values.astype(_NUMPY_DTYPES[kind], copy=False)  # (tolist copies anyway)
     null = ~col.valid | np.isnan(values) if kind == "float" else ~col.valid
     if not null.any():
         return values.tolist()  # (the usual case: no object array)
