@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_engine import _record_rows
+from test_engine import _record_rows, _records
 from test_stream_buffer import assert_tables_equal
 
 import cep_gpu
@@ -143,3 +143,68 @@ def test_rejected_micro_batches_leave_no_trace(case):
         assert isinstance(a, tuple) and issubclass(a[0], CepError)
     assert_tables_equal(fast._buf.table(), slow._buf.table())
     assert _stats(fast) == _stats(slow)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))  # (a compile per rule)
+@given(st.data())
+def test_one_rules_columns_in_place_equal_the_general_assembly(data):
+    """``output="columns"`` of one rule's results (built in place) equals the general assembly
+    (layout and gathers), arrays, dtypes and masks, over random rules and streams."""
+    from strategies import event_streams, tesla_rules
+
+    import cep_gpu.output as output
+
+    text = data.draw(tesla_rules(negations=False, aggregates=False, consuming=False))
+    events = data.draw(event_streams(min_events=1, max_events=25))
+    rules = cep_gpu.parse_rules(text)
+    eng = Engine(rules, backend="cpu")
+    results = []
+    real = Engine._columns
+
+    def keep(self, res):
+        results.append(list(res))
+        return real(self, res)
+
+    Engine._columns = keep
+    try:
+        for rec in _records(events):
+            eng.publish(rec, output="columns")
+    finally:
+        Engine._columns = real
+    table = eng._out_table()
+    for res in results:
+        fast = output.assemble_columns(res, eng._schema, table)
+        one = output._one_result
+        output._one_result = lambda results, schema: None
+        try:
+            slow = output.assemble_columns(res, eng._schema, table)
+        finally:
+            output._one_result = one
+        assert list(fast) == list(slow)
+        for k in fast:
+            assert fast[k].dtype == slow[k].dtype, k
+            assert fast[k].tolist() == slow[k].tolist(), k
+            assert np.ma.getmaskarray(fast[k]).tolist() == np.ma.getmaskarray(slow[k]).tolist(), k
+
+
+@given(st.lists(st.text(max_size=4), min_size=1, max_size=5, unique=True),
+       st.lists(st.integers(), min_size=0, max_size=5))
+@settings(max_examples=60, deadline=None)
+def test_record_dicts_by_generated_display_equal_dict_of_zip(keys, values):
+    from cep_gpu.engine import _record_maker
+
+    rows = [tuple(values[i % len(values)] if values else None for i in range(len(keys)))] * 3
+    got = _record_maker(tuple(keys))(iter(rows))
+    assert got == [dict(zip(keys, r)) for r in rows]
+    assert [list(d) for d in got] == [list(keys)] * 3  # (the keys in order)
+
+
+def test_numeric_timestamps_convert_as_time_format_from_ns():
+    from cep_gpu.events import TimeFormat
+    from cep_gpu.output import time_values
+
+    ns = np.array([-3_000_000_001, 0, 7, 2**62], np.int64)
+    for fmt in (TimeFormat("numeric", unit="s", dtype="int64"), TimeFormat("numeric", unit="ms", dtype="float64"),
+                TimeFormat("numeric", unit="ns", dtype="int64"), TimeFormat("numeric", unit="us", dtype="int32")):
+        a, b = time_values(fmt, ns), fmt.from_ns(ns)
+        assert a.dtype == b.dtype and a.tolist() == b.tolist()
