@@ -208,3 +208,37 @@ def test_numeric_timestamps_convert_as_time_format_from_ns():
                 TimeFormat("numeric", unit="ns", dtype="int64"), TimeFormat("numeric", unit="us", dtype="int32")):
         a, b = time_values(fmt, ns), fmt.from_ns(ns)
         assert a.dtype == b.dtype and a.tolist() == b.tolist()
+
+
+def test_one_rules_columns_by_hand_nan_nulls_strings_and_kinds():
+    """The in-place columns of one result: NaN is null even where valid, nulls masked, strings
+    decoded, an int attribute in a float output column (schema of several rules) converted."""
+    import cep_gpu.output as output
+    from cep_gpu.detect import RuleResult
+    from cep_gpu.engine import _empty_table
+    from cep_gpu.events import AttributeColumn, StringDictionary, TimeFormat
+
+    rules = cep_gpu.parse_rules("define P(x: int, y: float, s: string) from B(x=$x) as b and each A(x=$x) within 5 s "
+                                "from b where x=b.x, y=b.y, s=b.s;\n"
+                                "define Q(x: float) from B() as b and each A() within 5 s from b where x=b.y")
+    strings = StringDictionary()
+    codes = [strings.encode_one(t) for t in ("hi", "yo")]
+    res = RuleResult(rules[0], np.array([1_000_000_000, 2_000_000_000], np.int64), np.array([[1, 0], [3, 2]], np.int64), {
+        "x": AttributeColumn("int", np.array([4, 5], np.int64), np.array([True, False])),
+        "y": AttributeColumn("float", np.array([np.nan, 2.5]), np.array([True, True])),
+        "s": AttributeColumn("string", np.array(codes, np.int32), np.array([True, False]))})
+    schema = output.OutputSchema.of(rules)
+    table = _empty_table(strings, TimeFormat("numeric", unit="s", dtype="int64"))
+    fast = output.assemble_columns([res], schema, table)
+    one = output._one_result
+    output._one_result = lambda results, schema: None
+    try:
+        slow = output.assemble_columns([res], schema, table)
+    finally:
+        output._one_result = one
+    assert fast["x"].dtype == np.float64 and fast["x"].tolist() == [4.0, None]  # (x is float for Q)
+    assert fast["y"].tolist() == [None, 2.5] and fast["s"].tolist() == ["hi", None]
+    assert fast["ts"].tolist() == [1, 2] and fast["rule"].tolist() == ["P", "P"]
+    for k in slow:
+        assert fast[k].dtype == slow[k].dtype and fast[k].tolist() == slow[k].tolist(), k
+        assert np.ma.getmaskarray(fast[k]).tolist() == np.ma.getmaskarray(slow[k]).tolist(), k
