@@ -45,7 +45,7 @@ from .events import UNIT_NS, AttributeColumn, EventTable, StringDictionary, Time
 from .model import (
     Rule,
 )
-from .output import OutputSchema, assemble, assemble_columns, value_kind
+from .output import OutputSchema, assemble, assemble_columns, time_values, value_kind
 from .rule_text import duration, rule_lines
 from .stream_buffer import AppendBuffer, parse_record, table_from_columns, table_from_record
 from .stream_match import AutoChoice, StreamMatcher, unsupported
@@ -146,7 +146,8 @@ class Engine:
 
         self._strings = StringDictionary()
         self._time: TimeFormat | None = None
-        self._buf = AppendBuffer()  # the sliding window's rows, shared by every rule
+        # the sliding window's rows, shared by every rule (row lineage: for a device backend)
+        self._buf = AppendBuffer(lineage=backend != "cpu")
         self._max_id = -1  # largest primitive id published: newer ids need no duplicate check
         self._timed: dict = {}  # (rule index, time format) -> the rule in that time unit
         self._late_buffer: EventTable | None = None  # published, not yet released (lateness)
@@ -214,12 +215,16 @@ class Engine:
         Raises :class:`~cep_gpu.EngineClosedError` after :meth:`flush`: a match that ``flush``
         released (trailing ``NOT``) could no longer be withdrawn by a later event.
         """
-        self._check_open("publish")
-        _check_output(output)
+        if self._closed:
+            self._check_open("publish")
+        if output not in _OUTPUTS:
+            _check_output(output)
         if self._shedding is not None and not self._shedding.inside:  # DARLING (docs/shedding.md)
             return self._shedding.publish(self, events, output)
         if type(events) is dict and self._lateness is None:
-            fast = self._publish_row(events, output)
+            typ = type(events.get("type"))
+            fast = self._publish_row(events, output) if typ is str else \
+                self._publish_columns(events, output) if typ is np.ndarray else None
             if fast is not None:
                 return fast
         new, n_rows = self._ingest(events)
@@ -538,6 +543,27 @@ class Engine:
         self._newest = row.ts if self._newest is None else max(self._newest, row.ts)
         return self._match(np.array([row.id], np.int64), {row.type}, False, output)
 
+    def _publish_columns(self, cols: dict, output: str):
+        """A micro-batch of NumPy columns straight into the buffer (no table in between) in the
+        plain case (:meth:`AppendBuffer.append_columns`); ``None`` (nothing changed) when the
+        general path must handle it: new types or columns, nulls, strings, unsorted rows, and
+        every error come from there."""
+        time_fmt = self._time
+        if time_fmt is None or time_fmt.kind != "numeric":
+            return None
+        got = self._buf.append_columns(cols, self._next_id, UNIT_NS[self._time_unit], time_fmt.dtype == "float64",
+                                       _INT64_MIN if self._newest is None else self._newest, self._max_id)
+        if got is None:
+            return None
+        ids, types, top = got
+        n = len(ids)
+        self._next_id += n
+        self._published += n
+        self._released += n
+        self._max_id = max(self._max_id, top)
+        self._newest = int(self._buf.last_ts())
+        return self._match(ids, set(types), False, output)
+
     def _process(self, released: EventTable | None, final: bool, output: str = "pandas"):
         new_ids = np.empty(0, np.int64)
         new_types: set[str] = set()
@@ -626,7 +652,7 @@ class Engine:
         are not one run at the end of the buffer)."""
         buf = self._buf
         got = self._fast.get(i)
-        if got is None or got[0] != self._time:
+        if got is None or (got[0] is not self._time and got[0] != self._time):
             got = self._fast[i] = (self._time, StreamMatcher(self._timed_rule(i, self._time)))
         matcher = got[1]
         if matcher.max_rows is not None and len(new_ids) > matcher.max_rows:  # the indexed general path
@@ -719,17 +745,26 @@ class Engine:
 
     # -- output -----------------------------------------------------------------------------------
 
+    def _out_table(self) -> EventTable:
+        """What the output assembly reads of the events: the string dictionary and the stream's
+        time format, as an empty table (cached per time format: building a view of the buffer
+        for these two took 10-13 us per publish)."""
+        cached = self.__dict__.get("_out_cache")
+        if cached is not None and cached[0] is self._time and cached[1] is self._strings:
+            return cached[2]
+        time_fmt = self._time
+        if time_fmt is None:
+            table = self._buf.table()
+            time_fmt = table.time if table is not None else None
+        table = _empty_table(self._strings, time_fmt)
+        self._out_cache = (self._time, self._strings, table)
+        return table
+
     def _output(self, results, arrow: bool = False) -> pd.DataFrame | pa.Table:
-        table = self._buf.table()
-        if table is None:
-            table = _empty_table(self._strings, self._time)
-        return assemble(results, self._schema, replace(table, time=self._time or table.time), arrow=arrow)
+        return assemble(results, self._schema, self._out_table(), arrow=arrow)
 
     def _columns(self, results) -> dict[str, np.ndarray]:
-        table = self._buf.table()
-        if table is None:
-            table = _empty_table(self._strings, self._time)
-        return assemble_columns(results, self._schema, replace(table, time=self._time or table.time))
+        return assemble_columns(results, self._schema, self._out_table())
 
     def _notify(self, records: list[dict]) -> None:
         """Call the subscribers with their rules' composite events (copies: a callback that
@@ -748,8 +783,14 @@ class Engine:
         """The fields of a composite event, in order: the keys of ``output="records"``, the
         positions of ``output="tuples"`` (``rule``, ``ts``, ``ids``, ``id_counts`` when a rule
         has a Kleene position, then every rule attribute: the pandas output's columns)."""
-        return ("rule", "ts", "ids", *(("id_counts",) if self._schema.kleene else ()),
-                *(a for a, _ in self._schema.attributes))
+        fields = _FIELDS.get(self._schema)
+        if fields is None:
+            fields = ("rule", "ts", "ids", *(("id_counts",) if self._schema.kleene else ()),
+                      *(a for a, _ in self._schema.attributes))
+            if len(_FIELDS) >= 256:
+                _FIELDS.clear()
+            _FIELDS[self._schema] = fields
+        return fields
 
     def _records(self, results, tuples: bool = False) -> list[dict] | list[tuple]:
         """Composite events as dicts (or tuples), without pandas: what :func:`composite_records`
@@ -773,9 +814,9 @@ class Engine:
         rows: list = []
         for r in results:
             n = len(r.ts)
-            ts = self._time.from_ns(r.ts)
+            ts = time_values(self._time, r.ts)
             ts = list(ts) if isinstance(ts, pd.Series) else ts.tolist()
-            ids = list(map(tuple, r.ids.tolist()))
+            ids = list(zip(*r.ids.T.tolist()))  # (tuples made by zip: a third faster than map(tuple))
             extra = []
             if self._schema.kleene:  # Kleene: ids padded after lengths[k]; id_counts per position
                 ids = ids if r.lengths is None else [t[:m] for t, m in zip(ids, r.lengths.tolist())]
@@ -785,7 +826,7 @@ class Engine:
             name = r.rule.name
             # one dict (tuple) per composite event, built by zip (no Python-level indexing per value)
             vals = zip(itertools.repeat(name, n), ts, ids, *extra, *cols)
-            recs = list(vals) if tuples else [dict(zip(keys, v)) for v in vals]
+            recs = list(vals) if tuples else _record_maker(keys)(vals)
             if len(results) == 1:
                 return recs
             rows.extend(zip(r.ts.tolist(), itertools.repeat(name, n), ids, recs))
@@ -831,6 +872,29 @@ def composite_records(out: pd.DataFrame) -> list[dict]:
     return records
 
 
+_RECORD_MAKERS: dict[tuple, Callable] = {}
+_FIELDS: dict[OutputSchema, tuple[str, ...]] = {}  # output schema -> Engine.output_fields
+_NUMPY_DTYPES = {"int": np.int64, "float": np.float64, "bool": np.bool_}
+_OUTPUTS = frozenset({"pandas", "arrow", "columns", "records", "tuples"})
+
+
+def _record_maker(keys: tuple[str, ...]) -> Callable:
+    """``rows -> [dict(zip(keys, row)) for row in rows]``, as a comprehension over a dict display
+    whose keys are constants (a third of the time per record: no zip object, no generic dict
+    constructor). The keys enter the source only as ``repr`` literals of plain strings."""
+    fn = _RECORD_MAKERS.get(keys)
+    if fn is None:
+        if not keys or any(type(k) is not str for k in keys):
+            return lambda rows: [dict(zip(keys, v)) for v in rows]
+        names = [f"v{i}" for i in range(len(keys))]
+        display = ", ".join(f"{k!r}: {v}" for k, v in zip(keys, names))
+        fn = eval(f"lambda rows: [{{{display}}} for ({', '.join(names)},) in rows]", {"__builtins__": {}})
+        if len(_RECORD_MAKERS) >= 256:
+            _RECORD_MAKERS.clear()
+        _RECORD_MAKERS[keys] = fn
+    return fn
+
+
 def _python_values(col: AttributeColumn | None, kind: str, strings: StringDictionary, n: int) -> list:
     """One attribute of ``n`` composite events as Python values of the output ``kind``, None for null."""
     if col is None:
@@ -839,8 +903,7 @@ def _python_values(col: AttributeColumn | None, kind: str, strings: StringDictio
         if col.kind != "string":
             raise TypeError(f"attribute mixes strings with {col.kind} values")
         return strings.decode(np.where(col.valid, col.values, -1)).tolist()
-    dtype = {"int": np.int64, "float": np.float64, "bool": np.bool_}[kind]
-    values = col.values.astype(dtype)
+    values = col.values.astype(_NUMPY_DTYPES[kind], copy=False)  # (tolist copies anyway)
     null = ~col.valid | np.isnan(values) if kind == "float" else ~col.valid
     if not null.any():
         return values.tolist()  # (the usual case: no object array)
@@ -859,13 +922,14 @@ def _isnull(v) -> bool:
 # -- helpers --------------------------------------------------------------------------------------
 
 
+_INT64_MIN = -(2**63)
 _EMPTY_FRAMES: dict = {}  # (output schema, time format, form) -> the empty output (frame/table/columns)
 _CHECKPOINT_MAGIC = b"cep-gpu engine checkpoint\n"
 _CHECKPOINT_VERSION = 1
 #: what a checkpoint leaves out: callables, the backend object (made anew), caches
 _NOT_CHECKPOINTED = frozenset(
     {"_backend", "_on_late", "_subscribers", "_timed", "_callback_errors", "_fast",
-     "_auto_choice"}
+     "_auto_choice", "_out_cache"}
 )
 
 
@@ -891,9 +955,13 @@ def _check_output(output: str) -> None:
 
 def _type_names_of(table: EventTable) -> set[str]:
     """The event type names that occur in ``table``."""
+    names = table.type_names
     if len(table) == 1:
-        return {table.type_names[int(table.types[0])]}
-    return {table.type_names[c] for c in np.unique(table.types)}
+        return {names[int(table.types[0])]}
+    if len(names) == 1:
+        return set(names) if len(table) else set()
+    # (a count per code: np.unique sorts, 3 us for 100 rows)
+    return {names[c] for c, k in enumerate(np.bincount(table.types, minlength=len(names)).tolist()) if k}
 
 
 def _is_columnar(events: Mapping) -> bool:

@@ -10,7 +10,7 @@ import pandas as pd
 import pyarrow as pa
 from pandas.core.arrays.arrow import ArrowExtensionArray
 
-from .events import EventTable, nullable_pandas_type
+from .events import UNIT_NS, EventTable, TimeFormat, nullable_pandas_type
 from .model import Rule
 
 #: The column that says how many ids each position of a match took (only in outputs with a rule
@@ -103,6 +103,17 @@ def _layout(results, schema: OutputSchema) -> _Layout:
     return _Layout(results, n_total, ts, rule_names, name_codes, kleene, order, lens, ids, False)
 
 
+def time_values(time: TimeFormat, ns: np.ndarray) -> np.ndarray:
+    """``time.from_ns(ns)`` of int64 ``ns``: the usual numeric cases (int64 or float64 input
+    timestamps) by one operation, without its dtype inspection (a micro-second per publish)."""
+    if time.kind == "numeric":
+        if time.dtype == "int64":
+            return ns // UNIT_NS[time.unit]
+        if time.dtype == "float64":
+            return ns / UNIT_NS[time.unit]
+    return time.from_ns(ns)
+
+
 def composite_count(out) -> int:
     """Composite events in any output form of ``publish``/``flush``/``detect`` (``output="columns"``
     is a dict of arrays, whose ``len`` counts its keys)."""
@@ -118,6 +129,9 @@ def assemble_columns(results, schema: OutputSchema, table: EventTable) -> dict[s
     ``ids_len`` (int64), ``id_counts`` (int64, one row per composite event, 0-padded; only when
     a rule has a Kleene position), then every attribute as a masked array (masked: null; a
     float NaN is null, as in the other forms)."""
+    one = _one_result(results, schema)
+    if one is not None:
+        return _columns_of_one(one, schema, table)
     lay = _layout(results, schema)
     ts = lay.ts[lay.order]
     ts = ts.astype("datetime64[ns]") if table.time.kind == "datetime" else table.time.from_ns(ts)
@@ -133,6 +147,45 @@ def assemble_columns(results, schema: OutputSchema, table: EventTable) -> dict[s
         values, valid = _attribute_values(lay.results, name, kind, lay.order, lay.n)
         if kind == "string":
             values = table.strings.decode(np.where(valid, values, -1))
+        null = ~valid | np.isnan(values) if kind == "float" else ~valid
+        out[name] = np.ma.MaskedArray(values, mask=null)
+    return out
+
+
+def _one_result(results, schema: OutputSchema):
+    """The one result with composite events when it is the only one and no rule has Kleene
+    positions (a publish's usual case: its arrays are already in output order); else None."""
+    if schema.kleene:
+        return None
+    one = None
+    for r in results:
+        if len(r.ts):
+            if one is not None:
+                return None
+            one = r
+    return one if one is not None and getattr(one, "sizes", None) is None else None
+
+
+_NUMPY_TYPES = {"int": np.dtype(np.int64), "float": np.dtype(np.float64), "bool": np.dtype(np.bool_)}
+
+
+def _columns_of_one(r, schema: OutputSchema, table: EventTable) -> dict[str, np.ndarray]:
+    """:func:`assemble_columns` of one rule's results, from its arrays in place (no layout,
+    no gather): the same arrays, dtypes and masks as the general assembly."""
+    n = len(r.ts)
+    ts = r.ts.astype("datetime64[ns]") if table.time.kind == "datetime" else time_values(table.time, r.ts)
+    out = {"rule": np.full(n, r.rule.name), "ts": ts, "ids": r.ids,
+           "ids_len": np.full(n, r.ids.shape[1], np.int64)}
+    for name, kind in schema.attributes:
+        if name in schema.inferred:
+            kind = value_kind((r,), name, kind)
+        col = r.attributes.get(name)
+        if kind == "string" or col is None:  # (rare here: the general gather, for one rule)
+            values, valid = _attribute_values((r,), name, kind, slice(None), n)
+            if kind == "string":
+                values = table.strings.decode(np.where(valid, values, -1))
+        else:
+            values, valid = col.values.astype(_NUMPY_TYPES[kind], copy=False), col.valid
         null = ~valid | np.isnan(values) if kind == "float" else ~valid
         out[name] = np.ma.MaskedArray(values, mask=null)
     return out
@@ -160,7 +213,7 @@ def assemble(results, schema: OutputSchema, table: EventTable, arrow: bool = Fal
         ids_arr = pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(flat_ids, type=pa.int64()))
         ids_arr = ids_arr.cast(pa.list_(pa.int64()))
 
-    ts_values = table.time.from_ns(ts[order])
+    ts_values = time_values(table.time, ts[order])
     ts_arr = pa.array(ts_values)
     if len(rule_names) == 1:  # one rule (a publish's usual case): no dictionary to decode
         rule_arr = pa.repeat(pa.scalar(rule_names[0], pa.string()), n_total)
