@@ -223,7 +223,7 @@ class Engine:
             return self._shedding.publish(self, events, output)
         if type(events) is dict and self._lateness is None:
             typ = type(events.get("type"))
-            fast = self._publish_row(events, output) if typ is str else \
+            fast = self._publish_row(events, output) if typ is str or typ is np.str_ else \
                 self._publish_columns(events, output) if typ is np.ndarray else None
             if fast is not None:
                 return fast

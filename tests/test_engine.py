@@ -647,3 +647,27 @@ def test_an_attribute_changing_kind_names_the_event():
     with pytest.raises(cep_gpu.errors.EventError, match=r"'k' holds string values \(first in event C\(id=1\)\) "
                        r"but int values in earlier events"):
         engine.publish({"type": "C", "ts": 1.5, "k": "1"})
+
+
+def test_dicts_of_numpy_scalars_take_the_plain_record_path(monkeypatch):
+    """Rows read from NumPy arrays (np.str_ type, np.int64 values, None) go straight into the
+    buffer, not through pandas, and give batch's composite events."""
+    rule = "define X(v: float) from C(k=$k) and each B(k=$k) within 5 s. from C where v = C.v"
+    rng = np.random.default_rng(3)
+    types = rng.choice(np.array(["B", "C"]), 40)
+    ks, vs = rng.integers(0, 3, 40), rng.random(40).astype(np.float32)
+    rows = [{"type": "B", "ts": -1.0, "k": 0, "v": 0.5}, {"type": "C", "ts": -1.0, "k": 1, "v": 0.5}]
+    rows += [{"type": types[i], "ts": float(i), "k": ks[i], "v": None if i % 7 == 0 else vs[i]}
+             for i in range(40)]
+    engine = cep_gpu.Engine(rule, backend="cpu")
+    # the first publish sets the time format, a new event type goes through the general path
+    got = engine.publish(pd.DataFrame(rows[:2]), output="records")
+    general = []
+    ingest = engine._ingest
+    monkeypatch.setattr(engine, "_ingest", lambda events: general.append(events) or ingest(events))
+    got += [r for row in rows[2:] for r in engine.publish(row, output="records")]
+    # only when the buffer's arrays grow (doubling) does a plain record take the general path
+    assert len(general) <= 3, general
+    want = cep_gpu.detect(pd.DataFrame(rows), rule, backend="reference")
+    assert [r["ids"] for r in got] == id_tuples(want)
+    assert [r["v"] for r in got] == [None if pd.isna(v) else v for v in want["v"]]
