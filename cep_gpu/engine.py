@@ -685,18 +685,25 @@ class Engine:
         """Match rule ``i`` on its terminators that are new or held back and now ready."""
         st, buf = self._states[i], self._buf.table()
         rule = self._timed_rule(i, self._time or buf.time)
-        codes = [buf.type_code(t) for t in st.term_types]
-        is_term = _member(buf.types, np.array([c for c in codes if c >= 0], np.int32))
+        codes = np.array([c for c in (buf.type_code(t) for t in st.term_types) if c >= 0], np.int32)
+        # nothing held and the new rows last (one event per publish): only those rows can be
+        # terminators to match, so the masks cover them, not the whole buffer (exact: earlier
+        # rows are neither new nor held, so no run starts or ends among them)
+        tail = len(buf) - len(new_ids)
+        if len(st.pending) or not len(new_ids) or not np.array_equal(buf.ids[tail:], new_ids):
+            tail = 0
+        ids = buf.ids[tail:]
+        is_term = _member(buf.types[tail:], codes)
         if len(new_ids):
-            st.pending = np.concatenate([st.pending, buf.ids[is_term & _member(buf.ids, new_ids)]])
-        pending = is_term & _member(buf.ids, st.pending)
+            st.pending = np.concatenate([st.pending, ids[is_term & _member(ids, new_ids)]])
+        pending = is_term & _member(ids, st.pending)
         ready = pending.copy()
         if st.delay and not final:
             # a trailing span (ts, ts + delay] is settled once a later event has been released
-            ready &= buf.ts + st.delay < self._newest
+            ready &= buf.ts[tail:] + st.delay < self._newest
         excluded = _member(buf.ids, st.consumed) if len(st.consumed) else None
         parts: list[Matches] = []
-        for lo, hi in _runs(ready, is_term):
+        for lo, hi in ((lo + tail, hi + tail) for lo, hi in _runs(ready, is_term)):
             t0 = time.perf_counter()
             m = self._backend.match(rule, buf, lo, hi, excluded)
             self._backend_seconds += time.perf_counter() - t0
@@ -709,8 +716,8 @@ class Engine:
         matches = Matches.concat(rule, parts)
         if rule.consuming and len(matches):
             used = buf.ids[matches.rows[:, list(rule.consuming)].ravel()]
-            st.consumed = np.union1d(st.consumed, used)
-        done = buf.ids[ready]
+            st.consumed = _with(st.consumed, used)
+        done = ids[ready]
         if len(done) == len(st.pending):  # the usual case: every held terminator was ready
             st.pending = np.empty(0, np.int64)
         elif len(done):
@@ -735,13 +742,16 @@ class Engine:
         n_old = int(ts.searchsorted(cutoff, "left"))  # (the method: no NumPy dispatch wrapper)
         if n_old == 0:
             return
+        # the dropped rows' ids leave the consumed sets (sorted: a binary search per dropped id,
+        # not a membership test of every consumed id against the whole buffer per event)
+        store, first, _ = self._buf.store()
+        dropped = store.ids[first:first + n_old].copy() \
+            if any(len(st.consumed) for st in self._states.values()) else ts[:0]
         self._buf.drop_front(n_old)
         self._expired += n_old
-        if any(len(st.consumed) for st in self._states.values()):
-            kept = self._buf.table().ids
-            for st in self._states.values():
-                if len(st.consumed):
-                    st.consumed = st.consumed[np.isin(st.consumed, kept)]
+        for st in self._states.values() if len(dropped) else ():
+            if len(st.consumed):
+                st.consumed = _without(st.consumed, dropped)
 
     # -- output -----------------------------------------------------------------------------------
 
@@ -944,6 +954,25 @@ def _member(a: np.ndarray, values: np.ndarray) -> np.ndarray:
             out |= a == v
         return out
     return np.isin(a, values, kind="sort")
+
+
+def _with(consumed: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """``np.union1d(consumed, ids)`` for a sorted unique ``consumed`` and a few ``ids``: an
+    insertion at their sorted positions (a copy) instead of a sort of the whole set."""
+    ids = np.unique(ids)
+    pos = consumed.searchsorted(ids)
+    new = ids[(pos == len(consumed)) | (consumed[np.minimum(pos, len(consumed) - 1)] != ids)] \
+        if len(consumed) else ids
+    return np.insert(consumed, consumed.searchsorted(new), new) if len(new) else consumed
+
+
+def _without(consumed: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """``consumed`` (sorted, unique) without ``ids``: a binary search per id, a copy only on a hit."""
+    pos = consumed.searchsorted(ids)
+    inside = pos < len(consumed)
+    pos = pos[inside]
+    hit = pos[consumed[pos] == ids[inside]]
+    return np.delete(consumed, hit) if len(hit) else consumed
 
 
 def _check_output(output: str) -> None:
