@@ -701,7 +701,7 @@ class Engine:
         if st.delay and not final:
             # a trailing span (ts, ts + delay] is settled once a later event has been released
             ready &= buf.ts[tail:] + st.delay < self._newest
-        excluded = _member(buf.ids, st.consumed) if len(st.consumed) else None
+        excluded = _in_sorted(buf.ids, st.consumed) if len(st.consumed) else None
         parts: list[Matches] = []
         for lo, hi in ((lo + tail, hi + tail) for lo, hi in _runs(ready, is_term)):
             t0 = time.perf_counter()
@@ -964,6 +964,14 @@ def _with(consumed: np.ndarray, ids: np.ndarray) -> np.ndarray:
     new = ids[(pos == len(consumed)) | (consumed[np.minimum(pos, len(consumed) - 1)] != ids)] \
         if len(consumed) else ids
     return np.insert(consumed, consumed.searchsorted(new), new) if len(new) else consumed
+
+
+def _in_sorted(a: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """``np.isin(a, values)`` for a sorted ``values``: a binary search per element of ``a``
+    (``isin`` sorts ``a`` and ``values`` together on every call)."""
+    pos = values.searchsorted(a)
+    np.minimum(pos, len(values) - 1, out=pos)
+    return values[pos] == a
 
 
 def _without(consumed: np.ndarray, ids: np.ndarray) -> np.ndarray:
