@@ -100,6 +100,7 @@ _in_order = cached_njit(_in_order_py)
 _int_ns = cached_njit(_int_ns_py)
 _put_rows = cached_njit(_put_rows_py)
 _NO_IDS = np.empty(0, np.int64)
+_NEAR_END = 64  # rows: how far back from the end AppendBuffer merges new rows in place
 _DTYPES = {"int": np.int64, "float": np.float64, "string": np.int32, "bool": np.bool_}
 
 
@@ -397,7 +398,8 @@ class AppendBuffer:
             return
         st, n = self._store, len(new)
         if not self._fits(new):
-            self.set(self.table().concat(new))
+            if not self._insert_near_end(new):
+                self.set(self.table().concat(new))
             return
         if self._end + n > len(st.ts):
             self._reserve(n)
@@ -579,6 +581,56 @@ class AppendBuffer:
                 return False
             if a is not None and a.values.dtype != b.values.dtype and b.valid.any():
                 return False
+        return True
+
+    def _insert_near_end(self, new: EventTable) -> bool:
+        """Merge ``new`` into the last rows in place when it belongs among the last
+        ``_NEAR_END`` of them (a composite event of a hierarchy: the terminator's timestamp, an
+        id below the terminator's), as ``concat`` would order it: the tail is merged and
+        rewritten, instead of a copy and a sort of the whole buffer per composite event.
+        ``False`` (nothing changed) for what only ``concat`` does: new columns, kinds that
+        change, other dictionaries, rows further back, and buffers with a row lineage (a device
+        backend relies on stored rows never changing). The store becomes a new object, so that
+        whoever numbered its rows (the fast path's columns) knows they moved."""
+        st, n, s, e = self._store, len(new), self._start, self._end
+        if self._lineage or n > _NEAR_END or new.strings is not st.strings or \
+                (n > 1 and not _in_order(new.ts, new.ids)):
+            return False
+        for name, b in new.columns.items():
+            a = st.columns.get(name)
+            if a is None or a.kind != b.kind or (a.values.dtype != b.values.dtype and b.valid.any()):
+                return False
+        t0, i0 = int(new.ts[0]), int(new.ids[0])
+        ts, ids = st.ts, st.ids
+        p = e  # the first live row after new's first row in (ts, id) order
+        while p > s and (int(ts[p - 1]) > t0 or (int(ts[p - 1]) == t0 and int(ids[p - 1]) > i0)):
+            p -= 1
+            if e - p > _NEAR_END:
+                return False
+        if e + n > len(ts):
+            self._reserve(n)
+            p += self._start - s
+            st, s, e = self._store, self._start, self._end
+        remap = np.empty(len(new.type_names), np.int32)
+        for i, t in enumerate(new.type_names):
+            if t not in st.type_names:
+                st.type_names.append(t)
+            remap[i] = st.type_names.index(t)
+        all_ts = np.concatenate([st.ts[p:e], new.ts])
+        all_ids = np.concatenate([st.ids[p:e], new.ids])
+        order = np.lexsort((all_ids, all_ts))
+        st.ts[p:e + n] = all_ts[order]
+        st.ids[p:e + n] = all_ids[order]
+        st.types[p:e + n] = np.concatenate([st.types[p:e], remap[new.types]])[order]
+        for name, c in st.columns.items():
+            b = new.columns.get(name)
+            c.values[p:e + n] = np.concatenate([c.values[p:e], values_as(b, c.kind, n)])[order]
+            c.valid[p:e + n] = np.concatenate([c.valid[p:e], b.valid if b is not None else np.zeros(n, np.bool_)])[order]
+        for t, names in new.schema.items():
+            st.schema.setdefault(t, set()).update(names)
+        self._store = EventTable(st.ts, st.ids, st.types, st.type_names, st.columns, st.strings, st.time, st.schema)
+        self._end = e + n
+        self._view = None
         return True
 
     def _reserve(self, n: int) -> None:

@@ -88,10 +88,11 @@ _ops = st.lists(
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck))
-@given(_ops)
-def test_append_buffer_equals_concat_and_take(ops):
+@given(_ops, st.booleans())
+def test_append_buffer_equals_concat_and_take(ops, lineage):
+    # without a lineage, rows that belong among the last ones are merged in place
     strings = StringDictionary()
-    buf, ref = AppendBuffer(), None
+    buf, ref = AppendBuffer(lineage=lineage), None
     clock, next_id = 0, 0
     for op, arg in ops:
         if op == "append":
