@@ -686,11 +686,13 @@ class Engine:
         st, buf = self._states[i], self._buf.table()
         rule = self._timed_rule(i, self._time or buf.time)
         codes = np.array([c for c in (buf.type_code(t) for t in st.term_types) if c >= 0], np.int32)
-        # nothing held and the new rows last (one event per publish): only those rows can be
-        # terminators to match, so the masks cover them, not the whole buffer (exact: earlier
-        # rows are neither new nor held, so no run starts or ends among them)
+        # nothing held and the new rows last (one event per publish, with the composite events
+        # it made): only those rows can be terminators to match, so the masks cover them, not
+        # the whole buffer (exact: earlier rows are neither new nor held, so no run starts or
+        # ends among them)
         tail = len(buf) - len(new_ids)
-        if len(st.pending) or not len(new_ids) or not np.array_equal(buf.ids[tail:], new_ids):
+        if len(st.pending) or not len(new_ids) or tail < 0 or not (
+                np.array_equal(buf.ids[tail:], new_ids) or np.array_equal(np.sort(buf.ids[tail:]), np.sort(new_ids))):
             tail = 0
         ids = buf.ids[tail:]
         is_term = _member(buf.types[tail:], codes)
