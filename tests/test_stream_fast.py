@@ -571,3 +571,39 @@ def test_negation_columns_through_reserve_and_compaction(size):
     s = eng.stats()
     assert s["fast_path"]["rules"] == {"R": "fast"} and s["fast_path"]["fallbacks"] == 0
     assert s["backend_calls"] == s["fast_path"]["calls"] and s["composites"]["R"] > 100
+
+
+# -- the general path on backend="cpu" (consumed sets, in-place merges of composite events) ------
+
+_GENERAL_RULES = [
+    "define X from C(k=$k) and last B(k=$k) within 3 s from C consuming B",
+    "define X from C(k=$k) and each B(k=$k) within 3 s from C and each A(k=$k) within 2 s from B "
+    "consuming A, B",
+    "define X from C(k=$k) and last B(k=$k) within 3 s from C and n = Count(A(k=$k) within 3 s from C) >= 1",
+    "define X(k: int) from C(k=$k) and last B(k=$k) within 3 s from C where k = C.k\n\n"
+    "define Y from X(k=$k) and last A(k=$k) within 2 s from X",
+    "define X(k: int) from C(k=$k) and each B(k=$k) within 3 s from C where k = C.k consuming B\n\n"
+    "define Y from X(k=$k) and each A(k=$k) within 2 s from X consuming A",
+]
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.sampled_from(_GENERAL_RULES), st.integers(2, 60), st.integers(0, 10**6), st.data())
+def test_general_path_rules_one_event_per_publish_equal_batch(text, n, seed, data):
+    """Consuming, aggregate and hierarchy rules (the general path) with backend="cpu", whose
+    buffer merges a composite event into its last rows in place: one event per publish, with a
+    checkpoint and restore at a drawn position, equal batch."""
+    rng = np.random.default_rng(seed)
+    events = pd.DataFrame({
+        "type": rng.choice(["A", "B", "C"], size=n, p=[0.4, 0.4, 0.2]),
+        "ts": np.cumsum(rng.integers(0, 3, n)) * 0.5,  # ties included
+        "k": rng.integers(0, 3, n),
+    })
+    batch = cep_gpu.detect(events, text, backend="reference")
+    recs = _records(events)
+    k = data.draw(st.integers(0, n))
+    eng = Engine(text, backend="cpu")
+    parts = [eng.publish(r, output="records") for r in recs[:k]]
+    eng = Engine.restore(eng.checkpoint())
+    parts += [eng.publish(r, output="records") for r in recs[k:]] + [eng.flush(output="records")]
+    assert _record_rows(parts) == _record_rows([batch])
