@@ -316,6 +316,10 @@ class AppendBuffer:
         self._end = 0
         self._view: EventTable | None = None
         self._type_codes: tuple | None = None  # (store, event type -> code) for append_columns
+        #: in-place merges (:meth:`_insert_near_end`): their count, and the last ones as
+        #: (count after it, first store row it renumbered)
+        self.serial = 0
+        self._merges: list[tuple[int, int]] = []
 
     def __len__(self) -> int:
         return self._end - self._start
@@ -590,8 +594,9 @@ class AppendBuffer:
         rewritten, instead of a copy and a sort of the whole buffer per composite event.
         ``False`` (nothing changed) for what only ``concat`` does: new columns, kinds that
         change, other dictionaries, rows further back, and buffers with a row lineage (a device
-        backend relies on stored rows never changing). The store becomes a new object, so that
-        whoever numbered its rows (the fast path's columns) knows they moved."""
+        backend relies on stored rows never changing). :attr:`serial` counts the merges and
+        :meth:`renumbered_since` says from which row on the rows moved, so that whoever numbered
+        them (the fast path's columns) takes back only the entries from there."""
         st, n, s, e = self._store, len(new), self._start, self._end
         if self._lineage or n > _NEAR_END or new.strings is not st.strings or \
                 (n > 1 and not _in_order(new.ts, new.ids)):
@@ -628,10 +633,21 @@ class AppendBuffer:
             c.valid[p:e + n] = np.concatenate([c.valid[p:e], b.valid if b is not None else np.zeros(n, np.bool_)])[order]
         for t, names in new.schema.items():
             st.schema.setdefault(t, set()).update(names)
-        self._store = EventTable(st.ts, st.ids, st.types, st.type_names, st.columns, st.strings, st.time, st.schema)
+        self.serial += 1
+        self._merges.append((self.serial, p))
+        del self._merges[:-_NEAR_END]
         self._end = e + n
         self._view = None
         return True
+
+    def renumbered_since(self, serial: int) -> int | None:
+        """The first store row that in-place merges after merge number ``serial`` renumbered
+        (rows before it kept their numbers); ``None`` when those merges are no longer known."""
+        if serial >= self.serial:
+            return self._end
+        if not self._merges or self._merges[0][0] > serial + 1:
+            return None
+        return min(p for k, p in self._merges if k > serial)
 
     def _reserve(self, n: int) -> None:
         # room for three times the live rows (at least 1,024): a compaction copies the live rows

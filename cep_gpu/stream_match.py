@@ -490,6 +490,7 @@ class StreamMatcher:
         self._hd = np.full((n, 64), -1, np.int64)
         self._out = np.empty((16, n), np.int64)
         self.rebuilds = 0
+        self._serial = -1  # the buffer's merge count when the columns were last synced
         self._store_ok = False
         self._empty = RuleResult(rule, np.empty(0, np.int64), np.empty((0, n), np.int64), {})
 
@@ -499,6 +500,12 @@ class StreamMatcher:
         not one run at the end of the buffer after a rebuild): then the caller takes the
         general path (the columns are up to date either way)."""
         store, start, end = buf.store()
+        lo = None
+        if buf.serial != self._serial and store is self._store:  # rows merged in place: moved
+            lo, hi = self._take_back(buf, start, end, new_ids)
+            if lo is None:
+                self._store = None  # (not the usual case: rebuild)
+        self._serial = buf.serial
         if store is not self._store or len(store.columns) != self._n_cols:
             lo, hi = self._rebuild(buf, store, start, end, new_ids)  # synced up to the new rows
             if lo is None:
@@ -506,7 +513,8 @@ class StreamMatcher:
         else:
             if len(store.strings) != self._n_strings or len(store.type_names) != self._n_types:
                 self._set_env(store)  # a new string constant or event type may now occur
-            lo, hi = self._synced, end
+            if lo is None:
+                lo, hi = self._synced, end
         s_lo, s_hi = self._synced, end  # synced by s_match itself, each row matched as it joins
         if self._ce_bound + (end - s_lo) > self._cl.shape[2]:
             self._reserve(end - s_lo)
@@ -555,6 +563,30 @@ class StreamMatcher:
         for p in range(self.n_pred):
             ce[p] = cs[p] + int(np.searchsorted(self._cl[0, p, cs[p]:ce[p]], row))
         self._fns[1](self._cl, self._cnt, self._hd, self._env)
+
+    def _take_back(self, buf, start: int, end: int, new_ids: np.ndarray):
+        """After in-place merges (a composite event put before its terminator): take the
+        entries from the first renumbered row on out of the columns (and relink the chains), and
+        sync the rows up to the new ones again without matching; the new rows' run, or
+        ``(None, None)`` when they are not the last rows (then :meth:`_rebuild`)."""
+        p = buf.renumbered_since(self._serial)
+        n = len(new_ids)
+        if p is None or not (n <= end - start and np.array_equal(self._store.ids[end - n:end], new_ids)):
+            return None, None
+        p = max(p, start)  # (rows before start are expired, whatever their numbers)
+        if p < self._synced:
+            self._rollback(p)
+            self._synced = p
+        if p < self._nsynced:
+            cs, ce = self._cnt[0], self._cnt[1]
+            for q in range(self.n_pred, self.n_pred + self.n_neg):
+                ce[q] = cs[q] + int(np.searchsorted(self._cl[0, q, cs[q]:ce[q]], p))
+            self._nsynced = p
+        if len(self._store.strings) != self._n_strings or len(self._store.type_names) != self._n_types:
+            self._set_env(self._store)
+        if self._synced < end - n:
+            self._sync(self._synced, end - n, start)
+        return end - n, end
 
     def _nsync(self, end: int, start: int) -> None:
         """The negations' columns up to row ``end`` (entries before row ``start`` expire)."""
@@ -652,7 +684,8 @@ class StreamMatcher:
         """Bring the columns up to the buffer's end without matching (the general path matched
         these terminators)."""
         store, start, end = buf.store()
-        if store is not self._store or len(store.columns) != self._n_cols:
+        if store is not self._store or len(store.columns) != self._n_cols or buf.serial != self._serial:
+            self._serial = buf.serial
             self._rebuild(buf, store, start, end, np.empty(0, np.int64))
         else:
             if len(store.strings) != self._n_strings or len(store.type_names) != self._n_types:

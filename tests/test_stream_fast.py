@@ -584,6 +584,11 @@ _GENERAL_RULES = [
     "define Y from X(k=$k) and last A(k=$k) within 2 s from X",
     "define X(k: int) from C(k=$k) and each B(k=$k) within 3 s from C where k = C.k consuming B\n\n"
     "define Y from X(k=$k) and each A(k=$k) within 2 s from X consuming A",
+    # a fast-path rule with a negation column feeding a hierarchy, and one beside it: their
+    # columns take back the rows a merged composite event renumbered
+    "define X(k: int) from C(k=$k) and each B(k=$k) within 3 s from C and not A(k=$k) within 1 s "
+    "from C where k = C.k\n\ndefine Y from X(k=$k) and last A(k=$k) within 2 s from X\n\n"
+    "define W from C(k=$k) and each A(k=$k) within 2 s from C",
 ]
 
 
