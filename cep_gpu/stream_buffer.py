@@ -6,10 +6,12 @@ row: a full buffer is compacted into arrays of four times its live rows, at leas
 expiry moves a start offset (O(1)); after a burst, when the arrays are far larger than the live
 rows, expiry compacts them to fit. :meth:`AppendBuffer.table` hands out an
 :class:`~cep_gpu.events.EventTable` whose arrays are views of the live rows, which every rule
-reads (the columns are shared, not copied per rule). Rows that must go in the middle (a composite
-event released late by a trailing ``NOT``) and attribute kinds that change (an int attribute that
-later holds floats) take the general :meth:`EventTable.concat`, so the buffer always equals
-what ``concat`` of everything would give.
+reads (the columns are shared, not copied per rule). Rows that belong among the last 64 (a
+hierarchy's composite event: its terminator's timestamp, a smaller id) are merged into them in
+place when the buffer carries no row lineage (``backend="cpu"``); rows further in the middle (a
+composite event released late by a trailing ``NOT``) and attribute kinds that change (an int
+attribute that later holds floats) take the general :meth:`EventTable.concat`, so the buffer
+always equals what ``concat`` of everything would give.
 
 :func:`table_from_record` turns one event given as a dict into a one-row table directly, for
 the plain cases (str type, int/float ts, int/float/str/bool attributes); anything else returns

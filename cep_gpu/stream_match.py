@@ -11,8 +11,10 @@ keeps **incremental candidate columns** instead, and matches with **one compiled
   generated filter), and the rows that the buffer dropped leave by an offset move. Entries are row
   numbers in the buffer's arrays (the arrays with their spare capacity, so that rows keep their
   numbers while the buffer appends and expires); when the buffer rebuilds its arrays (it grows,
-  compacts, or takes a row in the middle) the columns are rebuilt from the live rows (O(window),
-  rare: amortised O(1) per event);
+  compacts, or takes a row in the middle by ``concat``) the columns are rebuilt from the live rows
+  (O(window), rare: amortised O(1) per event); when it merged rows into its last ones in place (a
+  hierarchy's composite event goes before its terminator) the columns take back their entries
+  from the first renumbered row on, relink the chains and sync those rows again;
 * an **incremental parameter index** on those columns (:class:`Chains`): where a step's
   candidates must equal a bound value (``k=$k``: ``B.k = C.k``), each entry of the step's column
   is linked, as it is appended, to the previous and the next entry of its hash bucket (of the
