@@ -61,6 +61,9 @@ class _RuleState:
     pending: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))  # ids held back
     consumed: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))  # ids consumed
     composites: int = 0
+    #: the oldest held terminator's timestamp (ns) when ``pending`` is not empty (None: unknown,
+    #: a checkpoint of an older version): no held terminator is ready before ``held_ts + delay``
+    held_ts: int | None = None
 
 
 class Engine:
@@ -584,8 +587,11 @@ class Engine:
         if self._buf.filled:
             for i in self._order:
                 st = self._states[i]
-                if not (len(st.pending) or st.term_types & new_types):
+                new_term = st.term_types & new_types
+                if not (len(st.pending) or new_term):
                     continue  # no terminator to match: a non-terminator costs nothing here
+                if not (new_term or final) and st.held_ts is not None and st.held_ts + st.delay >= self._newest:
+                    continue  # held terminators, none of them ready yet (no pass over the buffer)
                 res = self._run_fast(i, new_ids) if self._fast_why[i] is None else None
                 if res is None:
                     res = self._run_rule(i, new_ids, final)
@@ -724,6 +730,8 @@ class Engine:
             st.pending = np.empty(0, np.int64)
         elif len(done):
             st.pending = st.pending[~_member(st.pending, done)]
+        held = buf.ts[tail:][pending & ~ready] if len(st.pending) else ()
+        st.held_ts = int(held.min()) if len(held) == len(st.pending) and len(held) else None
         res = composite_events(rule, buf, matches)
         st.composites += len(res.ts)
         return res
@@ -736,8 +744,10 @@ class Engine:
         horizon = self._newest
         for st in self._states.values():
             if len(st.pending):
-                buf = self._buf.table()
-                horizon = min(horizon, int(buf.ts[np.isin(buf.ids, st.pending)].min()))
+                if st.held_ts is None:  # (unknown: a restored checkpoint of an older version)
+                    buf = self._buf.table()
+                    st.held_ts = int(buf.ts[np.isin(buf.ids, st.pending)].min())
+                horizon = min(horizon, st.held_ts)
         cutoff = horizon - self._lookback
         if ts[0] >= cutoff:
             return  # nothing to drop (the usual case between two expiries)

@@ -589,6 +589,9 @@ _GENERAL_RULES = [
     "define X(k: int) from C(k=$k) and each B(k=$k) within 3 s from C and not A(k=$k) within 1 s "
     "from C where k = C.k\n\ndefine Y from X(k=$k) and last A(k=$k) within 2 s from X\n\n"
     "define W from C(k=$k) and each A(k=$k) within 2 s from C",
+    # a trailing NOT (held terminators) and a rule reading its composite events
+    "define S pattern SEQ(B b, C c, NOT(A z)) within 2 s where b.k = c.k and z.k = c.k return k := c.k\n\n"
+    "define T from A(k=$k) and each S(k=$k) within 3 s from A",
 ]
 
 
