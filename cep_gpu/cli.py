@@ -96,7 +96,21 @@ def read_rules(path: str):
     if p.suffix.lower() in (".csv", ".parquet", ".pq", ".arrow"):
         raise ArgumentError(f"{path} looks like an event file, where the rule file is expected: "
                             "the rules come first (cep-gpu run RULES EVENTS)")
-    return parse_rules(p.read_text())
+    return parse_rules(read_text(p, "rule file"))
+
+
+def read_text(path: str | Path, what: str) -> str:
+    """The UTF-8 text of ``path``; a directory, an unreadable or a binary file is an ArgumentError
+    naming the file (the subcommands' rule, query and network files all come through here)."""
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise ArgumentError(f"{path}: the {what} is not UTF-8 text (byte {err.start}: "
+                            f"{err.object[err.start:err.start + 1]!r})") from None
+    except FileNotFoundError:
+        raise
+    except OSError as err:
+        raise ArgumentError(f"{path}: cannot read the {what}: {err.strerror or err}") from None
 
 
 def _latency(text: str) -> float | None:

@@ -54,3 +54,35 @@ def test_parallel_numpy_ints_and_bad_time_unit_and_flush_output(events):
     with pytest.raises(ArgumentError, match="output"):
         eng.flush(output="columns")  # was silently ignored
     eng.close()
+
+
+# -- rule, query and network files of the CLI --------------------------------------------------------
+
+@pytest.mark.parametrize("argv", [
+    ["run", "{bin}", "{ev}"],
+    ["parallel", "run", "{bin}", "{ev}"],
+    ["decompose", "{bin}", "--rates", "a=1,b=1", "--units", "2", "--iota", "9", "--kappa", "9"],
+    ["muse", "plan", "{bin}", "{net}"],
+    ["muse", "plan", "{rules}", "{bin}"],
+    ["run", "{dir}", "{ev}"],
+    ["muse", "plan", "{dir}", "{net}"],
+])
+def test_cli_binary_or_directory_rule_file_is_one_clear_line(tmp_path, capsys, argv):
+    from cep_gpu.cli import main
+
+    (tmp_path / "r.bin").write_bytes(bytes(range(256)))  # was a UnicodeDecodeError traceback
+    (tmp_path / "d").mkdir()                                # was an IsADirectoryError traceback
+    (tmp_path / "r.txt").write_text("define Q pattern SEQ(A a, B b) within 1 s\n")
+    (tmp_path / "net.json").write_text('{"nodes": {"1": ["A", "B"]}, "rates": {"A": 1, "B": 1}}')
+    (tmp_path / "ev.csv").write_text("type,ts\nA,0\nB,0.5\n")
+    paths = {"bin": tmp_path / "r.bin", "dir": tmp_path / "d", "rules": tmp_path / "r.txt",
+             "net": tmp_path / "net.json", "ev": tmp_path / "ev.csv"}
+    argv = [a.format(**paths) for a in argv]
+    try:
+        rc = main(argv)
+    except SystemExit as exc:  # subcommands that print through argparse
+        rc = exc.code
+    err = capsys.readouterr().err
+    assert rc != 0
+    assert "Traceback" not in err
+    assert ("not UTF-8 text" in err) or ("Is a directory" in err), err

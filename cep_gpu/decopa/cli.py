@@ -93,7 +93,9 @@ def _load_rule(args):
 
     path = Path(args.rules)
     if path.exists():
-        text = path.read_text()
+        from ..cli import read_text
+
+        text = read_text(path, "rule file")
     elif args.rules.lstrip().startswith("define"):
         text = args.rules
     else:

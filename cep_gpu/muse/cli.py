@@ -96,13 +96,15 @@ def _load(args):
         raise FileNotFoundError(f"{args.queries}: no such query file")
     if not npath.exists():
         raise FileNotFoundError(f"{args.network}: no such network file")
+    from ..cli import read_text
+
     try:
-        spec = json.loads(npath.read_text())
+        spec = json.loads(read_text(npath, "network file"))
     except json.JSONDecodeError as err:
         from .errors import MuseError
 
         raise MuseError(f"{args.network}: not JSON ({err})") from None
-    return as_queries(qpath.read_text()), Network.from_dict(spec)
+    return as_queries(read_text(qpath, "query file")), Network.from_dict(spec)
 
 
 def cmd_network(args) -> int:
