@@ -86,3 +86,37 @@ def test_cli_binary_or_directory_rule_file_is_one_clear_line(tmp_path, capsys, a
     assert rc != 0
     assert "Traceback" not in err
     assert ("not UTF-8 text" in err) or ("Is a directory" in err), err
+
+
+# -- cep_gpu.shedding -------------------------------------------------------------------------------
+
+UP = "define Up pattern SEQ(A a, B b, C c) where a.y < b.y and b.y < c.y within 3 s"
+
+
+@pytest.mark.parametrize("costs", [5, "fast", {"A": -1.0}, {"A": "x"}])
+def test_shedder_fit_bad_costs(events, costs):
+    from cep_gpu.shedding import Shedder
+
+    with pytest.raises(ArgumentError, match="costs"):  # 5 was AttributeError: 'int' ... 'items'
+        Shedder(latency_bound=0.05).fit(UP, events, costs=costs)
+
+
+def test_shedder_fit_no_rule_and_huge_buckets_and_foreign_sample(events):
+    from cep_gpu.shedding import CostModel, Shedder
+
+    with pytest.raises(ArgumentError, match="no rule"):  # was fitted for no rule at all
+        Shedder(latency_bound=0.05).fit("", events)
+    with pytest.raises(ArgumentError, match="buckets"):  # was a MemoryError at fit (21.8 TiB)
+        Shedder(latency_bound=0.05, buckets=10**12)
+    with pytest.raises(ArgumentError, match="no event of a type the rules read"):
+        Shedder(latency_bound=0.05).fit(UP, events.assign(type="X"), costs=CostModel(default=1e-3))
+
+
+def test_shedding_engine_arrival_column_of_strings(events):
+    from cep_gpu.shedding import CostModel, Shedder, SheddingEngine
+
+    eng = SheddingEngine(UP, shedding=Shedder(latency_bound=0.05), mode="virtual",
+                         cost_model=CostModel(default=2e-3, window=1e-4))
+    eng.warm_up(events.iloc[:100])
+    with pytest.raises(ArgumentError, match="arrival"):  # was ValueError: could not convert ...
+        eng.run(events.assign(arr="x"), "arr")

@@ -516,7 +516,7 @@ class SheddingEngine:
         if isinstance(arrival, str):
             if arrival not in events.columns:
                 raise ArgumentError(f"arrival column {arrival!r} not in the events")
-            arrival = events[arrival].to_numpy(np.float64)
+            arrival = events[arrival]
         ts_ns = times_ns(events["ts"], UNIT_NS[self.time_unit])
         order = np.argsort(ts_ns, kind="stable")
         self._order = order
@@ -527,7 +527,10 @@ class SheddingEngine:
         if arrival is None:
             arr = ts_ns / 1e9
         else:
-            arr = np.asarray(arrival, np.float64)
+            try:
+                arr = np.asarray(arrival, np.float64)
+            except (TypeError, ValueError) as err:
+                raise ArgumentError(f"arrival times must be numbers of seconds ({err})") from None
             if arr.shape != (len(events),):
                 raise ArgumentError(f"arrival must have one time per event ({len(events)}), got shape {arr.shape}")
             arr = arr[order]

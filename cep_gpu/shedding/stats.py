@@ -211,7 +211,14 @@ def gather(
         st.window_cost = costs.window
         st.utility_cost = costs.utility
     elif costs is not None:
-        st.costs = {str(t): float(v) for t, v in costs.items()}
+        if not isinstance(costs, Mapping):
+            raise ArgumentError(f"costs must be a CostModel or a mapping type -> seconds per event, "
+                                f"got {type(costs).__name__}")
+        st.costs = {}
+        for t, v in costs.items():
+            if isinstance(v, bool) or not isinstance(v, (int, float, np.number)) or not math.isfinite(v) or v < 0:
+                raise ArgumentError(f"costs[{t!r}] must be a finite number of seconds >= 0, got {v!r}")
+            st.costs[str(t)] = float(v)
     return st
 
 
