@@ -120,3 +120,69 @@ def test_shedding_engine_arrival_column_of_strings(events):
     eng.warm_up(events.iloc[:100])
     with pytest.raises(ArgumentError, match="arrival"):  # was ValueError: could not convert ...
         eng.run(events.assign(arr="x"), "arr")
+
+
+# -- cep_gpu.decopa and cep_gpu.muse -----------------------------------------------------------------
+
+def test_decopa_refuses_to_execute_kleene_and_plans_from_no_sample(events):
+    from cep_gpu import decopa
+    from cep_gpu.decopa.errors import DecompositionError
+
+    kl = cep_gpu.parse_rule("define Q pattern SEQ(A a, KL(B b)[1..2], C c) within 1 s")
+    stats = decopa.Stats(rates={"a": 10, "b": 10, "c": 10})
+    plan = decopa.optimize(kl, stats, decopa.Units(4, iota=6000, kappa=60000))
+    with pytest.raises(DecompositionError, match="Kleene"):  # ran KL as one event: 486 rows, detect 950
+        decopa.execute(events, plan)
+    seq = cep_gpu.parse_rule("define Q pattern SEQ(A a, B b, C c) where a.x < b.x within 1 s")
+    with pytest.raises(ArgumentError, match="no events"):  # was rates 0 and a plan with c* = inf
+        decopa.Stats.from_sample(events.iloc[:0], seq)
+
+
+def test_muse_refuses_kleene_queries():
+    from cep_gpu import muse
+    from cep_gpu.muse.errors import MuseError
+
+    with pytest.raises(MuseError, match="Kleene"):  # was silently the query SEQ(A a, B b, C c)
+        muse.Query.from_text("define Q pattern SEQ(A a, KL(B b)[1..2], C c) within 1 s")
+
+
+@pytest.mark.parametrize("spec, word", [
+    ({"nodes": {"1": "ABC"}, "rates": {"A": 1, "B": 1, "C": 1}}, "list"),  # was the types A, B, C
+    ({"nodes": {"1": ["A"]}, "rates": {"A": True}}, "rate"),
+    ({"nodes": {"1": ["A"]}, "rates": [1]}, "rates"),
+])
+def test_muse_network_spec_errors(spec, word):
+    from cep_gpu import muse
+    from cep_gpu.muse.errors import MuseError
+
+    with pytest.raises(MuseError, match=word):
+        muse.Network.from_dict(spec)
+
+
+@pytest.mark.parametrize("kwargs, word", [
+    ({"nodes": 2.5}, "nodes"), ({"skew": float("nan")}, "skew"), ({"seed": "x"}, "seed"),
+    ({"skew": "x"}, "skew"),
+])
+def test_muse_generate_bad_arguments(kwargs, word):
+    from cep_gpu import muse
+    from cep_gpu.muse.errors import MuseError
+
+    args = {"nodes": 3, "types": 3, "event_node_ratio": 0.5, "skew": 1.5, "seed": 0} | kwargs
+    with pytest.raises(MuseError, match=word):  # were TypeError / ValueError from numpy
+        muse.Network.generate(**args)
+
+
+def test_muse_streams_and_simulate_bad_inputs():
+    from cep_gpu import muse
+    from cep_gpu.muse.errors import MuseError
+
+    net = muse.Network.from_dict({"nodes": {"1": ["A", "B"], "2": ["C"]}, "rates": {"A": 1, "B": 2, "C": 0.5}})
+    q = muse.Query.from_pattern("SEQ(A, B, C)", window=1.0)
+    for duration in (-1, float("nan"), float("inf"), "x", 1e12):  # were numpy errors, a MemoryError
+        with pytest.raises(MuseError, match="duration"):
+            muse.generate_streams(net, [q], duration=duration, seed=0)
+    plan = muse.place(q, net)
+    with pytest.raises(MuseError, match="'ts'"):  # was TypeError: unsupported operand ... 'str'
+        muse.simulate(plan, pd.DataFrame({"type": ["A"], "ts": ["x"], "node": ["1"]}))
+    with pytest.raises(CepError, match="backend"):  # was accepted when no node had events
+        muse.simulate(plan, pd.DataFrame({"type": [], "ts": [], "node": []}), backend="nope")
