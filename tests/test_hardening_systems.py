@@ -186,3 +186,29 @@ def test_muse_streams_and_simulate_bad_inputs():
         muse.simulate(plan, pd.DataFrame({"type": ["A"], "ts": ["x"], "node": ["1"]}))
     with pytest.raises(CepError, match="backend"):  # was accepted when no node had events
         muse.simulate(plan, pd.DataFrame({"type": [], "ts": [], "node": []}), backend="nope")
+
+
+# -- benchmark options (each fails before any run) ---------------------------------------------------
+
+@pytest.mark.parametrize("argv, word", [
+    (["shedding", "bench", "--lengths", "0"], "pattern length"),       # was a ValueError traceback
+    (["shedding", "bench", "--lengths", ""], "at least one value"),    # ran nothing, exit 0
+    (["shedding", "bench", "--factors", "0"], "factors"),              # ran with a zero peak
+    (["decopa", "bench", "--draws", "-1"], "draws"),                    # was KeyError: 'query'
+    (["decopa", "bench", "--draws", "0"], "draws"),                     # ran nothing, exit 0
+    (["decopa", "bench", "--backend", "nope"], "unknown backend"),      # failed after every draw
+    (["muse", "bench", "--seeds", "0"], "seeds"),                       # ran nothing, exit 0
+    (["muse", "bench", "--size", "0"], "size"),                         # was ValueError: low >= high
+    (["muse", "bench", "--simulate-events", "-1"], "simulate-events"),  # named a rate of type E0
+    (["muse", "bench", "--max-rate", "nan"], "max-rate"),
+    (["muse", "bench", "--backend", "nope"], "unknown backend"),
+])
+def test_bench_options_fail_first_naming_the_option(capsys, argv, word):
+    from cep_gpu.cli import main
+
+    try:
+        rc = main(argv)
+    except SystemExit as exc:
+        rc = exc.code
+    err = capsys.readouterr().err
+    assert rc != 0 and word in err and "Traceback" not in err, err

@@ -158,6 +158,12 @@ def cmd_bench(args) -> int:
         steps[0] += 1
         print(f"  draw {steps[0]}", file=sys.stderr, end="\r")
 
+    from ..backends import get_backend
+    from ..errors import ArgumentError
+
+    if args.draws is not None and args.draws < 1:  # 0 ran nothing, -1 was a KeyError traceback
+        raise ArgumentError(f"--draws must be >= 1, got {args.draws}")
+    get_backend(args.backend)  # before the draws, not after them
     result = bench.run(quick=args.quick, draws=args.draws, seed=args.seed, backend=args.backend,
                        progress=progress)
     print(file=sys.stderr)
