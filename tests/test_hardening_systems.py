@@ -212,3 +212,10 @@ def test_bench_options_fail_first_naming_the_option(capsys, argv, word):
         rc = exc.code
     err = capsys.readouterr().err
     assert rc != 0 and word in err and "Traceback" not in err, err
+
+
+def test_decopa_units_are_bounded():
+    from cep_gpu import decopa
+
+    with pytest.raises(ArgumentError, match="at most"):  # 10^12 units planned forever
+        decopa.Units(10**12, iota=1, kappa=1)
