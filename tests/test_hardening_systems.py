@@ -219,3 +219,10 @@ def test_decopa_units_are_bounded():
 
     with pytest.raises(ArgumentError, match="at most"):  # 10^12 units planned forever
         decopa.Units(10**12, iota=1, kappa=1)
+
+
+def test_parallel_units_are_bounded():
+    from cep_gpu.parallel import HybridEngine
+
+    with pytest.raises(ArgumentError, match="at most 1024"):  # 50,000 units hung in publish
+        HybridEngine(SEQ, units=50_000)

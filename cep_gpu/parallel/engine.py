@@ -32,6 +32,8 @@ from .costmodel import Allocation, ChainStats, agent_loads, allocate, integer_al
 from .runtime import Layout, OutputJob, Runtime, Store
 
 ALLOCATIONS = ("cost-model", "equal")
+#: most execution units (each is a thread of this process)
+MAX_UNITS = 1024
 #: default ``output_part``: composite events built per part (fixed costs of a part: about 1 ms)
 OUTPUT_PART = 8192
 
@@ -66,6 +68,8 @@ def check_units(units) -> int:
         raise ArgumentError(f"units must be an int >= 1, got {units!r}")
     if units < 1:
         raise ArgumentError(f"units must be >= 1, got {units}")
+    if units > MAX_UNITS:  # one thread per unit: 50,000 units did not start within 100 s
+        raise ArgumentError(f"units must be at most {MAX_UNITS} (one thread each), got {units}")
     return int(units)
 
 
