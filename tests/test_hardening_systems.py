@@ -226,3 +226,20 @@ def test_parallel_units_are_bounded():
 
     with pytest.raises(ArgumentError, match="at most 1024"):  # 50,000 units hung in publish
         HybridEngine(SEQ, units=50_000)
+
+
+def test_engine_with_shedding_bad_batches_are_event_errors_and_not_counted(events):
+    from cep_gpu.errors import EventError, LateEventError
+    from cep_gpu.shedding import CostModel, Shedder
+
+    shedder = Shedder(latency_bound=10.0).fit(UP, events.iloc[:100], costs=CostModel(default=1e-6))
+    eng = cep_gpu.Engine(UP, backend="cpu", shedding=shedder)
+    with pytest.raises(EventError, match="no 'ts' column"):  # was KeyError: 'ts'
+        eng.publish({"type": "A", "y": 1.0})
+    with pytest.raises(EventError, match="no 'type' column"):  # was KeyError: 'type'
+        eng.publish(events.drop(columns="type"))
+    eng.publish(events.iloc[100:])
+    with pytest.raises(LateEventError):
+        eng.publish(events.iloc[:100])
+    # the refused batches are not in the counters (they were: published 500 of 200 events)
+    assert eng.stats()["shedding"]["published"] == 200
