@@ -243,3 +243,21 @@ def test_engine_with_shedding_bad_batches_are_event_errors_and_not_counted(event
         eng.publish(events.iloc[:100])
     # the refused batches are not in the counters (they were: published 500 of 200 events)
     assert eng.stats()["shedding"]["published"] == 200
+
+
+# -- Kleene closure on the command line --------------------------------------------------------------
+
+def test_cli_run_max_matches(tmp_path, capsys):
+    """The MatchLimitError told a CLI user to call detect(..., max_matches=N): run had no way to."""
+    from cep_gpu.cli import main
+
+    rules = tmp_path / "k.txt"
+    rules.write_text("define K pattern SEQ(A a, KL(B b)[1..3], C c) within 1 s\n")
+    ev = tmp_path / "ev.csv"
+    ev.write_text("type,ts\nA,0\nB,0.1\nB,0.2\nB,0.3\nC,0.4\n")  # 7 sets
+    assert main(["run", str(rules), str(ev), "--max-matches", "5"]) == 1
+    assert "max_matches=5" in capsys.readouterr().err
+    assert main(["run", str(rules), str(ev), "--max-matches", "7", "--out", str(tmp_path / "o.csv")]) == 0
+    assert len(pd.read_csv(tmp_path / "o.csv")) == 7
+    assert main(["run", str(rules), str(ev), "--max-matches", "0"]) == 1
+    assert "max_matches must be a positive int" in capsys.readouterr().err
