@@ -261,3 +261,27 @@ def test_cli_run_max_matches(tmp_path, capsys):
     assert len(pd.read_csv(tmp_path / "o.csv")) == 7
     assert main(["run", str(rules), str(ev), "--max-matches", "0"]) == 1
     assert "max_matches must be a positive int" in capsys.readouterr().err
+
+
+def test_shedder_fit_arrival_window_cost_and_frames(events):
+    from cep_gpu.shedding import CostModel, Shedder, SheddingEngine
+
+    costs = CostModel(default=1e-3)
+    sample = events.iloc[:100]
+    with pytest.raises(ArgumentError, match="arrival"):  # 3 times for 100 events: silently fitted
+        Shedder(latency_bound=0.05).fit(UP, sample, arrival=np.arange(3.0), costs=costs)
+    with pytest.raises(ArgumentError, match="arrival"):  # was ValueError: could not convert
+        Shedder(latency_bound=0.05).fit(UP, sample, arrival=["a"] * 100, costs=costs)
+    for bad in ("x", -1.0):  # 'x' was a ValueError, -1 accepted
+        with pytest.raises(ArgumentError, match="window_cost"):
+            Shedder(latency_bound=0.05).fit(UP, sample, costs=costs, window_cost=bad)
+    sh = Shedder(latency_bound=0.05).fit(UP, sample, costs=costs)
+    with pytest.raises(ArgumentError, match="DataFrame"):  # was TypeError: list indices ...
+        sh.utilities([{"type": "A", "ts": 0.0}])
+    with pytest.raises(ArgumentError, match="'ts'"):  # was KeyError: 'ts'
+        sh.shed_batch(events.drop(columns="ts"))
+    eng = SheddingEngine(UP, shedding=Shedder(latency_bound=0.05), mode="virtual",
+                         cost_model=CostModel(default=2e-3, window=1e-4))
+    eng.warm_up(sample)
+    with pytest.raises(ArgumentError, match="utilities"):  # was ValueError: could not convert
+        eng.run(events, utilities=["a"] * len(events))

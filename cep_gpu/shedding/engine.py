@@ -225,7 +225,10 @@ class SheddingEngine:
         n = len(frame)
         sh = self.shedder
         if utilities is not None:
-            u = np.asarray(utilities, np.float64)
+            try:
+                u = np.asarray(utilities, np.float64)
+            except (TypeError, ValueError):
+                u = np.empty(0)  # not numbers: reported below
             if u.shape != (n,) or not np.all((u >= 0) & (u <= 1)):
                 raise ArgumentError(f"utilities must be {n} numbers in [0, 1], one per event")
             utilities = u[self._order]

@@ -148,6 +148,9 @@ class Shedder:
         elif not isinstance(stats, Statistics):
             raise ArgumentError(f"stats must be a Statistics, got {type(stats).__name__}")
         if window_cost is not None:
+            if isinstance(window_cost, bool) or not isinstance(window_cost, (int, float, np.number)) \
+                    or not math.isfinite(window_cost) or window_cost < 0:
+                raise ArgumentError(f"window_cost must be a finite number of seconds >= 0, got {window_cost!r}")
             stats.window_cost = float(window_cost)
         self.stats = stats
         self.utility = UtilityModel(self.rules, stats, self.utility_samples, self.seed, self.utility_kind)
@@ -195,6 +198,7 @@ class Shedder:
     def utilities(self, events: pd.DataFrame) -> np.ndarray:
         """U_T(e) of every row of ``events`` (Eq. 11; max over roles and rules)."""
         self._need()
+        _check_frame(events, "utilities", ("type",))
         return self.utility.compute(events)
 
     def buckets_of(self, utilities: np.ndarray) -> np.ndarray:
@@ -265,6 +269,7 @@ class Shedder:
         ``utilities``: the batch's utilities when the caller has them (one per row of ``events``).
         """
         self._need()
+        _check_frame(events, "shed_batch")
         n = len(events)
         if n == 0:
             return np.zeros(0, bool)
@@ -290,6 +295,14 @@ class Shedder:
         keep[order[m:] - m] = core.status[m:] == 1
         self.last_batch = core.counters | {"dropped": int(n - keep.sum())}
         return keep
+
+
+def _check_frame(events, what: str, columns: tuple[str, ...] = ("type", "ts")) -> None:
+    if not isinstance(events, pd.DataFrame):
+        raise ArgumentError(f"{what}: events must be a pandas DataFrame, got {type(events).__name__}")
+    for col in columns:
+        if col not in events.columns:
+            raise ArgumentError(f"{what}: events need a {col!r} column (columns: {list(events.columns)})")
 
 
 def as_rules(rules) -> list[Rule]:

@@ -183,7 +183,17 @@ def gather(
         raise ArgumentError(f"statistics need a sample of at least 2 events, got {len(events)}")
     types = events["type"].astype(str).to_numpy()
     ts = times_ns(events["ts"], time_unit_ns)
-    arr = ts / 1e9 if arrival is None else np.asarray(arrival, np.float64)
+    if arrival is None:
+        arr = ts / 1e9
+    else:
+        try:
+            arr = np.asarray(arrival, np.float64)
+        except (TypeError, ValueError) as err:
+            raise ArgumentError(f"arrival times must be numbers of seconds ({err})") from None
+        if arr.shape != (len(events),) or not np.isfinite(arr).all():
+            # a shorter array gave rates over the wrong span, silently
+            raise ArgumentError(f"arrival must be {len(events)} finite times in seconds, one per "
+                                f"sample event, got shape {arr.shape}")
     span = float(arr.max() - arr.min())
     if not span > 0:
         raise ArgumentError("statistics need a sample spanning some time (all arrivals are equal)")
