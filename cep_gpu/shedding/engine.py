@@ -32,7 +32,7 @@ from ..errors import ArgumentError
 from . import _core
 from .gate import estimated_recall
 from .shedder import UNIT_NS, Shedder, SheddingError, as_rules
-from .stats import CostModel, Statistics, times_ns
+from .stats import CostModel, Statistics, arrival_seconds, times_ns
 
 MODES = ("virtual", "real")
 
@@ -530,15 +530,7 @@ class SheddingEngine:
         if arrival is None:
             arr = ts_ns / 1e9
         else:
-            try:
-                arr = np.asarray(arrival, np.float64)
-            except (TypeError, ValueError) as err:
-                raise ArgumentError(f"arrival times must be numbers of seconds ({err})") from None
-            if arr.shape != (len(events),):
-                raise ArgumentError(f"arrival must have one time per event ({len(events)}), got shape {arr.shape}")
-            arr = arr[order]
-            if not np.all(np.isfinite(arr)):
-                raise ArgumentError("arrival times must be finite numbers of seconds")
+            arr = arrival_seconds(arrival, len(events))[order]
             if np.any(np.diff(arr) < 0):
                 raise ArgumentError("arrival times must not decrease in timestamp order (the engine "
                                     "consumes events in timestamp order)")

@@ -183,17 +183,8 @@ def gather(
         raise ArgumentError(f"statistics need a sample of at least 2 events, got {len(events)}")
     types = events["type"].astype(str).to_numpy()
     ts = times_ns(events["ts"], time_unit_ns)
-    if arrival is None:
-        arr = ts / 1e9
-    else:
-        try:
-            arr = np.asarray(arrival, np.float64)
-        except (TypeError, ValueError) as err:
-            raise ArgumentError(f"arrival times must be numbers of seconds ({err})") from None
-        if arr.shape != (len(events),) or not np.isfinite(arr).all():
-            # a shorter array gave rates over the wrong span, silently
-            raise ArgumentError(f"arrival must be {len(events)} finite times in seconds, one per "
-                                f"sample event, got shape {arr.shape}")
+    # a shorter arrival array gave rates over the wrong span, silently
+    arr = ts / 1e9 if arrival is None else arrival_seconds(arrival, len(events))
     span = float(arr.max() - arr.min())
     if not span > 0:
         raise ArgumentError("statistics need a sample spanning some time (all arrivals are equal)")
@@ -230,6 +221,19 @@ def gather(
                 raise ArgumentError(f"costs[{t!r}] must be a finite number of seconds >= 0, got {v!r}")
             st.costs[str(t)] = float(v)
     return st
+
+
+def arrival_seconds(arrival, n: int) -> np.ndarray:
+    """``arrival`` as ``n`` finite float64 seconds; an ArgumentError naming the problem otherwise."""
+    try:
+        arr = np.asarray(arrival, np.float64)
+    except (TypeError, ValueError) as err:
+        raise ArgumentError(f"arrival times must be numbers of seconds ({err})") from None
+    if arr.shape != (n,):
+        raise ArgumentError(f"arrival must have one time per event ({n}), got shape {arr.shape}")
+    if not np.all(np.isfinite(arr)):
+        raise ArgumentError("arrival times must be finite numbers of seconds")
+    return arr
 
 
 def times_ns(ts: pd.Series, time_unit_ns: int) -> np.ndarray:
