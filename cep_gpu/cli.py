@@ -51,6 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
         "splits each rule's terminators into batches within it (default: unbounded, one batch per "
         "rule; 0: one terminator per batch). Other backends ignore it.",
     )
+    run.add_argument("--max-matches", type=int, default=None, metavar="N",
+                     help="Kleene closure: the most matches a rule's sets may be estimated to produce "
+                     "(default cep_gpu.kleene.DEFAULT_MAX_MATCHES; docs/language.md)")
     run.set_defaults(func=cmd_run)
 
     explain = sub.add_parser("explain", help="show how rules are compiled and planned")
@@ -96,7 +99,21 @@ def read_rules(path: str):
     if p.suffix.lower() in (".csv", ".parquet", ".pq", ".arrow"):
         raise ArgumentError(f"{path} looks like an event file, where the rule file is expected: "
                             "the rules come first (cep-gpu run RULES EVENTS)")
-    return parse_rules(p.read_text())
+    return parse_rules(read_text(p, "rule file"))
+
+
+def read_text(path: str | Path, what: str) -> str:
+    """The UTF-8 text of ``path``; a directory, an unreadable or a binary file is an ArgumentError
+    naming the file (the subcommands' rule, query and network files all come through here)."""
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise ArgumentError(f"{path}: the {what} is not UTF-8 text (byte {err.start}: "
+                            f"{err.object[err.start:err.start + 1]!r})") from None
+    except FileNotFoundError:
+        raise
+    except OSError as err:
+        raise ArgumentError(f"{path}: cannot read the {what}: {err.strerror or err}") from None
 
 
 def _latency(text: str) -> float | None:
@@ -126,7 +143,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     events = read_table(args.events)
     big = events.num_rows > PROGRESS_THRESHOLD
-    with _progress(console, big) as progress:
+    with _progress(console, big) as progress, _max_matches(args.max_matches):
         task = progress.add_task("ingest", total=len(rules) + 2)
         table = EventTable.from_arrow(events, time_unit=args.time_unit)
         progress.update(task, advance=1, description="detect")
@@ -148,6 +165,15 @@ def cmd_run(args: argparse.Namespace) -> int:
             f"{st[d]['decisions']} batch(es) of {st[d]['terminators']} terminator(s) on {d} "
             f"({st[d]['seconds']:.3g} s)" for d in ("cpu", "gpu")), highlight=False, soft_wrap=True)
     return 0
+
+
+def _max_matches(n: int | None):
+    """``cep_gpu.kleene.limit(n)``, or no change when ``n`` is None."""
+    import contextlib
+
+    from .kleene import limit
+
+    return contextlib.nullcontext() if n is None else limit(n)
 
 
 def cmd_explain(args: argparse.Namespace) -> int:

@@ -64,7 +64,7 @@ def check_estimate(rule: Rule, pred: int, estimate: float) -> None:
         f"max_matches={cap}. Bound it: cap the set size, KL({p.event_type} {p.alias})[1..4]"
         f"{bound}; use 'select greedy' (one set per match); add conditions on {p.alias}'s elements "
         f"or shorten the window; or raise the limit (detect(..., max_matches=N), "
-        f"cep_gpu.kleene.limit(N))"
+        f"cep_gpu.kleene.limit(N), cep-gpu run --max-matches N)"
     )
 
 

@@ -93,7 +93,9 @@ def _load_rule(args):
 
     path = Path(args.rules)
     if path.exists():
-        text = path.read_text()
+        from ..cli import read_text
+
+        text = read_text(path, "rule file")
     elif args.rules.lstrip().startswith("define"):
         text = args.rules
     else:
@@ -156,6 +158,12 @@ def cmd_bench(args) -> int:
         steps[0] += 1
         print(f"  draw {steps[0]}", file=sys.stderr, end="\r")
 
+    from ..backends import get_backend
+    from ..errors import ArgumentError
+
+    if args.draws is not None and args.draws < 1:  # 0 ran nothing, -1 was a KeyError traceback
+        raise ArgumentError(f"--draws must be >= 1, got {args.draws}")
+    get_backend(args.backend)  # before the draws, not after them
     result = bench.run(quick=args.quick, draws=args.draws, seed=args.seed, backend=args.backend,
                        progress=progress)
     print(file=sys.stderr)

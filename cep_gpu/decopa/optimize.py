@@ -28,6 +28,8 @@ LD_SAMPLES = 24
 ALL_ORDERS_UP_TO = 4
 #: Predecessor pairs tried per sub-query (the cheapest by their costs first), Alg. 1 line 12.
 MAX_PAIRS = 3000
+#: most units a plan places (planning time and the plan grow linearly with them)
+MAX_UNITS = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,8 @@ class Units:
     def __post_init__(self) -> None:
         if not isinstance(self.n, int) or isinstance(self.n, bool) or self.n < 1:
             raise ArgumentError(f"Units: n must be an int >= 1, got {self.n!r}")
+        if self.n > MAX_UNITS:  # planning lists every unit: 10^7 took minutes, 10^12 never ends
+            raise ArgumentError(f"Units: n must be at most {MAX_UNITS}, got {self.n}")
         for name in ("iota", "kappa"):
             v = getattr(self, name)
             if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v <= 0:

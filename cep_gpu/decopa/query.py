@@ -145,6 +145,8 @@ def analyse(rule: Rule) -> Pattern:
     unsupported = []
     if rule.negations:
         unsupported.append("NOT(...) positions")
+    if rule.kleene_positions:  # a set-valued position would run as a single event: other matches
+        unsupported.append("Kleene closure KL(...)")
     if rule.aggregates:
         unsupported.append("aggregates")
     if rule.consuming:

@@ -97,6 +97,8 @@ class Stats:
 
         pattern = analyse(rule)
         table = ingest(events, time_unit)
+        if not len(table):  # every rate would be 0 and the plan's c* infinite
+            raise ArgumentError("Stats.from_sample: the sample has no events")
         span = int(table.ts.max() - table.ts.min()) if len(table) else 0
         windows = max(span / pattern.window, 1.0) if pattern.window > 0 else 1.0
 

@@ -96,13 +96,15 @@ def _load(args):
         raise FileNotFoundError(f"{args.queries}: no such query file")
     if not npath.exists():
         raise FileNotFoundError(f"{args.network}: no such network file")
+    from ..cli import read_text
+
     try:
-        spec = json.loads(npath.read_text())
+        spec = json.loads(read_text(npath, "network file"))
     except json.JSONDecodeError as err:
         from .errors import MuseError
 
         raise MuseError(f"{args.network}: not JSON ({err})") from None
-    return as_queries(qpath.read_text()), Network.from_dict(spec)
+    return as_queries(read_text(qpath, "query file")), Network.from_dict(spec)
 
 
 def cmd_network(args) -> int:
@@ -168,11 +170,31 @@ def cmd_bench(args) -> int:
         seeds = 1
     if getattr(args, "sweep", None):
         sweeps = {k: v for k, v in sweeps.items() if k in args.sweep}
+    _check_bench_args(args, seeds)
     result = bench.run(sweeps, seeds, args.queries, args.size, args.simulate_events,
                        args.backend, on_step=lambda s: print(f"  {s}", file=sys.stderr),
                        max_rate=getattr(args, "max_rate", None))
     save_results(result, args.out, args.plot, bench.plot)
     return 0
+
+
+def _check_bench_args(args, seeds: int) -> None:
+    """Bad values fail here, naming the option (they ran nothing, or failed in numpy or deep in
+    the network checks, naming a generated event type)."""
+    import math
+
+    from ..backends import get_backend
+    from ..errors import ArgumentError
+
+    for name, v, low in (("seeds", seeds, 1), ("queries", args.queries, 1), ("size", args.size, 2),
+                         ("simulate-events", args.simulate_events, 0)):
+        if v < low:
+            raise ArgumentError(f"--{name} must be >= {low}, got {v}")
+    max_rate = getattr(args, "max_rate", None)
+    if max_rate is not None and not (math.isfinite(max_rate) and max_rate > 0):
+        raise ArgumentError(f"--max-rate must be a finite rate > 0, got {max_rate}")
+    if args.simulate_events:
+        get_backend(args.backend)
 
 
 def muse_bench_from_bench_args(args) -> int:

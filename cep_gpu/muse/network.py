@@ -80,8 +80,17 @@ class Network:
         nodes = spec["nodes"]
         if not isinstance(nodes, Mapping):
             raise MuseError("'nodes' must map node names to lists of event types")
+        for n, ts in nodes.items():
+            # a string is iterable too: "ABC" would silently become the types A, B and C
+            if isinstance(ts, (str, bytes)) or not isinstance(ts, Iterable):
+                raise MuseError(f"node {n!r}: its event types must be a list of names, got {ts!r}")
         produces = {str(n): frozenset(map(str, ts)) for n, ts in nodes.items()}
+        if not isinstance(spec["rates"], Mapping):
+            raise MuseError(f"'rates' must map event types to rates, got {type(spec['rates']).__name__}")
         rates = {str(t): r for t, r in dict(spec["rates"]).items()}
+        for t, r in rates.items():
+            if isinstance(r, bool):
+                raise MuseError(f"rate of type {t!r} must be a positive finite number, got {r!r}")
         links = spec.get("links")
         if links is not None:
             links = frozenset(frozenset(map(str, pair)) for pair in links)
@@ -115,12 +124,19 @@ class Network:
         skew 2.0 gives nearly equal rates, skew 1.1 differences up to 10^6 (our reading of §7.2;
         docs/muse.md).
         """
-        if nodes < 1:
-            raise MuseError(f"nodes must be >= 1, got {nodes}")
+        if isinstance(nodes, bool) or not isinstance(nodes, (int, np.integer)) or nodes < 1:
+            raise MuseError(f"nodes must be an int >= 1, got {nodes!r}")
+        if isinstance(types, bool) or (isinstance(types, float)):
+            raise MuseError(f"types must be an int >= 1 or a list of type names, got {types!r}")
+        for name, v in (("event_node_ratio", event_node_ratio), ("skew", skew), ("max_rate", max_rate)):
+            if isinstance(v, bool) or not isinstance(v, (int, float, np.number)):
+                raise MuseError(f"{name} must be a number, got {v!r}")
         if not 0 < event_node_ratio <= 1:
             raise MuseError(f"event_node_ratio must be in (0, 1], got {event_node_ratio}")
-        if skew <= 1:
-            raise MuseError(f"skew (the Zipf parameter) must be > 1, got {skew}")
+        if not (math.isfinite(skew) and skew > 1):  # NaN passed 'skew <= 1' and failed in numpy
+            raise MuseError(f"skew (the Zipf parameter) must be a finite number > 1, got {skew}")
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+            raise MuseError(f"seed must be an int, got {seed!r}")
         names = [f"E{i}" for i in range(types)] if isinstance(types, int) else list(types)
         if not names:
             raise MuseError("types must be >= 1")

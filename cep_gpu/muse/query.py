@@ -160,6 +160,8 @@ class Query:
             tree = parse_tree(text)
         except CepError as err:
             raise MuseError(f"query does not parse: {err}") from None
+        if rule.kleene_positions:  # the tree walk below would read KL(B b) as a plain B position
+            raise MuseError(f"query {rule.name}: Kleene closure KL(...) is not supported by MuSE planning")
         rules = [c for c in tree.children if isinstance(c, Tree)]
         if len(rules) != 1 or rules[0].data != "seq_rule":
             raise MuseError("a MuSE query is one 'define NAME pattern SEQ(...)/AND(...)' rule")

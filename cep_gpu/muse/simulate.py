@@ -10,6 +10,7 @@ node), as the cost model charges them (§4.4).
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -67,6 +68,9 @@ def simulate(
     """
     if not isinstance(plan, Plan):
         raise MuseError(f"plan must be a muse.Plan, got {type(plan).__name__}")
+    from ..backends import get_backend
+
+    get_backend(backend)  # an unknown name fails here, also when no node has events to match
     if network is not None:
         plan.check_network(network)
     ev = _check_streams(plan, streams)
@@ -116,6 +120,12 @@ def _check_streams(plan: Plan, streams: pd.DataFrame) -> pd.DataFrame:
     for col in ("type", "ts", "node"):
         if col not in streams.columns:
             raise MuseError(f"streams need a {col!r} column (the origin node is 'node')")
+    ts = streams["ts"]
+    if not pd.api.types.is_numeric_dtype(ts) or pd.api.types.is_bool_dtype(ts):
+        raise MuseError(f"streams: 'ts' must be numbers of seconds, got dtype {ts.dtype}")
+    if len(ts) and not np.isfinite(ts.to_numpy(np.float64)).all():
+        row = int(np.flatnonzero(~np.isfinite(ts.to_numpy(np.float64)))[0])
+        raise MuseError(f"streams: 'ts' is null or not finite at row {row}")
     ev = streams.copy()
     if "id" not in ev.columns:
         ev["id"] = np.arange(len(ev), dtype=np.int64)
@@ -174,6 +184,10 @@ def _combine(plan, v, p, pred_vertices, matches, ev, backend) -> np.ndarray:
     return found[keep]
 
 
+#: most events :func:`generate_streams` makes (about 3 GB of columns)
+MAX_GENERATED_EVENTS = 100_000_000
+
+
 def generate_streams(
     network: Network,
     queries,
@@ -186,8 +200,16 @@ def generate_streams(
     it produces at the type's rate for ``duration`` seconds. Attributes: ``k`` uniform in
     ``[0, k_values)`` (so ``a.k = b.k`` has selectivity 1/k_values); every other name (``v``, ...)
     uniform in [0, 1)."""
+    if isinstance(duration, bool) or not isinstance(duration, (int, float, np.number)) \
+            or not math.isfinite(duration) or duration < 0:
+        raise MuseError(f"duration must be a finite number of seconds >= 0, got {duration!r}")
     qs = as_queries(queries)
     types = sorted({t for q in qs for t in q.types})
+    expected = sum(network.rate(t) * duration for n in network.nodes for t in types
+                   if t in network.produces[n])
+    if expected > MAX_GENERATED_EVENTS:  # numpy would fail with a MemoryError (or hang) instead
+        raise MuseError(f"duration {duration} s gives about {expected:.3g} events at the network's "
+                        f"rates, over {MAX_GENERATED_EVENTS:.0e}: shorten the duration")
     rng = np.random.default_rng(seed)
     parts = []
     for n in network.nodes:

@@ -117,6 +117,8 @@ def check_supported(rule: Rule) -> None:
         )
 
     tesla = rule.syntax != "seq"
+    if rule.kleene_positions:  # a set-valued position: before the binding order, which may look SEQ's
+        raise no("Kleene closure KL(...)")
     if not tesla and len(rule.plans) != 1:
         raise no("AND(...)")
     if rule.negations:

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import ArgumentError, EngineClosedError, EventError, LateEventError
+from ..events.values import UNIT_NS
 from ..model import Rule
 from . import _compat, kernels
 from .compile import (
@@ -31,6 +32,8 @@ from .costmodel import Allocation, ChainStats, agent_loads, allocate, integer_al
 from .runtime import Layout, OutputJob, Runtime, Store
 
 ALLOCATIONS = ("cost-model", "equal")
+#: most execution units (each is a thread of this process)
+MAX_UNITS = 1024
 #: default ``output_part``: composite events built per part (fixed costs of a part: about 1 ms)
 OUTPUT_PART = 8192
 
@@ -65,6 +68,8 @@ def check_units(units) -> int:
         raise ArgumentError(f"units must be an int >= 1, got {units!r}")
     if units < 1:
         raise ArgumentError(f"units must be >= 1, got {units}")
+    if units > MAX_UNITS:  # one thread per unit: 50,000 units did not start within 100 s
+        raise ArgumentError(f"units must be at most {MAX_UNITS} (one thread each), got {units}")
     return int(units)
 
 
@@ -118,10 +123,12 @@ class HybridEngine:
                         ("calibration_events", calibration_events), ("output_part", output_part)):
             if v is None and name in ("batch_size", "chunk_size", "splitters"):
                 continue
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
                 raise ArgumentError(f"{name} must be an int >= 1, got {v!r}")
-        if not 0.0 <= float(jitter) <= 1.0:
+        if isinstance(jitter, bool) or not isinstance(jitter, (int, float, np.number)) or not 0.0 <= float(jitter) <= 1.0:
             raise ArgumentError(f"jitter must be a probability in [0, 1], got {jitter!r}")
+        if not isinstance(time_unit, str) or time_unit not in UNIT_NS:
+            raise ArgumentError(f"time_unit must be one of {sorted(UNIT_NS)}, got {time_unit!r}")
         self.rules = as_rule_list(rules)
         self.allocation = allocation
         self.dynamic = dynamic
@@ -233,6 +240,8 @@ class HybridEngine:
 
     def flush(self, output: str = "pandas"):
         """End the input; stop the units. Returns the composite events still held (none for SEQ)."""
+        if output not in ("pandas", "arrow"):
+            raise ArgumentError(f"output must be 'pandas' or 'arrow', got {output!r}")
         empty = self.publish(pd.DataFrame({"type": pd.Series([], dtype=str), "ts": pd.Series([], dtype=float)}),
                              output) if not self._closed and self._rt is not None else None
         self.close()

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 
 from ..benchmarks.save import save_results
@@ -98,6 +99,13 @@ def cmd_bench(args) -> int:
         return 2
     if args.regather_every is not None and args.regather_every < 0:
         print(f"cep-gpu shedding bench: --regather-every must be >= 0, got {args.regather_every}", file=sys.stderr)
+        return 2
+    if not lengths or not factors:  # an empty list ran nothing and wrote an empty result
+        print("cep-gpu shedding bench: --lengths and --factors need at least one value each", file=sys.stderr)
+        return 2
+    bad = [f for f in factors if not (math.isfinite(f) and f > 0)]
+    if bad:
+        print(f"cep-gpu shedding bench: --factors are peak rate multipliers > 0, got {bad[0]}", file=sys.stderr)
         return 2
     for name, v in (("events", events), ("warmup", args.warmup), ("buckets", args.buckets), ("seeds", args.seeds)):
         if v < 1:

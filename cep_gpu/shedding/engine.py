@@ -32,7 +32,7 @@ from ..errors import ArgumentError
 from . import _core
 from .gate import estimated_recall
 from .shedder import UNIT_NS, Shedder, SheddingError, as_rules
-from .stats import CostModel, Statistics, times_ns
+from .stats import CostModel, Statistics, arrival_seconds, times_ns
 
 MODES = ("virtual", "real")
 
@@ -225,7 +225,10 @@ class SheddingEngine:
         n = len(frame)
         sh = self.shedder
         if utilities is not None:
-            u = np.asarray(utilities, np.float64)
+            try:
+                u = np.asarray(utilities, np.float64)
+            except (TypeError, ValueError):
+                u = np.empty(0)  # not numbers: reported below
             if u.shape != (n,) or not np.all((u >= 0) & (u <= 1)):
                 raise ArgumentError(f"utilities must be {n} numbers in [0, 1], one per event")
             utilities = u[self._order]
@@ -516,7 +519,7 @@ class SheddingEngine:
         if isinstance(arrival, str):
             if arrival not in events.columns:
                 raise ArgumentError(f"arrival column {arrival!r} not in the events")
-            arrival = events[arrival].to_numpy(np.float64)
+            arrival = events[arrival]
         ts_ns = times_ns(events["ts"], UNIT_NS[self.time_unit])
         order = np.argsort(ts_ns, kind="stable")
         self._order = order
@@ -527,12 +530,7 @@ class SheddingEngine:
         if arrival is None:
             arr = ts_ns / 1e9
         else:
-            arr = np.asarray(arrival, np.float64)
-            if arr.shape != (len(events),):
-                raise ArgumentError(f"arrival must have one time per event ({len(events)}), got shape {arr.shape}")
-            arr = arr[order]
-            if not np.all(np.isfinite(arr)):
-                raise ArgumentError("arrival times must be finite numbers of seconds")
+            arr = arrival_seconds(arrival, len(events))[order]
             if np.any(np.diff(arr) < 0):
                 raise ArgumentError("arrival times must not decrease in timestamp order (the engine "
                                     "consumes events in timestamp order)")

@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import ArgumentError
+from ..events.checks import require_columns
 from ..output import composite_count
 
 #: publishes whose latency the percentiles are taken over (a long-lived engine keeps no more)
@@ -67,13 +68,23 @@ class ShedGate:
         t0 = time.perf_counter()
         frame = _frame(events)
         n = len(frame)
+        if n or len(frame.columns):
+            require_columns(list(frame.columns))  # as the engine says it (was a pandas KeyError)
         if "id" not in frame.columns:
             frame = frame.assign(id=np.arange(self.next_id, self.next_id + n, dtype=np.int64))
-        self.next_id += n
         sh = self.shedder
+        keep = u = None
         if n:
             u = sh.utilities(frame)
             keep = sh.shed_batch(frame, time_unit=self.time_unit, utilities=u)
+        self.inside = True
+        try:
+            out = engine.publish(frame if keep is None or keep.all() else frame[keep], output=output)
+        finally:
+            self.inside = False
+        # counted once the engine took the batch: a batch it refused (late, bad ts) is not published
+        self.next_id += n
+        if n:
             types = frame["type"].astype(str).to_numpy()
             for t in np.unique(types):
                 m = types == t
@@ -83,13 +94,6 @@ class ShedGate:
                     self.dropped_per_type[t] = self.dropped_per_type.get(t, 0) + int((m & ~keep).sum())
             self.published += n
             self.kept += int(keep.sum())
-            if not keep.all():
-                frame = frame[keep]
-        self.inside = True
-        try:
-            out = engine.publish(frame, output=output)
-        finally:
-            self.inside = False
         lat = time.perf_counter() - t0
         k = composite_count(out)
         self.composites += k

@@ -22,6 +22,8 @@ from .utility import UTILITIES, UtilityModel
 
 POLICIES = ("darling", "random", "state", "none")
 #: nanoseconds per ``time_unit`` (the units of cep_gpu.detect)
+#: most utility buckets per type (the paper uses 100; each type keeps arrays of this length)
+MAX_BUCKETS = 1_000_000
 UNIT_NS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000, "sec": 1_000_000_000,
            "min": 60_000_000_000, "h": 3_600_000_000_000}
 
@@ -73,8 +75,9 @@ class Shedder:
             raise ArgumentError(f"latency_bound must be a number of seconds > 0, got {latency_bound!r}")
         if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not (0 < beta <= 1):
             raise ArgumentError(f"beta must be in (0, 1], got {beta!r}")
-        if isinstance(buckets, bool) or not isinstance(buckets, (int, np.integer)) or buckets < 1:
-            raise ArgumentError(f"buckets must be an int >= 1, got {buckets!r}")
+        if isinstance(buckets, bool) or not isinstance(buckets, (int, np.integer)) or not 1 <= buckets <= MAX_BUCKETS:
+            # the bucket counters are arrays of types x buckets: a huge count is a MemoryError later
+            raise ArgumentError(f"buckets must be an int in [1, {MAX_BUCKETS}], got {buckets!r}")
         if policy not in POLICIES:
             raise ArgumentError(f"policy must be one of {', '.join(POLICIES)}; got {policy!r}")
         if distribution not in ("auto", "normal", "empirical"):
@@ -137,9 +140,17 @@ class Shedder:
                            distributions=distributions, time_unit_ns=UNIT_NS[time_unit],
                            lookback_ns=self._lookback_ns, terminator_types=self._term_types,
                            column_types=self._column_types, seed=self.seed)
+            if not self._column_types & set(stats.rates):
+                # no statistics for any type the rules read: every utility would be a guess
+                raise ArgumentError(
+                    f"the warm-up sample has no event of a type the rules read ({sorted(self._column_types)}); "
+                    f"its types are {sorted(stats.rates)[:10]}")
         elif not isinstance(stats, Statistics):
             raise ArgumentError(f"stats must be a Statistics, got {type(stats).__name__}")
         if window_cost is not None:
+            if isinstance(window_cost, bool) or not isinstance(window_cost, (int, float, np.number)) \
+                    or not math.isfinite(window_cost) or window_cost < 0:
+                raise ArgumentError(f"window_cost must be a finite number of seconds >= 0, got {window_cost!r}")
             stats.window_cost = float(window_cost)
         self.stats = stats
         self.utility = UtilityModel(self.rules, stats, self.utility_samples, self.seed, self.utility_kind)
@@ -187,6 +198,7 @@ class Shedder:
     def utilities(self, events: pd.DataFrame) -> np.ndarray:
         """U_T(e) of every row of ``events`` (Eq. 11; max over roles and rules)."""
         self._need()
+        _check_frame(events, "utilities", ("type",))
         return self.utility.compute(events)
 
     def buckets_of(self, utilities: np.ndarray) -> np.ndarray:
@@ -257,6 +269,7 @@ class Shedder:
         ``utilities``: the batch's utilities when the caller has them (one per row of ``events``).
         """
         self._need()
+        _check_frame(events, "shed_batch")
         n = len(events)
         if n == 0:
             return np.zeros(0, bool)
@@ -284,6 +297,14 @@ class Shedder:
         return keep
 
 
+def _check_frame(events, what: str, columns: tuple[str, ...] = ("type", "ts")) -> None:
+    if not isinstance(events, pd.DataFrame):
+        raise ArgumentError(f"{what}: events must be a pandas DataFrame, got {type(events).__name__}")
+    for col in columns:
+        if col not in events.columns:
+            raise ArgumentError(f"{what}: events need a {col!r} column (columns: {list(events.columns)})")
+
+
 def as_rules(rules) -> list[Rule]:
     """A Rule, a list of Rules, or rule text, as a list of Rules."""
     if isinstance(rules, Rule):
@@ -291,7 +312,10 @@ def as_rules(rules) -> list[Rule]:
     if isinstance(rules, str):
         from .. import parse_rules
 
-        return parse_rules(rules)
+        out = parse_rules(rules)
+        if not out:
+            raise ArgumentError("rules: the rule text defines no rule")
+        return out
     out = list(rules) if isinstance(rules, (list, tuple)) else None
     if not out or not all(isinstance(r, Rule) for r in out):
         raise ArgumentError(f"rules must be a Rule, a non-empty list of Rules or rule text, got {rules!r:.80}")

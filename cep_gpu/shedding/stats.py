@@ -183,7 +183,8 @@ def gather(
         raise ArgumentError(f"statistics need a sample of at least 2 events, got {len(events)}")
     types = events["type"].astype(str).to_numpy()
     ts = times_ns(events["ts"], time_unit_ns)
-    arr = ts / 1e9 if arrival is None else np.asarray(arrival, np.float64)
+    # a shorter arrival array gave rates over the wrong span, silently
+    arr = ts / 1e9 if arrival is None else arrival_seconds(arrival, len(events))
     span = float(arr.max() - arr.min())
     if not span > 0:
         raise ArgumentError("statistics need a sample spanning some time (all arrivals are equal)")
@@ -211,8 +212,28 @@ def gather(
         st.window_cost = costs.window
         st.utility_cost = costs.utility
     elif costs is not None:
-        st.costs = {str(t): float(v) for t, v in costs.items()}
+        if not isinstance(costs, Mapping):
+            raise ArgumentError(f"costs must be a CostModel or a mapping type -> seconds per event, "
+                                f"got {type(costs).__name__}")
+        st.costs = {}
+        for t, v in costs.items():
+            if isinstance(v, bool) or not isinstance(v, (int, float, np.number)) or not math.isfinite(v) or v < 0:
+                raise ArgumentError(f"costs[{t!r}] must be a finite number of seconds >= 0, got {v!r}")
+            st.costs[str(t)] = float(v)
     return st
+
+
+def arrival_seconds(arrival, n: int) -> np.ndarray:
+    """``arrival`` as ``n`` finite float64 seconds; an ArgumentError naming the problem otherwise."""
+    try:
+        arr = np.asarray(arrival, np.float64)
+    except (TypeError, ValueError) as err:
+        raise ArgumentError(f"arrival times must be numbers of seconds ({err})") from None
+    if arr.shape != (n,):
+        raise ArgumentError(f"arrival must have one time per event ({n}), got shape {arr.shape}")
+    if not np.all(np.isfinite(arr)):
+        raise ArgumentError("arrival times must be finite numbers of seconds")
+    return arr
 
 
 def times_ns(ts: pd.Series, time_unit_ns: int) -> np.ndarray:
