@@ -59,9 +59,12 @@ def as_rules(rules) -> list[Rule]:
     return out
 
 
-def check_schema(rules: Sequence[Rule], table: EventTable) -> None:
+def check_schema(rules: Sequence[Rule], table: EventTable, require_attributes: bool = True) -> None:
     """Reject rules that read attributes no event in the input (or no rule's output) has,
-    and comparisons that the kernels cannot make (ordering on strings, strings vs numbers)."""
+    and comparisons that the kernels cannot make (ordering on strings, strings vs numbers).
+
+    ``require_attributes=False`` (a stream, whose attributes may come in a later publish) only
+    checks the kinds of the attributes ``table`` has."""
     produced = {a.name: a.type for r in rules for a in r.attributes}
     known = set(table.columns) | set(produced)
 
@@ -86,7 +89,7 @@ def check_schema(rules: Sequence[Rule], table: EventTable) -> None:
                 exprs.append(Attr(SELF, agg.attribute, pos=agg.pos))
         for expr in exprs:
             for node in walk(expr):
-                if isinstance(node, Attr) and node.name not in known:
+                if isinstance(node, Attr) and node.name not in known and require_attributes:
                     raise rule.error(
                         f"rule {rule.name!r} reads attribute {node.name!r}, which no event in the "
                         f"input has (attributes: {sorted(known)})",

@@ -35,6 +35,7 @@ from .analysis import producers, rule_order, unbounded_window
 from .backends import Matches
 from .detect import (
     as_rules,
+    check_schema,
     composite_events,
     composite_ids,
     composite_table,
@@ -296,8 +297,11 @@ class Engine:
             {"version": _CHECKPOINT_VERSION, "state": state}, protocol=pickle.HIGHEST_PROTOCOL
         )
         if path is not None:
-            with open(path, "wb") as f:
-                f.write(data)
+            try:
+                with open(path, "wb") as f:
+                    f.write(data)
+            except OSError as exc:
+                raise ArgumentError(f"checkpoint: cannot write {str(path)!r}: {exc}") from None
         return data
 
     @classmethod
@@ -310,26 +314,38 @@ class Engine:
 
         The checkpoint is a pickle: restore only checkpoints you wrote yourself.
         """
+        if isinstance(checkpoint, str) and checkpoint.startswith(_CHECKPOINT_MAGIC.decode("latin1")):
+            raise ArgumentError("restore: got the checkpoint as text (str); pass the bytes that "
+                                "Engine.checkpoint() returned, or a file path")
         if isinstance(checkpoint, (str, os.PathLike)):
             try:
                 with open(checkpoint, "rb") as f:
                     checkpoint = f.read()
-            except OSError as exc:
-                raise ArgumentError(f"restore: cannot read checkpoint file {str(checkpoint)!r}: {exc}") from None
+            except (OSError, ValueError) as exc:  # ValueError: a path with a NUL byte
+                raise ArgumentError(f"restore: cannot read checkpoint file {str(checkpoint)[:200]!r}: {exc}") from None
+        if isinstance(checkpoint, memoryview):
+            checkpoint = checkpoint.tobytes()
         if not isinstance(checkpoint, (bytes, bytearray)) or not bytes(checkpoint).startswith(_CHECKPOINT_MAGIC):
             raise ArgumentError("restore: not an Engine checkpoint (expected the bytes of Engine.checkpoint())")
         try:
             saved = pickle.loads(bytes(checkpoint)[len(_CHECKPOINT_MAGIC):])
         except Exception as exc:  # noqa: BLE001 - a truncated or corrupt file: say so
             raise ArgumentError(f"restore: the checkpoint is damaged ({type(exc).__name__}: {exc})") from None
+        if not isinstance(saved, dict):
+            raise ArgumentError(f"restore: the checkpoint is damaged (it holds a {type(saved).__name__}, "
+                                "not an engine's state)")
         if saved.get("version") != _CHECKPOINT_VERSION:
             raise ArgumentError(
                 f"restore: checkpoint format {saved.get('version')!r}, this cep-gpu reads {_CHECKPOINT_VERSION}"
             )
         from .planner import backend_for
 
+        state = saved.get("state")
+        missing = sorted(_CHECKPOINT_REQUIRED - set(state)) if isinstance(state, dict) else ["state"]
+        if missing:
+            raise ArgumentError(f"restore: the checkpoint is damaged (no {', '.join(missing)})")
         eng = cls.__new__(cls)
-        eng.__dict__.update(saved["state"])
+        eng.__dict__.update(state)
         eng._backend = backend_for(eng.backend_name, eng.max_batch_latency, private=True)
         eng._on_late = on_late
         eng._subscribers = {}
@@ -478,6 +494,9 @@ class Engine:
                     dup = np.isin(new.ids, other.ids)
                     if dup.any():
                         raise EventError(f"duplicate event id {int(new.ids[dup][0])}: already published")
+        # the kinds a publish brings (a string compared with '<', Avg of strings) are rule errors,
+        # as in detect; rows of known kinds take the record path and skip this
+        check_schema(self.rules, new, require_attributes=False)
         new.time = self._time
         return new
 
@@ -948,6 +967,8 @@ _INT64_MIN = -(2**63)
 _EMPTY_FRAMES: dict = {}  # (output schema, time format, form) -> the empty output (frame/table/columns)
 _CHECKPOINT_MAGIC = b"cep-gpu engine checkpoint\n"
 _CHECKPOINT_VERSION = 1
+#: what every checkpoint's state holds (a damaged one may not)
+_CHECKPOINT_REQUIRED = frozenset({"rules", "backend_name", "max_batch_latency", "_buf", "_strings"})
 #: what a checkpoint leaves out: callables, the backend object (made anew), caches
 _NOT_CHECKPOINTED = frozenset(
     {"_backend", "_on_late", "_subscribers", "_timed", "_callback_errors", "_fast",

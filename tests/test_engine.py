@@ -671,3 +671,43 @@ def test_dicts_of_numpy_scalars_take_the_plain_record_path(monkeypatch):
     want = cep_gpu.detect(pd.DataFrame(rows), rule, backend="reference")
     assert [r["ids"] for r in got] == id_tuples(want)
     assert [r["v"] for r in got] == [None if pd.isna(v) else v for v in want["v"]]
+
+
+@pytest.mark.parametrize("backend", ["cpu", "reference", "aip", "gpu-host"])
+def test_a_publish_whose_kinds_break_a_rule_is_a_rule_error(backend):
+    """A string attribute ordered with '<' is an error in detect; a stream says so too (it gave
+    0 rows), whether the strings come in a frame or in one event."""
+    rule = "define X pattern SEQ(A a, B b) where a.y < b.y within 5 s"
+    frame = pd.DataFrame({"type": ["A", "B"], "ts": [1.0, 2.0], "y": ["s", "t"]})
+    with pytest.raises(cep_gpu.errors.RuleError, match=r"strings can only be compared with = and !="):
+        cep_gpu.Engine(rule, backend=backend).publish(frame)
+    engine = cep_gpu.Engine(rule, backend=backend)
+    engine.publish({"type": "A", "ts": 1.0})
+    with pytest.raises(cep_gpu.errors.RuleError, match=r"\(line 1, column 38\)"):
+        engine.publish({"type": "B", "ts": 2.0, "y": "t"})
+    # an attribute a stream has not seen yet is no error (it may come later)
+    assert len(cep_gpu.Engine(rule, backend=backend).publish(frame.drop(columns="y"))) == 0
+
+
+def test_damaged_checkpoints_are_argument_errors(tmp_path):
+    import pickle
+
+    from cep_gpu.engine import _CHECKPOINT_MAGIC, _CHECKPOINT_VERSION
+
+    engine = cep_gpu.Engine("define X pattern SEQ(A a, B b) within 5 s", backend="cpu")
+    engine.publish({"type": "A", "ts": 1.0})
+    good = engine.checkpoint()
+    assert len(cep_gpu.Engine.restore(memoryview(good)).publish({"type": "B", "ts": 2.0})) == 1
+    bad = {
+        "text": (good.decode("latin1"), "as text"),
+        "list": (_CHECKPOINT_MAGIC + pickle.dumps([1, 2]), "holds a list"),
+        "no state": (_CHECKPOINT_MAGIC + pickle.dumps({"version": _CHECKPOINT_VERSION}), "no state"),
+        "empty state": (_CHECKPOINT_MAGIC + pickle.dumps({"version": _CHECKPOINT_VERSION, "state": {}}),
+                        "no _buf, _strings, backend_name"),
+        "nul path": ("a\0b", "cannot read checkpoint file"),
+    }
+    for data, words in bad.values():
+        with pytest.raises(cep_gpu.errors.ArgumentError, match=words):
+            cep_gpu.Engine.restore(data)
+    with pytest.raises(cep_gpu.errors.ArgumentError, match="checkpoint: cannot write"):
+        engine.checkpoint(tmp_path / "missing" / "c.ckpt")
