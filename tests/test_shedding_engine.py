@@ -96,3 +96,16 @@ def test_bad_shedding():
         cep_gpu.Engine(other, shedding=fitted(1.0))
     with pytest.raises(ArgumentError, match="events must be"):
         cep_gpu.Engine(RULE, shedding=fitted(1.0)).publish([1, 2])
+
+
+def test_a_drift_check_over_a_stretch_without_the_rules_types_keeps_the_statistics():
+    """Re-gathering (Sec. 4.1) from events of no type the rules read would fit nothing: the
+    current statistics stay, and the run goes on (a first warm-up like that is an error)."""
+    ev = stream(400, 3)
+    quiet = ev[ev["type"] == "X"]
+    eng = SheddingEngine(RULE, Shedder(0.05, seed=1), mode="virtual", cost_model=CostModel(default=2e-3))
+    with pytest.raises(ArgumentError, match="the warm-up sample has no event of a type the rules read"):
+        eng.warm_up(quiet)
+    before = eng.warm_up(ev.iloc[:200])
+    assert eng.regather(quiet) is before and eng.shedder.stats is before
+    assert eng.regather(ev.iloc[200:]) is not before

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from hypothesis import HealthCheck, given, settings
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from cep_gpu.detect import as_rules
+from cep_gpu.errors import ArgumentError
 from cep_gpu.shedding import CostModel, Shedder, SheddingEngine, _core
 from cep_gpu.shedding.shedder import UNIT_NS
 from cep_gpu.shedding.stats import times_ns
@@ -55,7 +58,13 @@ def test_bound_is_never_violated_in_virtual_time(load, rule, costs, bound, beta,
     ev, arr, seed = load
     sh = Shedder(bound, beta=beta, buckets=buckets, policy=policy, seed=seed)
     eng = SheddingEngine(rule, sh, mode="virtual", cost_model=costs)
-    eng.warm_up(ev.iloc[: max(2, len(ev) // 3)])
+    warm = ev.iloc[: max(2, len(ev) // 3)]
+    if not set(warm["type"]) & {p.event_type for r in eng.rules for p in r.predicates}:
+        with pytest.raises(ArgumentError, match="the warm-up sample has no event of a type the rules read"):
+            eng.warm_up(warm)
+        warm = ev  # the whole stream: it may lack them too
+        assume(set(warm["type"]) & {p.event_type for r in eng.rules for p in r.predicates})
+    eng.warm_up(warm)
     found = eng.run(ev, arr, reference=False)
     s = eng.stats()
     assert s["violations"] == 0
@@ -72,7 +81,9 @@ def test_compiled_simulation_keeps_the_bound_and_its_buffers_consistent(load, co
     finishes within the bound after its arrival, and the buffers' bookkeeping adds up."""
     ev, arr, seed = load
     sh = Shedder(bound, beta=beta, buckets=buckets, policy=policy, seed=seed)
-    sh.fit(rule, ev.iloc[: max(2, len(ev) // 3)], costs=costs)
+    warm = ev.iloc[: max(2, len(ev) // 3)]
+    assume(set(warm["type"]) & {p.event_type for r in as_rules(rule) for p in r.predicates})
+    sh.fit(rule, warm, costs=costs)
     core = sh.make_core(ev, times_ns(ev["ts"], UNIT_NS["s"]), costs)
     start, done, order = core.simulate(arr)
     assert np.all(done[order] - arr[order] <= bound * (1 + 1e-9))
