@@ -558,11 +558,7 @@ class Engine:
             return None  # the time format changes: the general path does that
         if not self._buf.append_row(row):
             return None
-        self._next_id += 1
-        self._published += 1
-        self._released += 1
-        self._max_id = row.id
-        self._newest = row.ts if self._newest is None else max(self._newest, row.ts)
+        self._appended(1, row.id, row.ts if self._newest is None else max(self._newest, row.ts))
         return self._match(np.array([row.id], np.int64), {row.type}, False, output)
 
     def _publish_columns(self, cols: dict, output: str):
@@ -578,13 +574,16 @@ class Engine:
         if got is None:
             return None
         ids, types, top = got
-        n = len(ids)
+        self._appended(len(ids), max(self._max_id, top), int(self._buf.last_ts()))
+        return self._match(ids, set(types), False, output)
+
+    def _appended(self, n: int, max_id: int, newest: int) -> None:
+        """The counters after ``n`` rows went straight into the buffer (published and released)."""
         self._next_id += n
         self._published += n
         self._released += n
-        self._max_id = max(self._max_id, top)
-        self._newest = int(self._buf.last_ts())
-        return self._match(ids, set(types), False, output)
+        self._max_id = max_id
+        self._newest = newest
 
     def _process(self, released: EventTable | None, final: bool, output: str = "pandas"):
         new_ids = np.empty(0, np.int64)
@@ -642,24 +641,14 @@ class Engine:
             return []
         if output == "columns":
             # a new dict of the cached empty arrays (length 0: nothing in them to change)
-            key = (self._schema, self._time, "columns")
-            if key not in _EMPTY_FRAMES:
-                if len(_EMPTY_FRAMES) >= 256:
-                    _EMPTY_FRAMES.clear()
-                _EMPTY_FRAMES[key] = self._columns([])
-            return dict(_EMPTY_FRAMES[key])
+            return dict(_cached(_EMPTY_FRAMES, (self._schema, self._time, "columns"), lambda: self._columns([])))
         return self._empty_output(arrow=output == "arrow")
 
     def _empty_output(self, arrow: bool = False) -> pd.DataFrame | pa.Table:
         """The empty output frame or Arrow table (built once per output schema, time format and
         form, for every engine: it depends on nothing else; a frame is copied, so callers may
         mutate it; an Arrow table is immutable)."""
-        key = (self._schema, self._time, arrow)
-        frame = _EMPTY_FRAMES.get(key)
-        if frame is None:
-            if len(_EMPTY_FRAMES) >= 256:
-                _EMPTY_FRAMES.clear()
-            frame = _EMPTY_FRAMES[key] = self._output([], arrow=arrow)
+        frame = _cached(_EMPTY_FRAMES, (self._schema, self._time, arrow), lambda: self._output([], arrow=arrow))
         return frame if arrow else frame.copy()
 
     def _timed_rule(self, i: int, time: TimeFormat) -> Rule:
@@ -824,14 +813,9 @@ class Engine:
         """The fields of a composite event, in order: the keys of ``output="records"``, the
         positions of ``output="tuples"`` (``rule``, ``ts``, ``ids``, ``id_counts`` when a rule
         has a Kleene position, then every rule attribute: the pandas output's columns)."""
-        fields = _FIELDS.get(self._schema)
-        if fields is None:
-            fields = ("rule", "ts", "ids", *(("id_counts",) if self._schema.kleene else ()),
-                      *(a for a, _ in self._schema.attributes))
-            if len(_FIELDS) >= 256:
-                _FIELDS.clear()
-            _FIELDS[self._schema] = fields
-        return fields
+        schema = self._schema
+        return _cached(_FIELDS, schema, lambda: ("rule", "ts", "ids", *(("id_counts",) if schema.kleene else ()),
+                                                 *(a for a, _ in schema.attributes)))
 
     def _records(self, results, tuples: bool = False) -> list[dict] | list[tuple]:
         """Composite events as dicts (or tuples), without pandas: what :func:`composite_records`
@@ -923,17 +907,26 @@ def _record_maker(keys: tuple[str, ...]) -> Callable:
     """``rows -> [dict(zip(keys, row)) for row in rows]``, as a comprehension over a dict display
     whose keys are constants (a third of the time per record: no zip object, no generic dict
     constructor). The keys enter the source only as ``repr`` literals of plain strings."""
-    fn = _RECORD_MAKERS.get(keys)
-    if fn is None:
-        if not keys or any(type(k) is not str for k in keys):
-            return lambda rows: [dict(zip(keys, v)) for v in rows]
+    if not keys or any(type(k) is not str for k in keys):
+        return lambda rows: [dict(zip(keys, v)) for v in rows]
+
+    def build() -> Callable:
         names = [f"v{i}" for i in range(len(keys))]
         display = ", ".join(f"{k!r}: {v}" for k, v in zip(keys, names))
-        fn = eval(f"lambda rows: [{{{display}}} for ({', '.join(names)},) in rows]", {"__builtins__": {}})
-        if len(_RECORD_MAKERS) >= 256:
-            _RECORD_MAKERS.clear()
-        _RECORD_MAKERS[keys] = fn
-    return fn
+        return eval(f"lambda rows: [{{{display}}} for ({', '.join(names)},) in rows]", {"__builtins__": {}})
+
+    return _cached(_RECORD_MAKERS, keys, build)
+
+
+def _cached(cache: dict, key, build: Callable):
+    """``cache[key]``, built on a miss; the cache is emptied at 256 entries (schemas and time
+    formats come and go in long sessions)."""
+    value = cache.get(key)
+    if value is None:
+        if len(cache) >= 256:
+            cache.clear()
+        value = cache[key] = build()
+    return value
 
 
 def _python_values(col: AttributeColumn | None, kind: str, strings: StringDictionary, n: int) -> list:
@@ -1017,7 +1010,7 @@ def _without(consumed: np.ndarray, ids: np.ndarray) -> np.ndarray:
 
 
 def _check_output(output: str) -> None:
-    if output not in ("pandas", "arrow", "columns", "records", "tuples"):
+    if output not in _OUTPUTS:
         raise ArgumentError(
             f"output must be 'pandas', 'arrow', 'columns', 'records' or 'tuples', got {output!r}"
         )
