@@ -79,13 +79,13 @@ def throughput(rule: str, events, backend: str, sizes: list[int], output: str, r
     n = len(events)
     cep_gpu.detect(events.iloc[:2000], rule, backend=backend, time_unit="ms")  # compile
     batch_s = batch_cpu = math.inf
+    batch_output = "arrow" if output == "arrow" else "pandas"
     for _ in range(repeat):
         t0, c0 = time.perf_counter(), time.process_time()
-        batch = len(cep_gpu.detect(events, rule, backend=backend, time_unit="ms",
-                                   output="arrow" if output == "arrow" else "pandas"))
+        batch = len(cep_gpu.detect(events, rule, backend=backend, time_unit="ms", output=batch_output))
         batch_s = min(batch_s, time.perf_counter() - t0)
         batch_cpu = min(batch_cpu, time.process_time() - c0)
-    rows = [{"size": "batch", "output": "arrow" if output == "arrow" else "pandas", "seconds": batch_s, "cpu_seconds": batch_cpu, "events_per_s": n / batch_s,
+    rows = [{"size": "batch", "output": batch_output, "seconds": batch_s, "cpu_seconds": batch_cpu, "events_per_s": n / batch_s,
              "events_per_cpu_s": n / batch_cpu, "composites": batch}]
     for size in sizes:
         dt = cpu = math.inf

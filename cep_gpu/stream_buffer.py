@@ -652,9 +652,9 @@ class AppendBuffer:
         return min(p for k, p in self._merges if k > serial)
 
     def _reserve(self, n: int) -> None:
-        # room for three times the live rows (at least 1,024): a compaction copies the live rows
+        # room for four times the live rows (at least 1,024): a compaction copies the live rows
         # and makes every rule's fast path rebuild its columns (about 0.1 ms at 2,000 rows), so
-        # its cost per appended row is a third of a row copy, plus little fixed cost
+        # its cost per appended row is a third of a row copy or less, plus little fixed cost
         live = self.table()
         self.set(live, cap=max(4 * (len(live) + n), 1024))
 
