@@ -99,7 +99,7 @@ class Stats:
         table = ingest(events, time_unit)
         if not len(table):  # every rate would be 0 and the plan's c* infinite
             raise ArgumentError("Stats.from_sample: the sample has no events")
-        span = int(table.ts.max() - table.ts.min()) if len(table) else 0
+        span = int(table.ts.max() - table.ts.min())
         windows = max(span / pattern.window, 1.0) if pattern.window > 0 else 1.0
 
         def count(positions: frozenset[int], cond_ids) -> int:

@@ -167,8 +167,8 @@ class SheddingEngine:
         """Re-gather the statistics from recent events (the concept-drift hook). A stretch with no
         event of a type the rules read says nothing about them: the current statistics stay (a
         first warm-up without such events is an error, see :meth:`Shedder.fit`)."""
-        read = {p.event_type for r in self.rules for p in r.predicates}
-        if self.shedder.stats is not None and not read & set(events["type"].astype(str)):
+        sh = self.shedder
+        if sh.stats is not None and not sh.column_types & set(events["type"].astype(str)):
             return self.shedder.stats
         return self.warm_up(events, arrival)
 

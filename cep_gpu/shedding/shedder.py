@@ -21,9 +21,9 @@ from .stats import CostModel, Empirical, Normal, Statistics, gather
 from .utility import UTILITIES, UtilityModel
 
 POLICIES = ("darling", "random", "state", "none")
-#: nanoseconds per ``time_unit`` (the units of cep_gpu.detect)
 #: most utility buckets per type (the paper uses 100; each type keeps arrays of this length)
 MAX_BUCKETS = 1_000_000
+#: nanoseconds per ``time_unit`` (the units of cep_gpu.detect)
 UNIT_NS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000, "sec": 1_000_000_000,
            "min": 60_000_000_000, "h": 3_600_000_000_000}
 
@@ -108,6 +108,11 @@ class Shedder:
                 f"policy={self.policy!r}, seed={self.seed})")
 
     # -- statistics -------------------------------------------------------------------------------
+
+    @property
+    def column_types(self) -> frozenset[str]:
+        """The event types the fitted rules read in their positive positions (the buffered ones)."""
+        return self._column_types
 
     def fit(
         self,

@@ -62,6 +62,7 @@ class UtilityModel:
             raise ArgumentError(f"utility must be one of {', '.join(UTILITIES)}; got {kind!r}")
         self.kind = kind
         self._incoming_cache: dict[tuple[int, int], list | None] = {}
+        self._chain_top: dict[tuple[int, int], float] = {}  # the chain utility's scale per role
         self.rules = rules
         self.stats = stats
         self.samples = samples
@@ -207,9 +208,11 @@ class UtilityModel:
         incoming = self._incoming(ri, pi)
         if incoming is None:
             return None
-        own = self._filtered_sample(ri, pi)
         u = self._messages(incoming, sub)
-        top = self._messages(incoming, own).max() if own is not None and len(own) else 0.0
+        top = self._chain_top.get((ri, pi))
+        if top is None:  # pi's own sample does not change between fits: once per role
+            own = self._filtered_sample(ri, pi)
+            top = self._chain_top[ri, pi] = self._messages(incoming, own).max() if own is not None and len(own) else 0.0
         if top <= 0:
             return None
         u = np.minimum(u / top, 1.0)
