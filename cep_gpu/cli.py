@@ -134,6 +134,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .detect import detect_table
     from .events import EventTable
     from .io import read_table, write_output
+    from .kleene import limit_or_default
     from .output import OutputSchema, assemble
     from .planner import backend_for
 
@@ -143,7 +144,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     events = read_table(args.events)
     big = events.num_rows > PROGRESS_THRESHOLD
-    with _progress(console, big) as progress, _max_matches(args.max_matches):
+    with _progress(console, big) as progress, limit_or_default(args.max_matches):
         task = progress.add_task("ingest", total=len(rules) + 2)
         table = EventTable.from_arrow(events, time_unit=args.time_unit)
         progress.update(task, advance=1, description="detect")
@@ -165,15 +166,6 @@ def cmd_run(args: argparse.Namespace) -> int:
             f"{st[d]['decisions']} batch(es) of {st[d]['terminators']} terminator(s) on {d} "
             f"({st[d]['seconds']:.3g} s)" for d in ("cpu", "gpu")), highlight=False, soft_wrap=True)
     return 0
-
-
-def _max_matches(n: int | None):
-    """``cep_gpu.kleene.limit(n)``, or no change when ``n`` is None."""
-    import contextlib
-
-    from .kleene import limit
-
-    return contextlib.nullcontext() if n is None else limit(n)
 
 
 def cmd_explain(args: argparse.Namespace) -> int:

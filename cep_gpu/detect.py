@@ -38,12 +38,6 @@ from .model import (
 from .output import OutputSchema, assemble
 
 
-def _no_limit():
-    import contextlib
-
-    return contextlib.nullcontext()
-
-
 def as_rules(rules) -> list[Rule]:
     """Accept a Rule, a list of Rules, or rule text."""
     if isinstance(rules, Rule):
@@ -460,9 +454,9 @@ def detect(
         table = events
     else:
         raise EventError(f"events must be a pandas DataFrame or a pyarrow Table, got {type(events).__name__}")
-    from .kleene import limit
+    from .kleene import limit_or_default
 
-    with limit(max_matches) if max_matches is not None else _no_limit():
+    with limit_or_default(max_matches):
         results = detect_table(table, rule_list, backend, count_only=output == "count",
                                max_batch_latency=max_batch_latency)
     if output == "count":

@@ -49,6 +49,11 @@ def limit(n: int) -> Iterator[None]:
         _LIMIT.reset(token)
 
 
+def limit_or_default(n: int | None) -> contextlib.AbstractContextManager:
+    """:func:`limit` of ``n``, or the limit in force unchanged when ``n`` is None."""
+    return contextlib.nullcontext() if n is None else limit(n)
+
+
 def check_estimate(rule: Rule, pred: int, estimate: float) -> None:
     """Raise :class:`MatchLimitError` when ``estimate`` (the matches so far estimated for
     ``rule`` in this call, with Kleene position ``pred``'s sets) exceeds the limit."""
