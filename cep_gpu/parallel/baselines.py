@@ -25,7 +25,7 @@ import pandas as pd
 from ..errors import ArgumentError
 from . import _compat
 from .compile import compile_rules, rule_span
-from .engine import HybridEngine, as_rule_list, auto_batch, auto_chunk, check_units
+from .engine import OUTPUT_PART, HybridEngine, as_rule_list, auto_batch, auto_chunk, check_units
 from .kernels import llsf_assign
 from .runtime import Layout, Runtime, Store
 
@@ -51,10 +51,10 @@ class RunResult:
 def run(method: str, rules, events: pd.DataFrame, units: int = 1, *, time_unit: str = "s",
         stats=None, dynamic: bool = True, fusion: bool = True, batch_size: int | None = None,
         chunk_size: int | None = None, rip_batch: int | None = None, jitter: float = 0.0,
-        seed: int = 0, output_part: int | None = None) -> RunResult:
+        seed: int = 0, output_part: int = OUTPUT_PART) -> RunResult:
     """Run ``method`` (one of :data:`METHODS`) over ``events`` with ``units`` units.
 
-    ``output_part``: the hybrid engine's (default :data:`~cep_gpu.parallel.engine.OUTPUT_PART`);
+    ``output_part``: the hybrid engine's (:data:`~cep_gpu.parallel.engine.OUTPUT_PART`);
     a number above the matches builds every composite event at the end, as the other methods do.
     """
     if method not in METHODS:
@@ -70,8 +70,8 @@ def run(method: str, rules, events: pd.DataFrame, units: int = 1, *, time_unit: 
     if method in ("hybrid", "hybrid-equal"):
         eng = HybridEngine(rule_list, units=units, allocation="equal" if method == "hybrid-equal" else "cost-model",
                            dynamic=dynamic, fusion=fusion, time_unit=time_unit, stats=stats,
-                           batch_size=batch_size, chunk_size=chunk_size or baseline_chunk(rule_list, events, time_unit),
-                           jitter=jitter, seed=seed, **({"output_part": output_part} if output_part else {}))
+                           batch_size=batch_size, chunk_size=chunk_size, jitter=jitter, seed=seed,
+                           output_part=output_part)
         try:
             t0 = time.perf_counter()
             out = eng.publish(events)

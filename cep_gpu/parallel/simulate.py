@@ -53,7 +53,6 @@ class Trace:
     items: np.ndarray
     scanned: np.ndarray
     outputs: np.ndarray
-    pushes: np.ndarray
     t_task: np.ndarray  # per stage: per stage call, fragment visit and wrapping included
     c_scan: np.ndarray  # per stage: per pair scanned
     t_access: float
@@ -162,7 +161,7 @@ def _trace_once(r, events, time_unit, chunk_size, batch_size, stats, fused: bool
     layout = Layout([[tuple(range(1, n))]], [0], 1) if fused else Layout([[(p,) for p in range(1, n)]], [0] * (n - 1), 1)
     rt = Runtime([spec], store, layout, [strcodes], dynamic=False, threads=False, batch_size=batch_size,
                  time_kernels=True)
-    prev = np.zeros((7, n - 1))
+    prev = np.zeros((6, n - 1))
     per_chunk = []
     chunk_events = []
     barrier_s = 0.0
@@ -170,7 +169,6 @@ def _trace_once(r, events, time_unit, chunk_size, batch_size, stats, fused: bool
     chunk_results = []
     t_run = time.thread_time()
     for lo, hi in chunk_bounds(store.ts[rows - store.base], chunk_size):
-        pushes0 = rt.queue_pushes
         f0 = time.thread_time()
         rt.feed(rows[lo:hi])
         feed_s += time.thread_time() - f0
@@ -181,11 +179,10 @@ def _trace_once(r, events, time_unit, chunk_size, batch_size, stats, fused: bool
         st = rt.stage_stats()[0]
         cur = np.array([[st[p].tasks for p in range(1, n)], [st[p].items for p in range(1, n)],
                         [st[p].scanned for p in range(1, n)], [st[p].outputs for p in range(1, n)],
-                        [0] * (n - 1), [st[p].match_items for p in range(1, n)],
-                        [st[p].busy_s for p in range(1, n)]], dtype=np.float64)
+                        [st[p].match_items for p in range(1, n)], [st[p].busy_s for p in range(1, n)]],
+                       dtype=np.float64)
         d = cur - prev
         prev = cur
-        d[4, 0] = rt.queue_pushes - pushes0  # all hand-overs, attributed below by stage inputs
         per_chunk.append(d)
         chunk_events.append(hi - lo)
         chunk_results.append(rt.take_results()[0])
@@ -219,10 +216,10 @@ def _trace_once(r, events, time_unit, chunk_size, batch_size, stats, fused: bool
     t_access = _access_cost(spec, store, strcodes)
     t_push = _push_cost()
     tasks = np.array([c[0] for c in per_chunk])
-    match_items = np.array([c[5] for c in per_chunk])
+    match_items = np.array([c[4] for c in per_chunk])
     scanned = np.array([c[2] for c in per_chunk])
     items = np.array([c[1] for c in per_chunk])
-    busy = np.array([c[6] for c in per_chunk])
+    busy = np.array([c[5] for c in per_chunk])
     # pairs: kernel time (less the fixed cost of a call) per pair scanned; items: measured on their
     # own; the rest of a stage's time is per task (less the trace's own clock reads)
     _, t_item = _call_item_cost(spec, store, strcodes, rows)
@@ -239,15 +236,13 @@ def _trace_once(r, events, time_unit, chunk_size, batch_size, stats, fused: bool
     pair_s = float((scanned.sum(axis=0) * c_scan).sum())
     t_piece = _piece_cost(spec, store, strcodes, rows[: min(len(rows), 64)], t_task, t_item, c_scan)
     t_route, t_fpush, t_route_owned, t_slice = _feed_costs(spec, store, strcodes, rows, chunk_size)
-    # hand-overs per stage: the batches entering it (stage 1 gets the splitter's)
-    pushes = tasks.copy()
     ts = store.ts[rows - store.base]
     first_code = store.type_code(spec.types[0])
     pair_work = pair_s
     tr = Trace(
         rule=r.name, n_events=len(rows), length=n, window_ns=spec.window, chunk_events=chunk_events,
         tasks=tasks, items=items, scanned=scanned, t_item=t_item, t_piece=t_piece,
-        outputs=np.array([c[3] for c in per_chunk]), pushes=pushes, t_task=t_task, c_scan=c_scan,
+        outputs=np.array([c[3] for c in per_chunk]), t_task=t_task, c_scan=c_scan,
         t_access=t_access, t_push=t_push, t_barrier=barrier_s / max(len(per_chunk), 1),
         serial_s=t_ingest + t_out, output_s=t_out, t_opart=t_opart,
         output_nogil=min(t_sort / t_out, 1.0) if t_out > 0 else 0.0, stats=stats,
