@@ -46,7 +46,7 @@ from .events import UNIT_NS, AttributeColumn, EventTable, StringDictionary, Time
 from .model import (
     Rule,
 )
-from .output import OutputSchema, assemble, assemble_columns, time_values, value_kind
+from .output import OutputSchema, assemble, assemble_columns, value_kind
 from .rule_text import duration, rule_lines
 from .stream_buffer import AppendBuffer, parse_record, table_from_columns, table_from_record
 from .stream_match import AutoChoice, StreamMatcher, unsupported
@@ -839,7 +839,7 @@ class Engine:
         rows: list = []
         for r in results:
             n = len(r.ts)
-            ts = time_values(self._time, r.ts)
+            ts = self._time.from_ns(r.ts)
             ts = list(ts) if isinstance(ts, pd.Series) else ts.tolist()
             ids = list(zip(*r.ids.T.tolist()))  # (tuples made by zip: a third faster than map(tuple))
             extra = []

@@ -10,7 +10,7 @@ import pandas as pd
 import pyarrow as pa
 from pandas.core.arrays.arrow import ArrowExtensionArray
 
-from .events import UNIT_NS, EventTable, TimeFormat, nullable_pandas_type
+from .events import EventTable, nullable_pandas_type
 from .model import Rule
 
 #: The column that says how many ids each position of a match took (only in outputs with a rule
@@ -103,17 +103,6 @@ def _layout(results, schema: OutputSchema) -> _Layout:
     return _Layout(results, n_total, ts, rule_names, name_codes, kleene, order, lens, ids, False)
 
 
-def time_values(time: TimeFormat, ns: np.ndarray) -> np.ndarray:
-    """``time.from_ns(ns)`` of int64 ``ns``: the usual numeric cases (int64 or float64 input
-    timestamps) by one operation, without its dtype inspection (a micro-second per publish)."""
-    if time.kind == "numeric":
-        if time.dtype == "int64":
-            return ns // UNIT_NS[time.unit]
-        if time.dtype == "float64":
-            return ns / UNIT_NS[time.unit]
-    return time.from_ns(ns)
-
-
 def composite_count(out) -> int:
     """Composite events in any output form of ``publish``/``flush``/``detect`` (``output="columns"``
     is a dict of arrays, whose ``len`` counts its keys)."""
@@ -173,7 +162,7 @@ def _columns_of_one(r, schema: OutputSchema, table: EventTable) -> dict[str, np.
     """:func:`assemble_columns` of one rule's results, from its arrays in place (no layout,
     no gather): the same arrays, dtypes and masks as the general assembly."""
     n = len(r.ts)
-    ts = r.ts.astype("datetime64[ns]") if table.time.kind == "datetime" else time_values(table.time, r.ts)
+    ts = r.ts.astype("datetime64[ns]") if table.time.kind == "datetime" else table.time.from_ns(r.ts)
     out = {"rule": np.full(n, r.rule.name), "ts": ts, "ids": r.ids,
            "ids_len": np.full(n, r.ids.shape[1], np.int64)}
     for name, kind in schema.attributes:
@@ -213,7 +202,7 @@ def assemble(results, schema: OutputSchema, table: EventTable, arrow: bool = Fal
         ids_arr = pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(flat_ids, type=pa.int64()))
         ids_arr = ids_arr.cast(pa.list_(pa.int64()))
 
-    ts_values = time_values(table.time, ts[order])
+    ts_values = table.time.from_ns(ts[order])
     ts_arr = pa.array(ts_values)
     if len(rule_names) == 1:  # one rule (a publish's usual case): no dictionary to decode
         rule_arr = pa.repeat(pa.scalar(rule_names[0], pa.string()), n_total)

@@ -199,15 +199,17 @@ def test_record_dicts_by_generated_display_equal_dict_of_zip(keys, values):
     assert [list(d) for d in got] == [list(keys)] * 3  # (the keys in order)
 
 
-def test_numeric_timestamps_convert_as_time_format_from_ns():
-    from cep_gpu.events import TimeFormat
-    from cep_gpu.output import time_values
+def test_numeric_timestamps_convert_back_from_ns():
+    """``TimeFormat.from_ns`` (its int64/float64 shortcut and the general case) against Python's
+    own arithmetic: floor division for integer formats, true division for float ones."""
+    from cep_gpu.events import UNIT_NS, TimeFormat
 
     ns = np.array([-3_000_000_001, 0, 7, 2**62], np.int64)
-    for fmt in (TimeFormat("numeric", unit="s", dtype="int64"), TimeFormat("numeric", unit="ms", dtype="float64"),
-                TimeFormat("numeric", unit="ns", dtype="int64"), TimeFormat("numeric", unit="us", dtype="int32")):
-        a, b = time_values(fmt, ns), fmt.from_ns(ns)
-        assert a.dtype == b.dtype and a.tolist() == b.tolist()
+    for unit, dtype in (("s", "int64"), ("ms", "float64"), ("ns", "int64"), ("us", "int32"), ("s", "float32")):
+        got = TimeFormat("numeric", unit=unit, dtype=dtype).from_ns(ns)
+        scale = UNIT_NS[unit]
+        want = np.array([v // scale if "int" in dtype else v / scale for v in ns.tolist()]).astype(dtype)
+        assert got.dtype == np.dtype(dtype) and got.tolist() == want.tolist()
 
 
 def test_one_rules_columns_by_hand_nan_nulls_strings_and_kinds():

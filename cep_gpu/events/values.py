@@ -100,9 +100,10 @@ class TimeFormat:
             out = pd.Series(ns.astype("datetime64[ns]"))
             return out.dt.tz_localize("UTC").dt.tz_convert(self.tz) if self.tz else out
         scale = UNIT_NS[self.unit]
-        if np.issubdtype(np.dtype(self.dtype), np.integer):
-            return (ns // scale).astype(self.dtype)
-        return (ns / scale).astype(self.dtype)
+        # (the usual int64/float64 input by one operation: no dtype inspection, no copy)
+        if self.dtype == "int64" or (self.dtype != "float64" and np.issubdtype(np.dtype(self.dtype), np.integer)):
+            return (ns // scale).astype(self.dtype, copy=False)
+        return (ns / scale).astype(self.dtype, copy=False)
 
 
 def column_to_python(col: AttributeColumn, strings: StringDictionary) -> pd.Series:
