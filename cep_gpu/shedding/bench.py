@@ -48,7 +48,7 @@ def stock(n_events: int, length: int, seed: int = 0, tickers: int = 24, noise: f
           factor_c: float = 1.0, walk: float = 0.1) -> tuple[str, pd.DataFrame]:
     """Stock-like events (``ts`` in seconds of data time, one event per second) and the rule."""
     if length < 2 or length > tickers:
-        raise ArgumentError(f"--lengths: pattern length must be in [2, {tickers}], got {length}")
+        raise ArgumentError(f"length: the pattern length must be in [2, {tickers}], got {length}")
     rng = np.random.default_rng(seed)
     pat = [f"S{i}" for i in range(length)]
     other = [f"S{i}" for i in range(length, tickers)]
@@ -85,7 +85,7 @@ def nasdaq(n_events: int, length: int, seed: int = 0, noise: float = 0.5, factor
     symbols S0 .. S{n-1}; the others (``noise`` of the events) are symbols no rule reads.
     """
     if length < 2:
-        raise ArgumentError(f"--lengths: pattern length must be >= 2, got {length}")
+        raise ArgumentError(f"length: the pattern length must be >= 2, got {length}")
     if not 0 <= noise < 1:
         raise ArgumentError(f"noise must be in [0, 1), got {noise}")
     rng = np.random.default_rng(seed)
@@ -116,7 +116,7 @@ def nasdaq(n_events: int, length: int, seed: int = 0, noise: float = 0.5, factor
 def bus(n_events: int, length: int, seed: int = 0, lines: int = 16, noise: float = 0.5) -> tuple[str, pd.DataFrame]:
     """Bus-like events: lines as types, log-normal distances from the centre."""
     if length < 2 or length > lines:
-        raise ArgumentError(f"--lengths: pattern length must be in [2, {lines}], got {length}")
+        raise ArgumentError(f"length: the pattern length must be in [2, {lines}], got {length}")
     rng = np.random.default_rng(seed)
     pat = [f"L{i}" for i in range(length)]
     other = [f"L{i}" for i in range(length, lines)]
