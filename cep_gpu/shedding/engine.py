@@ -262,6 +262,7 @@ class SheddingEngine:
             # are not the warm-up's: DARLING keeps those that complete matches)
             longest = np.zeros(len(core.type_names))
             tail = self._tails(core.type_names, longest)
+            cap = self._tail_cap()
             bound = sh.latency_bound
         # the input policies that keep the bound (the guard's); "none" and "state" drop no input
         deadline = real and sh.policy in ("darling", "random")
@@ -303,9 +304,10 @@ class SheddingEngine:
                         c = _cpu() - t1  # a full collection in it included: the queue waits
                         step_pause += full.total - g0
                         own = c - (full.total - g0)
-                        if own > longest[core.typ[p]]:
-                            longest[core.typ[p]] = own
-                            tail = self._tails(core.type_names, longest)
+                        k = core.typ[p]
+                        if own > longest[k]:  # a new longest publish: that type's tail only
+                            longest[k] = own
+                            tail[k] = min(max(tail[k], own), cap)
                     else:
                         out = eng.publish(recs[p], output="columns")
                     clock = s + c
@@ -391,6 +393,10 @@ class SheddingEngine:
             return min(float(self.guard), 1.0 - 1e-9)
         return self.shedder.beta if self.mode == "real" else 1.0 - 1e-9
 
+    def _tail_cap(self) -> float:
+        """The longest tail :meth:`_tails` admits: β's margin, (1 - β)·L_max."""
+        return (1.0 - self.shedder.beta) * self.shedder.latency_bound
+
     def _tails(self, names: list[str], longest: np.ndarray) -> np.ndarray:
         """Per type (in ``names`` order): the tail of its measured processing time (real time):
         its longest publish in the warm-up (the largest of any type for a type the warm-up did
@@ -399,7 +405,7 @@ class SheddingEngine:
         garbage collection) that no check at service start can absorb."""
         tails = getattr(self, "_tail", {})
         top = max(tails.values(), default=0.0)
-        cap = (1.0 - self.shedder.beta) * self.shedder.latency_bound
+        cap = self._tail_cap()
         warm = np.array([tails.get(t, top) for t in names], np.float64)
         return np.minimum(np.maximum(warm, longest), cap)
 
