@@ -376,17 +376,18 @@ class Runtime:
             q.extend(zip(keys, batches))
             self._wake(agent.index, p != 0, len(batches))
 
-    def _push(self, agent: Agent, position: int | None, batch: np.ndarray) -> None:
+    def _push_matches(self, agent: Agent, rows: np.ndarray) -> None:
+        """Queue partial matches ``rows`` to ``agent`` in batches (so that its units can share
+        the work), under one acquisition of the queues' lock; a batch's key: its oldest last event."""
         st = self.store
-        key = int(st.ts[batch[0] - st.base]) if position is not None else int(st.ts[batch[:, -1] - st.base].min())
+        bs = self.batch_size
+        batches = [rows[k:k + bs] for k in range(0, len(rows), bs)]
+        keys = [int(st.ts[b[:, -1] - st.base].min()) for b in batches]
         with self._cv:
-            self._pending += 1
-            self.queue_pushes += 1
-            if position is None:
-                agent.match_q.append((key, batch))
-            else:
-                agent.event_q[position].append((key, batch))
-            self._wake(agent.index, position is not None, 1)
+            self._pending += len(batches)
+            self.queue_pushes += len(batches)
+            agent.match_q.extend(zip(keys, batches))
+            self._wake(agent.index, False, len(batches))
 
     def _wake(self, a: int, is_event: bool, n: int) -> None:
         """(Holding the lock, after a push to agent ``a``.) Wake up to ``n`` idle units that take
@@ -586,11 +587,7 @@ class Runtime:
             if position in agent.stages:  # fused: the next stage is ours
                 out = stages[position].process(u, out, False, jit)
             else:
-                # hand over in batches, so that the next agent's units can share the work
-                nxt = self.agents[self.agent_of[agent.rule][position]]
-                bs = self.batch_size
-                for k in range(0, len(out), bs):
-                    self._push(nxt, None, out[k:k + bs])
+                self._push_matches(self.agents[self.agent_of[agent.rule][position]], out)
                 break
         st.busy_s += time.thread_time() - t0
         st.tasks += 1
