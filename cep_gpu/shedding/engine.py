@@ -421,7 +421,7 @@ class SheddingEngine:
         core.gamma[:] = [sh.gamma_t.get(t, 0.0) for t in core.type_names]
         core.F[_core.F_KEST] = sh.stats.window_cost
         if self.mode == "virtual":
-            core.z_est[:] = [sh.stats.costs.get(t, sh.z_mean) for t in core.type_names]
+            core.z_est[:] = sh.z_estimates(core.type_names, self.cost_model)
 
     def _alphas(self, frame: pd.DataFrame) -> np.ndarray:
         """α of each event: |C_type(T)| times y, the marginal time of one condition factor of
