@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 
 class CepError(Exception):
     """Base class of every error cep-gpu raises on purpose."""
@@ -91,3 +93,13 @@ class MatchLimitError(CepError, RuntimeError):
 class UnsupportedFeatureError(CepError, NotImplementedError):
     """A rule uses a feature that the chosen backend does not implement; the message names the
     feature and the backends that do."""
+
+
+def is_finite_nonnegative(value: object) -> bool:
+    """A real number (a bool is not one) that is finite and >= 0: what every duration, cost and
+    rate argument takes. One test for all of them, so that they accept the same values (NumPy
+    scalars included)."""
+    import numbers
+
+    return (isinstance(value, numbers.Real) and not isinstance(value, bool)
+            and math.isfinite(value) and value >= 0)

@@ -285,3 +285,24 @@ def test_shedder_fit_arrival_window_cost_and_frames(events):
     eng.warm_up(sample)
     with pytest.raises(ArgumentError, match="utilities"):  # was ValueError: could not convert
         eng.run(events, utilities=["a"] * len(events))
+
+
+# -- durations and costs: one test of "a finite number >= 0" everywhere ----------------------------
+
+@pytest.mark.parametrize("bad", [True, -1e-3, float("nan"), float("inf"), "1e-3", None])
+def test_costs_and_durations_reject_the_same_values(bad):
+    from cep_gpu.muse.errors import MuseError
+    from cep_gpu.muse.simulate import generate_streams
+    from cep_gpu.shedding import CostModel
+
+    with pytest.raises(ArgumentError, match=r"CostModel.default must be a finite number >= 0"):
+        CostModel(default=bad)
+    with pytest.raises(MuseError, match="duration must be a finite number of seconds >= 0"):
+        generate_streams([], None, duration=bad)
+
+
+@pytest.mark.parametrize("good", [0, 2e-3, np.float32(2e-3), np.int64(1)])
+def test_costs_take_numpy_scalars(good):
+    from cep_gpu.shedding import CostModel
+
+    assert CostModel(default=good).z("A") == float(good)  # a np.float32 cost was refused before

@@ -10,7 +10,6 @@ node), as the cost model charges them (§4.4).
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from ..errors import is_finite_nonnegative
 from .errors import MuseError
 from .graph import Plan, Vertex
 from .network import Network
@@ -200,8 +200,7 @@ def generate_streams(
     it produces at the type's rate for ``duration`` seconds. Attributes: ``k`` uniform in
     ``[0, k_values)`` (so ``a.k = b.k`` has selectivity 1/k_values); every other name (``v``, ...)
     uniform in [0, 1)."""
-    if isinstance(duration, bool) or not isinstance(duration, (int, float, np.number)) \
-            or not math.isfinite(duration) or duration < 0:
+    if not is_finite_nonnegative(duration):
         raise MuseError(f"duration must be a finite number of seconds >= 0, got {duration!r}")
     qs = as_queries(queries)
     types = sorted({t for q in qs for t in q.types})

@@ -4,7 +4,6 @@ user profile, ``$CEP_GPU_PROFILE`` or a given path)."""
 from __future__ import annotations
 
 import json
-import math
 import os
 import warnings
 from collections.abc import Mapping
@@ -12,7 +11,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-from ..errors import CepError
+from ..errors import CepError, is_finite_nonnegative
 
 FEATURES = ("launches", "terminators", "events", "pairs", "matches", "outputs")
 
@@ -72,7 +71,7 @@ class Profile:
                     f"profile {source}: unknown {dev} coefficient(s) {unknown}; known: {list(FEATURES)}"
                 )
             for k, v in block.items():
-                if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+                if not is_finite_nonnegative(v):
                     raise ProfileError(
                         f"profile {source}: {dev}.{k} must be a finite number >= 0 (seconds), got {v!r}"
                     )

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
-from ..errors import ArgumentError, CepError
+from ..errors import ArgumentError, CepError, is_finite_nonnegative
 from ..model import Rule
 from . import _core
 from .gate import ShedGate
@@ -153,8 +153,7 @@ class Shedder:
         elif not isinstance(stats, Statistics):
             raise ArgumentError(f"stats must be a Statistics, got {type(stats).__name__}")
         if window_cost is not None:
-            if isinstance(window_cost, bool) or not isinstance(window_cost, (int, float, np.number)) \
-                    or not math.isfinite(window_cost) or window_cost < 0:
+            if not is_finite_nonnegative(window_cost):
                 raise ArgumentError(f"window_cost must be a finite number of seconds >= 0, got {window_cost!r}")
             stats.window_cost = float(window_cost)
         self.stats = stats

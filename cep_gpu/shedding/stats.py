@@ -18,7 +18,7 @@ import numba
 import numpy as np
 import pandas as pd
 
-from ..errors import ArgumentError
+from ..errors import ArgumentError, is_finite_nonnegative
 
 #: largest KS distance at which ``distribution="auto"`` keeps a normal fit
 KS_NORMAL = 0.05
@@ -113,7 +113,7 @@ class CostModel:
     def __post_init__(self) -> None:
         for name, v in [("default", self.default), ("window", self.window), ("utility", self.utility),
                         *((f"per_type[{k!r}]", v) for k, v in dict(self.per_type).items())]:
-            if not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+            if not is_finite_nonnegative(v):
                 raise ArgumentError(f"CostModel.{name} must be a finite number >= 0 (seconds), got {v!r}")
 
     def z(self, event_type: str) -> float:
@@ -217,7 +217,7 @@ def gather(
                                 f"got {type(costs).__name__}")
         st.costs = {}
         for t, v in costs.items():
-            if isinstance(v, bool) or not isinstance(v, (int, float, np.number)) or not math.isfinite(v) or v < 0:
+            if not is_finite_nonnegative(v):
                 raise ArgumentError(f"costs[{t!r}] must be a finite number of seconds >= 0, got {v!r}")
             st.costs[str(t)] = float(v)
     return st
