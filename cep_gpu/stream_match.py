@@ -81,14 +81,12 @@ _NO_AGGS = np.empty((4096, 0), np.float64)  # Matches.aggs of rules without aggr
 
 def unsupported(rule: Rule, delay: int, composite_types: frozenset[str]) -> str | None:
     """Why ``rule`` takes the general path (None: the fast path covers it)."""
-    if rule.consuming:
-        return "consuming"
     if rule.kleene_positions:
         return "Kleene closure"
     if rule.aggregates:
         return "aggregates"
-    if delay:
-        return "held terminators (trailing NOT here or upstream)"
+    if delay != rule.trailing_horizon():
+        return "held terminators (trailing NOT upstream)"
     if rule.input_types & composite_types:
         return "reads composite events (hierarchy)"
     if len(rule.plans) > FAST_PATH_MAX_PLANS:
@@ -137,8 +135,8 @@ def s_lb_row(cr, p, x, lo, hi):
     return lo
 '''
 
-_OWN_FUNC = re.compile(r"^(?:s_fkey|s_bkt|s_lb_ts|s_lb_row|s_filt\d+|s_nfilt\d+|s_sync|s_nsync|s_relink|s_match)$")
-_OWN_LOCAL = re.compile(r"^(?:[a-z]\d+|j\d+|l\d+|h\d+|w\d+|cr|cs|ce|nt|codes|types|start|lo|hi|x|mid|p|n|cap|out|seqs|nlo|nhi|ts|sc|r|t|env|e0|e1|cl|cnt|hd|pv|nx|c|g|b|mask)$")
+_OWN_FUNC = re.compile(r"^(?:s_fkey|s_bkt|s_lb_ts|s_lb_row|s_filt\d+|s_nfilt\d+|s_sync|s_nsync|s_relink|s_match|s_held)$")
+_OWN_LOCAL = re.compile(r"^(?:[a-z]\d+|j\d+|l\d+|h\d+|w\d+|cr|cs|ce|nt|codes|types|start|lo|hi|x|mid|p|n|cap|out|seqs|nlo|nhi|ts|sc|r|t|env|e0|e1|cl|cnt|hd|pv|nx|c|g|b|mask|xc|stp|rows|m|i)$")
 
 
 def _check_own(source: str) -> None:
@@ -313,16 +311,27 @@ def _relink_source(spec, kinds, chains: Chains) -> list[str]:
     return lines
 
 
+def _consumed(row: str) -> str:
+    """Whether table row ``row`` was consumed by an earlier terminator (``xc[row]``: 0 free, else
+    the stamp of the terminator that consumed it; the current one's is ``stp``, for its own
+    matches bind what it consumes: consumption applies after all of a terminator's matches)."""
+    return f"xc[{row}] != 0 and xc[{row}] != stp"
+
+
 def _term_lines(spec, kinds, chains: Chains, pi: int, depth: int, skip: str) -> list[str]:
     """The complete matches of plan ``pi`` for the terminator at entry ``j0`` of its column,
     written to ``out[n:]`` while it has room (``n`` counts them all); ``skip`` leaves the
-    terminator (its own checks failed)."""
+    terminator (its own checks failed). With ``consuming``: consumed rows bind nothing (a
+    consumed terminator terminates nothing) and each match stamps the rows it consumes."""
     n_pred = spec.rule.n_predicates
     steps = spec.plans[pi].steps
+    consuming = spec.rule.consuming
     tp = steps[0].pred
     ind = "    " * depth
     lines = [f"{ind}nt[0] += 1", f"{ind}for p in range({n_pred}):", f"{ind}    seqs[0, p] = -1",
              f"{ind}seqs[0, {tp}] = cr[{tp}, j0]"]
+    if consuming:
+        lines += [f"{ind}if {_consumed(f'cr[{tp}, j0]')}:", f"{ind}    {skip}"]
     if not steps[0].trivial:
         lines += [f"{ind}if not valid_{pi}_0(seqs, 0, cr[{tp}, j0], env):", f"{ind}    {skip}"]
     base = depth
@@ -367,6 +376,8 @@ def _term_lines(spec, kinds, chains: Chains, pi: int, depth: int, skip: str) -> 
                           f"{ind}    j{s} = g{s}",
                           f"{ind}    g{s} = nx[{p}, j{s}]"]
         ind2 = ind + "    "
+        if consuming:
+            lines += [f"{ind2}if {_consumed(f'cr[{p}, j{s}]')}:", f"{ind2}    continue"]
         if not st.trivial:
             lines += [f"{ind2}if not valid_{pi}_{s}(seqs, 0, cr[{p}, j{s}], env):", f"{ind2}    continue"]
         lines.append(f"{ind2}seqs[0, {p}] = cr[{p}, j{s}]")
@@ -376,6 +387,8 @@ def _term_lines(spec, kinds, chains: Chains, pi: int, depth: int, skip: str) -> 
               f"{ind}    for p in range({n_pred}):",
               f"{ind}        out[n, p] = seqs[0, p]",
               f"{ind}n += 1"]
+    for p in consuming:
+        lines += [f"{ind}if xc[seqs[0, {p}]] == 0:", f"{ind}    xc[seqs[0, {p}]] = stp"]
     # last/first: stop at the first valid candidate of each such step, whatever follows it
     for s in range(len(steps) - 1, 0, -1):
         if steps[s].policy in ("last", "first"):
@@ -393,14 +406,15 @@ def _match_source(spec, kinds, chains: Chains) -> list[str]:
     Each row is matched as soon as it has joined its columns, so that a chain walk starts at the
     newest entry before the terminator (a large micro-batch costs what its events' windows
     hold, not the rest of the batch)."""
+    xc = ", xc" if spec.rule.consuming else ""  # (consumed stamps per table row: stream_held)
     lines = ["@numba.njit(cache=True)",
-             "def s_match(lo, hi, types, start, nlo, nhi, cl, cnt, hd, env, out):",
+             f"def s_match(lo, hi, types, start, nlo, nhi, cl, cnt, hd, env, out{xc}):",
              *_STATE, *prologue(spec.layout, kinds),
              "    seqs = cnt[3:4]", "    nt = cnt[4]", "    n = 0", "    nt[0] = 0", "    cap = out.shape[0]",
              "    if lo < hi and lo <= nlo and nhi <= hi:",
              f"        for p in range({spec.rule.n_predicates}):", *["    " + x for x in _EXPIRE],
              "        for r in range(lo, hi):", *_add_lines(spec, kinds, chains, "            "),
-             "            if nlo <= r < nhi:"]
+             "            if nlo <= r < nhi:", "                stp = r + 1"]
     for pi, plan in enumerate(spec.plans):
         tp = plan.steps[0].pred
         lines += [f"                j0 = ce[{tp}] - 1",
@@ -412,6 +426,26 @@ def _match_source(spec, kinds, chains: Chains) -> list[str]:
     return lines
 
 
+def _held_source(spec, kinds, chains: Chains) -> list[str]:
+    """``s_held(rows, m, cl, cnt, hd, env, out[, xc]) -> n``: the complete matches of every plan
+    whose terminator is one of the table rows ``rows[:m]`` (ascending, already in the columns:
+    terminators held back by a trailing ``NOT``, matched once the negation's span has passed;
+    see :mod:`cep_gpu.stream_held`), in that order, written to ``out`` while it has room."""
+    xc = ", xc" if spec.rule.consuming else ""
+    lines = ["@numba.njit(cache=True)", f"def s_held(rows, m, cl, cnt, hd, env, out{xc}):",
+             *_STATE, *prologue(spec.layout, kinds),
+             "    seqs = cnt[3:4]", "    nt = cnt[4]", "    n = 0", "    nt[0] = 0", "    cap = out.shape[0]",
+             "    for i in range(m):", "        r = rows[i]", "        stp = r + 1"]
+    for pi, plan in enumerate(spec.plans):
+        tp = plan.steps[0].pred
+        lines += [f"        j0 = s_lb_row(cr, {tp}, r, cs[{tp}], ce[{tp}])",
+                  f"        if j0 < ce[{tp}] and cr[{tp}, j0] == r:",
+                  "            for o1 in range(1):",
+                  *_term_lines(spec, kinds, chains, pi, 4, "break")]
+    lines += ["    return n", ""]
+    return lines
+
+
 def stream_source(spec, kinds) -> str:
     """The whole generated source of one rule's fast path (checked)."""
     rule_src = emit_source(spec, kinds)
@@ -419,7 +453,7 @@ def stream_source(spec, kinds) -> str:
     chains = Chains.of(spec.rule, kinds)
     own = "\n".join([_HELPERS] + _filter_source(spec, kinds) + _sync_source(spec, kinds, chains)
                     + _nsync_source(spec, kinds) + _relink_source(spec, kinds, chains)
-                    + _match_source(spec, kinds, chains))
+                    + _match_source(spec, kinds, chains) + _held_source(spec, kinds, chains))
     _check_own(own)
     return rule_src + "\n" + own + "\n"
 
@@ -429,7 +463,7 @@ _BY_RULE: dict[tuple, tuple] = {}  # (rule, kinds) -> kernels: no source generat
 
 
 def compile_stream(spec, kinds: dict[str, str | None]) -> tuple:
-    """``(s_sync, s_relink, s_match, s_nsync)`` of the rule, compiled once per process (keyed by their
+    """``(s_sync, s_relink, s_match, s_nsync, s_held)`` of the rule, compiled once per process (keyed by their
     source) and cached on disk by :mod:`cep_gpu.codegen.cache`."""
     by_rule = (spec.rule, tuple(sorted(kinds.items(), key=lambda kv: kv[0])))
     hit = _BY_RULE.get(by_rule)
@@ -448,7 +482,7 @@ def compile_stream(spec, kinds: dict[str, str | None]) -> tuple:
         ns = kcache.load_kernels(source, f"<cep_gpu stream kernels {key[:12]}>", ns)
         if len(_KERNELS) >= 1024:
             _KERNELS.clear()
-        hit = _KERNELS[key] = (ns["s_sync"], ns["s_relink"], ns["s_match"], ns["s_nsync"])
+        hit = _KERNELS[key] = (ns["s_sync"], ns["s_relink"], ns["s_match"], ns["s_nsync"], ns["s_held"])
     if len(_BY_RULE) >= 1024:
         _BY_RULE.clear()
     _BY_RULE[by_rule] = hit
@@ -495,6 +529,10 @@ class StreamMatcher:
         self._serial = -1  # the buffer's merge count when the columns were last synced
         self._store_ok = False
         self._empty = RuleResult(rule, np.empty(0, np.int64), np.empty((0, n), np.int64), {})
+        self._xargs: tuple = ()  # more kernel arguments (consumed stamps: cep_gpu.stream_held)
+
+    def _redo(self, lo: int, hi: int) -> None:
+        """Before a call over rows ``[lo, hi)`` runs again (its output array was too small)."""
 
     def match(self, buf, new_ids: np.ndarray) -> Matches | None:
         """The matches of the rule's new terminators (rows of ``new_ids``) as rows of
@@ -528,11 +566,13 @@ class StreamMatcher:
             env = env[: -2 * self.n_neg] + self._neg_views()
         s_match = self._fns[2]
         while True:
-            n = s_match(s_lo, s_hi, store.types, start, lo, hi, self._cl, self._cnt, self._hd, env, self._out)
+            n = s_match(s_lo, s_hi, store.types, start, lo, hi, self._cl, self._cnt, self._hd, env, self._out,
+                        *self._xargs)
             if n <= len(self._out):
                 break
             self._out = np.empty((2 * n, self.n_pred), np.int64)  # grow and redo: never truncate
             self._rollback(s_lo)
+            self._redo(s_lo, s_hi)
         return Matches(self._out[:n].copy(), _NO_AGGS[:n] if n <= len(_NO_AGGS) else np.empty((n, 0)))
 
     @property
