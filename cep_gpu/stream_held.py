@@ -147,6 +147,8 @@ class HeldMatcher(StreamMatcher):
             if len(self._xc) != len(store.ts):
                 self._xc = np.zeros(len(store.ts), np.int64)
                 self._xargs = (self._xc,)
+            else:
+                self._xc[:] = 0  # (renumbered: no stamp of the old numbering may stay, even past the end)
             self._flag(store, start, end)
         return got
 
