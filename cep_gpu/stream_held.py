@@ -240,8 +240,10 @@ class HeldMatcher(StreamMatcher):
         ok = store.ids[np.minimum(rows, end - 1)] == pid
         for j in np.flatnonzero(~ok).tolist():  # (ties at one timestamp: a short walk)
             r = int(rows[j])
-            while store.ids[r] != pid[j]:
+            while r < end and store.ids[r] != pid[j]:
                 r += 1
+            if r == end:
+                raise RuntimeError(f"held terminator id {int(pid[j])} is not in the buffer")  # (a bug: never expected)
             rows[j] = r
         return rows
 

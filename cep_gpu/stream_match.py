@@ -41,11 +41,17 @@ the end of the buffer before each match, and handed to the rule's generated nega
 The generated source (the rule's checks plus these functions) goes through the on-disk kernel
 cache (:mod:`cep_gpu.codegen.cache`), so a second process loads the machine code.
 
+``consuming`` rules and rules with a trailing ``NOT`` (held terminators) take the fast path
+through :class:`cep_gpu.stream_held.HeldMatcher`: the generated matching skips consumed rows and
+stamps the rows a match consumes (``xc``, an argument of ``s_match`` and ``s_held`` only for
+consuming rules), and ``s_held`` matches the held terminators that have become ready.
+
 Rules the fast path does not cover take the general path, with identical results (tested):
-``consuming``, aggregates, a trailing ``NOT`` here
-or upstream (held terminators), rules that read composite events (hierarchies), unbounded windows,
-and every backend but ``cpu`` and ``auto`` (``auto`` takes the fast path when its planner picks the
-CPU: one decision per rule and window-occupancy bucket, cached, see :class:`AutoChoice`).
+aggregates, Kleene closures, a trailing ``NOT`` upstream (a rule reading a holding rule's
+composite events), rules that read composite events (hierarchies), unbounded windows, more than
+``FAST_PATH_MAX_PLANS`` plans, and every backend but ``cpu`` and ``auto`` (``auto`` takes the fast
+path when its planner picks the CPU: one decision per rule and window-occupancy bucket, cached,
+see :class:`AutoChoice`).
 """
 
 from __future__ import annotations
