@@ -41,6 +41,9 @@ from .stream_match import StreamMatcher
 
 _OWNED = np.empty(0, np.int64)  # the engine's consumed set while a matcher owns the consumption
 _MIN_TS = -(2**63)
+#: the stamp of a consumed row whose stamp was rebuilt (from the log): no terminator's, outside
+#: every range a redo clears (terminators stamp ``row + 1``, and ``-(row + 1)`` once unlinked)
+_FLAG = -(2**62)
 
 
 class HeldMatcher(StreamMatcher):
@@ -139,16 +142,17 @@ class HeldMatcher(StreamMatcher):
         """Stamp the consumed rows among store rows ``[lo, hi)`` (from the log), clear the rest."""
         self._xc[lo:hi] = 0
         if self._nlog and hi > lo:
-            self._xc[lo:hi][np.isin(store.ids[lo:hi], self._cid[:self._nlog])] = -1
+            self._xc[lo:hi][np.isin(store.ids[lo:hi], self._cid[:self._nlog])] = _FLAG
 
     def _rebuild(self, buf, store, start, end, new_ids):
-        got = super()._rebuild(buf, store, start, end, new_ids)
-        if self._consuming:
+        if self._consuming:  # (cleared first: the columns' relinks skip stamped entries)
             if len(self._xc) != len(store.ts):
                 self._xc = np.zeros(len(store.ts), np.int64)
                 self._xargs = (self._xc,)
             else:
                 self._xc[:] = 0  # (renumbered: no stamp of the old numbering may stay, even past the end)
+        got = super()._rebuild(buf, store, start, end, new_ids)
+        if self._consuming:
             self._flag(store, start, end)
         return got
 
@@ -156,21 +160,20 @@ class HeldMatcher(StreamMatcher):
         """Rows merged in place renumbered the rows from ``p`` on: their stamps anew (from the
         log; only when some of the renumbered rows carried one)."""
         p = buf.renumbered_since(self._serial)
-        synced = self._synced
-        got = super()._take_back(buf, start, end, new_ids)
-        if got[0] is not None and self._consuming:
+        had = False
+        if p is not None and self._consuming:  # (cleared first: the columns' relinks skip stamped entries)
             p = max(p, start)
-            if self._xc[p:max(p, synced)].any():
-                self._flag(self._store, p, end)
-            else:
-                self._xc[p:end] = 0
+            had = bool(self._xc[p:max(p, self._synced)].any())
+            self._xc[p:] = 0
+        got = super()._take_back(buf, start, end, new_ids)
+        if got[0] is not None and had:
+            self._flag(self._store, p, end)
         return got
 
     def _redo(self, lo: int, hi: int) -> None:
         """The output was too small: forget the stamps of this call's terminators (rows ``[lo, hi)``)."""
         if self._consuming:
-            x = self._xc[:hi]
-            x[(x > lo) & (x <= hi)] = 0
+            _clear(self._xc[:hi], lo, hi)
 
     # -- held terminators -----------------------------------------------------------------------
 
@@ -262,13 +265,20 @@ class HeldMatcher(StreamMatcher):
             if n <= len(self._out):
                 break
             self._out = np.empty((2 * n, self.n_pred), np.int64)  # grow and redo: never truncate
-            if self._consuming:
-                x = self._xc[:end]
-                x[(x > rows[0]) & (x <= rows[-1] + 1)] = 0
+            if self._consuming:  # this call's stamps go, and its unlinked entries back into the chains
+                _clear(self._xc[:end], int(rows[0]), int(rows[-1]) + 1)
+                self._fns[1](self._cl, self._cnt, self._hd, self._env, *self._xargs)
         got = self._out[:n].copy()
         if n and self._consuming:
             self._log(got, buf)
         return Matches(got, np.empty((n, 0)))
+
+
+def _clear(x: np.ndarray, lo: int, hi: int) -> None:
+    """Clear the stamps of the terminators at rows ``[lo, hi)`` (``r + 1``, or ``-(r + 1)`` once
+    their entries were unlinked)."""
+    a = np.abs(x)
+    x[(a > lo) & (a <= hi) & (x != _FLAG)] = 0
 
 
 def _in_order(ts: np.ndarray, ids: np.ndarray) -> bool:

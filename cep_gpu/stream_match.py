@@ -142,7 +142,7 @@ def s_lb_row(cr, p, x, lo, hi):
 '''
 
 _OWN_FUNC = re.compile(r"^(?:s_fkey|s_bkt|s_lb_ts|s_lb_row|s_filt\d+|s_nfilt\d+|s_sync|s_nsync|s_relink|s_match|s_held)$")
-_OWN_LOCAL = re.compile(r"^(?:[a-z]\d+|j\d+|l\d+|h\d+|w\d+|cr|cs|ce|nt|codes|types|start|lo|hi|x|mid|p|n|cap|out|seqs|nlo|nhi|ts|sc|r|t|env|e0|e1|cl|cnt|hd|pv|nx|c|g|b|mask|xc|stp|rows|m|i)$")
+_OWN_LOCAL = re.compile(r"^(?:[a-z]\d+|j\d+|l\d+|h\d+|w\d+|cr|cs|ce|nt|codes|types|start|lo|hi|x|mid|p|n|cap|out|seqs|nlo|nhi|ts|sc|r|t|env|e0|e1|cl|cnt|hd|pv|nx|c|g|b|mask|xc|stp|rows|m|i|q|rr|jj|aa|bb)$")
 
 
 def _check_own(source: str) -> None:
@@ -306,12 +306,15 @@ def _sync_source(spec, kinds, chains: Chains) -> list[str]:
 
 
 def _relink_source(spec, kinds, chains: Chains) -> list[str]:
-    """``s_relink(cl, cnt, hd, env)``: the chains of every live entry anew (after the columns
-    were compacted: entries renumbered)."""
-    lines = ["@numba.njit(cache=True)", "def s_relink(cl, cnt, hd, env):", *_STATE,
+    """``s_relink(cl, cnt, hd, env[, xc])``: the chains of every live entry anew (after the columns
+    were compacted: entries renumbered); consumed entries of a consumed position stay out."""
+    consuming = spec.rule.consuming
+    lines = ["@numba.njit(cache=True)", f"def s_relink(cl, cnt, hd, env{', xc' if consuming else ''}):", *_STATE,
              *prologue(spec.layout, kinds), "    hd[:, :] = -1"]
     for p in sorted(chains.attr):
         lines += [f"    for c in range(cs[{p}], ce[{p}]):", f"        r = cr[{p}, c]"]
+        if p in consuming:
+            lines += ["        if xc[r] != 0:", "            continue"]
         lines += _link_lines(spec, kinds, chains, p, "        ")
     lines += ["    return 0", ""]
     return lines
@@ -402,6 +405,34 @@ def _term_lines(spec, kinds, chains: Chains, pi: int, depth: int, skip: str) -> 
     return lines
 
 
+def _unlink_lines(spec, kinds, chains: Chains, ind: str) -> list[str]:
+    """After a terminator's last match: take the entries it consumed (at a consumed position
+    whose column is chained) out of their chains (O(1) each: the links go both ways), so that
+    later walks do not pass them; their stamp becomes ``-stp`` (still consumed, done). Only the
+    matches written to ``out`` are seen: a call whose output was too small runs again anyway."""
+    lines = []
+    for p in spec.rule.consuming:
+        if p not in chains.attr:
+            continue  # (scanned, not chained: skipped by its stamp)
+        value, ok = _valid_of(spec.layout, kinds, chains.attr[p], "rr")
+        lines += [f"{ind}for q in range(n0, min(n, cap)):",
+                  f"{ind}    rr = out[q, {p}]",
+                  f"{ind}    if xc[rr] == stp:",
+                  f"{ind}        xc[rr] = -stp",
+                  f"{ind}        if {ok}:",
+                  f"{ind}            jj = s_lb_row(cr, {p}, rr, cs[{p}], ce[{p}])",
+                  f"{ind}            if jj < ce[{p}] and cr[{p}, jj] == rr:",
+                  f"{ind}                aa = pv[{p}, jj]",
+                  f"{ind}                bb = nx[{p}, jj]",
+                  f"{ind}                if bb >= 0:",
+                  f"{ind}                    pv[{p}, bb] = aa",
+                  f"{ind}                else:",
+                  f"{ind}                    hd[{p}, s_bkt({_key_of_value(value, chains.floats[p])}, mask)] = aa",
+                  f"{ind}                if aa >= 0:",
+                  f"{ind}                    nx[{p}, aa] = bb"]
+    return lines
+
+
 def _match_source(spec, kinds, chains: Chains) -> list[str]:
     """``s_match(lo, hi, types, start, nlo, nhi, cl, cnt, hd, env, out) -> n``: ``s_sync`` of
     rows ``[lo, hi)`` and the complete matches of every plan whose terminator is a row in
@@ -420,13 +451,14 @@ def _match_source(spec, kinds, chains: Chains) -> list[str]:
              "    if lo < hi and lo <= nlo and nhi <= hi:",
              f"        for p in range({spec.rule.n_predicates}):", *["    " + x for x in _EXPIRE],
              "        for r in range(lo, hi):", *_add_lines(spec, kinds, chains, "            "),
-             "            if nlo <= r < nhi:", "                stp = r + 1"]
+             "            if nlo <= r < nhi:", "                stp = r + 1", "                n0 = n"]
     for pi, plan in enumerate(spec.plans):
         tp = plan.steps[0].pred
         lines += [f"                j0 = ce[{tp}] - 1",
                   f"                if j0 >= cs[{tp}] and cr[{tp}, j0] == r:",
                   "                    for o1 in range(1):",  # (a loop to leave: the terminator's "skip")
                   *_term_lines(spec, kinds, chains, pi, 6, "break")]
+    lines += _unlink_lines(spec, kinds, chains, "                ")
     lines += ["        return n", "    s_sync(lo, hi, types, cl, cnt, hd, env, start)  # (no terminator among them)",
               "    return n", ""]
     return lines
@@ -441,13 +473,14 @@ def _held_source(spec, kinds, chains: Chains) -> list[str]:
     lines = ["@numba.njit(cache=True)", f"def s_held(rows, m, cl, cnt, hd, env, out{xc}):",
              *_STATE, *prologue(spec.layout, kinds),
              "    seqs = cnt[3:4]", "    nt = cnt[4]", "    n = 0", "    nt[0] = 0", "    cap = out.shape[0]",
-             "    for i in range(m):", "        r = rows[i]", "        stp = r + 1"]
+             "    for i in range(m):", "        r = rows[i]", "        stp = r + 1", "        n0 = n"]
     for pi, plan in enumerate(spec.plans):
         tp = plan.steps[0].pred
         lines += [f"        j0 = s_lb_row(cr, {tp}, r, cs[{tp}], ce[{tp}])",
                   f"        if j0 < ce[{tp}] and cr[{tp}, j0] == r:",
                   "            for o1 in range(1):",
                   *_term_lines(spec, kinds, chains, pi, 4, "break")]
+    lines += _unlink_lines(spec, kinds, chains, "        ")
     lines += ["    return n", ""]
     return lines
 
@@ -577,8 +610,8 @@ class StreamMatcher:
             if n <= len(self._out):
                 break
             self._out = np.empty((2 * n, self.n_pred), np.int64)  # grow and redo: never truncate
-            self._rollback(s_lo)
             self._redo(s_lo, s_hi)
+            self._rollback(s_lo)
         return Matches(self._out[:n].copy(), _NO_AGGS[:n] if n <= len(_NO_AGGS) else np.empty((n, 0)))
 
     @property
@@ -610,7 +643,7 @@ class StreamMatcher:
         cs, ce = self._cnt[0], self._cnt[1]
         for p in range(self.n_pred):
             ce[p] = cs[p] + int(np.searchsorted(self._cl[0, p, cs[p]:ce[p]], row))
-        self._fns[1](self._cl, self._cnt, self._hd, self._env)
+        self._fns[1](self._cl, self._cnt, self._hd, self._env, *self._xargs)
 
     def _take_back(self, buf, start: int, end: int, new_ids: np.ndarray):
         """After in-place merges (a composite event put before its terminator): take the
@@ -672,7 +705,7 @@ class StreamMatcher:
         buckets = 1 << max(6, (cap - 1).bit_length())  # about one entry per bucket at most
         if self._hd.shape[1] != buckets:
             self._hd = np.empty((self.n_pred, buckets), np.int64)
-        self._fns[1](self._cl, self._cnt, self._hd, self._env)
+        self._fns[1](self._cl, self._cnt, self._hd, self._env, *self._xargs)
         self._ce_bound = int(live.max())
 
     def _rebuild(self, buf, store: EventTable, start: int, end: int, new_ids: np.ndarray):

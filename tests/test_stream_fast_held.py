@@ -204,12 +204,15 @@ def test_an_event_inside_the_trailing_span_withdraws_the_held_match():
     _all_fast(eng)
 
 
+@pytest.mark.parametrize("keyed", [False, True])
 @pytest.mark.parametrize("kind", ["consuming", "held", "both"])
-def test_output_array_growth_redoes_the_call_with_its_stamps_cleared(kind):
+def test_output_array_growth_redoes_the_call_with_its_stamps_cleared(kind, keyed):
     """One terminator with 900 matches (the output array starts at 16 rows: the compiled call
-    runs again); a consumed event stamped by the first try must not be lost to the second."""
+    runs again); a consumed event stamped (and, keyed, unlinked from its chain) by the first try
+    must be back for the second."""
     events = pd.DataFrame({"type": ["A"] * 30 + ["B"] * 30 + ["C", "C"], "ts": np.arange(62.0), "x": 1})
-    seq = "define M pattern SEQ(A a, B b, C c{}) within 100 s".format(", NOT(D z)" if kind != "consuming" else "")
+    seq = "define M pattern SEQ(A a, B b, C c{}) within 100 s{}".format(
+        ", NOT(D z)" if kind != "consuming" else "", " where a.x = c.x and b.x = c.x" if keyed else "")
     rule = cep_gpu.parse_rules(seq)[0]
     if kind != "held":
         rule = replace(rule, consuming=(0, 1))  # (a SEQ pattern has no consuming clause: the Python API)
