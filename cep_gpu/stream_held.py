@@ -82,7 +82,10 @@ class HeldMatcher(StreamMatcher):
         if len(new_ids):
             self._enqueue(buf, new_ids)
         live = self._pts[self._head:self._tail]
-        k = len(live) if final else int(live.searchsorted(max(newest - self.delay, _MIN_TS), "left"))
+        k = len(live) if final else 0 if newest is None else \
+            int(live.searchsorted(max(newest - self.delay, _MIN_TS), "left"))  # ready: ts + delay < newest
+        if not k:
+            self._cnt[4, 0] = 0  # (no terminator matched: what ``terminators`` reports to ``auto``)
         matches = self._held(buf, k) if k else Matches(np.empty((0, self.n_pred), np.int64), np.empty((0, 0)))
         self._head += k
         self._publish(st)

@@ -81,19 +81,9 @@ def _all_fast(eng: Engine) -> None:
     assert s["fast_path"]["fallbacks"] == 0 and s["fast_path"]["calls"] == s["backend_calls"]
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
-@given(st.sampled_from(CONSUMING), st.integers(1, 50), st.integers(0, 10**6), st.data())
-def test_consuming_rules_equal_batch_over_random_chunkings(text, n, seed, data):
-    events = _events(seed, n)
-    batch = cep_gpu.detect(events, text, backend="reference")
-    eng = Engine(text, backend="cpu")
-    assert _record_rows(_publish_chunked(eng, events, data)) == _record_rows([batch])
-    _all_fast(eng)
-
-
 @settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
-@given(tesla_rules(negations=True, aggregates=False, consuming=True).filter(lambda t: "consuming" in t), st.integers(1, 30), st.integers(0, 10**6),
-       st.data())
+@given(tesla_rules(negations=True, aggregates=False, consuming=True).filter(lambda t: "consuming" in t),
+       st.integers(1, 30), st.integers(0, 10**6), st.data())
 def test_random_tesla_rules_with_consumption_equal_batch(text, n, seed, data):
     """The shared random TESLA rules (static filters, cross conditions, strings, nulls)."""
     rng = np.random.default_rng(seed)
@@ -110,9 +100,9 @@ def test_random_tesla_rules_with_consumption_equal_batch(text, n, seed, data):
     _all_fast(eng)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
-@given(st.sampled_from(TRAILING_NOT), st.integers(1, 50), st.integers(0, 10**6), st.data())
-def test_trailing_not_rules_equal_batch_over_random_chunkings(text, n, seed, data):
+@settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.sampled_from(CONSUMING + TRAILING_NOT), st.integers(1, 50), st.integers(0, 10**6), st.data())
+def test_consuming_and_trailing_not_rules_equal_batch_over_random_chunkings(text, n, seed, data):
     events = _events(seed, n)
     batch = cep_gpu.detect(events, text, backend="reference")
     eng = Engine(text, backend="cpu")
