@@ -260,3 +260,20 @@ def test_the_general_path_in_between_hands_the_consumed_set_over():
     assert _record_rows(parts + [eng.flush(output="records")]) == _record_rows([batch])
     s = eng.stats()
     assert s["fast_path"]["rules"] == {"R": "fast"} and s["backend_calls"] == s["fast_path"]["calls"] + 1
+
+
+@pytest.mark.parametrize("text", [CONSUMING[1], TRAILING_NOT[0]])
+def test_auto_backend_takes_the_fast_path_and_counts_each_terminator_once(text):
+    """``backend="auto"`` (no GPU here: the CPU, i.e. the fast path): results equal batch, and the
+    planner's statistics count every terminator once (a held one when it is matched, none for
+    a call that only queues)."""
+    events = _events(4, 300)
+    batch = cep_gpu.detect(events, text, backend="reference")
+    eng = Engine(text, backend="auto")
+    parts = [eng.publish(r, output="records") for r in _records(events)] + [eng.flush(output="records")]
+    assert _record_rows(parts) == _record_rows([batch])
+    s = eng.stats()
+    _all_fast(eng)
+    planner = s["backend_stats"]
+    terminators = int((events["type"] == "C").sum())  # (both rules end at C)
+    assert planner["cpu"]["terminators"] + planner["gpu"]["terminators"] == terminators
