@@ -10,7 +10,10 @@ of per-rule state the engine's general path keeps as id sets:
   after the match, in the same compiled call, so that the next terminator of the call already
   sees them; rows stamped by the current terminator stay usable by its own later matches (all
   composite events of one terminator are produced before its consumption applies:
-  docs/language.md, Consumption). The consumed rows' ids (and timestamps) also go to a log, so
+  docs/language.md, Consumption). After the terminator's last match the entries it consumed leave
+  their parameter chains (O(1) each), so later chain walks do not pass them (relinks leave
+  stamped entries out: an unstamped entry is always in its chain, a stamped one may be or not,
+  and every walk checks the stamp). The consumed rows' ids (and timestamps) also go to a log, so
   that the stamps can be rebuilt when the buffer renumbers its rows (growth, compaction, an
   in-place merge) and the engine's sorted id set can be produced when it needs one
   (:meth:`Engine.checkpoint`, a call on the general path): while the matcher owns the
