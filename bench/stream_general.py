@@ -1,9 +1,9 @@
 """Streaming, one event per publish, for rules on the engine's GENERAL path (issue 12).
 
-Rules with aggregates, ``consuming``, a trailing ``NOT`` (held terminators) or hierarchies (rules
-reading composite events) do not take
-the fast path (cep_gpu/stream_match.py): the engine runs the CDP backend over its buffer per
-terminator. This measures their mean cost per one-event publish (``output="tuples"``, Python
+Rules with aggregates or hierarchies (rules reading composite events) do not take the fast path
+(cep_gpu/stream_match.py): the engine runs the CDP backend over its buffer per terminator;
+``consuming`` rules and held terminators (a trailing ``NOT``) took the general path before
+cep_gpu/stream_held.py. This measures their mean cost per one-event publish (``output="tuples"``, Python
 scalars) against the window, next to the plain fast-path rule: 1 event per ms, k in 0..9, types
 A/B/C at 45/45/10 %, two windows of warm-up, then ``--events`` timed publishes.
 
@@ -25,6 +25,7 @@ RULES = {
     "agg": "define X from C(k=$k) and last B(k=$k) within WIN s. from C "
            "and n = Count(A(k=$k) within WIN s. from C) >= 3",
     "consuming": "define X from C(k=$k) and last B(k=$k) within WIN s. from C consuming B",
+    "eachcons": "define X from C(k=$k) and each B(k=$k) within WIN s. from C consuming B",
     "trailnot": "define X pattern SEQ(B b, C c, NOT(A z)) within WIN s where b.k = c.k and z.k = c.k "
                 "select last",
     "hier": "define X(k: int) from C(k=$k) and last B(k=$k) within WIN s. from C where k = C.k\n\n"

@@ -49,7 +49,8 @@ from .model import (
 from .output import OutputSchema, assemble, assemble_columns, value_kind
 from .rule_text import duration, rule_lines
 from .stream_buffer import AppendBuffer, parse_record, table_from_columns, table_from_record
-from .stream_match import AutoChoice, StreamMatcher, unsupported
+from .stream_held import hand_back, matcher_for, settled_states
+from .stream_match import AutoChoice, unsupported
 
 log = logging.getLogger("cep_gpu.engine")
 
@@ -293,6 +294,7 @@ class Engine:
         backend object (made anew from its name).
         """
         state = {k: v for k, v in self.__dict__.items() if k not in _NOT_CHECKPOINTED}
+        state["_states"] = settled_states(self._states, self._fast, self._buf)  # (consumed sets the fast path owns)
         data = _CHECKPOINT_MAGIC + pickle.dumps(
             {"version": _CHECKPOINT_VERSION, "state": state}, protocol=pickle.HIGHEST_PROTOCOL
         )
@@ -610,8 +612,9 @@ class Engine:
                     continue  # no terminator to match: a non-terminator costs nothing here
                 if not (new_term or final) and st.held_ts is not None and st.held_ts + st.delay >= self._newest:
                     continue  # held terminators, none of them ready yet (no pass over the buffer)
-                res = self._run_fast(i, new_ids) if self._fast_why[i] is None else None
+                res = self._run_fast(i, new_ids, final) if self._fast_why[i] is None else None
                 if res is None:
+                    hand_back(self._fast.get(i), st, self._buf)  # (the consumed set, if the fast path owns it)
                     res = self._run_rule(i, new_ids, final)
                 if not len(res.ts):
                     continue
@@ -660,14 +663,16 @@ class Engine:
             rule = self._timed[key] = in_time_units(self.rules[i], time)
         return rule
 
-    def _run_fast(self, i: int, new_ids: np.ndarray):
-        """Rule ``i``'s new terminators through its incremental matcher (one compiled call);
-        ``None`` when this call takes the general path (``auto`` chose the GPU, or the new rows
-        are not one run at the end of the buffer)."""
+    def _run_fast(self, i: int, new_ids: np.ndarray, final: bool = False):
+        """Rule ``i``'s new terminators (or, with a trailing ``NOT``, its held ones now ready)
+        through its incremental matcher (one compiled call); ``None`` when this call takes the
+        general path (``auto`` chose the GPU, or the new rows are not one run at the end of the
+        buffer)."""
         buf = self._buf
         got = self._fast.get(i)
         if got is None or (got[0] is not self._time and got[0] != self._time):
-            got = self._fast[i] = (self._time, StreamMatcher(self._timed_rule(i, self._time)))
+            hand_back(got, self._states[i], buf)
+            got = self._fast[i] = (self._time, matcher_for(self._timed_rule(i, self._time), self._states[i].delay))
         matcher = got[1]
         if matcher.max_rows is not None and len(new_ids) > matcher.max_rows:  # the indexed general path
             matcher.skip(buf)
@@ -681,7 +686,8 @@ class Engine:
                 matcher.skip(buf)
                 return None
         t0 = time.perf_counter()
-        matches = matcher.match(buf, new_ids)
+        run = getattr(matcher, "run", None)  # (consumption, held terminators: stream_held)
+        matches = matcher.match(buf, new_ids) if run is None else run(self._states[i], buf, new_ids, self._newest, final)
         if matches is None:
             self._fast_fallbacks += 1
             return None

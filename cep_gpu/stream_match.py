@@ -41,11 +41,17 @@ the end of the buffer before each match, and handed to the rule's generated nega
 The generated source (the rule's checks plus these functions) goes through the on-disk kernel
 cache (:mod:`cep_gpu.codegen.cache`), so a second process loads the machine code.
 
+``consuming`` rules and rules with a trailing ``NOT`` (held terminators) take the fast path
+through :class:`cep_gpu.stream_held.HeldMatcher`: the generated matching skips consumed rows and
+stamps the rows a match consumes (``xc``, an argument of ``s_match`` and ``s_held`` only for
+consuming rules), and ``s_held`` matches the held terminators that have become ready.
+
 Rules the fast path does not cover take the general path, with identical results (tested):
-``consuming``, aggregates, a trailing ``NOT`` here
-or upstream (held terminators), rules that read composite events (hierarchies), unbounded windows,
-and every backend but ``cpu`` and ``auto`` (``auto`` takes the fast path when its planner picks the
-CPU: one decision per rule and window-occupancy bucket, cached, see :class:`AutoChoice`).
+aggregates, Kleene closures, a trailing ``NOT`` upstream (a rule reading a holding rule's
+composite events), rules that read composite events (hierarchies), unbounded windows, more than
+``FAST_PATH_MAX_PLANS`` plans, and every backend but ``cpu`` and ``auto`` (``auto`` takes the fast
+path when its planner picks the CPU: one decision per rule and window-occupancy bucket, cached,
+see :class:`AutoChoice`).
 """
 
 from __future__ import annotations
@@ -81,14 +87,12 @@ _NO_AGGS = np.empty((4096, 0), np.float64)  # Matches.aggs of rules without aggr
 
 def unsupported(rule: Rule, delay: int, composite_types: frozenset[str]) -> str | None:
     """Why ``rule`` takes the general path (None: the fast path covers it)."""
-    if rule.consuming:
-        return "consuming"
     if rule.kleene_positions:
         return "Kleene closure"
     if rule.aggregates:
         return "aggregates"
-    if delay:
-        return "held terminators (trailing NOT here or upstream)"
+    if delay != rule.trailing_horizon():
+        return "held terminators (trailing NOT upstream)"
     if rule.input_types & composite_types:
         return "reads composite events (hierarchy)"
     if len(rule.plans) > FAST_PATH_MAX_PLANS:
@@ -137,8 +141,8 @@ def s_lb_row(cr, p, x, lo, hi):
     return lo
 '''
 
-_OWN_FUNC = re.compile(r"^(?:s_fkey|s_bkt|s_lb_ts|s_lb_row|s_filt\d+|s_nfilt\d+|s_sync|s_nsync|s_relink|s_match)$")
-_OWN_LOCAL = re.compile(r"^(?:[a-z]\d+|j\d+|l\d+|h\d+|w\d+|cr|cs|ce|nt|codes|types|start|lo|hi|x|mid|p|n|cap|out|seqs|nlo|nhi|ts|sc|r|t|env|e0|e1|cl|cnt|hd|pv|nx|c|g|b|mask)$")
+_OWN_FUNC = re.compile(r"^(?:s_fkey|s_bkt|s_lb_ts|s_lb_row|s_filt\d+|s_nfilt\d+|s_sync|s_nsync|s_relink|s_match|s_held)$")
+_OWN_LOCAL = re.compile(r"^(?:[a-z]\d+|j\d+|l\d+|h\d+|w\d+|cr|cs|ce|nt|codes|types|start|lo|hi|x|mid|p|n|cap|out|seqs|nlo|nhi|ts|sc|r|t|env|e0|e1|cl|cnt|hd|pv|nx|c|g|b|mask|xc|stp|rows|m|i|q|rr|jj|aa|bb)$")
 
 
 def _check_own(source: str) -> None:
@@ -302,27 +306,41 @@ def _sync_source(spec, kinds, chains: Chains) -> list[str]:
 
 
 def _relink_source(spec, kinds, chains: Chains) -> list[str]:
-    """``s_relink(cl, cnt, hd, env)``: the chains of every live entry anew (after the columns
-    were compacted: entries renumbered)."""
-    lines = ["@numba.njit(cache=True)", "def s_relink(cl, cnt, hd, env):", *_STATE,
+    """``s_relink(cl, cnt, hd, env[, xc])``: the chains of every live entry anew (after the columns
+    were compacted: entries renumbered); consumed entries of a consumed position stay out."""
+    consuming = spec.rule.consuming
+    lines = ["@numba.njit(cache=True)", f"def s_relink(cl, cnt, hd, env{', xc' if consuming else ''}):", *_STATE,
              *prologue(spec.layout, kinds), "    hd[:, :] = -1"]
     for p in sorted(chains.attr):
         lines += [f"    for c in range(cs[{p}], ce[{p}]):", f"        r = cr[{p}, c]"]
+        if p in consuming:
+            lines += ["        if xc[r] != 0:", "            continue"]
         lines += _link_lines(spec, kinds, chains, p, "        ")
     lines += ["    return 0", ""]
     return lines
 
 
+def _consumed(row: str) -> str:
+    """Whether table row ``row`` was consumed by an earlier terminator (``xc[row]``: 0 free, else
+    the stamp of the terminator that consumed it; the current one's is ``stp``, for its own
+    matches bind what it consumes: consumption applies after all of a terminator's matches)."""
+    return f"xc[{row}] != 0 and xc[{row}] != stp"
+
+
 def _term_lines(spec, kinds, chains: Chains, pi: int, depth: int, skip: str) -> list[str]:
     """The complete matches of plan ``pi`` for the terminator at entry ``j0`` of its column,
     written to ``out[n:]`` while it has room (``n`` counts them all); ``skip`` leaves the
-    terminator (its own checks failed)."""
+    terminator (its own checks failed). With ``consuming``: consumed rows bind nothing (a
+    consumed terminator terminates nothing) and each match stamps the rows it consumes."""
     n_pred = spec.rule.n_predicates
     steps = spec.plans[pi].steps
+    consuming = spec.rule.consuming
     tp = steps[0].pred
     ind = "    " * depth
     lines = [f"{ind}nt[0] += 1", f"{ind}for p in range({n_pred}):", f"{ind}    seqs[0, p] = -1",
              f"{ind}seqs[0, {tp}] = cr[{tp}, j0]"]
+    if consuming:
+        lines += [f"{ind}if {_consumed(f'cr[{tp}, j0]')}:", f"{ind}    {skip}"]
     if not steps[0].trivial:
         lines += [f"{ind}if not valid_{pi}_0(seqs, 0, cr[{tp}, j0], env):", f"{ind}    {skip}"]
     base = depth
@@ -367,6 +385,8 @@ def _term_lines(spec, kinds, chains: Chains, pi: int, depth: int, skip: str) -> 
                           f"{ind}    j{s} = g{s}",
                           f"{ind}    g{s} = nx[{p}, j{s}]"]
         ind2 = ind + "    "
+        if consuming:
+            lines += [f"{ind2}if {_consumed(f'cr[{p}, j{s}]')}:", f"{ind2}    continue"]
         if not st.trivial:
             lines += [f"{ind2}if not valid_{pi}_{s}(seqs, 0, cr[{p}, j{s}], env):", f"{ind2}    continue"]
         lines.append(f"{ind2}seqs[0, {p}] = cr[{p}, j{s}]")
@@ -376,10 +396,40 @@ def _term_lines(spec, kinds, chains: Chains, pi: int, depth: int, skip: str) -> 
               f"{ind}    for p in range({n_pred}):",
               f"{ind}        out[n, p] = seqs[0, p]",
               f"{ind}n += 1"]
+    for p in consuming:
+        lines += [f"{ind}if xc[seqs[0, {p}]] == 0:", f"{ind}    xc[seqs[0, {p}]] = stp"]
     # last/first: stop at the first valid candidate of each such step, whatever follows it
     for s in range(len(steps) - 1, 0, -1):
         if steps[s].policy in ("last", "first"):
             lines.append("    " * (base + s) + "break")
+    return lines
+
+
+def _unlink_lines(spec, kinds, chains: Chains, ind: str) -> list[str]:
+    """After a terminator's last match: take the entries it consumed (at a consumed position
+    whose column is chained) out of their chains (O(1) each: the links go both ways), so that
+    later walks do not pass them; their stamp becomes ``-stp`` (still consumed, done). Only the
+    matches written to ``out`` are seen: a call whose output was too small runs again anyway."""
+    lines = []
+    for p in spec.rule.consuming:
+        if p not in chains.attr:
+            continue  # (scanned, not chained: skipped by its stamp)
+        value, ok = _valid_of(spec.layout, kinds, chains.attr[p], "rr")
+        lines += [f"{ind}for q in range(n0, min(n, cap)):",
+                  f"{ind}    rr = out[q, {p}]",
+                  f"{ind}    if xc[rr] == stp:",
+                  f"{ind}        xc[rr] = -stp",
+                  f"{ind}        if {ok}:",
+                  f"{ind}            jj = s_lb_row(cr, {p}, rr, cs[{p}], ce[{p}])",
+                  f"{ind}            if jj < ce[{p}] and cr[{p}, jj] == rr:",
+                  f"{ind}                aa = pv[{p}, jj]",
+                  f"{ind}                bb = nx[{p}, jj]",
+                  f"{ind}                if bb >= 0:",
+                  f"{ind}                    pv[{p}, bb] = aa",
+                  f"{ind}                else:",
+                  f"{ind}                    hd[{p}, s_bkt({_key_of_value(value, chains.floats[p])}, mask)] = aa",
+                  f"{ind}                if aa >= 0:",
+                  f"{ind}                    nx[{p}, aa] = bb"]
     return lines
 
 
@@ -393,22 +443,45 @@ def _match_source(spec, kinds, chains: Chains) -> list[str]:
     Each row is matched as soon as it has joined its columns, so that a chain walk starts at the
     newest entry before the terminator (a large micro-batch costs what its events' windows
     hold, not the rest of the batch)."""
+    xc = ", xc" if spec.rule.consuming else ""  # (consumed stamps per table row: stream_held)
     lines = ["@numba.njit(cache=True)",
-             "def s_match(lo, hi, types, start, nlo, nhi, cl, cnt, hd, env, out):",
+             f"def s_match(lo, hi, types, start, nlo, nhi, cl, cnt, hd, env, out{xc}):",
              *_STATE, *prologue(spec.layout, kinds),
              "    seqs = cnt[3:4]", "    nt = cnt[4]", "    n = 0", "    nt[0] = 0", "    cap = out.shape[0]",
              "    if lo < hi and lo <= nlo and nhi <= hi:",
              f"        for p in range({spec.rule.n_predicates}):", *["    " + x for x in _EXPIRE],
              "        for r in range(lo, hi):", *_add_lines(spec, kinds, chains, "            "),
-             "            if nlo <= r < nhi:"]
+             "            if nlo <= r < nhi:", "                stp = r + 1", "                n0 = n"]
     for pi, plan in enumerate(spec.plans):
         tp = plan.steps[0].pred
         lines += [f"                j0 = ce[{tp}] - 1",
                   f"                if j0 >= cs[{tp}] and cr[{tp}, j0] == r:",
                   "                    for o1 in range(1):",  # (a loop to leave: the terminator's "skip")
                   *_term_lines(spec, kinds, chains, pi, 6, "break")]
+    lines += _unlink_lines(spec, kinds, chains, "                ")
     lines += ["        return n", "    s_sync(lo, hi, types, cl, cnt, hd, env, start)  # (no terminator among them)",
               "    return n", ""]
+    return lines
+
+
+def _held_source(spec, kinds, chains: Chains) -> list[str]:
+    """``s_held(rows, m, cl, cnt, hd, env, out[, xc]) -> n``: the complete matches of every plan
+    whose terminator is one of the table rows ``rows[:m]`` (ascending, already in the columns:
+    terminators held back by a trailing ``NOT``, matched once the negation's span has passed;
+    see :mod:`cep_gpu.stream_held`), in that order, written to ``out`` while it has room."""
+    xc = ", xc" if spec.rule.consuming else ""
+    lines = ["@numba.njit(cache=True)", f"def s_held(rows, m, cl, cnt, hd, env, out{xc}):",
+             *_STATE, *prologue(spec.layout, kinds),
+             "    seqs = cnt[3:4]", "    nt = cnt[4]", "    n = 0", "    nt[0] = 0", "    cap = out.shape[0]",
+             "    for i in range(m):", "        r = rows[i]", "        stp = r + 1", "        n0 = n"]
+    for pi, plan in enumerate(spec.plans):
+        tp = plan.steps[0].pred
+        lines += [f"        j0 = s_lb_row(cr, {tp}, r, cs[{tp}], ce[{tp}])",
+                  f"        if j0 < ce[{tp}] and cr[{tp}, j0] == r:",
+                  "            for o1 in range(1):",
+                  *_term_lines(spec, kinds, chains, pi, 4, "break")]
+    lines += _unlink_lines(spec, kinds, chains, "        ")
+    lines += ["    return n", ""]
     return lines
 
 
@@ -419,7 +492,7 @@ def stream_source(spec, kinds) -> str:
     chains = Chains.of(spec.rule, kinds)
     own = "\n".join([_HELPERS] + _filter_source(spec, kinds) + _sync_source(spec, kinds, chains)
                     + _nsync_source(spec, kinds) + _relink_source(spec, kinds, chains)
-                    + _match_source(spec, kinds, chains))
+                    + _match_source(spec, kinds, chains) + _held_source(spec, kinds, chains))
     _check_own(own)
     return rule_src + "\n" + own + "\n"
 
@@ -429,7 +502,7 @@ _BY_RULE: dict[tuple, tuple] = {}  # (rule, kinds) -> kernels: no source generat
 
 
 def compile_stream(spec, kinds: dict[str, str | None]) -> tuple:
-    """``(s_sync, s_relink, s_match, s_nsync)`` of the rule, compiled once per process (keyed by their
+    """``(s_sync, s_relink, s_match, s_nsync, s_held)`` of the rule, compiled once per process (keyed by their
     source) and cached on disk by :mod:`cep_gpu.codegen.cache`."""
     by_rule = (spec.rule, tuple(sorted(kinds.items(), key=lambda kv: kv[0])))
     hit = _BY_RULE.get(by_rule)
@@ -448,7 +521,7 @@ def compile_stream(spec, kinds: dict[str, str | None]) -> tuple:
         ns = kcache.load_kernels(source, f"<cep_gpu stream kernels {key[:12]}>", ns)
         if len(_KERNELS) >= 1024:
             _KERNELS.clear()
-        hit = _KERNELS[key] = (ns["s_sync"], ns["s_relink"], ns["s_match"], ns["s_nsync"])
+        hit = _KERNELS[key] = (ns["s_sync"], ns["s_relink"], ns["s_match"], ns["s_nsync"], ns["s_held"])
     if len(_BY_RULE) >= 1024:
         _BY_RULE.clear()
     _BY_RULE[by_rule] = hit
@@ -495,6 +568,10 @@ class StreamMatcher:
         self._serial = -1  # the buffer's merge count when the columns were last synced
         self._store_ok = False
         self._empty = RuleResult(rule, np.empty(0, np.int64), np.empty((0, n), np.int64), {})
+        self._xargs: tuple = ()  # more kernel arguments (consumed stamps: cep_gpu.stream_held)
+
+    def _redo(self, lo: int, hi: int) -> None:
+        """Before a call over rows ``[lo, hi)`` runs again (its output array was too small)."""
 
     def match(self, buf, new_ids: np.ndarray) -> Matches | None:
         """The matches of the rule's new terminators (rows of ``new_ids``) as rows of
@@ -528,10 +605,12 @@ class StreamMatcher:
             env = env[: -2 * self.n_neg] + self._neg_views()
         s_match = self._fns[2]
         while True:
-            n = s_match(s_lo, s_hi, store.types, start, lo, hi, self._cl, self._cnt, self._hd, env, self._out)
+            n = s_match(s_lo, s_hi, store.types, start, lo, hi, self._cl, self._cnt, self._hd, env, self._out,
+                        *self._xargs)
             if n <= len(self._out):
                 break
             self._out = np.empty((2 * n, self.n_pred), np.int64)  # grow and redo: never truncate
+            self._redo(s_lo, s_hi)
             self._rollback(s_lo)
         return Matches(self._out[:n].copy(), _NO_AGGS[:n] if n <= len(_NO_AGGS) else np.empty((n, 0)))
 
@@ -564,7 +643,7 @@ class StreamMatcher:
         cs, ce = self._cnt[0], self._cnt[1]
         for p in range(self.n_pred):
             ce[p] = cs[p] + int(np.searchsorted(self._cl[0, p, cs[p]:ce[p]], row))
-        self._fns[1](self._cl, self._cnt, self._hd, self._env)
+        self._fns[1](self._cl, self._cnt, self._hd, self._env, *self._xargs)
 
     def _take_back(self, buf, start: int, end: int, new_ids: np.ndarray):
         """After in-place merges (a composite event put before its terminator): take the
@@ -626,7 +705,7 @@ class StreamMatcher:
         buckets = 1 << max(6, (cap - 1).bit_length())  # about one entry per bucket at most
         if self._hd.shape[1] != buckets:
             self._hd = np.empty((self.n_pred, buckets), np.int64)
-        self._fns[1](self._cl, self._cnt, self._hd, self._env)
+        self._fns[1](self._cl, self._cnt, self._hd, self._env, *self._xargs)
         self._ce_bound = int(live.max())
 
     def _rebuild(self, buf, store: EventTable, start: int, end: int, new_ids: np.ndarray):

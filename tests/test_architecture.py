@@ -44,7 +44,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                   "cep_gpu.aip.*")),
     ("gpu backend", ("cep_gpu.cuda", "cep_gpu.kernels.*", "cep_gpu.ingest_cudf")),
     ("planner", ("cep_gpu.planner", "cep_gpu.planner.*")),
-    ("detect", ("cep_gpu.detect", "cep_gpu.engine", "cep_gpu.engine.*", "cep_gpu.stream_match")),
+    ("detect", ("cep_gpu.detect", "cep_gpu.engine", "cep_gpu.engine.*", "cep_gpu.stream_match",
+                "cep_gpu.stream_held")),
     ("top", ("cep_gpu", "cep_gpu.*")),
 ]
 

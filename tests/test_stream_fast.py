@@ -120,10 +120,13 @@ def test_rules_outside_the_fast_path_say_why():
             "define G(n: int) from B() as b and n = Count(A() within 4 s from b) >= 1 where n = n;\n"
             "define K from B(x = $k) as b and each A(x = $k) as a within 5 s from b consuming a;\n"
             "define H from B() as b and each K() as k within 5 s from b;\n"
-            "define F pattern SEQ(A a, B b) within 2 s")
+            "define F pattern SEQ(A a, B b) within 2 s;\n"
+            "define T pattern SEQ(A a, B b, NOT(C z)) within 2 s;\n"
+            "define U from B() as b and each T() as t within 5 s from b")
     why = Engine(text, backend="cpu").stats()["fast_path"]["rules"]
-    assert why == {"N": "fast", "G": "aggregates", "K": "consuming",
-                   "H": "reads composite events (hierarchy)", "F": "fast"}
+    assert why == {"N": "fast", "G": "aggregates", "K": "fast",
+                   "H": "reads composite events (hierarchy)", "F": "fast", "T": "fast",
+                   "U": "held terminators (trailing NOT upstream)"}
     assert set(Engine(text, backend="reference").stats()["fast_path"]["rules"].values()) == {"backend 'reference'"}
 
 
