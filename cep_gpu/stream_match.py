@@ -89,8 +89,6 @@ def unsupported(rule: Rule, delay: int, composite_types: frozenset[str]) -> str 
         return "aggregates"
     if delay:
         return "held terminators (trailing NOT here or upstream)"
-    if rule.input_types & composite_types:
-        return "reads composite events (hierarchy)"
     if len(rule.plans) > FAST_PATH_MAX_PLANS:
         return f"{len(rule.plans)} plans (AND orders) exceed FAST_PATH_MAX_PLANS = {FAST_PATH_MAX_PLANS}"
     for plan in rule.plans:
@@ -493,52 +491,89 @@ class StreamMatcher:
         self._out = np.empty((16, n), np.int64)
         self.rebuilds = 0
         self._serial = -1  # the buffer's merge count when the columns were last synced
+        self._terms = 0  # terminators the last match took
         self._store_ok = False
         self._empty = RuleResult(rule, np.empty(0, np.int64), np.empty((0, n), np.int64), {})
 
     def match(self, buf, new_ids: np.ndarray) -> Matches | None:
         """The matches of the rule's new terminators (rows of ``new_ids``) as rows of
-        ``buf.table()``; ``None`` when this call cannot take the fast path (the new rows are
-        not one run at the end of the buffer after a rebuild): then the caller takes the
-        general path (the columns are up to date either way)."""
-        store, start, end = buf.store()
-        lo = None
-        if buf.serial != self._serial and store is self._store:  # rows merged in place: moved
-            lo, hi = self._take_back(buf, start, end, new_ids)
-            if lo is None:
-                self._store = None  # (not the usual case: rebuild)
-        self._serial = buf.serial
-        if store is not self._store or len(store.columns) != self._n_cols:
-            lo, hi = self._rebuild(buf, store, start, end, new_ids)  # synced up to the new rows
-            if lo is None:
-                return None
-        else:
-            if len(store.strings) != self._n_strings or len(store.type_names) != self._n_types:
-                self._set_env(store)  # a new string constant or event type may now occur
-            if lo is None:
-                lo, hi = self._synced, end
-        s_lo, s_hi = self._synced, end  # synced by s_match itself, each row matched as it joins
+        ``buf.table()``; ``None`` when this call cannot take the fast path (some new row is not
+        among the rows since the columns' last sync: not the usual case): then the caller
+        takes the general path (the columns are up to date either way).
+
+        The new rows are usually the buffer's last rows; a hierarchy's composite event merged
+        before an older row of its timestamp (composite ids are negative) splits them into
+        runs: each run is matched by one ``s_match`` call (the rows between runs join the
+        columns unmatched)."""
+        store, start, end = self._columns_for(buf)
+        runs = self._runs(store, start, end, new_ids)
+        if runs is None:
+            self._sync(self._synced, end, start)
+            if self.n_neg:
+                self._nsync(end, start)
+            return None
+        s_lo = self._synced
         if self._ce_bound + (end - s_lo) > self._cl.shape[2]:
             self._reserve(end - s_lo)
         self._ce_bound += end - s_lo
-        self._synced = end
         env = self._env
         if self.n_neg:  # the negations' columns hold every row up to the end: their live views
             self._nsync(end, start)
             env = env[: -2 * self.n_neg] + self._neg_views()
         s_match = self._fns[2]
-        while True:
-            n = s_match(s_lo, s_hi, store.types, start, lo, hi, self._cl, self._cnt, self._hd, env, self._out)
-            if n <= len(self._out):
-                break
-            self._out = np.empty((2 * n, self.n_pred), np.int64)  # grow and redo: never truncate
-            self._rollback(s_lo)
-        return Matches(self._out[:n].copy(), _NO_AGGS[:n] if n <= len(_NO_AGGS) else np.empty((n, 0)))
+        parts = []
+        self._terms = 0
+        for lo, hi in runs:  # (one run but after a merge among older rows of one timestamp)
+            while True:
+                n = s_match(s_lo, hi, store.types, start, lo, hi, self._cl, self._cnt, self._hd, env, self._out)
+                if n <= len(self._out):
+                    break
+                self._out = np.empty((2 * n, self.n_pred), np.int64)  # grow and redo: never truncate
+                self._rollback(s_lo)
+            self._terms += int(self._cnt[4, 0])
+            parts.append(self._out[:n].copy())
+            s_lo = self._synced = hi
+        if s_lo < end:
+            self._sync(s_lo, end, start)
+        self._synced = end
+        rows = parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else self._out[:0].copy()
+        n = len(rows)
+        return Matches(rows, _NO_AGGS[:n] if n <= len(_NO_AGGS) else np.empty((n, 0)))
+
+    def _columns_for(self, buf) -> tuple:
+        """The columns over the buffer's current arrays: after in-place merges the entries from
+        the first renumbered row on are taken out (:meth:`_take_back`), after a new store the
+        columns start empty (:meth:`_rebuild`); ``(store, start, end)``."""
+        store, start, end = buf.store()
+        if buf.serial != self._serial and store is self._store and not self._take_back(buf, start):
+            self._store = None  # (merges no longer known: rebuild)
+        self._serial = buf.serial
+        if store is not self._store or len(store.columns) != self._n_cols:
+            self._rebuild(store, start)
+        elif len(store.strings) != self._n_strings or len(store.type_names) != self._n_types:
+            self._set_env(store)  # a new string constant or event type may now occur
+        return store, start, end
+
+    def _runs(self, store: EventTable, start: int, end: int, new_ids: np.ndarray) -> list | None:
+        """The new rows as runs ``[(lo, hi), ...]`` of rows in ``[synced, end)`` (every new row
+        is there: appended or merged since the last sync, or renumbered and taken back);
+        ``None`` when some is not."""
+        lo, n = self._synced, len(new_ids)
+        if not n:
+            return []
+        tail = store.ids[end - n:end] if end - n >= lo else None
+        if tail is not None and (np.array_equal(tail, new_ids) or np.array_equal(np.sort(tail), np.sort(new_ids))):
+            return [(end - n, end)]  # the usual case: the last rows (with the composite events merged among them)
+        is_new = np.isin(store.ids[lo:end], new_ids)
+        if int(is_new.sum()) != n:
+            return None
+        edges = np.flatnonzero(np.diff(np.concatenate([[False], is_new, [False]]).astype(np.int8)))
+        return [(lo + int(a), lo + int(b)) for a, b in zip(edges[::2], edges[1::2])]
 
     @property
     def terminators(self) -> int:
         """How many terminators the last :meth:`match` took."""
-        return int(self._cnt[4, 0])
+        return self._terms
 
     def composites(self, buf, matches: Matches) -> RuleResult:
         """The composite events of ``matches`` (rows of the store, from :meth:`match`)."""
@@ -566,15 +601,13 @@ class StreamMatcher:
             ce[p] = cs[p] + int(np.searchsorted(self._cl[0, p, cs[p]:ce[p]], row))
         self._fns[1](self._cl, self._cnt, self._hd, self._env)
 
-    def _take_back(self, buf, start: int, end: int, new_ids: np.ndarray):
+    def _take_back(self, buf, start: int) -> bool:
         """After in-place merges (a composite event put before its terminator): take the
-        entries from the first renumbered row on out of the columns (and relink the chains), and
-        sync the rows up to the new ones again without matching; the new rows' run, or
-        ``(None, None)`` when they are not the last rows (then :meth:`_rebuild`)."""
+        entries from the first renumbered row on out of the columns (and relink the chains);
+        ``False`` when those merges are no longer known (then :meth:`_rebuild`)."""
         p = buf.renumbered_since(self._serial)
-        n = len(new_ids)
-        if p is None or not (n <= end - start and np.array_equal(self._store.ids[end - n:end], new_ids)):
-            return None, None
+        if p is None:
+            return False
         p = max(p, start)  # (rows before start are expired, whatever their numbers)
         if p < self._synced:
             self._rollback(p)
@@ -584,11 +617,7 @@ class StreamMatcher:
             for q in range(self.n_pred, self.n_pred + self.n_neg):
                 ce[q] = cs[q] + int(np.searchsorted(self._cl[0, q, cs[q]:ce[q]], p))
             self._nsynced = p
-        if len(self._store.strings) != self._n_strings or len(self._store.type_names) != self._n_types:
-            self._set_env(self._store)
-        if self._synced < end - n:
-            self._sync(self._synced, end - n, start)
-        return end - n, end
+        return True
 
     def _nsync(self, end: int, start: int) -> None:
         """The negations' columns up to row ``end`` (entries before row ``start`` expire)."""
@@ -629,9 +658,9 @@ class StreamMatcher:
         self._fns[1](self._cl, self._cnt, self._hd, self._env)
         self._ce_bound = int(live.max())
 
-    def _rebuild(self, buf, store: EventTable, start: int, end: int, new_ids: np.ndarray):
-        """New buffer arrays: columns from the live rows up to the new rows' run (:meth:`match`
-        adds the rest); the run (``None``: the new rows are not one run)."""
+    def _rebuild(self, store: EventTable, start: int) -> None:
+        """New buffer arrays: the columns start empty at the live rows' start (the next sync or
+        :meth:`match` fills them)."""
         self.rebuilds += 1
         self._store = store
         self._set_env(store)
@@ -639,17 +668,6 @@ class StreamMatcher:
         self._hd[:] = -1
         self._ce_bound = 0
         self._synced = self._nsynced = start
-        n = len(new_ids)
-        if n and n <= end - start and np.array_equal(store.ids[end - n:end], new_ids):
-            self._sync(start, end - n, start)  # the usual case: the new rows went last (s_match adds them)
-            return end - n, end
-        is_new = np.flatnonzero(np.isin(store.ids[start:end], new_ids)) if n else np.empty(0, np.int64)
-        lo, hi = (start + int(is_new[0]), start + int(is_new[-1]) + 1) if len(is_new) else (end, end)
-        if hi - lo != len(is_new):
-            self._sync(start, end, start)
-            return None, None  # new rows scattered in the window: the general path
-        self._sync(start, lo, start)  # (s_match adds the rest, matching the new run's terminators)
-        return lo, hi
 
     def _set_env(self, store: EventTable) -> None:
         """The kernel arguments over the store's arrays, and the kernels for their kinds."""
@@ -685,14 +703,8 @@ class StreamMatcher:
     def skip(self, buf) -> None:
         """Bring the columns up to the buffer's end without matching (the general path matched
         these terminators)."""
-        store, start, end = buf.store()
-        if store is not self._store or len(store.columns) != self._n_cols or buf.serial != self._serial:
-            self._serial = buf.serial
-            self._rebuild(buf, store, start, end, np.empty(0, np.int64))
-        else:
-            if len(store.strings) != self._n_strings or len(store.type_names) != self._n_types:
-                self._set_env(store)
-            self._sync(self._synced, end, start)
+        store, start, end = self._columns_for(buf)
+        self._sync(self._synced, end, start)
         if self.n_neg:
             self._nsync(end, start)
 
