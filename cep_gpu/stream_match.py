@@ -61,10 +61,10 @@ import numpy as np
 from .backends import Matches
 from .codegen import cache as kcache
 from .codegen import lower
-from .codegen.numba_src import Body, check_source, emit_source, literal, prologue
+from .codegen.numba_src import Body, check_source, emit_source, literal, prologue, span_bounds
 from .detect import RuleResult, composite_events
 from .events import EventTable
-from .model import SELF, Attr, Neg, Rule
+from .model import SELF, Attr, Compare, Neg, Rule
 
 #: Publishes that bring more new rows than this take the general path when the rule has an
 #: equality that the batch CDP answers by its parameter index and the fast path has no chain for
@@ -85,8 +85,6 @@ def unsupported(rule: Rule, delay: int, composite_types: frozenset[str]) -> str 
         return "consuming"
     if rule.kleene_positions:
         return "Kleene closure"
-    if rule.aggregates:
-        return "aggregates"
     if delay:
         return "held terminators (trailing NOT here or upstream)"
     if len(rule.plans) > FAST_PATH_MAX_PLANS:
@@ -135,7 +133,7 @@ def s_lb_row(cr, p, x, lo, hi):
     return lo
 '''
 
-_OWN_FUNC = re.compile(r"^(?:s_fkey|s_bkt|s_lb_ts|s_lb_row|s_filt\d+|s_nfilt\d+|s_sync|s_nsync|s_relink|s_match)$")
+_OWN_FUNC = re.compile(r"^(?:s_fkey|s_bkt|s_lb_ts|s_lb_row|s_filt\d+|s_nfilt\d+|s_afilt\d+|s_sync|s_nsync|s_relink|s_match|aggs_all)$")
 _OWN_LOCAL = re.compile(r"^(?:[a-z]\d+|j\d+|l\d+|h\d+|w\d+|cr|cs|ce|nt|codes|types|start|lo|hi|x|mid|p|n|cap|out|seqs|nlo|nhi|ts|sc|r|t|env|e0|e1|cl|cnt|hd|pv|nx|c|g|b|mask)$")
 
 
@@ -157,12 +155,14 @@ def _check_own(source: str) -> None:
 
 
 def _filter_source(spec, kinds) -> list[str]:
-    """``s_filt<p>(r, env)``: predicate ``p``'s static filters for row ``r``; ``s_nfilt<k>``:
-    negation ``k``'s own (the negated event's, ``SELF``)."""
+    """``s_filt<p>(r, env)``: predicate ``p``'s static filters for row ``r``; ``s_nfilt<k>`` /
+    ``s_afilt<k>``: negation / aggregate ``k``'s own (the negated or aggregated event's, ``SELF``)."""
     rule = spec.rule
     parts = [(f"s_filt{p}", [rule.conditions[c] for c in spec.filters[p]]) for p in range(rule.n_predicates)]
     parts += [(f"s_nfilt{k}", [neg.conditions[c] for c in spec.neg_filters[k]])
               for k, neg in enumerate(rule.negations)]
+    parts += [(f"s_afilt{k}", [agg.conditions[c] for c in spec.agg_filters[k]])
+              for k, agg in enumerate(rule.aggregates)]
     out = []
     for name, conditions in parts:
         if not conditions:
@@ -212,6 +212,10 @@ class Chains:
     attr: dict
     floats: dict
     steps: dict
+    #: aggregate ``k`` -> ``(predicate, attribute)`` of the bound value its own events must equal
+    #: (``A(k=$k)``): its column (slot :func:`agg_slot`) is chained on ``attr[slot]``, and the
+    #: aggregate walks that value's bucket instead of its whole span
+    aggs: dict
 
     @classmethod
     def of(cls, rule: Rule, kinds: dict[str, str | None]) -> Chains:
@@ -231,13 +235,37 @@ class Chains:
         floats = {p: kinds[a] == "float" or any(
             kinds[qa] == "float" for (pi, s), (_, qa) in steps.items() if indexed.plans[pi].steps[s].pred == p)
             for p, a in attr.items()}
-        return cls(attr, floats, steps)
+        aggs: dict[int, tuple[int, str]] = {}
+        checks = lower(rule, use_index=False).agg_checks
+        for k, agg in enumerate(rule.aggregates):
+            for c in checks[k]:
+                pair = _own_equality(agg.conditions[c])
+                if pair is not None and kinds.get(pair[0]) is not None and kinds.get(pair[1].name) is not None:
+                    q = agg_slot(rule, k)
+                    attr[q], aggs[k] = pair[0], (pair[1].pred, pair[1].name)
+                    floats[q] = kinds[pair[0]] == "float" or kinds[pair[1].name] == "float"
+                    break
+        return cls(attr, floats, steps, aggs)
 
     def unindexed_keys(self, rule: Rule) -> bool:
         """Whether some step has an equality the batch CDP answers by its index but this does not."""
         indexed = lower(rule, use_index=True)
         return any(st.key is not None and (pi, s) not in self.steps
                    for pi, plan in enumerate(indexed.plans) for s, st in enumerate(plan.steps) if s)
+
+
+def agg_slot(rule: Rule, k: int) -> int:
+    """The column slot of aggregate ``k`` (after the predicates' and the negations')."""
+    return rule.n_predicates + len(rule.negations) + k
+
+
+def _own_equality(cond) -> tuple[str, Attr] | None:
+    """``(own attribute, bound attribute)`` of a condition ``SELF.a = P.b`` (either side)."""
+    if isinstance(cond, Compare) and cond.op == "=":
+        for own, other in ((cond.left, cond.right), (cond.right, cond.left)):
+            if isinstance(own, Attr) and own.pred == SELF and isinstance(other, Attr) and other.pred >= 0:
+                return own.name, other
+    return None
 
 
 def _valid_of(layout, kinds, attr: str, row: str) -> tuple[str, str]:
@@ -278,7 +306,59 @@ def _add_lines(spec, kinds, chains: Chains, ind: str) -> list[str]:
         lines += [f"{ind}if {cond}:", f"{ind}    c = ce[{p}]", f"{ind}    cr[{p}, c] = r", f"{ind}    ce[{p}] = c + 1"]
         if p in chains.attr:
             lines += _link_lines(spec, kinds, chains, p, ind + "    ")
+    for k in range(len(spec.rule.aggregates)):  # (their spans end before the terminator's timestamp)
+        q = agg_slot(spec.rule, k)
+        cond = f"t == codes[{q}]" + (f" and s_afilt{k}(r, env)" if spec.agg_filters[k] else "")
+        lines += [f"{ind}if {cond}:", f"{ind}    c = ce[{q}]", f"{ind}    cr[{q}, c] = r", f"{ind}    ce[{q}] = c + 1"]
+        lines += _link_lines(spec, kinds, chains, q, ind + "    ") if q in chains.attr else [f"{ind}    pv[{q}, c] = ts[r]"]
     return lines
+
+
+def _expire_lines(spec, ind: str) -> list[str]:
+    """Expire the entries before row ``start`` of the columns synced row by row (the predicates'
+    and the aggregates')."""
+    rule = spec.rule
+    lines = [f"{ind}for p in range({rule.n_predicates}):", *[ind[4:] + x for x in _EXPIRE]]
+    if rule.aggregates:
+        lines += [f"{ind}for p in range({agg_slot(rule, 0)}, {agg_slot(rule, len(rule.aggregates))}):",
+                  *[ind[4:] + x for x in _EXPIRE]]
+    return lines
+
+
+def _agg_span(spec, kinds, chains: Chains):
+    """The ``agg_span`` of :func:`cep_gpu.codegen.numba_src.emit_source` for the fast path: the
+    aggregate's events come from its column in the matcher's state (``env`` ends with ``cl``,
+    ``cnt``, ``hd`` and the aggregates' output), synced row by row like the predicates'. With an
+    equality to a bound value (``A(k=$k)``) the span is walked along that value's chain (back
+    from the bucket's newest entry to the span's first, then forward in time order): the work is
+    the events of that key in the span; otherwise its edges are binary-searched (the column's
+    timestamps in plane 1)."""
+    layout = spec.layout
+    ext = layout.agg_at + 2 * layout.n_aggregates
+
+    def lines_of(k: int, agg) -> list[str]:
+        q = agg_slot(spec.rule, k)
+        bounds, lo_fn, hi_fn = span_bounds(agg.span)
+        lines = [f"    w0 = env[{ext}]", f"    w1 = env[{ext + 1}]", *bounds, f"    nr = w0[0, {q}]", f"    w3 = w1[0, {q}]"]
+        key = chains.aggs.get(k)
+        if key is None:
+            return lines + [f"    nt = w0[1, {q}]", f"    w4 = w1[1, {q}]",
+                            f"    s = w3 + {lo_fn}(nt[w3:w4], lo)", f"    e = w3 + {hi_fn}(nt[w3:w4], hi)",
+                            "    for j in range(s, e):", "        q = nr[j]"]
+        value, ok = _valid_of(layout, kinds, key[1], f"p{key[0]}")
+        past = "ts[nr[j]] > hi" if agg.span.hi_inclusive else "ts[nr[j]] >= hi"
+        from_lo = "ts[nr[j]] >= lo" if agg.span.lo_inclusive else "ts[nr[j]] > lo"
+        to_hi = "ts[nr[j]] <= hi" if agg.span.hi_inclusive else "ts[nr[j]] < hi"
+        as_key = ([f"        w8 = {value} * 1.0", "        w9 = int(w8) if -4.6e18 < w8 < 4.6e18 else 0"]
+                  if chains.floats[q] else [f"        w9 = int({value})"])  # (as s_fkey / s_bkt)
+        return lines + [f"    w2 = env[{ext + 2}]", f"    w5 = w0[1, {q}]", f"    w6 = w0[2, {q}]", "    w7 = -1",
+                        f"    if {ok}:", *as_key,
+                        f"        j = w2[{q}, ((w9 * -7046029254386353131) >> 32) & (w2.shape[1] - 1)]",
+                        f"        while j >= w3 and {past}:", "            j = w5[j]",
+                        f"        while j >= w3 and {from_lo}:", "            w7 = j", "            j = w5[j]",
+                        "    j = w7", f"    while j >= 0 and {to_hi}:", "        q = nr[j]", "        j = w6[j]"]
+
+    return lines_of
 
 
 _EXPIRE = ["        while cs[p] < ce[p] and cr[p, cs[p]] < start:", "            cs[p] += 1"]
@@ -293,8 +373,7 @@ def _sync_source(spec, kinds, chains: Chains) -> list[str]:
     the match and its terminator count; ``hd``: (predicates, buckets) the newest entry of each
     bucket. (The state is in three arrays: fewer arguments for Numba's dispatch to read.)"""
     return ["@numba.njit(cache=True)", "def s_sync(lo, hi, types, cl, cnt, hd, env, start):",
-            *_STATE, *prologue(spec.layout, kinds),
-            f"    for p in range({spec.rule.n_predicates}):", *_EXPIRE,
+            *_STATE, *prologue(spec.layout, kinds), *_expire_lines(spec, "    "),
             "    for r in range(lo, hi):", *_add_lines(spec, kinds, chains, "        "),
             "    return 0", ""]
 
@@ -372,8 +451,10 @@ def _term_lines(spec, kinds, chains: Chains, pi: int, depth: int, skip: str) -> 
     ind = "    " * depth
     lines += [f"{ind}if n < cap:",
               f"{ind}    for p in range({n_pred}):",
-              f"{ind}        out[n, p] = seqs[0, p]",
-              f"{ind}n += 1"]
+              f"{ind}        out[n, p] = seqs[0, p]"]
+    if spec.rule.aggregates:  # the CDP kernels' aggs_all, into the output of env[ext + 3]
+        lines.append(f"{ind}    aggs_all(out, n, env, env[{spec.layout.agg_at + 2 * spec.layout.n_aggregates + 3}])")
+    lines.append(f"{ind}n += 1")
     # last/first: stop at the first valid candidate of each such step, whatever follows it
     for s in range(len(steps) - 1, 0, -1):
         if steps[s].policy in ("last", "first"):
@@ -396,7 +477,7 @@ def _match_source(spec, kinds, chains: Chains) -> list[str]:
              *_STATE, *prologue(spec.layout, kinds),
              "    seqs = cnt[3:4]", "    nt = cnt[4]", "    n = 0", "    nt[0] = 0", "    cap = out.shape[0]",
              "    if lo < hi and lo <= nlo and nhi <= hi:",
-             f"        for p in range({spec.rule.n_predicates}):", *["    " + x for x in _EXPIRE],
+             *_expire_lines(spec, "        "),
              "        for r in range(lo, hi):", *_add_lines(spec, kinds, chains, "            "),
              "            if nlo <= r < nhi:"]
     for pi, plan in enumerate(spec.plans):
@@ -412,9 +493,9 @@ def _match_source(spec, kinds, chains: Chains) -> list[str]:
 
 def stream_source(spec, kinds) -> str:
     """The whole generated source of one rule's fast path (checked)."""
-    rule_src = emit_source(spec, kinds)
-    check_source(rule_src)
     chains = Chains.of(spec.rule, kinds)
+    rule_src = emit_source(spec, kinds, _agg_span(spec, kinds, chains) if spec.rule.aggregates else None)
+    check_source(rule_src)
     own = "\n".join([_HELPERS] + _filter_source(spec, kinds) + _sync_source(spec, kinds, chains)
                     + _nsync_source(spec, kinds) + _relink_source(spec, kinds, chains)
                     + _match_source(spec, kinds, chains))
@@ -468,7 +549,11 @@ class StreamMatcher:
         self.spec = lower(rule, use_index=False)
         self.n_pred = n = rule.n_predicates
         self.n_neg = len(rule.negations)
-        slots = n + self.n_neg  # a column per predicate, then one per negation
+        self.n_agg = len(rule.aggregates)
+        slots = n + self.n_neg + self.n_agg  # a column per predicate, then one per negation and aggregate
+        #: the columns synced row by row (``s_sync``/``s_match``): the predicates' and the aggregates'
+        self._row_slots = list(range(n)) + list(range(n + self.n_neg, slots))
+        self._neg_at = self.spec.layout.neg_at
         #: most new rows one call takes (None: any): where some equality of the rule has no chain,
         #: the batch CDP's parameter index beats scanning windows for large micro-batches
         every = {a: "int" for a in self.spec.layout.attrs}
@@ -487,8 +572,9 @@ class StreamMatcher:
         self._cl = np.empty((3, slots, 64), np.int64)
         self._cnt = np.zeros((5, slots), np.int64)
         self._cnt[2] = -1
-        self._hd = np.full((n, 64), -1, np.int64)
+        self._hd = np.full((slots, 64), -1, np.int64)
         self._out = np.empty((16, n), np.int64)
+        self._aout = np.empty((16, self.n_agg), np.float64)  # the aggregates of each match
         self.rebuilds = 0
         self._serial = -1  # the buffer's merge count when the columns were last synced
         self._terms = 0  # terminators the last match took
@@ -516,12 +602,11 @@ class StreamMatcher:
         if self._ce_bound + (end - s_lo) > self._cl.shape[2]:
             self._reserve(end - s_lo)
         self._ce_bound += end - s_lo
-        env = self._env
-        if self.n_neg:  # the negations' columns hold every row up to the end: their live views
+        if self.n_neg:  # the negations' columns hold every row up to the end
             self._nsync(end, start)
-            env = env[: -2 * self.n_neg] + self._neg_views()
+        env = self._call_env()
         s_match = self._fns[2]
-        parts = []
+        parts, aggs = [], []
         self._terms = 0
         for lo, hi in runs:  # (one run but after a merge among older rows of one timestamp)
             while True:
@@ -529,16 +614,33 @@ class StreamMatcher:
                 if n <= len(self._out):
                     break
                 self._out = np.empty((2 * n, self.n_pred), np.int64)  # grow and redo: never truncate
+                self._aout = np.empty((2 * n, self.n_agg), np.float64)
                 self._rollback(s_lo)
+                env = self._call_env()
             self._terms += int(self._cnt[4, 0])
             parts.append(self._out[:n].copy())
+            if self.n_agg:
+                aggs.append(self._aout[:n].copy())
             s_lo = self._synced = hi
         if s_lo < end:
             self._sync(s_lo, end, start)
         self._synced = end
-        rows = parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else self._out[:0].copy()
-        n = len(rows)
-        return Matches(rows, _NO_AGGS[:n] if n <= len(_NO_AGGS) else np.empty((n, 0)))
+        if len(parts) != 1:
+            parts, aggs = [np.concatenate(parts or [self._out[:0]])], [np.concatenate(aggs or [self._aout[:0]])]
+        n = len(parts[0])
+        if self.n_agg:
+            return Matches(parts[0], aggs[0])
+        return Matches(parts[0], _NO_AGGS[:n] if n <= len(_NO_AGGS) else np.empty((n, 0)))
+
+    def _call_env(self) -> tuple:
+        """The kernels' ``env`` for a matching call: the negations' live columns as views, and
+        for aggregates the matcher's state and the aggregates' output at the end."""
+        env = self._env
+        if self.n_neg:
+            env = env[:self._neg_at] + self._neg_views() + env[self._neg_at + 2 * self.n_neg:]
+        if self.n_agg:
+            env = env[:-4] + (self._cl, self._cnt, self._hd, self._aout)
+        return env
 
     def _columns_for(self, buf) -> tuple:
         """The columns over the buffer's current arrays: after in-place merges the entries from
@@ -597,7 +699,7 @@ class StreamMatcher:
         """Take the rows from ``row`` on out of the predicates' columns again (and relink the
         chains of the rest), as if they had not been synced (rare: an output array too small)."""
         cs, ce = self._cnt[0], self._cnt[1]
-        for p in range(self.n_pred):
+        for p in self._row_slots:
             ce[p] = cs[p] + int(np.searchsorted(self._cl[0, p, cs[p]:ce[p]], row))
         self._fns[1](self._cl, self._cnt, self._hd, self._env)
 
@@ -644,17 +746,17 @@ class StreamMatcher:
         need, cap = 2 * (int(live.max()) + n_new), self._cl.shape[2]
         if not need <= cap < 4 * need:  # grow, or shrink after a burst (memory follows the window)
             cap = max(64, need)
-        cl = np.empty((3, self.n_pred + self.n_neg, cap), np.int64)
-        for p in range(self.n_pred + self.n_neg):
+        cl = np.empty((3, len(live), cap), np.int64)
+        for p in range(len(live)):
             cl[0, p, : live[p]] = self._cl[0, p, cs[p]: ce[p]]
-            if p >= self.n_pred:  # a negation's column: its timestamps too
+            if p >= self.n_pred:  # a negation's or aggregate's column: its timestamps too (or links, relinked)
                 cl[1, p, : live[p]] = self._cl[1, p, cs[p]: ce[p]]
         self._cl = cl
         cs[:] = 0
         ce[:] = live
         buckets = 1 << max(6, (cap - 1).bit_length())  # about one entry per bucket at most
         if self._hd.shape[1] != buckets:
-            self._hd = np.empty((self.n_pred, buckets), np.int64)
+            self._hd = np.empty((len(live), buckets), np.int64)
         self._fns[1](self._cl, self._cnt, self._hd, self._env)
         self._ce_bound = int(live.max())
 
@@ -686,7 +788,8 @@ class StreamMatcher:
         names = store.type_names
         self._n_types = len(names)
         self._cnt[2] = [names.index(t) if t in names else -1
-                        for t in [p.event_type for p in self.rule.predicates] + [g.event_type for g in self.rule.negations]]
+                        for t in [p.event_type for p in self.rule.predicates] + [g.event_type for g in self.rule.negations]
+                        + [a.event_type for a in self.rule.aggregates]]
 
     def _env_of(self, store: EventTable) -> tuple:
         layout = self.spec.layout
@@ -698,6 +801,9 @@ class StreamMatcher:
         env.append(np.array(codes or [-2], np.int64))
         for q in range(self.n_pred, self.n_pred + self.n_neg):  # (replaced per call: _neg_views)
             env += [self._cl[0, q, :0], self._cl[1, q, :0]]
+        if self.n_agg:  # the layout's aggregate columns (unread: the fast path's aggregates walk
+            # the matcher's own, in the state at the end, replaced per call: _call_env)
+            env += [self._cl[0, 0, :0]] * (2 * self.n_agg) + [self._cl, self._cnt, self._hd, self._aout]
         return tuple(env)
 
     def skip(self, buf) -> None:
