@@ -134,7 +134,7 @@ def s_lb_row(cr, p, x, lo, hi):
 '''
 
 _OWN_FUNC = re.compile(r"^(?:s_fkey|s_bkt|s_lb_ts|s_lb_row|s_filt\d+|s_nfilt\d+|s_afilt\d+|s_sync|s_nsync|s_relink|s_match|aggs_all)$")
-_OWN_LOCAL = re.compile(r"^(?:[a-z]\d+|j\d+|l\d+|h\d+|w\d+|cr|cs|ce|nt|codes|types|start|lo|hi|x|mid|p|n|cap|out|seqs|nlo|nhi|ts|sc|r|t|env|e0|e1|cl|cnt|hd|pv|nx|c|g|b|mask)$")
+_OWN_LOCAL = re.compile(r"^(?:[a-z]\d+|j\d+|l\d+|h\d+|w\d+|cr|cs|ce|nt|codes|types|start|lo|hi|x|mid|p|n|cap|out|seqs|nlo|nhi|ts|sc|r|t|env|e0|e1|cl|cnt|hd|pv|nx|bk|c|g|b|mask)$")
 
 
 def _check_own(source: str) -> None:
@@ -289,13 +289,15 @@ def _link_lines(spec, kinds, chains: Chains, p: int, ind: str) -> list[str]:
             f"{ind}    if g >= 0:",
             f"{ind}        nx[{p}, g] = c",
             f"{ind}    hd[{p}, b] = c",
+            f"{ind}    bk[{p}, c] = b",
             f"{ind}else:",
             f"{ind}    pv[{p}, c] = -1",
+            f"{ind}    bk[{p}, c] = -1",
             f"{ind}nx[{p}, c] = -1"]
 
 
 _STATE = ["    cr = cl[0]", "    pv = cl[1]", "    nx = cl[2]", "    cs = cnt[0]", "    ce = cnt[1]",
-          "    codes = cnt[2]", "    mask = hd.shape[1] - 1"]
+          "    codes = cnt[2]", "    mask = hd.shape[1] - 1", "    bk = cl[3]"]
 
 
 def _add_lines(spec, kinds, chains: Chains, ind: str) -> list[str]:
@@ -304,13 +306,13 @@ def _add_lines(spec, kinds, chains: Chains, ind: str) -> list[str]:
     for p in range(spec.rule.n_predicates):
         cond = f"t == codes[{p}]" + (f" and s_filt{p}(r, env)" if spec.filters[p] else "")
         lines += [f"{ind}if {cond}:", f"{ind}    c = ce[{p}]", f"{ind}    cr[{p}, c] = r", f"{ind}    ce[{p}] = c + 1"]
-        if p in chains.attr:
-            lines += _link_lines(spec, kinds, chains, p, ind + "    ")
+        lines += _link_lines(spec, kinds, chains, p, ind + "    ") if p in chains.attr else [f"{ind}    bk[{p}, c] = -1"]
     for k in range(len(spec.rule.aggregates)):  # (their spans end before the terminator's timestamp)
         q = agg_slot(spec.rule, k)
         cond = f"t == codes[{q}]" + (f" and s_afilt{k}(r, env)" if spec.agg_filters[k] else "")
         lines += [f"{ind}if {cond}:", f"{ind}    c = ce[{q}]", f"{ind}    cr[{q}, c] = r", f"{ind}    ce[{q}] = c + 1"]
-        lines += _link_lines(spec, kinds, chains, q, ind + "    ") if q in chains.attr else [f"{ind}    pv[{q}, c] = ts[r]"]
+        lines += _link_lines(spec, kinds, chains, q, ind + "    ") if q in chains.attr else \
+            [f"{ind}    pv[{q}, c] = ts[r]", f"{ind}    bk[{q}, c] = -1"]
     return lines
 
 
@@ -537,6 +539,33 @@ def compile_stream(spec, kinds: dict[str, str | None]) -> tuple:
 # -- the per-rule matcher ---------------------------------------------------------------------------
 
 
+@numba.njit(cache=True)
+def _take_out(cl, cnt, hd, slots, row):
+    """Take the entries of table rows ``>= row`` out of the columns ``slots``, newest first, so
+    that each is its bucket's newest entry when it leaves its chain (``cl[3]``: its bucket, -1
+    for none): the bucket's head goes back to the entry before it."""
+    for i in range(slots.shape[0]):
+        p = slots[i]
+        a, b = cnt[0, p], cnt[1, p]
+        hi = b
+        while a < b:  # the first entry at or after ``row``
+            m = (a + b) >> 1
+            if cl[0, p, m] < row:
+                a = m + 1
+            else:
+                b = m
+        for c in range(hi - 1, a - 1, -1):
+            k = cl[3, p, c]
+            if k >= 0:
+                g = cl[1, p, c]
+                hd[p, k] = g
+                if g >= 0:
+                    cl[2, p, g] = -1
+        cnt[1, p] = a
+    return 0
+
+
+
 class StreamMatcher:
     """One rule's incremental columns and compiled matcher over an engine's buffer.
 
@@ -552,7 +581,7 @@ class StreamMatcher:
         self.n_agg = len(rule.aggregates)
         slots = n + self.n_neg + self.n_agg  # a column per predicate, then one per negation and aggregate
         #: the columns synced row by row (``s_sync``/``s_match``): the predicates' and the aggregates'
-        self._row_slots = list(range(n)) + list(range(n + self.n_neg, slots))
+        self._row_slots = np.array(list(range(n)) + list(range(n + self.n_neg, slots)), np.int64)
         self._neg_at = self.spec.layout.neg_at
         #: most new rows one call takes (None: any): where some equality of the rule has no chain,
         #: the batch CDP's parameter index beats scanning windows for large micro-batches
@@ -569,7 +598,7 @@ class StreamMatcher:
         self._fns: tuple | None = None
         self._env: tuple = ()
         # the state the kernels share, in three arrays (fewer arguments to dispatch): see s_sync
-        self._cl = np.empty((3, slots, 64), np.int64)
+        self._cl = np.empty((4, slots, 64), np.int64)
         self._cnt = np.zeros((5, slots), np.int64)
         self._cnt[2] = -1
         self._hd = np.full((slots, 64), -1, np.int64)
@@ -696,12 +725,10 @@ class StreamMatcher:
         self._synced = hi
 
     def _rollback(self, row: int) -> None:
-        """Take the rows from ``row`` on out of the predicates' columns again (and relink the
-        chains of the rest), as if they had not been synced (rare: an output array too small)."""
-        cs, ce = self._cnt[0], self._cnt[1]
-        for p in self._row_slots:
-            ce[p] = cs[p] + int(np.searchsorted(self._cl[0, p, cs[p]:ce[p]], row))
-        self._fns[1](self._cl, self._cnt, self._hd, self._env)
+        """Take the rows from ``row`` on out of the predicates' and aggregates' columns again
+        (and out of their chains), as if they had not been synced (after an in-place merge
+        renumbered them, or an output array too small): the work is the entries taken out."""
+        _take_out(self._cl, self._cnt, self._hd, self._row_slots, row)
 
     def _take_back(self, buf, start: int) -> bool:
         """After in-place merges (a composite event put before its terminator): take the
@@ -746,7 +773,7 @@ class StreamMatcher:
         need, cap = 2 * (int(live.max()) + n_new), self._cl.shape[2]
         if not need <= cap < 4 * need:  # grow, or shrink after a burst (memory follows the window)
             cap = max(64, need)
-        cl = np.empty((3, len(live), cap), np.int64)
+        cl = np.empty((4, len(live), cap), np.int64)
         for p in range(len(live)):
             cl[0, p, : live[p]] = self._cl[0, p, cs[p]: ce[p]]
             if p >= self.n_pred:  # a negation's or aggregate's column: its timestamps too (or links, relinked)
