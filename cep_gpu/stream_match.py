@@ -64,7 +64,7 @@ from .codegen import lower
 from .codegen.numba_src import Body, check_source, emit_source, literal, prologue, span_bounds
 from .detect import RuleResult, composite_events
 from .events import EventTable
-from .model import SELF, Attr, Compare, Neg, Rule
+from .model import SELF, Attr, Compare, Neg, Rule, aggregate_inputs
 
 #: Publishes that bring more new rows than this take the general path when the rule has an
 #: equality that the batch CDP answers by its parameter index and the fast path has no chain for
@@ -330,35 +330,48 @@ def _expire_lines(spec, ind: str) -> list[str]:
 def _agg_span(spec, kinds, chains: Chains):
     """The ``agg_span`` of :func:`cep_gpu.codegen.numba_src.emit_source` for the fast path: the
     aggregate's events come from its column in the matcher's state (``env`` ends with ``cl``,
-    ``cnt``, ``hd`` and the aggregates' output), synced row by row like the predicates'. With an
-    equality to a bound value (``A(k=$k)``) the span is walked along that value's chain (back
-    from the bucket's newest entry to the span's first, then forward in time order): the work is
-    the events of that key in the span; otherwise its edges are binary-searched (the column's
-    timestamps in plane 1)."""
+    ``cnt``, ``hd``, the aggregates' output and their memo), synced row by row like the
+    predicates'. With an equality to a bound value (``A(k=$k)``) the span is walked along that
+    value's chain (back from the bucket's newest entry to the span's first, then forward in time
+    order; ``Count`` needs no order: one pass back): the work is the events of that key in the
+    span; otherwise its edges are binary-searched (the column's timestamps in plane 1). The
+    value is kept per aggregate with the rows it was computed for (the memo, cleared per
+    ``s_match`` call: a span ends before its terminator's timestamp, so rows synced later in the
+    call are never in it), so that a terminator's checks and its matches' output (``aggs_all``,
+    per match of ``each``) compute it once."""
     layout = spec.layout
     ext = layout.agg_at + 2 * layout.n_aggregates
 
-    def lines_of(k: int, agg) -> list[str]:
+    def lines_of(k: int, agg) -> tuple[list[str], list[str]]:
         q = agg_slot(spec.rule, k)
+        ins = sorted(aggregate_inputs(agg))
         bounds, lo_fn, hi_fn = span_bounds(agg.span)
-        lines = [f"    w0 = env[{ext}]", f"    w1 = env[{ext + 1}]", *bounds, f"    nr = w0[0, {q}]", f"    w3 = w1[0, {q}]"]
+        lines = [f"    w0 = env[{ext}]", f"    w1 = env[{ext + 1}]"]
+        store: list[str] = []
+        if not agg.span.hi_inclusive:  # (always, in the language: see the docstring)
+            same = " and ".join([f"w10[{k}, 0] == 1"] + [f"w10[{k}, {1 + i}] == p{p}" for i, p in enumerate(ins)])
+            lines += [f"    w10 = env[{ext + 4}]", f"    w11 = env[{ext + 5}]", f"    if {same}:", f"        return w11[{k}]"]
+            store = [f"    w10[{k}, 0] = 1", *[f"    w10[{k}, {1 + i}] = p{p}" for i, p in enumerate(ins)], f"    w11[{k}] = res"]
+        lines += [*bounds, f"    nr = w0[0, {q}]", f"    w3 = w1[0, {q}]"]
         key = chains.aggs.get(k)
         if key is None:
             return lines + [f"    nt = w0[1, {q}]", f"    w4 = w1[1, {q}]",
                             f"    s = w3 + {lo_fn}(nt[w3:w4], lo)", f"    e = w3 + {hi_fn}(nt[w3:w4], hi)",
-                            "    for j in range(s, e):", "        q = nr[j]"]
+                            "    for j in range(s, e):", "        q = nr[j]"], store
         value, ok = _valid_of(layout, kinds, key[1], f"p{key[0]}")
         past = "ts[nr[j]] > hi" if agg.span.hi_inclusive else "ts[nr[j]] >= hi"
         from_lo = "ts[nr[j]] >= lo" if agg.span.lo_inclusive else "ts[nr[j]] > lo"
         to_hi = "ts[nr[j]] <= hi" if agg.span.hi_inclusive else "ts[nr[j]] < hi"
         as_key = ([f"        w8 = {value} * 1.0", "        w9 = int(w8) if -4.6e18 < w8 < 4.6e18 else 0"]
                   if chains.floats[q] else [f"        w9 = int({value})"])  # (as s_fkey / s_bkt)
-        return lines + [f"    w2 = env[{ext + 2}]", f"    w5 = w0[1, {q}]", f"    w6 = w0[2, {q}]", "    w7 = -1",
-                        f"    if {ok}:", *as_key,
-                        f"        j = w2[{q}, ((w9 * -7046029254386353131) >> 32) & (w2.shape[1] - 1)]",
-                        f"        while j >= w3 and {past}:", "            j = w5[j]",
-                        f"        while j >= w3 and {from_lo}:", "            w7 = j", "            j = w5[j]",
-                        "    j = w7", f"    while j >= 0 and {to_hi}:", "        q = nr[j]", "        j = w6[j]"]
+        lines += [f"    w2 = env[{ext + 2}]", f"    w5 = w0[1, {q}]", f"    w6 = w0[2, {q}]", "    j = -1",
+                  f"    if {ok}:", *as_key,
+                  f"        j = w2[{q}, ((w9 * -7046029254386353131) >> 32) & (w2.shape[1] - 1)]",
+                  f"        while j >= w3 and {past}:", "            j = w5[j]"]
+        if agg.function == "count":  # one pass back
+            return lines + [f"    while j >= w3 and {from_lo}:", "        q = nr[j]", "        j = w5[j]"], store
+        return lines + ["    w7 = -1", f"    while j >= w3 and {from_lo}:", "        w7 = j", "        j = w5[j]",
+                        "    j = w7", f"    while j >= 0 and {to_hi}:", "        q = nr[j]", "        j = w6[j]"], store
 
     return lines_of
 
@@ -464,6 +477,14 @@ def _term_lines(spec, kinds, chains: Chains, pi: int, depth: int, skip: str) -> 
     return lines
 
 
+def _memo_clear(spec) -> list[str]:
+    """Clear the aggregates' memo (see :func:`_agg_span`) at the start of a matching call."""
+    n_agg = spec.layout.n_aggregates
+    if not n_agg:
+        return []
+    return [f"    w10 = env[{spec.layout.agg_at + 2 * n_agg + 4}]", f"    for p in range({n_agg}):", "        w10[p, 0] = 0"]
+
+
 def _match_source(spec, kinds, chains: Chains) -> list[str]:
     """``s_match(lo, hi, types, start, nlo, nhi, cl, cnt, hd, env, out) -> n``: ``s_sync`` of
     rows ``[lo, hi)`` and the complete matches of every plan whose terminator is a row in
@@ -478,6 +499,7 @@ def _match_source(spec, kinds, chains: Chains) -> list[str]:
              "def s_match(lo, hi, types, start, nlo, nhi, cl, cnt, hd, env, out):",
              *_STATE, *prologue(spec.layout, kinds),
              "    seqs = cnt[3:4]", "    nt = cnt[4]", "    n = 0", "    nt[0] = 0", "    cap = out.shape[0]",
+             *_memo_clear(spec),
              "    if lo < hi and lo <= nlo and nhi <= hi:",
              *_expire_lines(spec, "        "),
              "        for r in range(lo, hi):", *_add_lines(spec, kinds, chains, "            "),
@@ -604,6 +626,10 @@ class StreamMatcher:
         self._hd = np.full((slots, 64), -1, np.int64)
         self._out = np.empty((16, n), np.int64)
         self._aout = np.empty((16, self.n_agg), np.float64)  # the aggregates of each match
+        # the aggregates' memo: per aggregate a flag and the rows its value was computed for
+        width = max((len(aggregate_inputs(a)) for a in rule.aggregates), default=0)
+        self._memo = np.zeros((max(self.n_agg, 1), 1 + width), np.int64)
+        self._memo_v = np.zeros(max(self.n_agg, 1), np.float64)
         self.rebuilds = 0
         self._serial = -1  # the buffer's merge count when the columns were last synced
         self._terms = 0  # terminators the last match took
@@ -668,7 +694,7 @@ class StreamMatcher:
         if self.n_neg:
             env = env[:self._neg_at] + self._neg_views() + env[self._neg_at + 2 * self.n_neg:]
         if self.n_agg:
-            env = env[:-4] + (self._cl, self._cnt, self._hd, self._aout)
+            env = env[:-6] + (self._cl, self._cnt, self._hd, self._aout) + env[-2:]
         return env
 
     def _columns_for(self, buf) -> tuple:
@@ -830,7 +856,8 @@ class StreamMatcher:
             env += [self._cl[0, q, :0], self._cl[1, q, :0]]
         if self.n_agg:  # the layout's aggregate columns (unread: the fast path's aggregates walk
             # the matcher's own, in the state at the end, replaced per call: _call_env)
-            env += [self._cl[0, 0, :0]] * (2 * self.n_agg) + [self._cl, self._cnt, self._hd, self._aout]
+            env += [self._cl[0, 0, :0]] * (2 * self.n_agg) + [self._cl, self._cnt, self._hd, self._aout,
+                                                               self._memo, self._memo_v]
         return tuple(env)
 
     def skip(self, buf) -> None:

@@ -200,13 +200,15 @@ def span_bounds(span) -> tuple[list[str], str, str]:
 def emit_source(spec: RuleSpec, kinds: dict[str, str | None], agg_span: Callable | None = None) -> str:
     """Python source of every njit function of ``spec`` for attribute kinds ``kinds``.
 
-    ``agg_span(k, agg)``: lines that replace how aggregate ``k`` finds the events of its span
-    (the streaming fast path walks its own columns, :mod:`cep_gpu.stream_match`): they run
-    after the function's prologue and end in a loop header at one indent whose body (two
-    indents) sets ``q`` to each event's table row, in time order; the conditions, nulls and
-    the function (one implementation, here) stay the same. Their names are checked as the
-    rest: locals ``w<n>`` are theirs. Default: a binary search of the span in the column that
-    ``env`` holds (the CDP kernels)."""
+    ``agg_span(k, agg) -> (loop, store)``: how aggregate ``k`` finds the events of its span
+    (the streaming fast path walks its own columns, :mod:`cep_gpu.stream_match`): ``loop``
+    runs after the function's prologue (it may return early) and ends in a loop header at one
+    indent whose body (two indents) sets ``q`` to each event's table row (in time order where
+    the order matters: ``Sum``/``Avg`` add in it); ``store`` (when not empty) runs with the
+    value in ``res`` before it is returned. The conditions, nulls and the function (one
+    implementation, here) stay the same. Their names are checked as the rest: locals ``w<n>``
+    are theirs. Default: a binary search of the span in the column that ``env`` holds (the
+    CDP kernels)."""
     rule, layout = spec.rule, spec.layout
     agg_inputs = [sorted(aggregate_inputs(a)) for a in rule.aggregates]
     neg_inputs = [sorted(negation_inputs(n)) for n in rule.negations]
@@ -263,11 +265,13 @@ def emit_source(spec: RuleSpec, kinds: dict[str, str | None], agg_span: Callable
         lines.append("    tot = 0.0")
         lines.append("    mn = np.inf")
         lines.append("    mx = -np.inf")
+        store: list[str] = []
         if agg_span is None:
             lines.append("    for j in range(s, e):")
             lines.append("        q = nr[j]")
         else:
-            lines += agg_span(k, agg)
+            loop, store = agg_span(k, agg)
+            lines += loop
         lines.append(f"        if not agg{k}_cond(env, q{sig}):")
         lines.append("            continue")
         lines.append("        cnt += 1")
@@ -281,7 +285,11 @@ def emit_source(spec: RuleSpec, kinds: dict[str, str | None], agg_span: Callable
             lines.append("                mn = min(mn, x)")
             lines.append("                mx = max(mx, x)")
         fn = agg.function
-        if fn == "count":
+        if store:  # the value as ``res``, then the hook's lines, then returned
+            value = {"count": "float(cnt)", "sum": "tot", "avg": "tot / nv", "min": "mn", "max": "mx"}[fn]
+            lines.append(f"    res = {value}" if fn in ("count", "sum") else f"    res = {value} if nv else np.nan")
+            lines += store + ["    return res"]
+        elif fn == "count":
             lines.append("    return float(cnt)")
         elif fn == "sum":
             lines.append("    return tot")
