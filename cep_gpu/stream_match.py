@@ -14,7 +14,8 @@ keeps **incremental candidate columns** instead, and matches with **one compiled
   compacts, or takes a row in the middle by ``concat``) the columns are rebuilt from the live rows
   (O(window), rare: amortised O(1) per event); when it merged rows into its last ones in place (a
   hierarchy's composite event goes before its terminator) the columns take back their entries
-  from the first renumbered row on, relink the chains and sync those rows again;
+  from the first renumbered row on (newest first, each leaving its chain: the work is the
+  entries taken back) and sync those rows again;
 * an **incremental parameter index** on those columns (:class:`Chains`): where a step's
   candidates must equal a bound value (``k=$k``: ``B.k = C.k``), each entry of the step's column
   is linked, as it is appended, to the previous and the next entry of its hash bucket (of the
@@ -38,12 +39,33 @@ the negated type that pass its own filters, with their timestamps, kept by a com
 the end of the buffer before each match, and handed to the rule's generated negation checks
 (the CDP kernels' functions, which binary-search its span in it) as views of the live entries.
 
+An aggregate (``n = Count(A(k=$k) within 5 s from c)``, ``Sum``/``Avg``/``Min``/``Max``) has a
+column too: the rows of its type that pass its own filters, synced row by row with the
+predicates' (its span ends before its terminator's timestamp, so the rows after a terminator
+never count for it). Where its conditions hold an equality with a bound value (``A(k=$k)``,
+``A(k=b.k)``) the column is chained on that attribute like a predicate's, and the aggregate
+walks the bound value's bucket back to its span's first entry, then forward in time order
+(``Sum``/``Avg`` add in the order batch adds in; ``Count`` in one pass back): the work is the
+events of that key in the span; without one, the span's edges are binary-searched. The function
+is the CDP kernels' generated aggregate (:func:`cep_gpu.codegen.numba_src.emit_source`, its
+``agg_span`` hook supplies only how the span's events are found: conditions, nulls, empty spans
+and the functions are one implementation), kept per aggregate with the rows it was computed for
+for the rest of the call (a terminator's checks and its matches' values compute it once); the
+values of each match go to ``Matches.aggs`` through the kernels' ``aggs_all``.
+
+Rules reading composite events (hierarchies) take the fast path too: the engine matches its rules
+in dependency order per publish, and a composite event is merged into the buffer's last rows
+before its terminator (:meth:`~cep_gpu.stream_buffer.AppendBuffer.append`); each matcher takes
+back the renumbered entries and syncs them again. Composite ids are negative, so a composite
+event goes before older rows of its timestamp: the new rows are then several runs, matched by
+one ``s_match`` call each (the rows between join the columns unmatched).
+
 The generated source (the rule's checks plus these functions) goes through the on-disk kernel
 cache (:mod:`cep_gpu.codegen.cache`), so a second process loads the machine code.
 
 Rules the fast path does not cover take the general path, with identical results (tested):
-``consuming``, aggregates, a trailing ``NOT`` here
-or upstream (held terminators), rules that read composite events (hierarchies), unbounded windows,
+``consuming``, a trailing ``NOT`` here
+or upstream (held terminators), Kleene closures, unbounded windows,
 and every backend but ``cpu`` and ``auto`` (``auto`` takes the fast path when its planner picks the
 CPU: one decision per rule and window-occupancy bucket, cached, see :class:`AutoChoice`).
 """
@@ -80,7 +102,9 @@ _NO_AGGS = np.empty((4096, 0), np.float64)  # Matches.aggs of rules without aggr
 
 
 def unsupported(rule: Rule, delay: int, composite_types: frozenset[str]) -> str | None:
-    """Why ``rule`` takes the general path (None: the fast path covers it)."""
+    """Why ``rule`` takes the general path (None: the fast path covers it). Composite inputs
+    (``composite_types``: the rules' names) are read like primitive ones (see the module
+    docstring), and aggregates are covered: neither is a reason."""
     if rule.consuming:
         return "consuming"
     if rule.kleene_positions:
