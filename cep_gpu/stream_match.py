@@ -826,8 +826,10 @@ class StreamMatcher:
         cl = np.empty((4, len(live), cap), np.int64)
         for p in range(len(live)):
             cl[0, p, : live[p]] = self._cl[0, p, cs[p]: ce[p]]
-            if p >= self.n_pred:  # a negation's or aggregate's column: its timestamps too (or links, relinked)
-                cl[1, p, : live[p]] = self._cl[1, p, cs[p]: ce[p]]
+            # a negation's or aggregate's column: its timestamps too (or links: relinked below); the
+            # bucket of each entry (-1 where unchained: s_relink sets the chained ones)
+            cl[1, p, : live[p]] = self._cl[1, p, cs[p]: ce[p]]
+            cl[3, p, : live[p]] = self._cl[3, p, cs[p]: ce[p]]
         self._cl = cl
         cs[:] = 0
         ce[:] = live

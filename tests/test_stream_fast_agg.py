@@ -15,6 +15,7 @@ from test_stream_fast import OUTPUTS, _dicts
 
 import cep_gpu
 from cep_gpu import Engine
+from cep_gpu.stream_match import Chains
 
 #: rules with aggregates over A: each function with and without a parameter (``A(k=$k)`` on an
 #: int key, ``A(kf=$k)`` on a float one, ``A(k=b.k)``), spans from the terminator, from another
@@ -190,3 +191,51 @@ def test_keyed_aggregate_through_compaction_and_large_publishes(size):
     s = eng.stats()
     _all_fast(eng)
     assert s["composites"]["X"] > 50 and s["composites"]["Y"] > 50
+
+
+class _FilledNumpy:
+    """NumPy whose ``empty`` fills with 7 (what uninitialised memory might hold)."""
+
+    def __getattr__(self, name):
+        return getattr(np, name)
+
+    @staticmethod
+    def empty(shape, dtype=float):
+        return np.full(shape, 7, dtype)
+
+
+def test_unchained_entries_keep_no_bucket_through_the_column_reserve(monkeypatch):
+    """Entries of columns without a chain carry bucket -1 (plane 3), also after the columns
+    were compacted and grown into new arrays (checked after every reserve, with new arrays
+    filled with 7): taking entries back (after a merged composite event) must not touch any
+    bucket head for them."""
+    import cep_gpu.stream_match as sm
+
+    reserve, checked = sm.StreamMatcher._reserve, []
+
+    def reserve_and_check(self, n_new):
+        sm.np = _FilledNumpy()  # (only here: the kernels are compiled with the real one)
+        try:
+            reserve(self, n_new)
+        finally:
+            sm.np = np
+        cs, ce = self._cnt[0], self._cnt[1]
+        kinds = {a: self._store.columns[a].kind if a in self._store.columns else None for a in self.spec.layout.attrs}
+        for p in set(self._row_slots.tolist()) - set(Chains.of(self.rule, kinds).attr):
+            assert (self._cl[3, p, cs[p]:ce[p]] == -1).all(), p
+            checked.append(ce[p] - cs[p])
+
+    monkeypatch.setattr(sm.StreamMatcher, "_reserve", reserve_and_check)
+    rng = np.random.default_rng(3)
+    n = 2000
+    events = pd.DataFrame({"type": rng.choice(["A", "B", "C"], n, p=[0.4, 0.4, 0.2]), "ts": np.arange(n),
+                           "k": rng.integers(0, 4, n), "v": rng.normal(size=n)})
+    text = ("define X(k: int) from C(k=$k) and last A() within 5 s from C "
+            "and n = Count(A() within 60 s from C) >= 1 where k = C.k\n\n"
+            "define Y from X(k=$k) and last B(k=$k) within 6 s from X and s = Sum(B(k=$k) within 6 s from X).v > 0")
+    batch = cep_gpu.detect(events, text, backend="reference")
+    eng = Engine(text, backend="cpu")
+    parts = [eng.publish(r, output="records") for r in _records(events)] + [eng.flush(output="records")]
+    assert _record_rows(parts) == _record_rows([batch])
+    _all_fast(eng)
+    assert len(checked) > 10 and sum(checked) > 100 and eng.stats()["composites"]["Y"] > 10
