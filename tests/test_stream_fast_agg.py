@@ -95,7 +95,7 @@ def test_aggregates_on_the_fast_path_equal_batch(text, seed, n, data):
     _all_fast(eng)
 
 
-@settings(max_examples=8, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=5, deadline=None, suppress_health_check=list(HealthCheck))
 @given(tesla_rules(negations=True, aggregates=True, consuming=False), event_streams(min_events=1, max_events=30),
        st.data())
 def test_random_tesla_rules_with_aggregates_equal_batch(text, events, data):
