@@ -599,7 +599,8 @@ _GENERAL_RULES = [
 @settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.sampled_from(_GENERAL_RULES), st.integers(2, 60), st.integers(0, 10**6), st.data())
 def test_general_path_rules_one_event_per_publish_equal_batch(text, n, seed, data):
-    """Consuming, aggregate and hierarchy rules (the general path) with backend="cpu", whose
+    """Consuming and held-terminator rules (the general path), aggregate and hierarchy rules (the
+    fast path since tests/test_stream_fast_agg.py's work) with backend="cpu", whose
     buffer merges a composite event into its last rows in place: one event per publish, with a
     checkpoint and restore at a drawn position, equal batch."""
     rng = np.random.default_rng(seed)
