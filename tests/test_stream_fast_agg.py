@@ -170,14 +170,19 @@ def test_aggregate_and_hierarchy_rules_report_the_fast_path():
     assert Engine(text, backend="cpu").stats()["fast_path"]["rules"] == {"G": "fast", "P": "fast", "H": "fast", "K": "fast"}
 
 
+def _long_stream(seed: int, n: int, p: list) -> pd.DataFrame:
+    """``n`` events A/B/C (probabilities ``p``), one per second, keys 0..3, normal values."""
+    rng = np.random.default_rng(seed)
+    return pd.DataFrame({"type": rng.choice(["A", "B", "C"], n, p=p), "ts": np.arange(n),
+                         "k": rng.integers(0, 4, n), "v": rng.normal(size=n)})
+
+
 @pytest.mark.parametrize("size", [1, 50, 3000])
 def test_keyed_aggregate_through_compaction_and_large_publishes(size):
     """A keyed aggregate's chained column through buffer growth, compaction and the column
     reserve, in one-event publishes, micro-batches and one large publish; and a hierarchy beside it."""
-    rng = np.random.default_rng(7)
     n = 3000
-    events = pd.DataFrame({"type": rng.choice(["A", "B", "C"], n, p=[0.5, 0.3, 0.2]), "ts": np.arange(n),
-                           "k": rng.integers(0, 4, n), "v": rng.normal(size=n)})
+    events = _long_stream(7, n, [0.5, 0.3, 0.2])
     text = ("define X(n: int, s: float) from C(k=$k) and last B(k=$k) within 20 s from C "
             "and n = Count(A(k=$k) within 30 s from C) >= 2 and s = Sum(A(k=$k) within 30 s from B).v "
             "where n = n, s = s\n\n"
@@ -226,10 +231,7 @@ def test_unchained_entries_keep_no_bucket_through_the_column_reserve(monkeypatch
             checked.append(ce[p] - cs[p])
 
     monkeypatch.setattr(sm.StreamMatcher, "_reserve", reserve_and_check)
-    rng = np.random.default_rng(3)
-    n = 2000
-    events = pd.DataFrame({"type": rng.choice(["A", "B", "C"], n, p=[0.4, 0.4, 0.2]), "ts": np.arange(n),
-                           "k": rng.integers(0, 4, n), "v": rng.normal(size=n)})
+    events = _long_stream(3, 2000, [0.4, 0.4, 0.2])
     text = ("define X(k: int) from C(k=$k) and last A() within 5 s from C "
             "and n = Count(A() within 60 s from C) >= 1 where k = C.k\n\n"
             "define Y from X(k=$k) and last B(k=$k) within 6 s from X and s = Sum(B(k=$k) within 6 s from X).v > 0")
