@@ -87,9 +87,8 @@ class HeldMatcher(StreamMatcher):
         live = self._pts[self._head:self._tail]
         k = len(live) if final else 0 if newest is None else \
             int(live.searchsorted(max(newest - self.delay, _MIN_TS), "left"))  # ready: ts + delay < newest
-        if not k:
-            self._cnt[4, 0] = 0  # (no terminator matched: what ``terminators`` reports to ``auto``)
         matches = self._held(buf, k) if k else Matches(np.empty((0, self.n_pred), np.int64), np.empty((0, 0)))
+        self._terms = int(self._cnt[4, 0]) if k else 0  # (what ``terminators`` reports to ``auto``)
         self._head += k
         self._publish(st)
         return matches
@@ -150,30 +149,31 @@ class HeldMatcher(StreamMatcher):
         if self._nlog and hi > lo:
             self._xc[lo:hi][np.isin(store.ids[lo:hi], self._cid[:self._nlog])] = _FLAG
 
-    def _rebuild(self, buf, store, start, end, new_ids):
-        if self._consuming:  # (cleared first: the columns' relinks skip stamped entries)
+    def _rebuild(self, store, start: int, end: int) -> None:
+        if self._consuming:
             if len(self._xc) != len(store.ts):
                 self._xc = np.zeros(len(store.ts), np.int64)
                 self._xargs = (self._xc,)
             else:
                 self._xc[:] = 0  # (renumbered: no stamp of the old numbering may stay, even past the end)
-        got = super()._rebuild(buf, store, start, end, new_ids)
+        super()._rebuild(store, start, end)
         if self._consuming:
             self._flag(store, start, end)
-        return got
 
-    def _take_back(self, buf, start, end, new_ids):
+    def _take_back(self, buf, start: int) -> bool:
         """Rows merged in place renumbered the rows from ``p`` on: their stamps anew (from the
-        log; only when some of the renumbered rows carried one)."""
+        log; only when some of the renumbered rows carried one). The columns take their entries
+        out by the chains' structure (an unlinked consumed entry is not its bucket's head), so
+        the stamps may be cleared first."""
         p = buf.renumbered_since(self._serial)
         had = False
-        if p is not None and self._consuming:  # (cleared first: the columns' relinks skip stamped entries)
+        if p is not None and self._consuming:
             p = max(p, start)
             had = bool(self._xc[p:max(p, self._synced)].any())
             self._xc[p:] = 0
-        got = super()._take_back(buf, start, end, new_ids)
-        if got[0] is not None and had:
-            self._flag(self._store, p, end)
+        got = super()._take_back(buf, start)
+        if got and had:
+            self._flag(self._store, p, buf.store()[2])
         return got
 
     def _redo(self, lo: int, hi: int) -> None:
@@ -262,9 +262,7 @@ class HeldMatcher(StreamMatcher):
         self.skip(buf)  # columns, chains and negation columns up to the buffer's end
         store, start, end = buf.store()
         rows = self._rows(store, start, end, k)
-        env = self._env
-        if self.n_neg:
-            env = env[: -2 * self.n_neg] + self._neg_views()
+        env = self._call_env()
         s_held = self._fns[4]
         while True:
             n = s_held(rows, k, self._cl, self._cnt, self._hd, env, self._out, *self._xargs)

@@ -14,7 +14,8 @@ keeps **incremental candidate columns** instead, and matches with **one compiled
   compacts, or takes a row in the middle by ``concat``) the columns are rebuilt from the live rows
   (O(window), rare: amortised O(1) per event); when it merged rows into its last ones in place (a
   hierarchy's composite event goes before its terminator) the columns take back their entries
-  from the first renumbered row on, relink the chains and sync those rows again;
+  from the first renumbered row on (newest first, each leaving its chain: the work is the
+  entries taken back) and sync those rows again;
 * an **incremental parameter index** on those columns (:class:`Chains`): where a step's
   candidates must equal a bound value (``k=$k``: ``B.k = C.k``), each entry of the step's column
   is linked, as it is appended, to the previous and the next entry of its hash bucket (of the
@@ -38,6 +39,27 @@ the negated type that pass its own filters, with their timestamps, kept by a com
 the end of the buffer before each match, and handed to the rule's generated negation checks
 (the CDP kernels' functions, which binary-search its span in it) as views of the live entries.
 
+An aggregate (``n = Count(A(k=$k) within 5 s from c)``, ``Sum``/``Avg``/``Min``/``Max``) has a
+column too: the rows of its type that pass its own filters, synced row by row with the
+predicates' (its span ends before its terminator's timestamp, so the rows after a terminator
+never count for it). Where its conditions hold an equality with a bound value (``A(k=$k)``,
+``A(k=b.k)``) the column is chained on that attribute like a predicate's, and the aggregate
+walks the bound value's bucket back to its span's first entry, then forward in time order
+(``Sum``/``Avg`` add in the order batch adds in; ``Count`` in one pass back): the work is the
+events of that key in the span; without one, the span's edges are binary-searched. The function
+is the CDP kernels' generated aggregate (:func:`cep_gpu.codegen.numba_src.emit_source`, its
+``agg_span`` hook supplies only how the span's events are found: conditions, nulls, empty spans
+and the functions are one implementation), kept per aggregate with the rows it was computed for
+for the rest of the call (a terminator's checks and its matches' values compute it once); the
+values of each match go to ``Matches.aggs`` through the kernels' ``aggs_all``.
+
+Rules reading composite events (hierarchies) take the fast path too: the engine matches its rules
+in dependency order per publish, and a composite event is merged into the buffer's last rows
+before its terminator (:meth:`~cep_gpu.stream_buffer.AppendBuffer.append`); each matcher takes
+back the renumbered entries and syncs them again. Composite ids are negative, so a composite
+event goes before older rows of its timestamp: the new rows are then several runs, matched by
+one ``s_match`` call each (the rows between join the columns unmatched).
+
 The generated source (the rule's checks plus these functions) goes through the on-disk kernel
 cache (:mod:`cep_gpu.codegen.cache`), so a second process loads the machine code.
 
@@ -47,8 +69,8 @@ stamps the rows a match consumes (``xc``, an argument of ``s_match`` and ``s_hel
 consuming rules), and ``s_held`` matches the held terminators that have become ready.
 
 Rules the fast path does not cover take the general path, with identical results (tested):
-aggregates, Kleene closures, a trailing ``NOT`` upstream (a rule reading a holding rule's
-composite events), rules that read composite events (hierarchies), unbounded windows, more than
+Kleene closures, a trailing ``NOT`` upstream (a rule reading a holding rule's composite events),
+aggregates in a rule that also consumes or holds terminators, unbounded windows, more than
 ``FAST_PATH_MAX_PLANS`` plans, and every backend but ``cpu`` and ``auto`` (``auto`` takes the fast
 path when its planner picks the CPU: one decision per rule and window-occupancy bucket, cached,
 see :class:`AutoChoice`).
@@ -67,10 +89,10 @@ import numpy as np
 from .backends import Matches
 from .codegen import cache as kcache
 from .codegen import lower
-from .codegen.numba_src import Body, check_source, emit_source, literal, prologue
+from .codegen.numba_src import Body, check_source, emit_source, literal, prologue, span_bounds
 from .detect import RuleResult, composite_events
 from .events import EventTable
-from .model import SELF, Attr, Neg, Rule
+from .model import SELF, Attr, Compare, Neg, Rule, aggregate_inputs
 
 #: Publishes that bring more new rows than this take the general path when the rule has an
 #: equality that the batch CDP answers by its parameter index and the fast path has no chain for
@@ -86,15 +108,16 @@ _NO_AGGS = np.empty((4096, 0), np.float64)  # Matches.aggs of rules without aggr
 
 
 def unsupported(rule: Rule, delay: int, composite_types: frozenset[str]) -> str | None:
-    """Why ``rule`` takes the general path (None: the fast path covers it)."""
+    """Why ``rule`` takes the general path (None: the fast path covers it). Composite inputs
+    (``composite_types``: the rules' names) are read like primitive ones (see the module
+    docstring), and aggregates, consumption and a trailing ``NOT`` of the rule itself are covered."""
     if rule.kleene_positions:
         return "Kleene closure"
-    if rule.aggregates:
-        return "aggregates"
     if delay != rule.trailing_horizon():
         return "held terminators (trailing NOT upstream)"
-    if rule.input_types & composite_types:
-        return "reads composite events (hierarchy)"
+    if rule.aggregates and (rule.consuming or delay):
+        # (stream_held's matcher does not carry the aggregates' columns and output)
+        return "aggregates in a consuming rule or one with held terminators"
     if len(rule.plans) > FAST_PATH_MAX_PLANS:
         return f"{len(rule.plans)} plans (AND orders) exceed FAST_PATH_MAX_PLANS = {FAST_PATH_MAX_PLANS}"
     for plan in rule.plans:
@@ -141,8 +164,8 @@ def s_lb_row(cr, p, x, lo, hi):
     return lo
 '''
 
-_OWN_FUNC = re.compile(r"^(?:s_fkey|s_bkt|s_lb_ts|s_lb_row|s_filt\d+|s_nfilt\d+|s_sync|s_nsync|s_relink|s_match|s_held)$")
-_OWN_LOCAL = re.compile(r"^(?:[a-z]\d+|j\d+|l\d+|h\d+|w\d+|cr|cs|ce|nt|codes|types|start|lo|hi|x|mid|p|n|cap|out|seqs|nlo|nhi|ts|sc|r|t|env|e0|e1|cl|cnt|hd|pv|nx|c|g|b|mask|xc|stp|rows|m|i|q|rr|jj|aa|bb)$")
+_OWN_FUNC = re.compile(r"^(?:s_fkey|s_bkt|s_lb_ts|s_lb_row|s_filt\d+|s_nfilt\d+|s_afilt\d+|s_sync|s_nsync|s_relink|s_match|s_held|aggs_all)$")
+_OWN_LOCAL = re.compile(r"^(?:[a-z]\d+|j\d+|l\d+|h\d+|w\d+|cr|cs|ce|nt|codes|types|start|lo|hi|x|mid|p|n|cap|out|seqs|nlo|nhi|ts|sc|r|t|env|e0|e1|cl|cnt|hd|pv|nx|bk|c|g|b|mask|xc|stp|rows|m|i|q|rr|jj|aa|bb)$")
 
 
 def _check_own(source: str) -> None:
@@ -163,12 +186,14 @@ def _check_own(source: str) -> None:
 
 
 def _filter_source(spec, kinds) -> list[str]:
-    """``s_filt<p>(r, env)``: predicate ``p``'s static filters for row ``r``; ``s_nfilt<k>``:
-    negation ``k``'s own (the negated event's, ``SELF``)."""
+    """``s_filt<p>(r, env)``: predicate ``p``'s static filters for row ``r``; ``s_nfilt<k>`` /
+    ``s_afilt<k>``: negation / aggregate ``k``'s own (the negated or aggregated event's, ``SELF``)."""
     rule = spec.rule
     parts = [(f"s_filt{p}", [rule.conditions[c] for c in spec.filters[p]]) for p in range(rule.n_predicates)]
     parts += [(f"s_nfilt{k}", [neg.conditions[c] for c in spec.neg_filters[k]])
               for k, neg in enumerate(rule.negations)]
+    parts += [(f"s_afilt{k}", [agg.conditions[c] for c in spec.agg_filters[k]])
+              for k, agg in enumerate(rule.aggregates)]
     out = []
     for name, conditions in parts:
         if not conditions:
@@ -218,6 +243,10 @@ class Chains:
     attr: dict
     floats: dict
     steps: dict
+    #: aggregate ``k`` -> ``(predicate, attribute)`` of the bound value its own events must equal
+    #: (``A(k=$k)``): its column (slot :func:`agg_slot`) is chained on ``attr[slot]``, and the
+    #: aggregate walks that value's bucket instead of its whole span
+    aggs: dict
 
     @classmethod
     def of(cls, rule: Rule, kinds: dict[str, str | None]) -> Chains:
@@ -237,13 +266,37 @@ class Chains:
         floats = {p: kinds[a] == "float" or any(
             kinds[qa] == "float" for (pi, s), (_, qa) in steps.items() if indexed.plans[pi].steps[s].pred == p)
             for p, a in attr.items()}
-        return cls(attr, floats, steps)
+        aggs: dict[int, tuple[int, str]] = {}
+        checks = lower(rule, use_index=False).agg_checks
+        for k, agg in enumerate(rule.aggregates):
+            for c in checks[k]:
+                pair = _own_equality(agg.conditions[c])
+                if pair is not None and kinds.get(pair[0]) is not None and kinds.get(pair[1].name) is not None:
+                    q = agg_slot(rule, k)
+                    attr[q], aggs[k] = pair[0], (pair[1].pred, pair[1].name)
+                    floats[q] = kinds[pair[0]] == "float" or kinds[pair[1].name] == "float"
+                    break
+        return cls(attr, floats, steps, aggs)
 
     def unindexed_keys(self, rule: Rule) -> bool:
         """Whether some step has an equality the batch CDP answers by its index but this does not."""
         indexed = lower(rule, use_index=True)
         return any(st.key is not None and (pi, s) not in self.steps
                    for pi, plan in enumerate(indexed.plans) for s, st in enumerate(plan.steps) if s)
+
+
+def agg_slot(rule: Rule, k: int) -> int:
+    """The column slot of aggregate ``k`` (after the predicates' and the negations')."""
+    return rule.n_predicates + len(rule.negations) + k
+
+
+def _own_equality(cond) -> tuple[str, Attr] | None:
+    """``(own attribute, bound attribute)`` of a condition ``SELF.a = P.b`` (either side)."""
+    if isinstance(cond, Compare) and cond.op == "=":
+        for own, other in ((cond.left, cond.right), (cond.right, cond.left)):
+            if isinstance(own, Attr) and own.pred == SELF and isinstance(other, Attr) and other.pred >= 0:
+                return own.name, other
+    return None
 
 
 def _valid_of(layout, kinds, attr: str, row: str) -> tuple[str, str]:
@@ -267,13 +320,15 @@ def _link_lines(spec, kinds, chains: Chains, p: int, ind: str) -> list[str]:
             f"{ind}    if g >= 0:",
             f"{ind}        nx[{p}, g] = c",
             f"{ind}    hd[{p}, b] = c",
+            f"{ind}    bk[{p}, c] = b",
             f"{ind}else:",
             f"{ind}    pv[{p}, c] = -1",
+            f"{ind}    bk[{p}, c] = -1",
             f"{ind}nx[{p}, c] = -1"]
 
 
 _STATE = ["    cr = cl[0]", "    pv = cl[1]", "    nx = cl[2]", "    cs = cnt[0]", "    ce = cnt[1]",
-          "    codes = cnt[2]", "    mask = hd.shape[1] - 1"]
+          "    codes = cnt[2]", "    mask = hd.shape[1] - 1", "    bk = cl[3]"]
 
 
 def _add_lines(spec, kinds, chains: Chains, ind: str) -> list[str]:
@@ -282,9 +337,74 @@ def _add_lines(spec, kinds, chains: Chains, ind: str) -> list[str]:
     for p in range(spec.rule.n_predicates):
         cond = f"t == codes[{p}]" + (f" and s_filt{p}(r, env)" if spec.filters[p] else "")
         lines += [f"{ind}if {cond}:", f"{ind}    c = ce[{p}]", f"{ind}    cr[{p}, c] = r", f"{ind}    ce[{p}] = c + 1"]
-        if p in chains.attr:
-            lines += _link_lines(spec, kinds, chains, p, ind + "    ")
+        lines += _link_lines(spec, kinds, chains, p, ind + "    ") if p in chains.attr else [f"{ind}    bk[{p}, c] = -1"]
+    for k in range(len(spec.rule.aggregates)):  # (their spans end before the terminator's timestamp)
+        q = agg_slot(spec.rule, k)
+        cond = f"t == codes[{q}]" + (f" and s_afilt{k}(r, env)" if spec.agg_filters[k] else "")
+        lines += [f"{ind}if {cond}:", f"{ind}    c = ce[{q}]", f"{ind}    cr[{q}, c] = r", f"{ind}    ce[{q}] = c + 1"]
+        lines += _link_lines(spec, kinds, chains, q, ind + "    ") if q in chains.attr else \
+            [f"{ind}    pv[{q}, c] = ts[r]", f"{ind}    bk[{q}, c] = -1"]
     return lines
+
+
+def _expire_lines(spec, ind: str) -> list[str]:
+    """Expire the entries before row ``start`` of the columns synced row by row (the predicates'
+    and the aggregates')."""
+    rule = spec.rule
+    lines = [f"{ind}for p in range({rule.n_predicates}):", *[ind[4:] + x for x in _EXPIRE]]
+    if rule.aggregates:
+        lines += [f"{ind}for p in range({agg_slot(rule, 0)}, {agg_slot(rule, len(rule.aggregates))}):",
+                  *[ind[4:] + x for x in _EXPIRE]]
+    return lines
+
+
+def _agg_span(spec, kinds, chains: Chains):
+    """The ``agg_span`` of :func:`cep_gpu.codegen.numba_src.emit_source` for the fast path: the
+    aggregate's events come from its column in the matcher's state (``env`` ends with ``cl``,
+    ``cnt``, ``hd``, the aggregates' output and their memo), synced row by row like the
+    predicates'. With an equality to a bound value (``A(k=$k)``) the span is walked along that
+    value's chain (back from the bucket's newest entry to the span's first, then forward in time
+    order; ``Count`` needs no order: one pass back): the work is the events of that key in the
+    span; otherwise its edges are binary-searched (the column's timestamps in plane 1). The
+    value is kept per aggregate with the rows it was computed for (the memo, cleared per
+    ``s_match`` call: a span ends before its terminator's timestamp, so rows synced later in the
+    call are never in it), so that a terminator's checks and its matches' output (``aggs_all``,
+    per match of ``each``) compute it once."""
+    layout = spec.layout
+    ext = layout.agg_at + 2 * layout.n_aggregates
+
+    def lines_of(k: int, agg) -> tuple[list[str], list[str]]:
+        q = agg_slot(spec.rule, k)
+        ins = sorted(aggregate_inputs(agg))
+        bounds, lo_fn, hi_fn = span_bounds(agg.span)
+        lines = [f"    w0 = env[{ext}]", f"    w1 = env[{ext + 1}]"]
+        store: list[str] = []
+        if not agg.span.hi_inclusive:  # (always, in the language: see the docstring)
+            same = " and ".join([f"w10[{k}, 0] == 1"] + [f"w10[{k}, {1 + i}] == p{p}" for i, p in enumerate(ins)])
+            lines += [f"    w10 = env[{ext + 4}]", f"    w11 = env[{ext + 5}]", f"    if {same}:", f"        return w11[{k}]"]
+            store = [f"    w10[{k}, 0] = 1", *[f"    w10[{k}, {1 + i}] = p{p}" for i, p in enumerate(ins)], f"    w11[{k}] = res"]
+        lines += [*bounds, f"    nr = w0[0, {q}]", f"    w3 = w1[0, {q}]"]
+        key = chains.aggs.get(k)
+        if key is None:
+            return lines + [f"    nt = w0[1, {q}]", f"    w4 = w1[1, {q}]",
+                            f"    s = w3 + {lo_fn}(nt[w3:w4], lo)", f"    e = w3 + {hi_fn}(nt[w3:w4], hi)",
+                            "    for j in range(s, e):", "        q = nr[j]"], store
+        value, ok = _valid_of(layout, kinds, key[1], f"p{key[0]}")
+        past = "ts[nr[j]] > hi" if agg.span.hi_inclusive else "ts[nr[j]] >= hi"
+        from_lo = "ts[nr[j]] >= lo" if agg.span.lo_inclusive else "ts[nr[j]] > lo"
+        to_hi = "ts[nr[j]] <= hi" if agg.span.hi_inclusive else "ts[nr[j]] < hi"
+        as_key = ([f"        w8 = {value} * 1.0", "        w9 = int(w8) if -4.6e18 < w8 < 4.6e18 else 0"]
+                  if chains.floats[q] else [f"        w9 = int({value})"])  # (as s_fkey / s_bkt)
+        lines += [f"    w2 = env[{ext + 2}]", f"    w5 = w0[1, {q}]", f"    w6 = w0[2, {q}]", "    j = -1",
+                  f"    if {ok}:", *as_key,
+                  f"        j = w2[{q}, ((w9 * -7046029254386353131) >> 32) & (w2.shape[1] - 1)]",
+                  f"        while j >= w3 and {past}:", "            j = w5[j]"]
+        if agg.function == "count":  # one pass back
+            return lines + [f"    while j >= w3 and {from_lo}:", "        q = nr[j]", "        j = w5[j]"], store
+        return lines + ["    w7 = -1", f"    while j >= w3 and {from_lo}:", "        w7 = j", "        j = w5[j]",
+                        "    j = w7", f"    while j >= 0 and {to_hi}:", "        q = nr[j]", "        j = w6[j]"], store
+
+    return lines_of
 
 
 _EXPIRE = ["        while cs[p] < ce[p] and cr[p, cs[p]] < start:", "            cs[p] += 1"]
@@ -299,8 +419,7 @@ def _sync_source(spec, kinds, chains: Chains) -> list[str]:
     the match and its terminator count; ``hd``: (predicates, buckets) the newest entry of each
     bucket. (The state is in three arrays: fewer arguments for Numba's dispatch to read.)"""
     return ["@numba.njit(cache=True)", "def s_sync(lo, hi, types, cl, cnt, hd, env, start):",
-            *_STATE, *prologue(spec.layout, kinds),
-            f"    for p in range({spec.rule.n_predicates}):", *_EXPIRE,
+            *_STATE, *prologue(spec.layout, kinds), *_expire_lines(spec, "    "),
             "    for r in range(lo, hi):", *_add_lines(spec, kinds, chains, "        "),
             "    return 0", ""]
 
@@ -394,8 +513,10 @@ def _term_lines(spec, kinds, chains: Chains, pi: int, depth: int, skip: str) -> 
     ind = "    " * depth
     lines += [f"{ind}if n < cap:",
               f"{ind}    for p in range({n_pred}):",
-              f"{ind}        out[n, p] = seqs[0, p]",
-              f"{ind}n += 1"]
+              f"{ind}        out[n, p] = seqs[0, p]"]
+    if spec.rule.aggregates:  # the CDP kernels' aggs_all, into the output of env[ext + 3]
+        lines.append(f"{ind}    aggs_all(out, n, env, env[{spec.layout.agg_at + 2 * spec.layout.n_aggregates + 3}])")
+    lines.append(f"{ind}n += 1")
     for p in consuming:
         lines += [f"{ind}if xc[seqs[0, {p}]] == 0:", f"{ind}    xc[seqs[0, {p}]] = stp"]
     # last/first: stop at the first valid candidate of each such step, whatever follows it
@@ -431,6 +552,12 @@ def _unlink_lines(spec, kinds, chains: Chains, ind: str) -> list[str]:
                   f"{ind}                if aa >= 0:",
                   f"{ind}                    nx[{p}, aa] = bb"]
     return lines
+def _memo_clear(spec) -> list[str]:
+    """Clear the aggregates' memo (see :func:`_agg_span`) at the start of a matching call."""
+    n_agg = spec.layout.n_aggregates
+    if not n_agg:
+        return []
+    return [f"    w10 = env[{spec.layout.agg_at + 2 * n_agg + 4}]", f"    for p in range({n_agg}):", "        w10[p, 0] = 0"]
 
 
 def _match_source(spec, kinds, chains: Chains) -> list[str]:
@@ -448,8 +575,9 @@ def _match_source(spec, kinds, chains: Chains) -> list[str]:
              f"def s_match(lo, hi, types, start, nlo, nhi, cl, cnt, hd, env, out{xc}):",
              *_STATE, *prologue(spec.layout, kinds),
              "    seqs = cnt[3:4]", "    nt = cnt[4]", "    n = 0", "    nt[0] = 0", "    cap = out.shape[0]",
+             *_memo_clear(spec),
              "    if lo < hi and lo <= nlo and nhi <= hi:",
-             f"        for p in range({spec.rule.n_predicates}):", *["    " + x for x in _EXPIRE],
+             *_expire_lines(spec, "        "),
              "        for r in range(lo, hi):", *_add_lines(spec, kinds, chains, "            "),
              "            if nlo <= r < nhi:", "                stp = r + 1", "                n0 = n"]
     for pi, plan in enumerate(spec.plans):
@@ -487,9 +615,9 @@ def _held_source(spec, kinds, chains: Chains) -> list[str]:
 
 def stream_source(spec, kinds) -> str:
     """The whole generated source of one rule's fast path (checked)."""
-    rule_src = emit_source(spec, kinds)
-    check_source(rule_src)
     chains = Chains.of(spec.rule, kinds)
+    rule_src = emit_source(spec, kinds, _agg_span(spec, kinds, chains) if spec.rule.aggregates else None)
+    check_source(rule_src)
     own = "\n".join([_HELPERS] + _filter_source(spec, kinds) + _sync_source(spec, kinds, chains)
                     + _nsync_source(spec, kinds) + _relink_source(spec, kinds, chains)
                     + _match_source(spec, kinds, chains) + _held_source(spec, kinds, chains))
@@ -531,6 +659,35 @@ def compile_stream(spec, kinds: dict[str, str | None]) -> tuple:
 # -- the per-rule matcher ---------------------------------------------------------------------------
 
 
+@numba.njit(cache=True)
+def _take_out(cl, cnt, hd, slots, row):
+    """Take the entries of table rows ``>= row`` out of the columns ``slots``, newest first, so
+    that each is its bucket's newest entry when it leaves its chain (``cl[3]``: its bucket, -1
+    for none): the bucket's head goes back to the entry before it."""
+    for i in range(slots.shape[0]):
+        p = slots[i]
+        a, b = cnt[0, p], cnt[1, p]
+        hi = b
+        while a < b:  # the first entry at or after ``row``
+            m = (a + b) >> 1
+            if cl[0, p, m] < row:
+                a = m + 1
+            else:
+                b = m
+        for c in range(hi - 1, a - 1, -1):
+            k = cl[3, p, c]
+            # (newest first, a chained entry is its bucket's head; one that is not was unlinked
+            # already: a consumed entry, see cep_gpu.stream_held)
+            if k >= 0 and hd[p, k] == c:
+                g = cl[1, p, c]
+                hd[p, k] = g
+                if g >= 0:
+                    cl[2, p, g] = -1
+        cnt[1, p] = a
+    return 0
+
+
+
 class StreamMatcher:
     """One rule's incremental columns and compiled matcher over an engine's buffer.
 
@@ -543,7 +700,11 @@ class StreamMatcher:
         self.spec = lower(rule, use_index=False)
         self.n_pred = n = rule.n_predicates
         self.n_neg = len(rule.negations)
-        slots = n + self.n_neg  # a column per predicate, then one per negation
+        self.n_agg = len(rule.aggregates)
+        slots = n + self.n_neg + self.n_agg  # a column per predicate, then one per negation and aggregate
+        #: the columns synced row by row (``s_sync``/``s_match``): the predicates' and the aggregates'
+        self._row_slots = np.array(list(range(n)) + list(range(n + self.n_neg, slots)), np.int64)
+        self._neg_at = self.spec.layout.neg_at
         #: most new rows one call takes (None: any): where some equality of the rule has no chain,
         #: the batch CDP's parameter index beats scanning windows for large micro-batches
         every = {a: "int" for a in self.spec.layout.attrs}
@@ -559,13 +720,19 @@ class StreamMatcher:
         self._fns: tuple | None = None
         self._env: tuple = ()
         # the state the kernels share, in three arrays (fewer arguments to dispatch): see s_sync
-        self._cl = np.empty((3, slots, 64), np.int64)
+        self._cl = np.empty((4, slots, 64), np.int64)
         self._cnt = np.zeros((5, slots), np.int64)
         self._cnt[2] = -1
-        self._hd = np.full((n, 64), -1, np.int64)
+        self._hd = np.full((slots, 64), -1, np.int64)
         self._out = np.empty((16, n), np.int64)
+        self._aout = np.empty((16, self.n_agg), np.float64)  # the aggregates of each match
+        # the aggregates' memo: per aggregate a flag and the rows its value was computed for
+        width = max((len(aggregate_inputs(a)) for a in rule.aggregates), default=0)
+        self._memo = np.zeros((max(self.n_agg, 1), 1 + width), np.int64)
+        self._memo_v = np.zeros(max(self.n_agg, 1), np.float64)
         self.rebuilds = 0
         self._serial = -1  # the buffer's merge count when the columns were last synced
+        self._terms = 0  # terminators the last match took
         self._store_ok = False
         self._empty = RuleResult(rule, np.empty(0, np.int64), np.empty((0, n), np.int64), {})
         self._xargs: tuple = ()  # more kernel arguments (consumed stamps: cep_gpu.stream_held)
@@ -575,49 +742,103 @@ class StreamMatcher:
 
     def match(self, buf, new_ids: np.ndarray) -> Matches | None:
         """The matches of the rule's new terminators (rows of ``new_ids``) as rows of
-        ``buf.table()``; ``None`` when this call cannot take the fast path (the new rows are
-        not one run at the end of the buffer after a rebuild): then the caller takes the
-        general path (the columns are up to date either way)."""
-        store, start, end = buf.store()
-        lo = None
-        if buf.serial != self._serial and store is self._store:  # rows merged in place: moved
-            lo, hi = self._take_back(buf, start, end, new_ids)
-            if lo is None:
-                self._store = None  # (not the usual case: rebuild)
-        self._serial = buf.serial
-        if store is not self._store or len(store.columns) != self._n_cols:
-            lo, hi = self._rebuild(buf, store, start, end, new_ids)  # synced up to the new rows
-            if lo is None:
-                return None
-        else:
-            if len(store.strings) != self._n_strings or len(store.type_names) != self._n_types:
-                self._set_env(store)  # a new string constant or event type may now occur
-            if lo is None:
-                lo, hi = self._synced, end
-        s_lo, s_hi = self._synced, end  # synced by s_match itself, each row matched as it joins
+        ``buf.table()``; ``None`` when this call cannot take the fast path (some new row is not
+        among the rows since the columns' last sync: not the usual case): then the caller
+        takes the general path (the columns are up to date either way).
+
+        The new rows are usually the buffer's last rows; a hierarchy's composite event merged
+        before an older row of its timestamp (composite ids are negative) splits them into
+        runs: each run is matched by one ``s_match`` call (the rows between runs join the
+        columns unmatched)."""
+        store, start, end = self._columns_for(buf)
+        runs = self._runs(store, start, end, new_ids)
+        if runs is None:
+            self._sync(self._synced, end, start)
+            if self.n_neg:
+                self._nsync(end, start)
+            return None
+        s_lo = self._synced
         if self._ce_bound + (end - s_lo) > self._cl.shape[2]:
             self._reserve(end - s_lo)
         self._ce_bound += end - s_lo
-        self._synced = end
-        env = self._env
-        if self.n_neg:  # the negations' columns hold every row up to the end: their live views
+        if self.n_neg:  # the negations' columns hold every row up to the end
             self._nsync(end, start)
-            env = env[: -2 * self.n_neg] + self._neg_views()
+        env = self._call_env()
         s_match = self._fns[2]
-        while True:
-            n = s_match(s_lo, s_hi, store.types, start, lo, hi, self._cl, self._cnt, self._hd, env, self._out,
-                        *self._xargs)
-            if n <= len(self._out):
-                break
-            self._out = np.empty((2 * n, self.n_pred), np.int64)  # grow and redo: never truncate
-            self._redo(s_lo, s_hi)
-            self._rollback(s_lo)
-        return Matches(self._out[:n].copy(), _NO_AGGS[:n] if n <= len(_NO_AGGS) else np.empty((n, 0)))
+        parts, aggs = [], []
+        self._terms = 0
+        for lo, hi in runs:  # (one run but after a merge among older rows of one timestamp)
+            while True:
+                n = s_match(s_lo, hi, store.types, start, lo, hi, self._cl, self._cnt, self._hd, env, self._out,
+                            *self._xargs)
+                if n <= len(self._out):
+                    break
+                self._out = np.empty((2 * n, self.n_pred), np.int64)  # grow and redo: never truncate
+                self._aout = np.empty((2 * n, self.n_agg), np.float64)
+                self._redo(s_lo, hi)
+                self._rollback(s_lo)
+                if self._xargs:  # (the call's consumed entries, unstamped again, back into their chains)
+                    self._fns[1](self._cl, self._cnt, self._hd, self._env, *self._xargs)
+                env = self._call_env()
+            self._terms += int(self._cnt[4, 0])
+            parts.append(self._out[:n].copy())
+            if self.n_agg:
+                aggs.append(self._aout[:n].copy())
+            s_lo = self._synced = hi
+        if s_lo < end:
+            self._sync(s_lo, end, start)
+        self._synced = end
+        if len(parts) != 1:
+            parts, aggs = [np.concatenate(parts or [self._out[:0]])], [np.concatenate(aggs or [self._aout[:0]])]
+        n = len(parts[0])
+        if self.n_agg:
+            return Matches(parts[0], aggs[0])
+        return Matches(parts[0], _NO_AGGS[:n] if n <= len(_NO_AGGS) else np.empty((n, 0)))
+
+    def _call_env(self) -> tuple:
+        """The kernels' ``env`` for a matching call: the negations' live columns as views, and
+        for aggregates the matcher's state and the aggregates' output at the end."""
+        env = self._env
+        if self.n_neg:
+            env = env[:self._neg_at] + self._neg_views() + env[self._neg_at + 2 * self.n_neg:]
+        if self.n_agg:
+            env = env[:-6] + (self._cl, self._cnt, self._hd, self._aout) + env[-2:]
+        return env
+
+    def _columns_for(self, buf) -> tuple:
+        """The columns over the buffer's current arrays: after in-place merges the entries from
+        the first renumbered row on are taken out (:meth:`_take_back`), after a new store the
+        columns start empty (:meth:`_rebuild`); ``(store, start, end)``."""
+        store, start, end = buf.store()
+        if buf.serial != self._serial and store is self._store and not self._take_back(buf, start):
+            self._store = None  # (merges no longer known: rebuild)
+        self._serial = buf.serial
+        if store is not self._store or len(store.columns) != self._n_cols:
+            self._rebuild(store, start, end)
+        elif len(store.strings) != self._n_strings or len(store.type_names) != self._n_types:
+            self._set_env(store)  # a new string constant or event type may now occur
+        return store, start, end
+
+    def _runs(self, store: EventTable, start: int, end: int, new_ids: np.ndarray) -> list | None:
+        """The new rows as runs ``[(lo, hi), ...]`` of rows in ``[synced, end)`` (every new row
+        is there: appended or merged since the last sync, or renumbered and taken back);
+        ``None`` when some is not."""
+        lo, n = self._synced, len(new_ids)
+        if not n:
+            return []
+        tail = store.ids[end - n:end] if end - n >= lo else None
+        if tail is not None and (np.array_equal(tail, new_ids) or np.array_equal(np.sort(tail), np.sort(new_ids))):
+            return [(end - n, end)]  # the usual case: the last rows (with the composite events merged among them)
+        is_new = np.isin(store.ids[lo:end], new_ids)
+        if int(is_new.sum()) != n:
+            return None
+        edges = np.flatnonzero(np.diff(np.concatenate([[False], is_new, [False]]).astype(np.int8)))
+        return [(lo + int(a), lo + int(b)) for a, b in zip(edges[::2], edges[1::2])]
 
     @property
     def terminators(self) -> int:
         """How many terminators the last :meth:`match` took."""
-        return int(self._cnt[4, 0])
+        return self._terms
 
     def composites(self, buf, matches: Matches) -> RuleResult:
         """The composite events of ``matches`` (rows of the store, from :meth:`match`)."""
@@ -638,22 +859,18 @@ class StreamMatcher:
         self._synced = hi
 
     def _rollback(self, row: int) -> None:
-        """Take the rows from ``row`` on out of the predicates' columns again (and relink the
-        chains of the rest), as if they had not been synced (rare: an output array too small)."""
-        cs, ce = self._cnt[0], self._cnt[1]
-        for p in range(self.n_pred):
-            ce[p] = cs[p] + int(np.searchsorted(self._cl[0, p, cs[p]:ce[p]], row))
-        self._fns[1](self._cl, self._cnt, self._hd, self._env, *self._xargs)
+        """Take the rows from ``row`` on out of the predicates' and aggregates' columns again
+        (and out of their chains), as if they had not been synced (after an in-place merge
+        renumbered them, or an output array too small): the work is the entries taken out."""
+        _take_out(self._cl, self._cnt, self._hd, self._row_slots, row)
 
-    def _take_back(self, buf, start: int, end: int, new_ids: np.ndarray):
+    def _take_back(self, buf, start: int) -> bool:
         """After in-place merges (a composite event put before its terminator): take the
-        entries from the first renumbered row on out of the columns (and relink the chains), and
-        sync the rows up to the new ones again without matching; the new rows' run, or
-        ``(None, None)`` when they are not the last rows (then :meth:`_rebuild`)."""
+        entries from the first renumbered row on out of the columns (and relink the chains);
+        ``False`` when those merges are no longer known (then :meth:`_rebuild`)."""
         p = buf.renumbered_since(self._serial)
-        n = len(new_ids)
-        if p is None or not (n <= end - start and np.array_equal(self._store.ids[end - n:end], new_ids)):
-            return None, None
+        if p is None:
+            return False
         p = max(p, start)  # (rows before start are expired, whatever their numbers)
         if p < self._synced:
             self._rollback(p)
@@ -663,11 +880,7 @@ class StreamMatcher:
             for q in range(self.n_pred, self.n_pred + self.n_neg):
                 ce[q] = cs[q] + int(np.searchsorted(self._cl[0, q, cs[q]:ce[q]], p))
             self._nsynced = p
-        if len(self._store.strings) != self._n_strings or len(self._store.type_names) != self._n_types:
-            self._set_env(self._store)
-        if self._synced < end - n:
-            self._sync(self._synced, end - n, start)
-        return end - n, end
+        return True
 
     def _nsync(self, end: int, start: int) -> None:
         """The negations' columns up to row ``end`` (entries before row ``start`` expire)."""
@@ -694,23 +907,25 @@ class StreamMatcher:
         need, cap = 2 * (int(live.max()) + n_new), self._cl.shape[2]
         if not need <= cap < 4 * need:  # grow, or shrink after a burst (memory follows the window)
             cap = max(64, need)
-        cl = np.empty((3, self.n_pred + self.n_neg, cap), np.int64)
-        for p in range(self.n_pred + self.n_neg):
+        cl = np.empty((4, len(live), cap), np.int64)
+        for p in range(len(live)):
             cl[0, p, : live[p]] = self._cl[0, p, cs[p]: ce[p]]
-            if p >= self.n_pred:  # a negation's column: its timestamps too
-                cl[1, p, : live[p]] = self._cl[1, p, cs[p]: ce[p]]
+            # a negation's or aggregate's column: its timestamps too (or links: relinked below); the
+            # bucket of each entry (-1 where unchained: s_relink sets the chained ones)
+            cl[1, p, : live[p]] = self._cl[1, p, cs[p]: ce[p]]
+            cl[3, p, : live[p]] = self._cl[3, p, cs[p]: ce[p]]
         self._cl = cl
         cs[:] = 0
         ce[:] = live
         buckets = 1 << max(6, (cap - 1).bit_length())  # about one entry per bucket at most
         if self._hd.shape[1] != buckets:
-            self._hd = np.empty((self.n_pred, buckets), np.int64)
+            self._hd = np.empty((len(live), buckets), np.int64)
         self._fns[1](self._cl, self._cnt, self._hd, self._env, *self._xargs)
         self._ce_bound = int(live.max())
 
-    def _rebuild(self, buf, store: EventTable, start: int, end: int, new_ids: np.ndarray):
-        """New buffer arrays: columns from the live rows up to the new rows' run (:meth:`match`
-        adds the rest); the run (``None``: the new rows are not one run)."""
+    def _rebuild(self, store: EventTable, start: int, end: int) -> None:
+        """New buffer arrays: the columns start empty at the live rows' start (the next sync or
+        :meth:`match` fills them; ``end``, the live rows' end, is for subclasses' per-row state)."""
         self.rebuilds += 1
         self._store = store
         self._set_env(store)
@@ -718,17 +933,6 @@ class StreamMatcher:
         self._hd[:] = -1
         self._ce_bound = 0
         self._synced = self._nsynced = start
-        n = len(new_ids)
-        if n and n <= end - start and np.array_equal(store.ids[end - n:end], new_ids):
-            self._sync(start, end - n, start)  # the usual case: the new rows went last (s_match adds them)
-            return end - n, end
-        is_new = np.flatnonzero(np.isin(store.ids[start:end], new_ids)) if n else np.empty(0, np.int64)
-        lo, hi = (start + int(is_new[0]), start + int(is_new[-1]) + 1) if len(is_new) else (end, end)
-        if hi - lo != len(is_new):
-            self._sync(start, end, start)
-            return None, None  # new rows scattered in the window: the general path
-        self._sync(start, lo, start)  # (s_match adds the rest, matching the new run's terminators)
-        return lo, hi
 
     def _set_env(self, store: EventTable) -> None:
         """The kernel arguments over the store's arrays, and the kernels for their kinds."""
@@ -747,7 +951,8 @@ class StreamMatcher:
         names = store.type_names
         self._n_types = len(names)
         self._cnt[2] = [names.index(t) if t in names else -1
-                        for t in [p.event_type for p in self.rule.predicates] + [g.event_type for g in self.rule.negations]]
+                        for t in [p.event_type for p in self.rule.predicates] + [g.event_type for g in self.rule.negations]
+                        + [a.event_type for a in self.rule.aggregates]]
 
     def _env_of(self, store: EventTable) -> tuple:
         layout = self.spec.layout
@@ -759,19 +964,17 @@ class StreamMatcher:
         env.append(np.array(codes or [-2], np.int64))
         for q in range(self.n_pred, self.n_pred + self.n_neg):  # (replaced per call: _neg_views)
             env += [self._cl[0, q, :0], self._cl[1, q, :0]]
+        if self.n_agg:  # the layout's aggregate columns (unread: the fast path's aggregates walk
+            # the matcher's own, in the state at the end, replaced per call: _call_env)
+            env += [self._cl[0, 0, :0]] * (2 * self.n_agg) + [self._cl, self._cnt, self._hd, self._aout,
+                                                               self._memo, self._memo_v]
         return tuple(env)
 
     def skip(self, buf) -> None:
         """Bring the columns up to the buffer's end without matching (the general path matched
         these terminators)."""
-        store, start, end = buf.store()
-        if store is not self._store or len(store.columns) != self._n_cols or buf.serial != self._serial:
-            self._serial = buf.serial
-            self._rebuild(buf, store, start, end, np.empty(0, np.int64))
-        else:
-            if len(store.strings) != self._n_strings or len(store.type_names) != self._n_types:
-                self._set_env(store)
-            self._sync(self._synced, end, start)
+        store, start, end = self._columns_for(buf)
+        self._sync(self._synced, end, start)
         if self.n_neg:
             self._nsync(end, start)
 

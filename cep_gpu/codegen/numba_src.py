@@ -51,9 +51,9 @@ INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 #: Names the generated source may use besides its own locals (checked by :func:`check_source`).
 ALLOWED_GLOBALS = frozenset(
-    {"np", "lower_bound", "upper_bound", "True", "False", "float", "range", "min", "max"}
+    {"np", "lower_bound", "upper_bound", "True", "False", "float", "int", "range", "min", "max"}
 )
-_LOCAL = re.compile(r"^(?:t|k|a|v|p)\d+$|^(?:seqs|i|r|q|j|env|ts|sc|out|lo|hi|s|e|nr|nt|cnt|tot|mn|mx|nv|x|res)$")
+_LOCAL = re.compile(r"^(?:t|k|a|v|p|w)\d+$|^(?:seqs|i|r|q|j|env|ts|sc|out|lo|hi|s|e|nr|nt|cnt|tot|mn|mx|nv|x|res)$")
 _FUNC = re.compile(r"^(?:valid_\d+_\d+|neg\d+|neg\d+_cond|agg\d+|agg\d+_cond|aggs_all|kel\d+|kpair\d+)$")
 
 
@@ -186,8 +186,29 @@ def prologue(layout: Layout, kinds: dict[str, str | None]) -> list[str]:
     return lines
 
 
-def emit_source(spec: RuleSpec, kinds: dict[str, str | None]) -> str:
-    """Python source of every njit function of ``spec`` for attribute kinds ``kinds``."""
+def span_bounds(span) -> tuple[list[str], str, str]:
+    """Lines setting ``lo``/``hi`` to a negation's or aggregate's span (ordered), and the names of
+    the binary searches (``lower_bound``/``upper_bound``) of its first and its end entry."""
+    lines = [f"    lo = ts[p{span.lo_ref}] + {literal(int(span.lo_offset))}",
+             f"    hi = ts[p{span.hi_ref}] + {literal(int(span.hi_offset))}",
+             "    if lo > hi:",
+             "        lo, hi = hi, lo"]
+    return (lines, "lower_bound" if span.lo_inclusive else "upper_bound",
+            "upper_bound" if span.hi_inclusive else "lower_bound")
+
+
+def emit_source(spec: RuleSpec, kinds: dict[str, str | None], agg_span: Callable | None = None) -> str:
+    """Python source of every njit function of ``spec`` for attribute kinds ``kinds``.
+
+    ``agg_span(k, agg) -> (loop, store)``: how aggregate ``k`` finds the events of its span
+    (the streaming fast path walks its own columns, :mod:`cep_gpu.stream_match`): ``loop``
+    runs after the function's prologue (it may return early) and ends in a loop header at one
+    indent whose body (two indents) sets ``q`` to each event's table row (in time order where
+    the order matters: ``Sum``/``Avg`` add in it); ``store`` (when not empty) runs with the
+    value in ``res`` before it is returned. The conditions, nulls and the function (one
+    implementation, here) stay the same. Their names are checked as the rest: locals ``w<n>``
+    are theirs. Default: a binary search of the span in the column that ``env`` holds (the
+    CDP kernels)."""
     rule, layout = spec.rule, spec.layout
     agg_inputs = [sorted(aggregate_inputs(a)) for a in rule.aggregates]
     neg_inputs = [sorted(negation_inputs(n)) for n in rule.negations]
@@ -204,14 +225,12 @@ def emit_source(spec: RuleSpec, kinds: dict[str, str | None]) -> str:
         span = part.span
         lines = [f"@numba.njit(cache=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)\ndef {kind}{k}(env{sig}):"]
         lines += prologue(layout, kinds)
+        if kind == "agg" and agg_span is not None:
+            return lines, sig
         lines.append(f"    nr = env[{base}]")
         lines.append(f"    nt = env[{base + 1}]")
-        lines.append(f"    lo = ts[p{span.lo_ref}] + {literal(int(span.lo_offset))}")
-        lines.append(f"    hi = ts[p{span.hi_ref}] + {literal(int(span.hi_offset))}")
-        lines.append("    if lo > hi:")
-        lines.append("        lo, hi = hi, lo")
-        lo_fn = "lower_bound" if span.lo_inclusive else "upper_bound"
-        hi_fn = "upper_bound" if span.hi_inclusive else "lower_bound"
+        bounds, lo_fn, hi_fn = span_bounds(span)
+        lines += bounds
         lines.append(f"    s = {lo_fn}(nt, lo)")
         lines.append(f"    e = {hi_fn}(nt, hi)")
         return lines, sig
@@ -246,8 +265,13 @@ def emit_source(spec: RuleSpec, kinds: dict[str, str | None]) -> str:
         lines.append("    tot = 0.0")
         lines.append("    mn = np.inf")
         lines.append("    mx = -np.inf")
-        lines.append("    for j in range(s, e):")
-        lines.append("        q = nr[j]")
+        store: list[str] = []
+        if agg_span is None:
+            lines.append("    for j in range(s, e):")
+            lines.append("        q = nr[j]")
+        else:
+            loop, store = agg_span(k, agg)
+            lines += loop
         lines.append(f"        if not agg{k}_cond(env, q{sig}):")
         lines.append("            continue")
         lines.append("        cnt += 1")
@@ -261,7 +285,11 @@ def emit_source(spec: RuleSpec, kinds: dict[str, str | None]) -> str:
             lines.append("                mn = min(mn, x)")
             lines.append("                mx = max(mx, x)")
         fn = agg.function
-        if fn == "count":
+        if store:  # the value as ``res``, then the hook's lines, then returned
+            value = {"count": "float(cnt)", "sum": "tot", "avg": "tot / nv", "min": "mn", "max": "mx"}[fn]
+            lines.append(f"    res = {value}" if fn in ("count", "sum") else f"    res = {value} if nv else np.nan")
+            lines += store + ["    return res"]
+        elif fn == "count":
             lines.append("    return float(cnt)")
         elif fn == "sum":
             lines.append("    return tot")
@@ -325,7 +353,7 @@ def check_source(source: str) -> None:
             if keyword.iskeyword(name) or name.startswith("__"):
                 raise CodegenError(f"generated source uses a reserved name {name!r}")
         elif isinstance(node, ast.Attribute):
-            if node.attr not in {"njit", "nan", "inf", "isnan"}:
+            if node.attr not in {"njit", "nan", "inf", "isnan", "shape"}:
                 raise CodegenError(f"generated source uses an unexpected attribute {node.attr!r}")
         elif isinstance(node, ast.FunctionDef):
             if not _FUNC.match(node.name):
