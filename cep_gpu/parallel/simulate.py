@@ -97,6 +97,9 @@ class Trace:
     #: once on two threads (:func:`_units_serial_share`: the GIL-held Python, and what two
     #: threads contend for); ``None``: not measurable, the replay takes all but the pairs
     units_serial: float | None = None
+    #: the same loop's loss over the whole inline run (splitter, quiescent points and results
+    #: included: what the replays before 2026-11-25 16:30 UTC took as ``units_serial``)
+    run_serial: float | None = None
     #: the run had every stage in one agent (else one agent per stage); ``split``: the same rule
     #: traced the other way, for layouts with several agents (simulate picks)
     fused: bool = True
@@ -121,18 +124,18 @@ def trace(rule, events: pd.DataFrame, *, time_unit: str = "s", chunk_size: int =
     # and come back cold) than when the stages run fused: both layouts are recorded
     traces = []
     probe: tuple[float | None, float] = (None, 0.0)
-    serial: float | None = None
+    serial: tuple[float | None, float | None] = (None, None)
     for fused in (True, False):
         warm = _trace_once(r, events, time_unit, chunk_size, batch_size, stats, fused, probe=fused)
         if fused:  # measured once: a property of building the output, not of the layout
             probe = (warm.output_parallel, warm.output_cores)
-            serial = warm.units_serial
+            serial = (warm.units_serial, warm.run_serial)
         traces.append(min((_trace_once(r, events, time_unit, chunk_size, batch_size, stats, fused)
                            for _ in range(repeat)), key=_charged))
     t_run = _run_overhead(r, events, time_unit)
     for tr in traces:
         tr.output_parallel, tr.output_cores = probe
-        tr.units_serial = serial
+        tr.units_serial, tr.run_serial = serial
         tr.t_run = t_run
     traces[0].split = traces[1]
     return traces[0]
@@ -204,7 +207,8 @@ def _trace_once(r, events, time_unit, chunk_size, batch_size, stats, fused: bool
     t_out = time.thread_time() - t1
     t_opart = _output_part_cost(r, chunk_results, store, out_table)
     par_share, par_cores = _output_parallel_share(r, chunk_results, store, out_table) if probe else (None, 0.0)
-    units_serial = _units_serial_share(spec, store, strcodes, rows, chunk_size, batch_size) if probe else None
+    units_serial, run_serial = (_units_serial_share(spec, store, strcodes, rows, chunk_size, batch_size)
+                                if probe else (None, None))
     # the part of the output work that runs without the GIL: sorting the matches (compiled,
     # nogil); the rest (gathers, Arrow and pandas frames) is charged as if it held the GIL
     t_sort = 0.0
@@ -213,7 +217,7 @@ def _trace_once(r, events, time_unit, chunk_size, batch_size, stats, fused: bool
         kernels.order_matches(res, _compat.match_term(r), store.ts, store.ids, store.base)
         t_sort += time.thread_time() - s0
     st = rt.stage_stats()[0]
-    t_access = _access_cost(spec, store, strcodes)
+    t_call, t_access = _access_cost(spec, store, strcodes)
     t_push = _push_cost()
     tasks = np.array([c[0] for c in per_chunk])
     match_items = np.array([c[4] for c in per_chunk])
@@ -226,13 +230,15 @@ def _trace_once(r, events, time_unit, chunk_size, batch_size, stats, fused: bool
     t_clock = _clock_cost()
     calls = np.array([st[p].accesses for p in range(1, n)], dtype=np.float64)
     kern = np.array([st[p].kernel_s for p in range(1, n)])
-    c_scan = np.maximum(kern - calls * t_access, 0.0) / np.maximum(scanned.sum(axis=0), 1.0)
     n_calls = np.maximum(tasks.sum(axis=0), 1.0)
-    per_call = (busy.sum(axis=0) - kern - items.sum(axis=0) * t_item - 2 * calls * t_clock) / n_calls
+    # one probe call per stage call, visiting every fragment of the opposite buffer in it
+    c_scan = np.maximum(kern - n_calls * t_call - calls * t_access, 0.0) / np.maximum(scanned.sum(axis=0), 1.0)
+    per_call = (busy.sum(axis=0) - kern - items.sum(axis=0) * t_item - 2 * n_calls * t_clock) / n_calls
     # the unit's work around a stage call (taking the task, handing over), per task
     wrap = max(run_s - feed_s - barrier_s - float(busy.sum()), 0.0) / max(float(tasks.sum()), 1.0)
-    # per task: the call, one fragment visit (the trace ran one unit) and the wrapping
-    t_task = np.maximum(per_call, 0.0) + t_access + wrap
+    # per task: the call (the probe's fixed cost, one fragment visit: the trace ran one unit)
+    # and the wrapping
+    t_task = np.maximum(per_call, 0.0) + t_call + t_access + wrap
     pair_s = float((scanned.sum(axis=0) * c_scan).sum())
     t_piece = _piece_cost(spec, store, strcodes, rows[: min(len(rows), 64)], t_task, t_item, c_scan)
     t_route, t_fpush, t_route_owned, t_slice = _feed_costs(spec, store, strcodes, rows, chunk_size)
@@ -247,6 +253,7 @@ def _trace_once(r, events, time_unit, chunk_size, batch_size, stats, fused: bool
         serial_s=t_ingest + t_out, output_s=t_out, t_opart=t_opart,
         output_nogil=min(t_sort / t_out, 1.0) if t_out > 0 else 0.0, stats=stats,
         output_parallel=par_share, output_cores=par_cores, units_serial=units_serial,
+        run_serial=run_serial,
         t_event=t_route, t_fpush=t_fpush, t_event_owned=t_route_owned, t_slice=t_slice,
         match_work_s=pair_work,
         match_items=match_items, span_s=float(ts[-1] - ts[0]) / 1e9 if len(ts) > 1 else 1.0,
@@ -349,48 +356,61 @@ def _output_part_cost(rule, chunk_results, store, out_table) -> float:
     return max(many - one, 0.0) / (OUTPUT_PROBE - 1)
 
 
-def _units_serial_share(spec, store, strcodes, rows, chunk: int, batch: int) -> float | None:
+def _units_serial_share(spec, store, strcodes, rows, chunk: int, batch: int) -> tuple[float | None, float | None]:
     """The share of the units' work that holds the GIL, measured: the rule run over the events by
     an inline runtime (every stage its own agent) on one thread while a second thread runs a pure
     Python loop, which can only run while the first does not hold the GIL. On two free cores the
     loop's rate falls, against its rate alone, by the share of the time the run holds the GIL
-    (the median of 7 turns). Amdahl's law read on two runs at once cannot tell 0.05 from 0, which is what
-    decides 24 units; this can. ``None`` where two threads got less than 1.5 cores."""
+    (the median of 7 turns). Amdahl's law read on two runs at once cannot tell 0.05 from 0, which
+    is what decides 24 units; this can.
+
+    Returns ``(units, run)``: the loop's loss while the units work (``Runtime.drain``: the tasks,
+    what the replay charges per task, item and pair), and over the whole run (the splitter, the
+    quiescent points and taking the results too, which the replay charges on their own, serial
+    or spread by their own measured shares; the share the replays before 2026-11-25 16:30 UTC
+    used). ``(None, None)`` where two threads got less than 1.5 cores."""
     import threading
 
     n = spec.length
     layout = Layout([[(p,) for p in range(1, n)]], [0] * (n - 1), 1)
+    count = [0]  # the loop's iterations so far (read by the run at the edges of its units' phases)
 
-    def one() -> None:
+    def one(phases: list | None = None) -> None:
         rt = Runtime([spec], store, layout, [strcodes], dynamic=False, threads=False, batch_size=batch)
         for lo, hi in chunk_bounds(store.ts[rows - store.base], chunk):
             rt.feed(rows[lo:hi])
+            t0, c0 = time.perf_counter(), count[0]
             rt.drain()
+            if phases is not None:
+                phases.append((time.perf_counter() - t0, count[0] - c0))
             rt.quiesce()
             rt.take_results()
         rt.close()
 
     def spin_python(stop: threading.Event, out: list) -> None:
-        k = 0
         t0 = time.perf_counter()
         while not stop.is_set():
+            k = 0
             for _ in range(200):
                 k += 1
-        out.append(k / (time.perf_counter() - t0))
+            count[0] += k
+        out.append(count[0] / (time.perf_counter() - t0))
 
     def rate(with_run: bool) -> tuple[float, float]:
-        stop, out = threading.Event(), []
+        """The loop's rate over the whole turn, and while the units worked."""
+        stop, out, phases = threading.Event(), [], []
+        count[0] = 0
         th = threading.Thread(target=spin_python, args=(stop, out))
-        t0 = time.perf_counter()
         th.start()
         if with_run:
-            one()
+            one(phases)
         else:
             time.sleep(0.05)
-        took = time.perf_counter() - t0
         stop.set()
         th.join()
-        return out[0], took
+        if not phases:
+            return out[0], out[0]
+        return out[0], sum(c for _, c in phases) / max(sum(t for t, _ in phases), 1e-9)
 
     import sys
 
@@ -403,15 +423,18 @@ def _units_serial_share(spec, store, strcodes, rows, chunk: int, batch: int) -> 
     try:
         # alone and beside the run in turns, the median of the 7 ratios: a burst of other work
         # hits one pair, not the result
-        ratios = []
+        run_ratios, unit_ratios = [], []
         for _ in range(7):
             alone = rate(False)[0]
-            ratios.append(rate(True)[0] / alone)
+            whole, units = rate(True)
+            run_ratios.append(whole / alone)
+            unit_ratios.append(units / alone)
     finally:
         sys.setswitchinterval(old)
     if (c0 + cores_available()) / 2 < 1.5:
-        return None
-    return float(np.clip(1.0 - np.median(ratios), 0.0, 1.0))
+        return None, None
+    return (float(np.clip(1.0 - np.median(unit_ratios), 0.0, 1.0)),
+            float(np.clip(1.0 - np.median(run_ratios), 0.0, 1.0)))
 
 
 def _output_parallel_share(rule, chunk_results, store, out_table) -> tuple[float | None, float]:
@@ -547,21 +570,28 @@ def _piece_cost(spec, store, strcodes, rows, t_task: np.ndarray, t_item: float, 
     return max(float(np.median(spent)), 0.0)
 
 
-def _access_cost(spec, store, strcodes) -> float:
-    """Seconds of one kernel call on a one-item fragment (the fixed cost of a fragment visit)."""
+def _access_cost(spec, store, strcodes) -> tuple[float, float]:
+    """Seconds of one probe call on one one-item fragment (the fixed cost of a call, its dispatch
+    included), and what each further fragment visited in the same call adds (the call with 16
+    one-item fragments against one)."""
     prog = spec.joins[1]
     e = np.zeros(1, np.int64) + store.base
-    m = np.zeros((1, 1), np.int64) + store.base
-    one = np.zeros(1, np.int64)
-    out = np.empty((4, 2), np.int64)
-    args = (e, 1, m, one, one, one, 1, one, one, one, one, 1, 0, prog.code, prog.consts, strcodes,
-            store.vals, store.valid, store.ts, store.base, prog.max_stack, out, 0, 4)
-    kernels.probe_events(*args)
-    reps = 2000
-    t0 = time.thread_time()
-    for _ in range(reps):
+
+    def per_call(frags: int) -> float:
+        rows = np.zeros((frags, 1, 1), np.int64) + store.base
+        col = np.zeros((frags, 1), np.int64)
+        snap = np.ones((2, frags), np.int64)
+        args = (e, 1, rows, col, col, col, snap, col, col, col, col, 0, prog.code, prog.consts, strcodes,
+                store.vals, store.valid, store.ts, store.base, prog.max_stack, 4)
         kernels.probe_events(*args)
-    return (time.thread_time() - t0) / reps
+        reps = 2000
+        t0 = time.thread_time()
+        for _ in range(reps):
+            kernels.probe_events(*args)
+        return (time.thread_time() - t0) / reps
+
+    one = per_call(1)
+    return one, max(per_call(16) - one, 0.0) / 15
 
 
 def _push_cost() -> float:
