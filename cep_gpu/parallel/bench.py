@@ -268,7 +268,8 @@ def figure10_paper_point(workload: str, length: int, window: float, events: int,
             "selectivity": list(st.selectivity[1:]), "growth": growth,
             "pairs_per_match": float(tr.scanned.sum() / max(tr.outputs[:, -1].sum(), 1.0)),
             "output_parallel": tr.output_parallel, "output_cores": tr.output_cores,
-            "units_serial": tr.units_serial, "run_serial": tr.run_serial,
+            "units_serial": tr.units_serial, "units_serial_split": tr.split.units_serial if tr.split else None,
+            "spin_units": tr.spin_units, "spin_run": tr.run_serial, "spin_control": tr.spin_control,
             "ratios": allocation_ratios(tr)}
 
 
@@ -621,7 +622,7 @@ def markdown(result: dict) -> str:
                          f"{', '.join(f'{g:.1f}' for g in q['growth'])} | {q['pairs_per_match']:.0f} | "
                          + " | ".join(f"{rs[k_]['end_to_end']:.2f} | {rs[k_]['parallel_phase']:.2f} | "
                                       f"{rs[k_].get('eq6_bound', float('nan')):.2f}" for k_ in ks)
-                         + f" | {_share(q.get('units_serial'))} | {rs['24']['units_cost_model']} / "
+                         + f" | {_share(q.get('units_serial_split', q.get('units_serial')))} | {rs['24']['units_cost_model']} / "
                          f"{rs['24']['units_equal']} |")
     return "\n".join(lines)
 

@@ -100,6 +100,12 @@ class Trace:
     #: the same loop's loss over the whole inline run (splitter, quiescent points and results
     #: included: what the replays before 2026-11-25 16:30 UTC took as ``units_serial``)
     run_serial: float | None = None
+    #: the loop's loss beside a compiled ``nogil`` loop cut in as many calls as the units' phase
+    #: makes, over as long: what the loop loses to the GIL's hand-overs alone (each call takes
+    #: the GIL back from the loop), not to Python run by the units
+    spin_control: float | None = None
+    #: the loop's loss while the units work (``units_serial`` before 2026-11-25 16:30 UTC)
+    spin_units: float | None = None
     #: the run had every stage in one agent (else one agent per stage); ``split``: the same rule
     #: traced the other way, for layouts with several agents (simulate picks)
     fused: bool = True
@@ -124,18 +130,18 @@ def trace(rule, events: pd.DataFrame, *, time_unit: str = "s", chunk_size: int =
     # and come back cold) than when the stages run fused: both layouts are recorded
     traces = []
     probe: tuple[float | None, float] = (None, 0.0)
-    serial: tuple[float | None, float | None] = (None, None)
+    serial: tuple[float | None, float | None, float | None] = (None, None, None)
     for fused in (True, False):
         warm = _trace_once(r, events, time_unit, chunk_size, batch_size, stats, fused, probe=fused)
         if fused:  # measured once: a property of building the output, not of the layout
             probe = (warm.output_parallel, warm.output_cores)
-            serial = (warm.units_serial, warm.run_serial)
+            serial = (warm.run_serial, warm.spin_units, warm.spin_control)
         traces.append(min((_trace_once(r, events, time_unit, chunk_size, batch_size, stats, fused)
                            for _ in range(repeat)), key=_charged))
     t_run = _run_overhead(r, events, time_unit)
     for tr in traces:
         tr.output_parallel, tr.output_cores = probe
-        tr.units_serial, tr.run_serial = serial
+        tr.run_serial, tr.spin_units, tr.spin_control = serial
         tr.t_run = t_run
     traces[0].split = traces[1]
     return traces[0]
@@ -207,8 +213,8 @@ def _trace_once(r, events, time_unit, chunk_size, batch_size, stats, fused: bool
     t_out = time.thread_time() - t1
     t_opart = _output_part_cost(r, chunk_results, store, out_table)
     par_share, par_cores = _output_parallel_share(r, chunk_results, store, out_table) if probe else (None, 0.0)
-    units_serial, run_serial = (_units_serial_share(spec, store, strcodes, rows, chunk_size, batch_size)
-                                if probe else (None, None))
+    spin_units, run_serial, spin_control = (_units_serial_share(spec, store, strcodes, rows, chunk_size, batch_size)
+                                            if probe else (None, None, None))
     # the part of the output work that runs without the GIL: sorting the matches (compiled,
     # nogil); the rest (gathers, Arrow and pandas frames) is charged as if it held the GIL
     t_sort = 0.0
@@ -239,6 +245,12 @@ def _trace_once(r, events, time_unit, chunk_size, batch_size, stats, fused: bool
     # per task: the call (the probe's fixed cost, one fragment visit: the trace ran one unit)
     # and the wrapping
     t_task = np.maximum(per_call, 0.0) + t_call + t_access + wrap
+    # the units' GIL-held share, accounted directly: of the units' CPU time (the tasks and the
+    # work around them), all but the probe calls' time, which runs without the GIL; a probe
+    # call's fixed cost (its dispatch among it) counts as held
+    units_work = max(run_s - feed_s - barrier_s, 1e-9)
+    nogil_s = max(float(kern.sum()) - float(tasks.sum()) * (t_call + t_clock), 0.0)
+    units_gil = float(np.clip(1.0 - nogil_s / units_work, 0.0, 1.0))
     pair_s = float((scanned.sum(axis=0) * c_scan).sum())
     t_piece = _piece_cost(spec, store, strcodes, rows[: min(len(rows), 64)], t_task, t_item, c_scan)
     t_route, t_fpush, t_route_owned, t_slice = _feed_costs(spec, store, strcodes, rows, chunk_size)
@@ -252,8 +264,8 @@ def _trace_once(r, events, time_unit, chunk_size, batch_size, stats, fused: bool
         t_access=t_access, t_push=t_push, t_barrier=barrier_s / max(len(per_chunk), 1),
         serial_s=t_ingest + t_out, output_s=t_out, t_opart=t_opart,
         output_nogil=min(t_sort / t_out, 1.0) if t_out > 0 else 0.0, stats=stats,
-        output_parallel=par_share, output_cores=par_cores, units_serial=units_serial,
-        run_serial=run_serial,
+        output_parallel=par_share, output_cores=par_cores, units_serial=units_gil,
+        run_serial=run_serial, spin_units=spin_units, spin_control=spin_control,
         t_event=t_route, t_fpush=t_fpush, t_event_owned=t_route_owned, t_slice=t_slice,
         match_work_s=pair_work,
         match_items=match_items, span_s=float(ts[-1] - ts[0]) / 1e9 if len(ts) > 1 else 1.0,
@@ -356,7 +368,8 @@ def _output_part_cost(rule, chunk_results, store, out_table) -> float:
     return max(many - one, 0.0) / (OUTPUT_PROBE - 1)
 
 
-def _units_serial_share(spec, store, strcodes, rows, chunk: int, batch: int) -> tuple[float | None, float | None]:
+def _units_serial_share(spec, store, strcodes, rows, chunk: int,
+                        batch: int) -> tuple[float | None, float | None, float | None]:
     """The share of the units' work that holds the GIL, measured: the rule run over the events by
     an inline runtime (every stage its own agent) on one thread while a second thread runs a pure
     Python loop, which can only run while the first does not hold the GIL. On two free cores the
@@ -364,18 +377,22 @@ def _units_serial_share(spec, store, strcodes, rows, chunk: int, batch: int) -> 
     (the median of 7 turns). Amdahl's law read on two runs at once cannot tell 0.05 from 0, which
     is what decides 24 units; this can.
 
-    Returns ``(units, run)``: the loop's loss while the units work (``Runtime.drain``: the tasks,
-    what the replay charges per task, item and pair), and over the whole run (the splitter, the
-    quiescent points and taking the results too, which the replay charges on their own, serial
-    or spread by their own measured shares; the share the replays before 2026-11-25 16:30 UTC
-    used). ``(None, None)`` where two threads got less than 1.5 cores."""
+    Returns ``(units, run, control)``: the loop's loss while the units work (``Runtime.drain``:
+    the tasks), over the whole run (the splitter, the quiescent points and taking the results
+    too: the share the replays before 2026-11-25 16:30 UTC used), and beside a compiled
+    ``nogil`` loop cut in as many calls as the units' phase makes probes, over as long. The
+    control shows what the method measures besides Python: each call returns to a GIL the
+    loop holds, and the hand-over back and forth costs the loop tens of microseconds (a loop
+    that held the GIL for about 1 us of every 190 us call lost 17%, 16:15 UTC). So since 16:30
+    UTC the replay takes the share accounted directly (``Trace.units_serial``) and this is
+    kept as a cross-check. ``(None, None, None)`` where two threads got less than 1.5 cores."""
     import threading
 
     n = spec.length
     layout = Layout([[(p,) for p in range(1, n)]], [0] * (n - 1), 1)
     count = [0]  # the loop's iterations so far (read by the run at the edges of its units' phases)
 
-    def one(phases: list | None = None) -> None:
+    def one(phases: list | None = None) -> Runtime:
         rt = Runtime([spec], store, layout, [strcodes], dynamic=False, threads=False, batch_size=batch)
         for lo, hi in chunk_bounds(store.ts[rows - store.base], chunk):
             rt.feed(rows[lo:hi])
@@ -386,6 +403,7 @@ def _units_serial_share(spec, store, strcodes, rows, chunk: int, batch: int) -> 
             rt.quiesce()
             rt.take_results()
         rt.close()
+        return rt
 
     def spin_python(stop: threading.Event, out: list) -> None:
         t0 = time.perf_counter()
@@ -396,14 +414,16 @@ def _units_serial_share(spec, store, strcodes, rows, chunk: int, batch: int) -> 
             count[0] += k
         out.append(count[0] / (time.perf_counter() - t0))
 
-    def rate(with_run: bool) -> tuple[float, float]:
+    def rate(with_run) -> tuple[float, float]:
         """The loop's rate over the whole turn, and while the units worked."""
         stop, out, phases = threading.Event(), [], []
         count[0] = 0
         th = threading.Thread(target=spin_python, args=(stop, out))
         th.start()
-        if with_run:
+        if with_run is True:
             one(phases)
+        elif with_run:
+            with_run()
         else:
             time.sleep(0.05)
         stop.set()
@@ -414,7 +434,19 @@ def _units_serial_share(spec, store, strcodes, rows, chunk: int, batch: int) -> 
 
     import sys
 
-    one()  # warm
+    phases: list = []
+    rt = one(phases)  # warm
+    probes = max(sum(s.tasks for s in rt.stage_stats()[0].values()), 1)
+    drain_s = sum(t for t, _ in phases)
+    kernels.spin(1000)
+    s0 = time.perf_counter()
+    kernels.spin(10_000_000)
+    per_call = max(int(10_000_000 * drain_s / probes / max(time.perf_counter() - s0, 1e-9)), 1)
+
+    def control() -> None:  # as many nogil calls as the units' probes, over as long
+        for _ in range(probes):
+            kernels.spin(per_call)
+
     c0 = cores_available()
     # the loop hands the GIL over as soon as the run asks for it (by default it would keep it for
     # 5 ms, starving the run, and lose nothing itself)
@@ -423,18 +455,18 @@ def _units_serial_share(spec, store, strcodes, rows, chunk: int, batch: int) -> 
     try:
         # alone and beside the run in turns, the median of the 7 ratios: a burst of other work
         # hits one pair, not the result
-        run_ratios, unit_ratios = [], []
+        run_ratios, unit_ratios, control_ratios = [], [], []
         for _ in range(7):
             alone = rate(False)[0]
             whole, units = rate(True)
             run_ratios.append(whole / alone)
             unit_ratios.append(units / alone)
+            control_ratios.append(rate(control)[0] / alone)
     finally:
         sys.setswitchinterval(old)
     if (c0 + cores_available()) / 2 < 1.5:
-        return None, None
-    return (float(np.clip(1.0 - np.median(unit_ratios), 0.0, 1.0)),
-            float(np.clip(1.0 - np.median(run_ratios), 0.0, 1.0)))
+        return None, None, None
+    return tuple(float(np.clip(1.0 - np.median(r), 0.0, 1.0)) for r in (unit_ratios, run_ratios, control_ratios))
 
 
 def _output_parallel_share(rule, chunk_results, store, out_table) -> tuple[float | None, float]:
