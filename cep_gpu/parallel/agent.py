@@ -78,11 +78,12 @@ class Buffer:
         """``unit``'s fragment (created on its first insert; the caller holds the stage lock)."""
         f = self.slot_of.get(unit)
         if f is None:
-            f = self.slot_of[unit] = len(self.counts)
+            f = len(self.counts)
+            if f >= len(self.n):  # room for more fragments (the copy takes the existing ones)
+                self._alloc(2 * len(self.n), self.seq.shape[1], self.bstart.shape[1])
             self.counts.append(0)
             self.nbs.append(0)
-            if f >= len(self.n):
-                self._alloc(2 * len(self.n), self.seq.shape[1], self.bstart.shape[1])
+            self.slot_of[unit] = f
         return f
 
     def room(self, f: int, k: int) -> None:

@@ -745,6 +745,7 @@ def _sim_hybrid_layout(tr: Trace, groups, units, dynamic: bool, cores: int, k: i
     batch = auto_batch(tr.chunk, tr.length, batch_units or k)
     batches = splitter_batches(tr, batch)
     starts = {g[0] - 2 for g in groups}
+    share = serial_share(tr, k)
     phase = 0.0
     for c in range(len(tr.chunk_events)):
         works, spans, gil = [], [], 0.0
@@ -765,7 +766,7 @@ def _sim_hybrid_layout(tr: Trace, groups, units, dynamic: bool, cores: int, k: i
             # task's Python around its kernel calls, a call's dispatch, numbering and appending
             # items, the hand-over: an upper bound, compiled appends release the GIL)
             bound = w - sum(tr.scanned[c, j] * tr.c_scan[j] for j in idx)
-            gil += min(tr.units_serial * w, bound) if tr.units_serial is not None else bound
+            gil += min(share * w, bound) if share is not None else bound
             works.append(w)
             spans.append(w / max(tasks, 1.0))  # one task: the least time an agent can take
         if dynamic:
@@ -797,6 +798,22 @@ def _sim_hybrid_layout(tr: Trace, groups, units, dynamic: bool, cores: int, k: i
         cpu += sum(works) + tr.t_barrier + route + push
     return SimResult("hybrid", k, total, tr.n_events, [f"A{'-'.join(map(str, g))}" for g in groups], list(units),
                      cpu, phase)
+
+
+def serial_share(tr: Trace, k: int) -> float | None:
+    """The share of the units' work that runs one unit at a time with ``k`` units: the share
+    that holds the GIL (``Trace.units_serial``, accounted directly), plus what the GIL's
+    hand-overs cost when it is contended (a unit back from a kernel waits for the holder, and the
+    GIL stays idle while the woken thread gets a core), in proportion to how busy ``k`` units
+    keep it (``k`` × the held share, at most 1). The hand-over cost at full contention is the
+    spinner's loss beyond the held share (:func:`_units_serial_share`: the loop wants the GIL all
+    the time). ``None`` (charge all but the pairs) where neither was measured."""
+    held = tr.units_serial
+    if held is None:
+        return None
+    if tr.spin_units is None:
+        return None if k > 2 else held
+    return min(held + max(tr.spin_units - held, 0.0) * min(1.0, k * held), 1.0)
 
 
 def stage_calls(tr: Trace, c: int, starts: set[int], batch: int) -> list[float]:
@@ -881,7 +898,8 @@ def _sim_data_parallel(tr: Trace, method: str, k: int, rip_batch: int | None, co
     # k units on ``cores`` cores: the slowest unit, or the total shared by the cores, or what of
     # it holds the GIL (as in the hybrid: all but the pairs and the routing), one unit at a time
     bound = float((read * item_per_event + tasks * t_task + pieces * tr.t_piece + owned * m_items * tr.t_item).sum())
-    gil = min(tr.units_serial * float(per_unit.sum()), bound) if tr.units_serial is not None else bound
+    share = serial_share(tr, k)
+    gil = min(share * float(per_unit.sum()), bound) if share is not None else bound
     t = max(per_unit.max(), per_unit.sum() / cores, gil)
     return SimResult(method, k, tr.serial_s + t, tr.n_events, cpu_s=tr.serial_s + float(per_unit.sum()),
                      parallel_s=t)
