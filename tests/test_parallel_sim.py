@@ -187,7 +187,7 @@ def test_replay_runs_the_gil_held_parts_one_at_a_time(small_trace):
 
     tr, _ = small_trace
     # the upper bound (no measured serial share): all but the pairs holds the GIL
-    slow = dataclasses.replace(tr, t_task=np.full(3, 1e-3), split=None, units_serial=None)
+    slow = dataclasses.replace(tr, t_task=np.full(3, 1e-3), split=None, units_serial=None, run_serial=None)
     for k in (4, 16):
         res = simulate(slow, "hybrid", k)
         batch = auto_batch(slow.chunk, slow.length, k)
@@ -200,9 +200,9 @@ def test_replay_runs_the_gil_held_parts_one_at_a_time(small_trace):
     # a measured serial share replaces the bound, never above it: all of it serial is the bound;
     # none of it, 16 units are faster
     for m in ("hybrid", "rip"):
-        serial = dataclasses.replace(slow, units_serial=1.0, spin_units=1.0)
+        serial = dataclasses.replace(slow, units_serial=1.0, spin_units=1.0, run_serial=1.0)
         assert simulate(serial, m, 16).parallel_s == pytest.approx(simulate(slow, m, 16).parallel_s)
-        free = dataclasses.replace(slow, units_serial=0.0, spin_units=0.0)
+        free = dataclasses.replace(slow, units_serial=0.0, spin_units=0.0, run_serial=0.0)
         assert simulate(free, m, 16).parallel_s < simulate(slow, m, 16).parallel_s
     free = dataclasses.replace(slow, units_serial=0.0, spin_units=0.0)
     assert simulate(free, "hybrid", 16).parallel_s < 0.5 * simulate(free, "hybrid", 1).parallel_s

@@ -898,7 +898,10 @@ def _sim_data_parallel(tr: Trace, method: str, k: int, rip_batch: int | None, co
     # k units on ``cores`` cores: the slowest unit, or the total shared by the cores, or what of
     # it holds the GIL (as in the hybrid: all but the pairs and the routing), one unit at a time
     bound = float((read * item_per_event + tasks * t_task + pieces * tr.t_piece + owned * m_items * tr.t_item).sum())
-    share = serial_share(tr, k)
+    # a data-parallel unit's Python is its pieces (a runtime built, fed, drained per piece), not
+    # the hybrid's tasks: its share is the spinner's loss over the whole inline run (the splitter
+    # and the quiescent points among it), as before 16:30 UTC, else the hybrid's
+    share = tr.run_serial if tr.run_serial is not None else serial_share(tr, k)
     gil = min(share * float(per_unit.sum()), bound) if share is not None else bound
     t = max(per_unit.max(), per_unit.sum() / cores, gil)
     return SimResult(method, k, tr.serial_s + t, tr.n_events, cpu_s=tr.serial_s + float(per_unit.sum()),
