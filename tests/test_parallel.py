@@ -251,6 +251,59 @@ def test_exactly_once_under_the_probe_insert_race(match_first):
     assert len(out_other[0]) == 1 and len(first_out) == 0  # the later-numbered item joined
 
 
+def _two_stage(n_a: int, n_b: int):
+    """A stage 1 of ``SEQ(A a, B b) within 1000 s`` over ``n_a`` A events then ``n_b`` B events."""
+    from cep_gpu.parallel import _compat
+    from cep_gpu.parallel.agent import Stage
+    from cep_gpu.parallel.compile import compile_rules
+    from cep_gpu.parallel.runtime import Store
+
+    ev = pd.DataFrame({"type": ["A"] * n_a + ["B"] * n_b, "ts": np.arange(n_a + n_b, dtype=float)})
+    table = _compat.ingest(ev, "s", _compat.StringDictionary())
+    (spec,) = compile_rules([cep_gpu.parse_rule("define Q pattern SEQ(A a, B b) within 1000 s")])
+    store = Store(spec.attributes)
+    store.append(table)
+    return Stage(spec, 1, store, np.empty(0), units=1)
+
+
+def test_probe_keeps_its_snapshot_while_the_buffer_grows():
+    """Between an event's numbering and its probe, other units append enough matches to grow
+    (reallocate) the match buffer and add fragments: the probe reads the arrays and counts of its
+    snapshot, so it joins exactly the match numbered before it; the later matches join the event
+    in their own probes. Each pair once."""
+    stage = _two_stage(600, 1)
+    event = np.array([600])
+    later: list[np.ndarray] = []
+    batches = {1: np.arange(1, 300), 2: np.arange(300, 450), 3: np.arange(450, 600)}
+
+    def grow():  # runs between the event's numbering and its probe
+        if not later:
+            for u, rows in batches.items():  # new fragments; 299 items outgrow the first 256
+                later.append(stage.process(u, rows.reshape(-1, 1), False))
+
+    stage.process(0, np.array([[0]]), False)
+    first = stage.process(5, event, True, jitter=grow)
+    assert first.tolist() == [[0, 600]]  # only the match numbered before the event
+    got = [tuple(r) for r in np.concatenate([first, *later]).tolist()]
+    assert sorted(got) == [(m, 600) for m in range(600)]
+    assert stage.matches.fragments == 4 and stage.matches.seq.shape[1] >= 299
+
+
+def test_one_probe_call_visits_every_fragment():
+    """A batch probes the fragments of every unit in one compiled call (one task, one call)."""
+    stage = _two_stage(3, 2)
+    for u in range(3):
+        stage.process(u, np.array([[u]]), False)
+    out = stage.process(7, np.array([3, 4]), True)
+    s = stage.unit_stats(7)
+    assert sorted(map(tuple, out.tolist())) == [(m, e) for m in range(3) for e in (3, 4)]
+    assert (s.tasks, s.accesses, s.compared) == (1, 3, 6)
+    # and a match probes the event fragments of two units in one call too
+    stage.process(8, np.array([3]), True)
+    got = stage.process(9, np.array([[0]]), False)  # numbered after all three events
+    assert sorted(map(tuple, got.tolist())) == [(0, 3), (0, 3), (0, 4)] and stage.unit_stats(9).accesses == 2
+
+
 def test_heavy_jitter_many_units():
     rng = np.random.default_rng(7)
     n = 400

@@ -187,7 +187,7 @@ def test_replay_runs_the_gil_held_parts_one_at_a_time(small_trace):
 
     tr, _ = small_trace
     # the upper bound (no measured serial share): all but the pairs holds the GIL
-    slow = dataclasses.replace(tr, t_task=np.full(3, 1e-3), split=None, units_serial=None)
+    slow = dataclasses.replace(tr, t_task=np.full(3, 1e-3), split=None, units_serial=None, run_serial=None)
     for k in (4, 16):
         res = simulate(slow, "hybrid", k)
         batch = auto_batch(slow.chunk, slow.length, k)
@@ -200,12 +200,33 @@ def test_replay_runs_the_gil_held_parts_one_at_a_time(small_trace):
     # a measured serial share replaces the bound, never above it: all of it serial is the bound;
     # none of it, 16 units are faster
     for m in ("hybrid", "rip"):
-        serial = dataclasses.replace(slow, units_serial=1.0)
+        serial = dataclasses.replace(slow, units_serial=1.0, spin_units=1.0, run_serial=1.0)
         assert simulate(serial, m, 16).parallel_s == pytest.approx(simulate(slow, m, 16).parallel_s)
-        free = dataclasses.replace(slow, units_serial=0.0)
+        free = dataclasses.replace(slow, units_serial=0.0, spin_units=0.0, run_serial=0.0)
         assert simulate(free, m, 16).parallel_s < simulate(slow, m, 16).parallel_s
-    free = dataclasses.replace(slow, units_serial=0.0)
+    free = dataclasses.replace(slow, units_serial=0.0, spin_units=0.0)
     assert simulate(free, "hybrid", 16).parallel_s < 0.5 * simulate(free, "hybrid", 1).parallel_s
+    # the GIL's hand-overs: charged in proportion to how busy k units keep the GIL
+    handed = dataclasses.replace(slow, units_serial=0.05, spin_units=0.5)
+    assert simulate(handed, "hybrid", 16).parallel_s > simulate(
+        dataclasses.replace(handed, spin_units=0.05), "hybrid", 16).parallel_s
+
+
+def test_serial_share_by_hand(small_trace):
+    """held + (spinner's loss - held) x min(1, k x held); unknown hand-overs: the held share up to
+    2 units, the upper bound (None) beyond."""
+    from cep_gpu.parallel.simulate import serial_share
+
+    tr, _ = small_trace
+    t = dataclasses.replace(tr, units_serial=0.02, spin_units=0.10)
+    assert serial_share(t, 8) == pytest.approx(0.02 + 0.08 * 0.16)
+    assert serial_share(t, 100) == pytest.approx(0.10)
+    assert serial_share(dataclasses.replace(t, spin_units=0.01), 8) == pytest.approx(0.02)
+    assert serial_share(dataclasses.replace(t, spin_units=None), 2) == pytest.approx(0.02)
+    assert serial_share(dataclasses.replace(t, spin_units=None), 8) is None
+    assert serial_share(dataclasses.replace(t, units_serial=None), 1) is None
+    # the trace accounts the held share directly: a share of the units' CPU time
+    assert 0.0 < tr.units_serial < 1.0 and 0.0 < tr.split.units_serial < 1.0
 
 
 def test_auto_batch_grows_with_many_units():

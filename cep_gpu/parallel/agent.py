@@ -26,92 +26,92 @@ from . import kernels
 from .compile import ChainSpec
 
 
-class Fragment:
-    """A growable, append-only slice of one buffer, owned by one unit.
+class Buffer:
+    """One buffer of a stage (``EB_i`` or ``MB_i``): its fragments, one per unit that inserted,
+    held in shared 2-D arrays (fragment ``f`` is row ``f``) that one compiled call can probe whole.
 
-    Readers take ``n`` first and the arrays after: the writer replaces arrays (on growth) before
-    it writes items and bumps ``n`` last, so any snapshot holds at least ``n`` valid items.
+    Only the stage's lock holder appends (to its own fragment) or grows the arrays; growth
+    replaces them with larger copies, so a probe that took the arrays and the counts under the
+    lock keeps reading valid items (no writer touches an item below a count once it is counted).
+    ``width``: 0 for events, ``k`` for partial matches of ``k`` positions.
     """
 
-    __slots__ = ("rows", "seq", "first", "last", "n", "width", "unit", "bstart", "bmin", "bmax", "bpmax", "nb")
+    __slots__ = ("width", "slot_of", "counts", "nbs", "rows", "seq", "first", "last", "n", "nb",
+                 "bstart", "bmin", "bmax", "bpmax")
 
-    def __init__(self, width: int, unit: int, cap: int = 256) -> None:
-        self.width = width  # 0: events (rows is 1-D); k: matches of k positions
-        self.unit = unit
-        self.rows = np.empty((cap, width) if width else cap, np.int64)
-        self.seq = np.empty(cap, np.int64)
-        self.first = np.empty(cap, np.int64)  # events: their timestamps
-        self.last = np.empty(cap if width else 0, np.int64)
-        # blocks (one per appended batch) with the range of ``first`` in each: a probing event
-        # skips whole blocks of matches that started too early or too late
-        self.bstart = np.empty(16, np.int64)
-        self.bmin = np.empty(16, np.int64)
-        self.bmax = np.empty(16, np.int64)
-        self.bpmax = np.empty(16, np.int64)
-        self.nb = 0
-        self.n = 0
+    def __init__(self, width: int, slots: int = 2, cap: int = 256) -> None:
+        self.width = width
+        self.slot_of: dict[int, int] = {}  # unit -> its fragment
+        self.counts: list[int] = []  # items per fragment (a Python copy of ``n``, for room checks)
+        self.nbs: list[int] = []  # blocks per fragment (a Python copy of ``nb``)
+        self._alloc(max(slots, 1), cap, 16 if width else 1)
 
-    def _grow(self, need: int) -> None:
-        cap = max(need, 2 * len(self.seq))
-        n = self.n
-        rows = np.empty((cap, self.width) if self.width else cap, np.int64)
-        rows[:n] = self.rows[:n]
-        seq = np.empty(cap, np.int64)
-        seq[:n] = self.seq[:n]
-        first = np.empty(cap, np.int64)
-        first[:n] = self.first[:n]
-        self.first = first
-        if self.width:
-            last = np.empty(cap, np.int64)
-            last[:n] = self.last[:n]
-            self.last = last
-        self.rows, self.seq = rows, seq
+    def _alloc(self, slots: int, cap: int, bcap: int) -> None:
+        """New arrays of ``slots`` fragments with room for ``cap`` items and ``bcap`` blocks each,
+        holding the items so far (the old arrays stay valid for the probes that hold them)."""
+        w = self.width
+        old = getattr(self, "n", None)
+        rows = np.empty((slots, cap, w) if w else (slots, cap), np.int64)
+        seq = np.empty((slots, cap), np.int64)
+        first = np.empty((slots, cap), np.int64)  # events: their timestamps
+        last = np.empty((slots, cap if w else 0), np.int64)
+        blocks = [np.empty((slots, bcap), np.int64) for _ in range(4)]
+        n = np.zeros(slots, np.int64)
+        nb = np.zeros(slots, np.int64)
+        if old is not None:
+            for f, (k, b) in enumerate(zip(self.counts, self.nbs)):
+                rows[f, :k] = self.rows[f, :k]
+                seq[f, :k] = self.seq[f, :k]
+                first[f, :k] = self.first[f, :k]
+                if w:
+                    last[f, :k] = self.last[f, :k]
+                for new, cur in zip(blocks, (self.bstart, self.bmin, self.bmax, self.bpmax)):
+                    new[f, :b] = cur[f, :b]
+                n[f], nb[f] = k, b
+        # the counts last: a snapshot taken under the lock reads them, never half-built arrays
+        self.rows, self.seq, self.first, self.last = rows, seq, first, last
+        self.bstart, self.bmin, self.bmax, self.bpmax = blocks
+        self.nb = nb
+        self.n = n
 
-    def append(self, rows: np.ndarray, seq0: int, ts: np.ndarray, base: int, ref: int = 0) -> None:
-        """Append ``rows`` numbered from ``seq0`` (one compiled call; the caller holds the stage lock)."""
-        k = len(rows)
-        n = self.n
-        if n + k > len(self.seq):
-            self._grow(n + k)
-        if self.width:
-            need = self.nb + k // kernels.BLOCK + 1
-            if need > len(self.bstart):
-                self._grow_blocks(need)
-            self.nb = kernels.append_matches(self.rows, self.seq, self.first, self.last, n, rows, seq0, ts, base,
-                                             ref, self.bstart, self.bmin, self.bmax, self.bpmax, self.nb)
-        else:
-            kernels.append_events(self.rows, self.seq, self.first, n, rows, seq0, ts, base)
-        self.n = n + k  # last: publishes the items to readers
+    def slot(self, unit: int) -> int:
+        """``unit``'s fragment (created on its first insert; the caller holds the stage lock)."""
+        f = self.slot_of.get(unit)
+        if f is None:
+            f = len(self.counts)
+            if f >= len(self.n):  # room for more fragments (the copy takes the existing ones)
+                self._alloc(2 * len(self.n), self.seq.shape[1], self.bstart.shape[1])
+            self.counts.append(0)
+            self.nbs.append(0)
+            self.slot_of[unit] = f
+        return f
 
-    def _grow_blocks(self, need: int) -> None:
-        cap = max(need, 2 * len(self.bstart))
-        nb = self.nb
-        for name in ("bstart", "bmin", "bmax", "bpmax"):
-            old = getattr(self, name)
-            new = np.empty(cap, np.int64)
-            new[:nb] = old[:nb]
-            setattr(self, name, new)
+    def room(self, f: int, k: int) -> None:
+        """Make room for ``k`` more items (and their blocks) in fragment ``f`` (under the lock)."""
+        cap, bcap = self.seq.shape[1], self.bstart.shape[1]
+        need, bneed = self.counts[f] + k, (self.nbs[f] + k // kernels.BLOCK + 1 if self.width else 1)
+        if need > cap or bneed > bcap:
+            self._alloc(len(self.n), max(need, 2 * cap) if need > cap else cap,
+                        max(bneed, 2 * bcap) if bneed > bcap else bcap)
+
+    @property
+    def fragments(self) -> int:
+        return len(self.counts)
 
     def clear(self) -> None:
-        self.n = 0
-        self.nb = 0
+        """Drop every item (only at a quiescent point)."""
+        self.n[:] = 0
+        self.nb[:] = 0
+        self.counts = [0] * len(self.counts)
+        self.nbs = [0] * len(self.nbs)
 
-    def keep(self, mask: np.ndarray) -> None:
-        """Keep the items where ``mask`` holds (only at a quiescent point)."""
-        n = self.n
-        idx = np.flatnonzero(mask[:n])
-        k = len(idx)
-        self.rows[:k] = self.rows[idx]
-        self.seq[:k] = self.seq[idx]
-        self.first[:k] = self.first[idx]
-        if self.width:
-            self.last[:k] = self.last[idx]
-            self.nb = 0
-            need = k // kernels.BLOCK + 1
-            if need > len(self.bstart):
-                self._grow_blocks(need)
-            self.nb = kernels.add_blocks(self.first, 0, k, self.bstart, self.bmin, self.bmax, self.bpmax, 0)
-        self.n = k
+    def keep_from(self, lo: int) -> None:
+        """Keep the matches whose first timestamp is at least ``lo`` (only at a quiescent point)."""
+        kernels.keep_matches(self.rows, self.seq, self.first, self.last, self.n, self.nb,
+                             self.bstart, self.bmin, self.bmax, self.bpmax, lo)
+        k = len(self.counts)
+        self.counts = self.n[:k].tolist()
+        self.nbs = self.nb[:k].tolist()
 
 
 @dataclass
@@ -135,9 +135,9 @@ class Stage:
     """State ``S_i``: the buffers of position ``i`` of one rule and its join program."""
 
     def __init__(self, spec: ChainSpec, position: int, store, strcodes: np.ndarray,
-                 time_kernels: bool = False) -> None:
+                 time_kernels: bool = False, units: int = 2) -> None:
         self.spec = spec
-        # timing each kernel call costs two clock reads per fragment visit: only when calibrating
+        # timing each kernel call costs two clock reads per task: only when calibrating
         self.time_kernels = time_kernels
         self.strcodes = strcodes
         self.position = position
@@ -149,40 +149,45 @@ class Stage:
         self.ref = spec.ref_positions[position] if spec.ref_positions else 0
         self.lock = threading.Lock()
         self.counter = 0
-        self.ev_frags: dict[int, Fragment] = {}
-        self.m_frags: dict[int, Fragment] = {}
-        self.ev_list: list[Fragment] = []
-        self.m_list: list[Fragment] = []
+        self.events = Buffer(0, units)
+        self.matches = Buffer(self.width, units)
         self.store = store
         self.per_unit: dict[int, StageStats] = {}
-        # outputs and items of this stage so far, for the size of a task's output buffer (hints
-        # only: racy updates from several units are harmless)
+        # outputs and items of this stage so far, for the first size of a task's output (hints
+        # only: racy updates from several units are harmless; the output grows as needed)
         self._hint_out = 0
         self._hint_items = 0
 
-    def _insert(self, unit: int, rows: np.ndarray, is_event: bool) -> tuple[int, list[Fragment]]:
+    def _insert(self, unit: int, rows: np.ndarray, is_event: bool) -> tuple[int, Buffer, tuple, np.ndarray]:
         """Number the items and append them to ``unit``'s fragment in one critical section.
 
-        Returns the first number and the opposite buffer's fragment list as it is after the
-        numbering (each fragment's item count is read later, by the probe: still after it).
+        Returns the first number, the opposite buffer, its arrays and its counts (items and
+        blocks per fragment, ``(2, fragments)``) as they stood in that critical section: exactly
+        the opposite items numbered before these (docs/parallel.md, "Exactly once").
         """
         st = self.store
+        k = len(rows)
         with self.lock:
             seq0 = self.counter
-            self.counter += len(rows)
+            self.counter = seq0 + k
             if is_event:
-                frag = self.ev_frags.get(unit)
-                if frag is None:
-                    frag = self.ev_frags[unit] = Fragment(0, unit)
-                    self.ev_list = self.ev_list + [frag]  # copy-on-write: readers hold snapshots
-                frag.append(rows, seq0, st.ts, st.base)
-                return seq0, self.m_list
-            frag = self.m_frags.get(unit)
-            if frag is None:
-                frag = self.m_frags[unit] = Fragment(self.width, unit)
-                self.m_list = self.m_list + [frag]
-            frag.append(rows, seq0, st.ts, st.base, self.ref)
-            return seq0, self.ev_list
+                own, opp = self.events, self.matches
+            else:
+                own, opp = self.matches, self.events
+            f = own.slot(unit)
+            own.room(f, k)
+            snap = np.empty((2, len(opp.n)), np.int64)
+            if is_event:
+                kernels.append_events(own.rows, own.seq, own.first, own.n, f, rows, seq0, st.ts, st.base,
+                                      opp.n, opp.nb, snap)
+            else:
+                kernels.append_matches(own.rows, own.seq, own.first, own.last, own.n, own.nb, own.bstart, own.bmin,
+                                       own.bmax, own.bpmax, f, rows, seq0, st.ts, st.base, self.ref, opp.n, opp.nb,
+                                       snap)
+                own.nbs[f] = int(own.nb[f])
+            own.counts[f] += k
+            arrays = (opp.rows, opp.seq, opp.first, opp.last, opp.bstart, opp.bmin, opp.bmax, opp.bpmax)
+        return seq0, opp, arrays, snap
 
     def unit_stats(self, unit: int) -> StageStats:
         """``unit``'s own counters (only that unit writes them: no lock)."""
@@ -202,56 +207,32 @@ class Stage:
     def process(self, unit: int, rows: np.ndarray, is_event: bool, jitter=None) -> np.ndarray:
         """Insert a batch (events: 1-D rows; matches: (k, width) rows) and probe the other buffer.
 
-        Python runs once per batch and fragment: numbering and appending are one compiled call
-        under the stage lock, each fragment one compiled probe without the GIL.
-        Returns the extended matches, (n, width + 1) absolute store rows.
+        Python runs once per batch: numbering and appending are one compiled call under the
+        stage lock, and one compiled call without the GIL probes every fragment of the opposite
+        buffer (as the lock left it). Returns the extended matches, (n, width + 1) absolute rows.
         """
         t0 = time.thread_time()
-        seq0, frags = self._insert(unit, rows, is_event)
+        seq0, _, (o_rows, o_seq, o_first, o_last, o_bs, o_bmin, o_bmax, o_bpmax), snap = \
+            self._insert(unit, rows, is_event)
         if jitter is not None:
             jitter()
         st = self.store
         prog = self.program
-        w = self.width
-        window = self.window
-        # room for the outputs this stage has produced per item on average so far (a rerun of a
-        # fragment whose outputs do not fit costs its whole scan again)
+        # the output's first size: what this stage has produced per item on average so far
         ratio = self._hint_out / self._hint_items if self._hint_items else 0.0
         cap = max(64, 2 * len(rows), int(1.5 * ratio * len(rows)))
-        out = np.empty((cap, w + 1), np.int64)
-        got = 0
-        compared = 0
-        scanned = 0
-        kt = 0.0
-        for f in frags:
-            n = f.n  # after our numbering: every item of a smaller number is in
-            if n == 0:
-                continue
-            while True:
-                if self.time_kernels:
-                    k0 = time.thread_time()
-                if is_event:
-                    tot, cmp, scn = kernels.probe_events(
-                        rows, seq0, f.rows, f.seq, f.first, f.last, n, f.bstart, f.bmin, f.bmax, f.bpmax, f.nb, window,
-                        prog.code, prog.consts, self.strcodes, st.vals, st.valid, st.ts, st.base, prog.max_stack,
-                        out, got, cap)
-                else:
-                    tot, cmp, scn = kernels.probe_matches(
-                        rows, seq0, self.ref, f.rows, f.seq, f.first, n, window, prog.code, prog.consts, self.strcodes,
-                        st.vals, st.valid, st.ts, st.base, prog.max_stack, out, got, cap)
-                if self.time_kernels:
-                    kt += time.thread_time() - k0
-                if tot <= cap:
-                    break
-                cap = 2 * tot  # rerun this fragment with room for all
-                bigger = np.empty((cap, w + 1), np.int64)
-                bigger[:got] = out[:got]
-                out = bigger
-            got = tot
-            compared += cmp
-            scanned += scn
-            if jitter is not None:
-                jitter()
+        if self.time_kernels:
+            k0 = time.thread_time()
+        if is_event:
+            out, compared, scanned, visits = kernels.probe_events(
+                rows, seq0, o_rows, o_seq, o_first, o_last, snap, o_bs, o_bmin, o_bmax, o_bpmax, self.window,
+                prog.code, prog.consts, self.strcodes, st.vals, st.valid, st.ts, st.base, prog.max_stack, cap)
+        else:
+            out, compared, scanned, visits = kernels.probe_matches(
+                rows, seq0, self.ref, o_rows, o_seq, o_first, snap, self.window, prog.code, prog.consts,
+                self.strcodes, st.vals, st.valid, st.ts, st.base, prog.max_stack, cap)
+        kt = time.thread_time() - k0 if self.time_kernels else 0.0
+        got = len(out)
         self._hint_out += got
         self._hint_items += len(rows)
         s = self.unit_stats(unit)
@@ -262,10 +243,10 @@ class Stage:
         s.compared += compared
         s.scanned += scanned
         s.outputs += got
-        s.accesses += len(frags)
+        s.accesses += visits
         s.kernel_s += kt
         s.busy_s += time.thread_time() - t0
-        return out[:got]
+        return out
 
     def prune(self, newest: int) -> None:
         """At a quiescent point: drop every buffered event and the matches no later event can extend.
@@ -275,12 +256,9 @@ class Stage:
         A later event (``ts >= newest``) extends a match only if ``ts - first <= W`` (``first``: the
         timestamp the stage's window is measured from).
         """
-        for f in self.ev_list:
-            f.clear()
-        lo = newest - self.window
-        for f in self.m_list:
-            if f.n:
-                f.keep(f.first[: f.n] >= lo)
+        self.events.clear()
+        if any(self.matches.counts):
+            self.matches.keep_from(newest - self.window)
 
 
 @dataclass

@@ -514,15 +514,15 @@ def auto_chunk(rate: float, window_s: float) -> int:
 def auto_batch(chunk: int, length: int, units: int) -> int:
     """Items per task: each position gets about four tasks per unit per chunk, within [256, 1024].
 
-    Python runs once per task (and per fragment it probes), so tasks are as large as the
-    units' load balance allows. The floor: a task visits every fragment of its agent's opposite
-    buffer (one per unit there), so with many units small tasks cost more in visits and calls
-    than the balance they buy (in the k-unit replay, 32-item tasks left the hybrid behind RIP at
-    k >= 8 for patterns of 5-6 positions; 256 does not change 1 or 2 units at chunks >= 16,384).
-    From 5 units on, at least ``64 * units``: a task's Python (about 15-40 us, with its fragment
-    visits) holds the GIL, so all units' tasks run one at a time; with many units that, not
-    the joins, sets the pace unless tasks grow with the units (the k-unit replay charges it:
-    docs/parallel.md, "The GIL").
+    Python runs once per task (one locked compiled call to number and append, one compiled call
+    that probes every fragment), so tasks are as large as the units' load balance allows. The
+    floor: a task visits every fragment of its agent's opposite buffer (one per unit there), so
+    with many units small tasks cost more in visits and calls than the balance they buy (in the
+    k-unit replay, 32-item tasks left the hybrid behind RIP at k >= 8 for patterns of 5-6
+    positions; 256 does not change 1 or 2 units at chunks >= 16,384). From 5 units on, at least
+    ``64 * units``: a task's Python holds the GIL, so all units' tasks run one at a time; with
+    many units that, not the joins, sets the pace unless tasks grow with the units (the k-unit
+    replay charges it: docs/parallel.md, "The GIL").
     """
     return int(min(max(chunk // (max(length, 1) * 4 * max(units, 1)), 256, 64 * max(units, 1)),
                    max(1024, 64 * max(units, 1))))

@@ -33,6 +33,10 @@ from .compile import (
 )
 
 _JIT = dict(nogil=True, cache=True)
+#: short kernels of a task (appending a batch under the stage's lock, the queue keys) keep the
+#: GIL: releasing it costs a hand-over of the GIL to a waiting thread and back, which took more
+#: than these kernels do; a task releases it once, for its probe (docs/parallel.md, "The GIL")
+_JIT_GIL = dict(cache=True)
 
 
 @numba.njit(**_JIT)
@@ -152,19 +156,10 @@ def rows_of_type(rows, types, base, code):
 BLOCK = 32
 
 
-@numba.njit(**_JIT)
-def append_events(frows, fseq, ffirst, n, rows, seq0, ts, base):
-    """Append events ``rows`` (absolute) numbered ``seq0, seq0 + 1, ...`` at ``n`` of a fragment."""
-    for i in range(rows.shape[0]):
-        r = rows[i]
-        frows[n + i] = r
-        fseq[n + i] = seq0 + i
-        ffirst[n + i] = ts[r - base]
-
-
-@numba.njit(**_JIT)
+@numba.njit(**_JIT_GIL)
 def add_blocks(ffirst, n, k, bstart, bmin, bmax, bpmax, nb):
-    """Blocks of at most :data:`BLOCK` items over items ``n..n+k-1``; returns the new block count.
+    """Blocks of at most :data:`BLOCK` items over items ``n..n+k-1`` of one fragment (1-D rows of
+    the buffer's arrays); returns the new block count.
 
     ``bpmax[b]``: the largest first timestamp of blocks ``0..b`` (non-decreasing), so that a
     probing event binary-searches past the blocks that all started too early.
@@ -189,109 +184,204 @@ def add_blocks(ffirst, n, k, bstart, bmin, bmax, bpmax, nb):
     return nb
 
 
-@numba.njit(**_JIT)
-def append_matches(frows, fseq, ffirst, flast, n, rows, seq0, ts, base, ref, bstart, bmin, bmax, bpmax, nb):
-    """Append partial matches ``rows`` (k, w) at ``n`` of a fragment, with their blocks.
+@numba.njit(**_JIT_GIL)
+def _snapshot(opp_n, opp_nb, snap):
+    for f in range(opp_n.shape[0]):
+        snap[0, f] = opp_n[f]
+        snap[1, f] = opp_nb[f]
+
+
+@numba.njit(**_JIT_GIL)
+def append_events(frows, fseq, fts, fn, slot, rows, seq0, ts, base, opp_n, opp_nb, snap):
+    """Append events ``rows`` (absolute) numbered ``seq0, seq0 + 1, ...`` to fragment ``slot`` of an
+    event buffer (``frows[slot]``..., ``fn[slot]`` items), then copy the opposite buffer's item and
+    block counts into ``snap`` (2, fragments): what the probe that follows may read. The caller
+    holds the stage's lock, so the snapshot holds exactly the opposite items numbered before."""
+    n = fn[slot]
+    for i in range(rows.shape[0]):
+        r = rows[i]
+        frows[slot, n + i] = r
+        fseq[slot, n + i] = seq0 + i
+        fts[slot, n + i] = ts[r - base]
+    fn[slot] = n + rows.shape[0]
+    _snapshot(opp_n, opp_nb, snap)
+
+
+@numba.njit(**_JIT_GIL)
+def append_matches(frows, fseq, ffirst, flast, fn, fnb, bstart, bmin, bmax, bpmax, slot, rows, seq0, ts, base, ref,
+                   opp_n, opp_nb, snap):
+    """Append partial matches ``rows`` (k, w) to fragment ``slot`` of a match buffer, with their
+    blocks, then snapshot the opposite buffer's counts (as :func:`append_events`).
 
     ``ffirst`` gets the timestamp of position ``ref`` of each match, the one the stage's window
     is measured from (0 for SEQ; the match's last position for a TESLA chain); docstrings below
-    call it the match's *first* timestamp.
-
-    Each block holds at most :data:`BLOCK` consecutive items and the range of their first
-    timestamps. Returns the new number of blocks (the caller made room for them).
+    call it the match's *first* timestamp. Each block holds at most :data:`BLOCK` consecutive
+    items and the range of their first timestamps (the caller made room for them).
     """
     w = rows.shape[1]
     k = rows.shape[0]
+    n = fn[slot]
     for i in range(k):
         for p in range(w):
-            frows[n + i, p] = rows[i, p]
-        fseq[n + i] = seq0 + i
-        ffirst[n + i] = ts[rows[i, ref] - base]  # the window's reference (the first event for SEQ)
-        flast[n + i] = ts[rows[i, w - 1] - base]
-    return add_blocks(ffirst, n, k, bstart, bmin, bmax, bpmax, nb)
+            frows[slot, n + i, p] = rows[i, p]
+        fseq[slot, n + i] = seq0 + i
+        ffirst[slot, n + i] = ts[rows[i, ref] - base]  # the window's reference (the first event for SEQ)
+        flast[slot, n + i] = ts[rows[i, w - 1] - base]
+    fnb[slot] = add_blocks(ffirst[slot], n, k, bstart[slot], bmin[slot], bmax[slot], bpmax[slot], fnb[slot])
+    fn[slot] = n + k
+    _snapshot(opp_n, opp_nb, snap)
 
 
 @numba.njit(**_JIT)
-def probe_events(e_rows, seq0, m_rows, m_seq, m_first, m_last, nm, bstart, bmin, bmax, bpmax, nb, window,
-                 code, consts, strcodes, vals, valid, ts, base, depth, out, n0, cap):
-    """Events ``e_rows`` (numbered from ``seq0``) probe one match fragment of ``nm`` items.
+def keep_matches(frows, fseq, ffirst, flast, fn, fnb, bstart, bmin, bmax, bpmax, lo):
+    """(Quiescent point.) Keep, in every fragment, the matches whose first timestamp is at least
+    ``lo``, in order, and rebuild the fragments' blocks."""
+    for f in range(fn.shape[0]):
+        k = 0
+        for j in range(fn[f]):
+            if ffirst[f, j] >= lo:
+                if k != j:
+                    for p in range(frows.shape[2]):
+                        frows[f, k, p] = frows[f, j, p]
+                    fseq[f, k] = fseq[f, j]
+                    ffirst[f, k] = ffirst[f, j]
+                    flast[f, k] = flast[f, j]
+                k += 1
+        fn[f] = k
+        fnb[f] = add_blocks(ffirst[f], 0, k, bstart[f], bmin[f], bmax[f], bpmax[f], 0)
 
-    The exactly-once rule (docs/parallel.md): an event joins only matches of a smaller number. A
-    pair joins when the event is strictly later than the match's last event, at most ``window``
-    after its first, and the stage's conditions hold. Extended matches go to ``out`` from row
-    ``n0`` (rows ``< cap`` are written). Returns ``(n0 + extended, pairs compared, pairs
-    scanned)``: *compared* counts the pairs of the cost model (the event within ``window`` of the
-    match's first event, either side, Eq. 2), *scanned* every pair looked at. When the first
-    exceeds ``cap`` the caller reruns with a larger ``out``.
+
+@numba.njit(**_JIT)
+def _room(out, n):
+    """``out`` with room for row ``n`` (doubled when full)."""
+    if n < out.shape[0]:
+        return out
+    bigger = np.empty((2 * out.shape[0], out.shape[1]), np.int64)
+    bigger[:n] = out[:n]
+    return bigger
+
+
+@numba.njit(**_JIT)
+def probe_events(e_rows, seq0, m_rows, m_seq, m_first, m_last, snap, bstart, bmin, bmax, bpmax, window,
+                 code, consts, strcodes, vals, valid, ts, base, depth, cap):
+    """Events ``e_rows`` (numbered from ``seq0``) probe every fragment of a match buffer, in one
+    call: fragment ``f`` up to its snapshot counts ``snap[0, f]`` items, ``snap[1, f]`` blocks.
+
+    The exactly-once rule (docs/parallel.md): an event joins only matches of a smaller number (the
+    snapshot holds only such; the check stays as a guard). A pair joins when the event is strictly
+    later than the match's last event, at most ``window`` after its first, and the stage's
+    conditions hold. Returns ``(extended matches, pairs compared, pairs scanned, fragments
+    visited)``: *compared* counts the pairs of the cost model (the event within ``window`` of the
+    match's first event, either side, Eq. 2), *scanned* every pair looked at. ``cap``: the
+    output's first size (it grows as needed).
     """
-    w = m_rows.shape[1]
+    w = m_rows.shape[2]
     sv = np.empty(depth, np.float64)
     sk = np.empty(depth, np.bool_)
-    n = n0
+    out = np.empty((max(cap, 1), w + 1), np.int64)
+    n = 0
     compared = 0
     scanned = 0
-    for i in range(e_rows.shape[0]):
-        er = e_rows[i]
-        es = seq0 + i
-        et = ts[er - base]
-        for b in range(np.searchsorted(bpmax[:nb], et - window, side="left"), nb):
-            j0 = bstart[b]
-            if j0 >= nm:
-                break
-            if bmax[b] < et - window or bmin[b] >= et:
-                continue  # every match of the block started too early, or not before et
-            j1 = bstart[b + 1] if b + 1 < nb else nm
-            if j1 > nm:
-                j1 = nm
-            for j in range(j0, j1):
-                if m_seq[j] >= es:
-                    continue
-                scanned += 1
-                d = et - m_first[j]
-                if d < -window or d > window:
-                    continue
-                compared += 1
-                if et <= m_last[j]:
-                    continue
-                if run_program(code, consts, strcodes, m_rows[j], er, w, vals, valid, ts, base, sv, sk):
-                    if n < cap:  # else the caller reruns with room for all
-                        out[n, :w] = m_rows[j]
+    visits = 0
+    for f in range(snap.shape[1]):
+        nm = snap[0, f]
+        nb = snap[1, f]
+        if nm == 0:
+            continue
+        visits += 1
+        fr = m_rows[f]
+        fseq = m_seq[f]
+        ffirst = m_first[f]
+        flast = m_last[f]
+        fbs = bstart[f]
+        fbmin = bmin[f]
+        fbmax = bmax[f]
+        fbp = bpmax[f, :nb]
+        for i in range(e_rows.shape[0]):
+            er = e_rows[i]
+            es = seq0 + i
+            et = ts[er - base]
+            for b in range(np.searchsorted(fbp, et - window, side="left"), nb):
+                j0 = fbs[b]
+                if j0 >= nm:
+                    break
+                if fbmax[b] < et - window or fbmin[b] >= et:
+                    continue  # every match of the block started too early, or not before et
+                j1 = fbs[b + 1] if b + 1 < nb else nm
+                if j1 > nm:
+                    j1 = nm
+                for j in range(j0, j1):
+                    if fseq[j] >= es:
+                        continue
+                    scanned += 1
+                    d = et - ffirst[j]
+                    if d < -window or d > window:
+                        continue
+                    compared += 1
+                    if et <= flast[j]:
+                        continue
+                    if run_program(code, consts, strcodes, fr[j], er, w, vals, valid, ts, base, sv, sk):
+                        out = _room(out, n)
+                        out[n, :w] = fr[j]
                         out[n, w] = er
-                    n += 1
-    return n, compared, scanned
+                        n += 1
+    return out[:n], compared, scanned, visits
 
 
 @numba.njit(**_JIT)
-def probe_matches(m_rows, seq0, ref, e_rows, e_seq, e_ts, ne, window,
-                  code, consts, strcodes, vals, valid, ts, base, depth, out, n0, cap):
-    """Partial matches ``m_rows`` (numbered from ``seq0``) probe one event fragment of ``ne``
-    items, in time order (binary search of each match's window). Same rule, output and return
-    value as :func:`probe_events`."""
+def probe_matches(m_rows, seq0, ref, e_rows, e_seq, e_ts, snap, window,
+                  code, consts, strcodes, vals, valid, ts, base, depth, cap):
+    """Partial matches ``m_rows`` (numbered from ``seq0``) probe every fragment of an event buffer
+    in one call (fragment ``f`` up to ``snap[0, f]`` items, in time order: binary search of each
+    match's window). Same rule and return value as :func:`probe_events`."""
     w = m_rows.shape[1]
     sv, sk = np.empty(depth, np.float64), np.empty(depth, np.bool_)  # the programs' stacks
-    n, compared, scanned = n0, 0, 0
-    ets = e_ts[:ne]
-    for j in range(m_rows.shape[0]):
-        ms = seq0 + j
-        f = ts[m_rows[j, ref] - base]
-        lo = ts[m_rows[j, w - 1] - base]
-        a = np.searchsorted(ets, f - window, side="left")
-        b = np.searchsorted(ets, f + window, side="right")
-        s = np.searchsorted(ets, lo, side="right")
-        for i in range(a, b):
-            if e_seq[i] >= ms:
-                continue
-            compared += 1
-            scanned += 1
-            if i < s:
-                continue
-            er = e_rows[i]
-            if run_program(code, consts, strcodes, m_rows[j], er, w, vals, valid, ts, base, sv, sk):
-                if n < cap:
+    out = np.empty((max(cap, 1), w + 1), np.int64)
+    n, compared, scanned, visits = 0, 0, 0, 0
+    for f in range(snap.shape[1]):
+        ne = snap[0, f]
+        if ne == 0:
+            continue
+        visits += 1
+        ets = e_ts[f, :ne]
+        fseq = e_seq[f]
+        frows = e_rows[f]
+        for j in range(m_rows.shape[0]):
+            ms = seq0 + j
+            fj = ts[m_rows[j, ref] - base]
+            lo = ts[m_rows[j, w - 1] - base]
+            a = np.searchsorted(ets, fj - window, side="left")
+            b = np.searchsorted(ets, fj + window, side="right")
+            s = np.searchsorted(ets, lo, side="right")
+            for i in range(a, b):
+                if fseq[i] >= ms:
+                    continue
+                compared += 1
+                scanned += 1
+                if i < s:
+                    continue
+                er = frows[i]
+                if run_program(code, consts, strcodes, m_rows[j], er, w, vals, valid, ts, base, sv, sk):
+                    out = _room(out, n)
                     out[n, w] = er
                     out[n, :w] = m_rows[j]
-                n += 1
-    return n, compared, scanned
+                    n += 1
+    return out[:n], compared, scanned, visits
+
+
+@numba.njit(**_JIT_GIL)
+def batch_keys(rows, ts, base, bs):
+    """The queue key of each batch of ``bs`` partial matches of ``rows``: its oldest last event."""
+    n, w = rows.shape
+    keys = np.empty((n + bs - 1) // bs, np.int64)
+    for b in range(keys.shape[0]):
+        best = ts[rows[b * bs, w - 1] - base]
+        for i in range(b * bs + 1, min(n, (b + 1) * bs)):
+            t = ts[rows[i, w - 1] - base]
+            if t < best:
+                best = t
+        keys[b] = best
+    return keys
 
 
 @numba.njit(**_JIT)
@@ -492,17 +582,23 @@ def warm_up() -> None:
     valid = np.ones((1, 2), np.bool_)
     ts = np.array([0, 1], np.int64)
     one = np.zeros(1, np.int64)
-    out = np.empty((4, 2), np.int64)
     filter_rows(one, 0, code, consts, consts, vals, valid, ts, 0, 4)
     rows_of_type(one, np.zeros(2, np.int32), 0, 0)
     m = one.reshape(1, 1)
-    probe_events(one + 1, 1, m, one, one, one, 1, one, one, one, one, 1, 5,
-                 code, consts, consts, vals, valid, ts, 0, 4, out, 0, 4)
-    probe_matches(m, 1, 0, one + 1, one, one + 1, 1, 5, code, consts, consts, vals, valid, ts, 0, 4, out, 0, 4)
-    f = np.zeros(2, np.int64)
-    append_events(f, f, f, 0, one, 0, ts, 0)
-    append_matches(f.reshape(2, 1), f, f, f, 0, m, 0, ts, 0, 0, f, f, f, f, 0)
+    snap = np.ones((2, 1), np.int64)
+    f3 = np.zeros((1, 2, 1), np.int64)
+    f2 = np.zeros((1, 2), np.int64)
+    blocks = np.zeros((1, 2), np.int64)
+    probe_events(one + 1, 1, f3, f2, f2, f2, snap, blocks, blocks, blocks, blocks, 5,
+                 code, consts, consts, vals, valid, ts, 0, 4, 4)
+    probe_matches(m, 1, 0, f2 + 1, f2, f2 + 1, snap, 5, code, consts, consts, vals, valid, ts, 0, 4, 4)
+    cnt = np.zeros(1, np.int64)
+    append_events(f2, f2, f2, cnt, 0, one, 0, ts, 0, cnt, cnt, snap)
+    cnt = np.zeros(1, np.int64)
+    append_matches(f3, f2, f2, f2, cnt, cnt.copy(), blocks, blocks, blocks, blocks, 0, m, 0, ts, 0, 0, cnt, cnt, snap)
+    keep_matches(f3, f2, f2, f2, cnt, cnt.copy(), blocks, blocks, blocks, blocks, 0)
     llsf_assign(one, np.ones(1), 2)
+    batch_keys(m, ts, 0, 4)
     order_matches(m, 0, ts, ts, 0)
     bucket_matches(m, 0, ts, 0, one)
     bucket_matches(m, -1, ts, 0, one)

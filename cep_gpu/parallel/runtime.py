@@ -203,7 +203,7 @@ class Runtime:
         self.output_by_units = 0
         self.split_slices = 0  # slices routed by a SplitJob (a chunk cut for several splitters)
         self.stages: list[dict[int, Stage]] = [
-            {p: Stage(spec, p, store, strcodes[r], time_kernels) for p in range(1, spec.length)}
+            {p: Stage(spec, p, store, strcodes[r], time_kernels, layout.n_units) for p in range(1, spec.length)}
             for r, spec in enumerate(specs)
         ]
         self.agents: list[Agent] = []
@@ -382,7 +382,7 @@ class Runtime:
         st = self.store
         bs = self.batch_size
         batches = [rows[k:k + bs] for k in range(0, len(rows), bs)]
-        keys = [int(st.ts[b[:, -1] - st.base].min()) for b in batches]
+        keys = kernels.batch_keys(rows, st.ts, st.base, bs).tolist()
         with self._cv:
             self._pending += len(batches)
             self.queue_pushes += len(batches)

@@ -97,6 +97,15 @@ class Trace:
     #: once on two threads (:func:`_units_serial_share`: the GIL-held Python, and what two
     #: threads contend for); ``None``: not measurable, the replay takes all but the pairs
     units_serial: float | None = None
+    #: the same loop's loss over the whole inline run (splitter, quiescent points and results
+    #: included: what the replays before 2026-11-25 16:30 UTC took as ``units_serial``)
+    run_serial: float | None = None
+    #: the loop's loss beside a compiled ``nogil`` loop cut in as many calls as the units' phase
+    #: makes, over as long: what the loop loses to the GIL's hand-overs alone (each call takes
+    #: the GIL back from the loop), not to Python run by the units
+    spin_control: float | None = None
+    #: the loop's loss while the units work (``units_serial`` before 2026-11-25 16:30 UTC)
+    spin_units: float | None = None
     #: the run had every stage in one agent (else one agent per stage); ``split``: the same rule
     #: traced the other way, for layouts with several agents (simulate picks)
     fused: bool = True
@@ -121,18 +130,18 @@ def trace(rule, events: pd.DataFrame, *, time_unit: str = "s", chunk_size: int =
     # and come back cold) than when the stages run fused: both layouts are recorded
     traces = []
     probe: tuple[float | None, float] = (None, 0.0)
-    serial: float | None = None
+    serial: tuple[float | None, float | None, float | None] = (None, None, None)
     for fused in (True, False):
         warm = _trace_once(r, events, time_unit, chunk_size, batch_size, stats, fused, probe=fused)
         if fused:  # measured once: a property of building the output, not of the layout
             probe = (warm.output_parallel, warm.output_cores)
-            serial = warm.units_serial
+            serial = (warm.run_serial, warm.spin_units, warm.spin_control)
         traces.append(min((_trace_once(r, events, time_unit, chunk_size, batch_size, stats, fused)
                            for _ in range(repeat)), key=_charged))
     t_run = _run_overhead(r, events, time_unit)
     for tr in traces:
         tr.output_parallel, tr.output_cores = probe
-        tr.units_serial = serial
+        tr.run_serial, tr.spin_units, tr.spin_control = serial
         tr.t_run = t_run
     traces[0].split = traces[1]
     return traces[0]
@@ -204,7 +213,8 @@ def _trace_once(r, events, time_unit, chunk_size, batch_size, stats, fused: bool
     t_out = time.thread_time() - t1
     t_opart = _output_part_cost(r, chunk_results, store, out_table)
     par_share, par_cores = _output_parallel_share(r, chunk_results, store, out_table) if probe else (None, 0.0)
-    units_serial = _units_serial_share(spec, store, strcodes, rows, chunk_size, batch_size) if probe else None
+    spin_units, run_serial, spin_control = (_units_serial_share(spec, store, strcodes, rows, chunk_size, batch_size)
+                                            if probe else (None, None, None))
     # the part of the output work that runs without the GIL: sorting the matches (compiled,
     # nogil); the rest (gathers, Arrow and pandas frames) is charged as if it held the GIL
     t_sort = 0.0
@@ -213,7 +223,7 @@ def _trace_once(r, events, time_unit, chunk_size, batch_size, stats, fused: bool
         kernels.order_matches(res, _compat.match_term(r), store.ts, store.ids, store.base)
         t_sort += time.thread_time() - s0
     st = rt.stage_stats()[0]
-    t_access = _access_cost(spec, store, strcodes)
+    t_call, t_access = _access_cost(spec, store, strcodes)
     t_push = _push_cost()
     tasks = np.array([c[0] for c in per_chunk])
     match_items = np.array([c[4] for c in per_chunk])
@@ -226,13 +236,21 @@ def _trace_once(r, events, time_unit, chunk_size, batch_size, stats, fused: bool
     t_clock = _clock_cost()
     calls = np.array([st[p].accesses for p in range(1, n)], dtype=np.float64)
     kern = np.array([st[p].kernel_s for p in range(1, n)])
-    c_scan = np.maximum(kern - calls * t_access, 0.0) / np.maximum(scanned.sum(axis=0), 1.0)
     n_calls = np.maximum(tasks.sum(axis=0), 1.0)
-    per_call = (busy.sum(axis=0) - kern - items.sum(axis=0) * t_item - 2 * calls * t_clock) / n_calls
+    # one probe call per stage call, visiting every fragment of the opposite buffer in it
+    c_scan = np.maximum(kern - n_calls * t_call - calls * t_access, 0.0) / np.maximum(scanned.sum(axis=0), 1.0)
+    per_call = (busy.sum(axis=0) - kern - items.sum(axis=0) * t_item - 2 * n_calls * t_clock) / n_calls
     # the unit's work around a stage call (taking the task, handing over), per task
     wrap = max(run_s - feed_s - barrier_s - float(busy.sum()), 0.0) / max(float(tasks.sum()), 1.0)
-    # per task: the call, one fragment visit (the trace ran one unit) and the wrapping
-    t_task = np.maximum(per_call, 0.0) + t_access + wrap
+    # per task: the call (the probe's fixed cost, one fragment visit: the trace ran one unit)
+    # and the wrapping
+    t_task = np.maximum(per_call, 0.0) + t_call + t_access + wrap
+    # the units' GIL-held share, accounted directly: of the units' CPU time (the tasks and the
+    # work around them), all but the probe calls' time, which runs without the GIL; a probe
+    # call's fixed cost (its dispatch among it) counts as held
+    units_work = max(run_s - feed_s - barrier_s, 1e-9)
+    nogil_s = max(float(kern.sum()) - float(tasks.sum()) * (t_call + t_clock), 0.0)
+    units_gil = float(np.clip(1.0 - nogil_s / units_work, 0.0, 1.0))
     pair_s = float((scanned.sum(axis=0) * c_scan).sum())
     t_piece = _piece_cost(spec, store, strcodes, rows[: min(len(rows), 64)], t_task, t_item, c_scan)
     t_route, t_fpush, t_route_owned, t_slice = _feed_costs(spec, store, strcodes, rows, chunk_size)
@@ -246,7 +264,8 @@ def _trace_once(r, events, time_unit, chunk_size, batch_size, stats, fused: bool
         t_access=t_access, t_push=t_push, t_barrier=barrier_s / max(len(per_chunk), 1),
         serial_s=t_ingest + t_out, output_s=t_out, t_opart=t_opart,
         output_nogil=min(t_sort / t_out, 1.0) if t_out > 0 else 0.0, stats=stats,
-        output_parallel=par_share, output_cores=par_cores, units_serial=units_serial,
+        output_parallel=par_share, output_cores=par_cores, units_serial=units_gil,
+        run_serial=run_serial, spin_units=spin_units, spin_control=spin_control,
         t_event=t_route, t_fpush=t_fpush, t_event_owned=t_route_owned, t_slice=t_slice,
         match_work_s=pair_work,
         match_items=match_items, span_s=float(ts[-1] - ts[0]) / 1e9 if len(ts) > 1 else 1.0,
@@ -349,69 +368,109 @@ def _output_part_cost(rule, chunk_results, store, out_table) -> float:
     return max(many - one, 0.0) / (OUTPUT_PROBE - 1)
 
 
-def _units_serial_share(spec, store, strcodes, rows, chunk: int, batch: int) -> float | None:
+def _units_serial_share(spec, store, strcodes, rows, chunk: int,
+                        batch: int) -> tuple[float | None, float | None, float | None]:
     """The share of the units' work that holds the GIL, measured: the rule run over the events by
     an inline runtime (every stage its own agent) on one thread while a second thread runs a pure
     Python loop, which can only run while the first does not hold the GIL. On two free cores the
     loop's rate falls, against its rate alone, by the share of the time the run holds the GIL
-    (the median of 7 turns). Amdahl's law read on two runs at once cannot tell 0.05 from 0, which is what
-    decides 24 units; this can. ``None`` where two threads got less than 1.5 cores."""
+    (the median of 7 turns). Amdahl's law read on two runs at once cannot tell 0.05 from 0, which
+    is what decides 24 units; this can.
+
+    Returns ``(units, run, control)``: the loop's loss while the units work (``Runtime.drain``:
+    the tasks), over the whole run (the splitter, the quiescent points and taking the results
+    too: the share the replays before 2026-11-25 16:30 UTC used), and beside a compiled
+    ``nogil`` loop cut in as many calls as the units' phase makes probes, over as long. The
+    control shows what the method measures besides Python: each call returns to a GIL the
+    loop holds, and the hand-over back and forth costs the loop tens of microseconds (a loop
+    that held the GIL for about 1 us of every 190 us call lost 17%, 16:15 UTC). So since 16:30
+    UTC the replay takes the share accounted directly (``Trace.units_serial``) and this is
+    kept as a cross-check. ``(None, None, None)`` where two threads got less than 1.5 cores
+    (three tries)."""
     import threading
 
     n = spec.length
     layout = Layout([[(p,) for p in range(1, n)]], [0] * (n - 1), 1)
+    count = [0]  # the loop's iterations so far (read by the run at the edges of its units' phases)
 
-    def one() -> None:
+    def one(phases: list | None = None) -> Runtime:
         rt = Runtime([spec], store, layout, [strcodes], dynamic=False, threads=False, batch_size=batch)
         for lo, hi in chunk_bounds(store.ts[rows - store.base], chunk):
             rt.feed(rows[lo:hi])
+            t0, c0 = time.perf_counter(), count[0]
             rt.drain()
+            if phases is not None:
+                phases.append((time.perf_counter() - t0, count[0] - c0))
             rt.quiesce()
             rt.take_results()
         rt.close()
+        return rt
 
     def spin_python(stop: threading.Event, out: list) -> None:
-        k = 0
         t0 = time.perf_counter()
         while not stop.is_set():
+            k = 0
             for _ in range(200):
                 k += 1
-        out.append(k / (time.perf_counter() - t0))
+            count[0] += k
+        out.append(count[0] / (time.perf_counter() - t0))
 
-    def rate(with_run: bool) -> tuple[float, float]:
-        stop, out = threading.Event(), []
+    def rate(with_run) -> tuple[float, float]:
+        """The loop's rate over the whole turn, and while the units worked."""
+        stop, out, phases = threading.Event(), [], []
+        count[0] = 0
         th = threading.Thread(target=spin_python, args=(stop, out))
-        t0 = time.perf_counter()
         th.start()
-        if with_run:
-            one()
+        if with_run is True:
+            one(phases)
+        elif with_run:
+            with_run()
         else:
             time.sleep(0.05)
-        took = time.perf_counter() - t0
         stop.set()
         th.join()
-        return out[0], took
+        if not phases:
+            return out[0], out[0]
+        return out[0], sum(c for _, c in phases) / max(sum(t for t, _ in phases), 1e-9)
 
     import sys
 
-    one()  # warm
-    c0 = cores_available()
-    # the loop hands the GIL over as soon as the run asks for it (by default it would keep it for
-    # 5 ms, starving the run, and lose nothing itself)
-    old = sys.getswitchinterval()
-    sys.setswitchinterval(1e-5)
-    try:
-        # alone and beside the run in turns, the median of the 7 ratios: a burst of other work
-        # hits one pair, not the result
-        ratios = []
-        for _ in range(7):
-            alone = rate(False)[0]
-            ratios.append(rate(True)[0] / alone)
-    finally:
-        sys.setswitchinterval(old)
-    if (c0 + cores_available()) / 2 < 1.5:
-        return None
-    return float(np.clip(1.0 - np.median(ratios), 0.0, 1.0))
+    phases: list = []
+    rt = one(phases)  # warm
+    probes = max(sum(s.tasks for s in rt.stage_stats()[0].values()), 1)
+    drain_s = sum(t for t, _ in phases)
+    kernels.spin(1000)
+    s0 = time.perf_counter()
+    kernels.spin(10_000_000)
+    per_call = max(int(10_000_000 * drain_s / probes / max(time.perf_counter() - s0, 1e-9)), 1)
+
+    def control() -> None:  # as many nogil calls as the units' probes, over as long
+        for _ in range(probes):
+            kernels.spin(per_call)
+
+    # up to three tries: a turn taken while another job held a core measures that job
+    for _ in range(3):
+        c0 = cores_available()
+        # the loop hands the GIL over as soon as the run asks for it (by default it would keep it
+        # for 5 ms, starving the run, and lose nothing itself)
+        old = sys.getswitchinterval()
+        sys.setswitchinterval(1e-5)
+        try:
+            # alone and beside the run in turns, the median of the 7 ratios: a burst of other
+            # work hits one pair, not the result
+            run_ratios, unit_ratios, control_ratios = [], [], []
+            for _ in range(7):
+                alone = rate(False)[0]
+                whole, units = rate(True)
+                run_ratios.append(whole / alone)
+                unit_ratios.append(units / alone)
+                control_ratios.append(rate(control)[0] / alone)
+        finally:
+            sys.setswitchinterval(old)
+        if (c0 + cores_available()) / 2 >= 1.5:
+            return tuple(float(np.clip(1.0 - np.median(r), 0.0, 1.0))
+                         for r in (unit_ratios, run_ratios, control_ratios))
+    return None, None, None
 
 
 def _output_parallel_share(rule, chunk_results, store, out_table) -> tuple[float | None, float]:
@@ -547,21 +606,28 @@ def _piece_cost(spec, store, strcodes, rows, t_task: np.ndarray, t_item: float, 
     return max(float(np.median(spent)), 0.0)
 
 
-def _access_cost(spec, store, strcodes) -> float:
-    """Seconds of one kernel call on a one-item fragment (the fixed cost of a fragment visit)."""
+def _access_cost(spec, store, strcodes) -> tuple[float, float]:
+    """Seconds of one probe call on one one-item fragment (the fixed cost of a call, its dispatch
+    included), and what each further fragment visited in the same call adds (the call with 16
+    one-item fragments against one)."""
     prog = spec.joins[1]
     e = np.zeros(1, np.int64) + store.base
-    m = np.zeros((1, 1), np.int64) + store.base
-    one = np.zeros(1, np.int64)
-    out = np.empty((4, 2), np.int64)
-    args = (e, 1, m, one, one, one, 1, one, one, one, one, 1, 0, prog.code, prog.consts, strcodes,
-            store.vals, store.valid, store.ts, store.base, prog.max_stack, out, 0, 4)
-    kernels.probe_events(*args)
-    reps = 2000
-    t0 = time.thread_time()
-    for _ in range(reps):
+
+    def per_call(frags: int) -> float:
+        rows = np.zeros((frags, 1, 1), np.int64) + store.base
+        col = np.zeros((frags, 1), np.int64)
+        snap = np.ones((2, frags), np.int64)
+        args = (e, 1, rows, col, col, col, snap, col, col, col, col, 0, prog.code, prog.consts, strcodes,
+                store.vals, store.valid, store.ts, store.base, prog.max_stack, 4)
         kernels.probe_events(*args)
-    return (time.thread_time() - t0) / reps
+        reps = 2000
+        t0 = time.thread_time()
+        for _ in range(reps):
+            kernels.probe_events(*args)
+        return (time.thread_time() - t0) / reps
+
+    one = per_call(1)
+    return one, max(per_call(16) - one, 0.0) / 15
 
 
 def _push_cost() -> float:
@@ -683,6 +749,7 @@ def _sim_hybrid_layout(tr: Trace, groups, units, dynamic: bool, cores: int, k: i
     batch = auto_batch(tr.chunk, tr.length, batch_units or k)
     batches = splitter_batches(tr, batch)
     starts = {g[0] - 2 for g in groups}
+    share = serial_share(tr, k)
     phase = 0.0
     for c in range(len(tr.chunk_events)):
         works, spans, gil = [], [], 0.0
@@ -703,7 +770,7 @@ def _sim_hybrid_layout(tr: Trace, groups, units, dynamic: bool, cores: int, k: i
             # task's Python around its kernel calls, a call's dispatch, numbering and appending
             # items, the hand-over: an upper bound, compiled appends release the GIL)
             bound = w - sum(tr.scanned[c, j] * tr.c_scan[j] for j in idx)
-            gil += min(tr.units_serial * w, bound) if tr.units_serial is not None else bound
+            gil += min(share * w, bound) if share is not None else bound
             works.append(w)
             spans.append(w / max(tasks, 1.0))  # one task: the least time an agent can take
         if dynamic:
@@ -735,6 +802,22 @@ def _sim_hybrid_layout(tr: Trace, groups, units, dynamic: bool, cores: int, k: i
         cpu += sum(works) + tr.t_barrier + route + push
     return SimResult("hybrid", k, total, tr.n_events, [f"A{'-'.join(map(str, g))}" for g in groups], list(units),
                      cpu, phase)
+
+
+def serial_share(tr: Trace, k: int) -> float | None:
+    """The share of the units' work that runs one unit at a time with ``k`` units: the share
+    that holds the GIL (``Trace.units_serial``, accounted directly), plus what the GIL's
+    hand-overs cost when it is contended (a unit back from a kernel waits for the holder, and the
+    GIL stays idle while the woken thread gets a core), in proportion to how busy ``k`` units
+    keep it (``k`` × the held share, at most 1). The hand-over cost at full contention is the
+    spinner's loss beyond the held share (:func:`_units_serial_share`: the loop wants the GIL all
+    the time). ``None`` (charge all but the pairs) where neither was measured."""
+    held = tr.units_serial
+    if held is None:
+        return None
+    if tr.spin_units is None:
+        return None if k > 2 else held
+    return min(held + max(tr.spin_units - held, 0.0) * min(1.0, k * held), 1.0)
 
 
 def stage_calls(tr: Trace, c: int, starts: set[int], batch: int) -> list[float]:
@@ -819,7 +902,11 @@ def _sim_data_parallel(tr: Trace, method: str, k: int, rip_batch: int | None, co
     # k units on ``cores`` cores: the slowest unit, or the total shared by the cores, or what of
     # it holds the GIL (as in the hybrid: all but the pairs and the routing), one unit at a time
     bound = float((read * item_per_event + tasks * t_task + pieces * tr.t_piece + owned * m_items * tr.t_item).sum())
-    gil = min(tr.units_serial * float(per_unit.sum()), bound) if tr.units_serial is not None else bound
+    # a data-parallel unit's Python is its pieces (a runtime built, fed, drained per piece), not
+    # the hybrid's tasks: its share is the spinner's loss over the whole inline run (the splitter
+    # and the quiescent points among it), as before 16:30 UTC, else the hybrid's
+    share = tr.run_serial if tr.run_serial is not None else serial_share(tr, k)
+    gil = min(share * float(per_unit.sum()), bound) if share is not None else bound
     t = max(per_unit.max(), per_unit.sum() / cores, gil)
     return SimResult(method, k, tr.serial_s + t, tr.n_events, cpu_s=tr.serial_s + float(per_unit.sum()),
                      parallel_s=t)
