@@ -67,7 +67,7 @@ def stream_rows(policy: str, window_ms: int, size_name: str, stream_events: int 
     try:
         events = seq3_events(micro_events, seed=seed + 1)
         tp = mod.throughput(rule, events, backend, [micro_batch], "records")
-        batch, micro = tp[0], tp[1]
+        batch, micro = tp[0], next(r for r in tp if r["size"] == micro_batch)  # (batch rows come first)
         terms = int((events["type"] == "C").sum())
         rows.append(base | _row(micro["seconds"], micro_events, terms, micro["composites"]) | {
             "backend": names[1], "micro_batch": micro_batch, "batch_detect_s": batch["seconds"],
