@@ -171,9 +171,8 @@ class Engine:
     def _init_fast(self) -> None:
         """The streaming fast path (stream_match): why each rule takes the general path (None:
         it takes the fast path), and its counters."""
-        composite = frozenset(r.name for r in self.rules)
         self._fast_why = {
-            i: unsupported(self.rules[i], self._states[i].delay, composite) if self.backend_name in ("cpu", "auto")
+            i: unsupported(self.rules[i], self._states[i].delay) if self.backend_name in ("cpu", "auto")
             else f"backend {self.backend_name!r}" for i in self._order
         }
         self._fast: dict = {}  # rule index -> (time format, StreamMatcher), made on first use

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 
 
 class CepError(Exception):
@@ -99,7 +100,5 @@ def is_finite_nonnegative(value: object) -> bool:
     """A real number (a bool is not one) that is finite and >= 0: what every duration, cost and
     rate argument takes. One test for all of them, so that they accept the same values (NumPy
     scalars included)."""
-    import numbers
-
     return (isinstance(value, numbers.Real) and not isinstance(value, bool)
             and math.isfinite(value) and value >= 0)

@@ -107,10 +107,10 @@ _MIN_TS = -(2**63)
 _NO_AGGS = np.empty((4096, 0), np.float64)  # Matches.aggs of rules without aggregates (views)
 
 
-def unsupported(rule: Rule, delay: int, composite_types: frozenset[str]) -> str | None:
-    """Why ``rule`` takes the general path (None: the fast path covers it). Composite inputs
-    (``composite_types``: the rules' names) are read like primitive ones (see the module
-    docstring), and aggregates, consumption and a trailing ``NOT`` of the rule itself are covered."""
+def unsupported(rule: Rule, delay: int) -> str | None:
+    """Why ``rule`` takes the general path (None: the fast path covers it). Composite inputs are
+    read like primitive ones (see the module docstring), and aggregates, consumption and a
+    trailing ``NOT`` of the rule itself are covered."""
     if rule.kleene_positions:
         return "Kleene closure"
     if delay != rule.trailing_horizon():

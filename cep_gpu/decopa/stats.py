@@ -6,7 +6,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from ..errors import ArgumentError
+from ..errors import ArgumentError, is_finite_nonnegative
 from ..model import Rule
 from .query import Pattern, analyse, renumber
 
@@ -30,7 +30,7 @@ class Stats:
         if not isinstance(self.selectivity, Mapping):
             raise ArgumentError("selectivity must be a mapping (alias_a, alias_b) -> s")
         for alias, r in self.rates.items():
-            if not isinstance(r, (int, float)) or isinstance(r, bool) or math.isnan(r) or math.isinf(r) or r < 0:
+            if not is_finite_nonnegative(r):
                 raise ArgumentError(f"rate of {alias!r} must be a finite number >= 0, got {r!r}")
         for pair, s in self.selectivity.items():
             if not (isinstance(pair, tuple) and len(pair) == 2 and pair[0] != pair[1]):

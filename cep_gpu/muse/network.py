@@ -42,7 +42,7 @@ class Network:
                 if t not in self.rates:
                     raise MuseError(f"node {node!r} produces type {t!r}, which has no rate")
         for t, r in self.rates.items():
-            if not isinstance(r, (int, float)) or not math.isfinite(r) or r <= 0:
+            if isinstance(r, bool) or not isinstance(r, (int, float)) or not math.isfinite(r) or r <= 0:
                 raise MuseError(f"rate of type {t!r} must be a positive finite number, got {r!r}")
         if self.links is not None:
             self._check_connected()
@@ -88,9 +88,6 @@ class Network:
         if not isinstance(spec["rates"], Mapping):
             raise MuseError(f"'rates' must map event types to rates, got {type(spec['rates']).__name__}")
         rates = {str(t): r for t, r in dict(spec["rates"]).items()}
-        for t, r in rates.items():
-            if isinstance(r, bool):
-                raise MuseError(f"rate of type {t!r} must be a positive finite number, got {r!r}")
         links = spec.get("links")
         if links is not None:
             links = frozenset(frozenset(map(str, pair)) for pair in links)

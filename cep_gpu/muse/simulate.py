@@ -123,8 +123,9 @@ def _check_streams(plan: Plan, streams: pd.DataFrame) -> pd.DataFrame:
     ts = streams["ts"]
     if not pd.api.types.is_numeric_dtype(ts) or pd.api.types.is_bool_dtype(ts):
         raise MuseError(f"streams: 'ts' must be numbers of seconds, got dtype {ts.dtype}")
-    if len(ts) and not np.isfinite(ts.to_numpy(np.float64)).all():
-        row = int(np.flatnonzero(~np.isfinite(ts.to_numpy(np.float64)))[0])
+    bad = ~np.isfinite(ts.to_numpy(np.float64))
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
         raise MuseError(f"streams: 'ts' is null or not finite at row {row}")
     ev = streams.copy()
     if "id" not in ev.columns:

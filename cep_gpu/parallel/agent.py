@@ -158,10 +158,10 @@ class Stage:
         self._hint_out = 0
         self._hint_items = 0
 
-    def _insert(self, unit: int, rows: np.ndarray, is_event: bool) -> tuple[int, Buffer, tuple, np.ndarray]:
+    def _insert(self, unit: int, rows: np.ndarray, is_event: bool) -> tuple[int, tuple, np.ndarray]:
         """Number the items and append them to ``unit``'s fragment in one critical section.
 
-        Returns the first number, the opposite buffer, its arrays and its counts (items and
+        Returns the first number, the opposite buffer's arrays and its counts (items and
         blocks per fragment, ``(2, fragments)``) as they stood in that critical section: exactly
         the opposite items numbered before these (docs/parallel.md, "Exactly once").
         """
@@ -187,7 +187,7 @@ class Stage:
                 own.nbs[f] = int(own.nb[f])
             own.counts[f] += k
             arrays = (opp.rows, opp.seq, opp.first, opp.last, opp.bstart, opp.bmin, opp.bmax, opp.bpmax)
-        return seq0, opp, arrays, snap
+        return seq0, arrays, snap
 
     def unit_stats(self, unit: int) -> StageStats:
         """``unit``'s own counters (only that unit writes them: no lock)."""
@@ -212,7 +212,7 @@ class Stage:
         buffer (as the lock left it). Returns the extended matches, (n, width + 1) absolute rows.
         """
         t0 = time.thread_time()
-        seq0, _, (o_rows, o_seq, o_first, o_last, o_bs, o_bmin, o_bmax, o_bpmax), snap = \
+        seq0, (o_rows, o_seq, o_first, o_last, o_bs, o_bmin, o_bmax, o_bpmax), snap = \
             self._insert(unit, rows, is_event)
         if jitter is not None:
             jitter()

@@ -114,7 +114,7 @@ def baseline_chunk(rules, events: pd.DataFrame, time_unit: str) -> int:
     """Events per quiescent point: :func:`~cep_gpu.parallel.engine.auto_chunk` of the stream's rate."""
     n = len(events)
     if n < 2:
-        return 16_384
+        return auto_chunk(0.0, 0.0)  # (the floor)
     ts = events["ts"]
     span = (ts.iloc[-1] - ts.iloc[0])
     span = span.total_seconds() if hasattr(span, "total_seconds") else float(span) * {

@@ -440,7 +440,7 @@ def summarize(points: list[dict], figure10: list[dict] | None = None, paper: lis
         "sim_cpu_validation_median_error": float(np.median(cpu_errs)) if cpu_errs else None,
         "sim_cpu_validation_max_error_1_unit": max(cpu_errs1) if cpu_errs1 else None,
         "sim_cpu_validation_share_within_20pct": float(np.mean([e <= 0.2 for e in cpu_errs])) if cpu_errs else None,
-        "median_cores_used_by_real_runs": _spread([v["cores_used"] for p in points for m in p["real"].values()
+        "cores_used_by_real_runs": _spread([v["cores_used"] for p in points for m in p["real"].values()
                                                    for v in m.values()]),
         "hybrid2_vs_batch_detect": _spread(vs_detect),
         "hybrid2_vs_sequential_engine": _spread(vs_seq),
@@ -622,7 +622,7 @@ def markdown(result: dict) -> str:
                          f"{', '.join(f'{g:.1f}' for g in q['growth'])} | {q['pairs_per_match']:.0f} | "
                          + " | ".join(f"{rs[k_]['end_to_end']:.2f} | {rs[k_]['parallel_phase']:.2f} | "
                                       f"{rs[k_].get('eq6_bound', float('nan')):.2f}" for k_ in ks)
-                         + f" | {_share(q.get('units_serial_split', q.get('units_serial')))} | {rs['24']['units_cost_model']} / "
+                         + f" | {_share(q['units_serial_split'] if q.get('units_serial_split') is not None else q.get('units_serial'))} | {rs['24']['units_cost_model']} / "
                          f"{rs['24']['units_equal']} |")
     return "\n".join(lines)
 

@@ -761,15 +761,16 @@ def _sim_hybrid_layout(tr: Trace, groups, units, dynamic: bool, cores: int, k: i
             calls = [all_calls[j] for j in idx]
             tasks = float(sum(calls))
             # the trace's tasks visited one fragment each (one unit); here ``frags``
-            w = sum(n_calls * (tr.t_task[j] + (frags - 1) * tr.t_access) + tr.items[c, j] * tr.t_item
-                    + tr.scanned[c, j] * tr.c_scan[j] for j, n_calls in zip(idx, calls))
+            pairs = sum(tr.scanned[c, j] * tr.c_scan[j] for j in idx)
+            w = pairs + sum(n_calls * (tr.t_task[j] + (frags - 1) * tr.t_access) + tr.items[c, j] * tr.t_item
+                            for j, n_calls in zip(idx, calls))
             # hand-overs into the agent (fused stages hand over inline, Section 4.2)
             w += calls[0] * tr.t_push
             # what of it does not run in parallel: the measured serial share of the units' work
             # (two units at once on two threads), else everything but the scanned pairs (a
             # task's Python around its kernel calls, a call's dispatch, numbering and appending
             # items, the hand-over: an upper bound, compiled appends release the GIL)
-            bound = w - sum(tr.scanned[c, j] * tr.c_scan[j] for j in idx)
+            bound = w - pairs
             gil += min(share * w, bound) if share is not None else bound
             works.append(w)
             spans.append(w / max(tasks, 1.0))  # one task: the least time an agent can take
@@ -897,11 +898,12 @@ def _sim_data_parallel(tr: Trace, method: str, k: int, rip_batch: int | None, co
     ev_items = float((tr.items - tr.match_items).sum() + tr.match_items[:, 0].sum())  # events entering
     m_items = float(tr.match_items[:, 1:].sum())  # partial matches: follow the owned starts
     item_per_event = ev_items * tr.t_item / max(tr.n_events, 1)
-    per_unit = (read * (split_per_event + item_per_event) + tasks * t_task + pieces * tr.t_piece
-                + owned * (tr.match_work_s + m_items * tr.t_item))
+    # what holds the GIL (as in the hybrid: all but the pairs and the routing)
+    held = read * item_per_event + tasks * t_task + pieces * tr.t_piece + owned * m_items * tr.t_item
+    per_unit = held + read * split_per_event + owned * tr.match_work_s
     # k units on ``cores`` cores: the slowest unit, or the total shared by the cores, or what of
-    # it holds the GIL (as in the hybrid: all but the pairs and the routing), one unit at a time
-    bound = float((read * item_per_event + tasks * t_task + pieces * tr.t_piece + owned * m_items * tr.t_item).sum())
+    # it holds the GIL, one unit at a time
+    bound = float(held.sum())
     # a data-parallel unit's Python is its pieces (a runtime built, fed, drained per piece), not
     # the hybrid's tasks: its share is the spinner's loss over the whole inline run (the splitter
     # and the quiescent points among it), as before 16:30 UTC, else the hybrid's

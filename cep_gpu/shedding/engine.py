@@ -168,8 +168,8 @@ class SheddingEngine:
         event of a type the rules read says nothing about them: the current statistics stay (a
         first warm-up without such events is an error, see :meth:`Shedder.fit`)."""
         sh = self.shedder
-        if sh.stats is not None and not sh.column_types & set(events["type"].astype(str)):
-            return self.shedder.stats
+        if sh.stats is not None and not events["type"].astype(str).isin(list(sh.column_types)).any():
+            return sh.stats
         return self.warm_up(events, arrival)
 
     def _measure(self, frame: pd.DataFrame, ts_ns: np.ndarray):
