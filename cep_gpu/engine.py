@@ -665,8 +665,8 @@ class Engine:
     def _run_fast(self, i: int, new_ids: np.ndarray, final: bool = False):
         """Rule ``i``'s new terminators (or, with a trailing ``NOT``, its held ones now ready)
         through its incremental matcher (one compiled call); ``None`` when this call takes the
-        general path (``auto`` chose the GPU, or the new rows are not one run at the end of the
-        buffer)."""
+        general path (``auto`` chose the GPU, or some new row is not among the rows since the
+        matcher's last sync)."""
         buf = self._buf
         got = self._fast.get(i)
         if got is None or (got[0] is not self._time and got[0] != self._time):

@@ -98,7 +98,7 @@ def _put_rows_py(ts, mult, lim, ids, next_id, codes, st_ts, st_ids, st_types, s,
     return top
 
 
-_in_order = cached_njit(_in_order_py)
+in_order = cached_njit(_in_order_py)  # (public: stream_held's queue uses it too)
 _int_ns = cached_njit(_int_ns_py)
 _put_rows = cached_njit(_put_rows_py)
 _NO_IDS = np.empty(0, np.int64)
@@ -244,7 +244,7 @@ def table_from_columns(
             return None
     else:
         ids = np.arange(next_id, next_id + n, dtype=np.int64)
-    if n > 1 and not _in_order(ns, ids):
+    if n > 1 and not in_order(ns, ids):
         return None  # unsorted (or ids against the order at a tied ts): the general path sorts
     if n >= 512:  # a hash pass in C (one comparison pass per type costs more from here on)
         import pandas as pd
@@ -575,7 +575,7 @@ class AppendBuffer:
         """Whether ``new`` can simply go after the live rows: later in (ts, id) order, same
         string dictionary and time format, and attribute kinds that ``concat`` would keep."""
         st = self._store
-        if new.strings is not st.strings or (len(new) > 1 and not _in_order(new.ts, new.ids)):
+        if new.strings is not st.strings or (len(new) > 1 and not in_order(new.ts, new.ids)):
             return False
         if self._end > self._start:
             last_ts, last_id = st.ts[self._end - 1], st.ids[self._end - 1]
@@ -601,7 +601,7 @@ class AppendBuffer:
         them (the fast path's columns) takes back only the entries from there."""
         st, n, s, e = self._store, len(new), self._start, self._end
         if self._lineage or n > _NEAR_END or new.strings is not st.strings or \
-                (n > 1 and not _in_order(new.ts, new.ids)):
+                (n > 1 and not in_order(new.ts, new.ids)):
             return False
         for name, b in new.columns.items():
             a = st.columns.get(name)

@@ -40,6 +40,7 @@ import numpy as np
 
 from .backends import Matches
 from .model import Rule
+from .stream_buffer import in_order
 from .stream_match import StreamMatcher
 
 _OWNED = np.empty(0, np.int64)  # the engine's consumed set while a matcher owns the consumption
@@ -237,7 +238,7 @@ class HeldMatcher(StreamMatcher):
         self._pts[t:t + m] = ts
         sort = t > h and (ts[0] < self._pts[t - 1] or (ts[0] == self._pts[t - 1] and ids[0] < self._pid[t - 1]))
         self._head, self._tail = h, t + m
-        if sort or (m > 1 and not _in_order(ts, ids)):  # (not for primitive terminators: they come in order)
+        if sort or (m > 1 and not in_order(ts, ids)):  # (not for primitive terminators: they come in order)
             order = np.lexsort((self._pid[h:t + m], self._pts[h:t + m]))
             self._pid[h:t + m] = self._pid[h:t + m][order]
             self._pts[h:t + m] = self._pts[h:t + m][order]
@@ -247,11 +248,11 @@ class HeldMatcher(StreamMatcher):
         pid, pts = self._pid[self._head:self._head + k], self._pts[self._head:self._head + k]
         rows = start + store.ts[start:end].searchsorted(pts, "left")
         ok = store.ids[np.minimum(rows, end - 1)] == pid
-        for j in np.flatnonzero(~ok).tolist():  # (ties at one timestamp: a short walk)
-            r = int(rows[j])
-            while r < end and store.ids[r] != pid[j]:
-                r += 1
-            if r == end:
+        for j in np.flatnonzero(~ok).tolist():  # (ties at one timestamp: rows in (ts, id) order)
+            lo = int(rows[j])
+            hi = lo + int(store.ts[lo:end].searchsorted(pts[j], "right"))
+            r = lo + int(store.ids[lo:hi].searchsorted(pid[j]))
+            if r >= hi or store.ids[r] != pid[j]:
                 raise RuntimeError(f"held terminator id {int(pid[j])} is not in the buffer")  # (a bug: never expected)
             rows[j] = r
         return rows
@@ -270,7 +271,7 @@ class HeldMatcher(StreamMatcher):
                 break
             self._out = np.empty((2 * n, self.n_pred), np.int64)  # grow and redo: never truncate
             if self._consuming:  # this call's stamps go, and its unlinked entries back into the chains
-                _clear(self._xc[:end], int(rows[0]), int(rows[-1]) + 1)
+                self._redo(int(rows[0]), int(rows[-1]) + 1)
                 self._fns[1](self._cl, self._cnt, self._hd, self._env, *self._xargs)
         got = self._out[:n].copy()
         if n and self._consuming:
@@ -283,10 +284,6 @@ def _clear(x: np.ndarray, lo: int, hi: int) -> None:
     their entries were unlinked)."""
     a = np.abs(x)
     x[(a > lo) & (a <= hi) & (x != _FLAG)] = 0
-
-
-def _in_order(ts: np.ndarray, ids: np.ndarray) -> bool:
-    return bool(np.all((ts[1:] > ts[:-1]) | ((ts[1:] == ts[:-1]) & (ids[1:] > ids[:-1]))))
 
 
 def settled_states(states: dict, fast: dict, buf) -> dict:

@@ -65,8 +65,8 @@ cache (:mod:`cep_gpu.codegen.cache`), so a second process loads the machine code
 
 ``consuming`` rules and rules with a trailing ``NOT`` (held terminators) take the fast path
 through :class:`cep_gpu.stream_held.HeldMatcher`: the generated matching skips consumed rows and
-stamps the rows a match consumes (``xc``, an argument of ``s_match`` and ``s_held`` only for
-consuming rules), and ``s_held`` matches the held terminators that have become ready.
+stamps the rows a match consumes (``xc``, an argument of ``s_match``, ``s_held`` and
+``s_relink`` only for consuming rules), and ``s_held`` matches the held terminators that have become ready.
 
 Rules the fast path does not cover take the general path, with identical results (tested):
 Kleene closures, a trailing ``NOT`` upstream (a rule reading a holding rule's composite events),
@@ -129,6 +129,8 @@ def unsupported(rule: Rule, delay: int) -> str | None:
 
 # -- code generation --------------------------------------------------------------------------------
 
+#: the multiplier of the chains' bucket hash (s_bkt; the aggregates' walk inlines the same hash)
+_HASH_MULT = -7046029254386353131
 _HELPERS = '''
 @numba.njit(cache=True, inline="always")
 def s_fkey(x):
@@ -139,7 +141,7 @@ def s_fkey(x):
 
 @numba.njit(cache=True, inline="always")
 def s_bkt(x, mask):
-    return ((x * -7046029254386353131) >> 32) & mask
+    return ((x * HASH_MULT) >> 32) & mask
 
 
 @numba.njit(cache=True, inline="always")
@@ -162,7 +164,7 @@ def s_lb_row(cr, p, x, lo, hi):
         else:
             hi = mid
     return lo
-'''
+'''.replace("HASH_MULT", str(_HASH_MULT))
 
 _OWN_FUNC = re.compile(r"^(?:s_fkey|s_bkt|s_lb_ts|s_lb_row|s_filt\d+|s_nfilt\d+|s_afilt\d+|s_sync|s_nsync|s_relink|s_match|s_held|aggs_all)$")
 _OWN_LOCAL = re.compile(r"^(?:[a-z]\d+|j\d+|l\d+|h\d+|w\d+|cr|cs|ce|nt|codes|types|start|lo|hi|x|mid|p|n|cap|out|seqs|nlo|nhi|ts|sc|r|t|env|e0|e1|cl|cnt|hd|pv|nx|bk|c|g|b|mask|xc|stp|rows|m|i|q|rr|jj|aa|bb)$")
@@ -267,7 +269,7 @@ class Chains:
             kinds[qa] == "float" for (pi, s), (_, qa) in steps.items() if indexed.plans[pi].steps[s].pred == p)
             for p, a in attr.items()}
         aggs: dict[int, tuple[int, str]] = {}
-        checks = lower(rule, use_index=False).agg_checks
+        checks = lower(rule, use_index=False).agg_checks if rule.aggregates else ()
         for k, agg in enumerate(rule.aggregates):
             for c in checks[k]:
                 pair = _own_equality(agg.conditions[c])
@@ -397,7 +399,7 @@ def _agg_span(spec, kinds, chains: Chains):
                   if chains.floats[q] else [f"        w9 = int({value})"])  # (as s_fkey / s_bkt)
         lines += [f"    w2 = env[{ext + 2}]", f"    w5 = w0[1, {q}]", f"    w6 = w0[2, {q}]", "    j = -1",
                   f"    if {ok}:", *as_key,
-                  f"        j = w2[{q}, ((w9 * -7046029254386353131) >> 32) & (w2.shape[1] - 1)]",
+                  f"        j = w2[{q}, ((w9 * {_HASH_MULT}) >> 32) & (w2.shape[1] - 1)]",
                   f"        while j >= w3 and {past}:", "            j = w5[j]"]
         if agg.function == "count":  # one pass back
             return lines + [f"    while j >= w3 and {from_lo}:", "        q = nr[j]", "        j = w5[j]"], store
@@ -414,10 +416,11 @@ def _sync_source(spec, kinds, chains: Chains) -> list[str]:
     """``s_sync(lo, hi, types, cl, cnt, hd, env, start)``: expire the entries before row
     ``start``, then append rows ``[lo, hi)`` to the columns of the predicates they pass.
 
-    ``cl``: (3, predicates, capacity) column entries (table rows), chain links back and forward;
-    ``cnt``: per predicate its column's start, end and event type code, then the scratch row of
-    the match and its terminator count; ``hd``: (predicates, buckets) the newest entry of each
-    bucket. (The state is in three arrays: fewer arguments for Numba's dispatch to read.)"""
+    ``cl``: (4, slots, capacity) column entries (table rows), chain links back and forward, and
+    each entry's bucket (-1: unchained), a slot per predicate, negation and aggregate; ``cnt``: per
+    slot its column's start, end and event type code, then the scratch row of the match and its
+    terminator count; ``hd``: (slots, buckets) the newest entry of each bucket. (The state is in
+    three arrays: fewer arguments for Numba's dispatch to read.)"""
     return ["@numba.njit(cache=True)", "def s_sync(lo, hi, types, cl, cnt, hd, env, start):",
             *_STATE, *prologue(spec.layout, kinds), *_expire_lines(spec, "    "),
             "    for r in range(lo, hi):", *_add_lines(spec, kinds, chains, "        "),
@@ -561,7 +564,7 @@ def _memo_clear(spec) -> list[str]:
 
 
 def _match_source(spec, kinds, chains: Chains) -> list[str]:
-    """``s_match(lo, hi, types, start, nlo, nhi, cl, cnt, hd, env, out) -> n``: ``s_sync`` of
+    """``s_match(lo, hi, types, start, nlo, nhi, cl, cnt, hd, env, out[, xc]) -> n``: ``s_sync`` of
     rows ``[lo, hi)`` and the complete matches of every plan whose terminator is a row in
     ``[nlo, nhi)`` (inside ``[lo, hi)``), written to ``out`` while it has room; ``n`` is the
     number of matches (more than ``out`` holds: take the rows out of the columns again, see
@@ -601,6 +604,7 @@ def _held_source(spec, kinds, chains: Chains) -> list[str]:
     lines = ["@numba.njit(cache=True)", f"def s_held(rows, m, cl, cnt, hd, env, out{xc}):",
              *_STATE, *prologue(spec.layout, kinds),
              "    seqs = cnt[3:4]", "    nt = cnt[4]", "    n = 0", "    nt[0] = 0", "    cap = out.shape[0]",
+             *_memo_clear(spec),
              "    for i in range(m):", "        r = rows[i]", "        stp = r + 1", "        n0 = n"]
     for pi, plan in enumerate(spec.plans):
         tp = plan.steps[0].pred

@@ -18,7 +18,7 @@ import cep_gpu
 from cep_gpu import Engine
 
 #: rules the fast path covers (TESLA without aggregates/consuming, negations included), and
-#: SEQ/AND patterns (those with a trailing NOT take the general path: the differential covers both)
+#: SEQ/AND patterns (those with a trailing NOT hold their terminators: stream_held; the differential covers both)
 FAST_RULES = st.one_of(
     tesla_rules(negations=False, aggregates=False, consuming=False),
     tesla_rules(negations=True, aggregates=False, consuming=False),
@@ -577,7 +577,7 @@ def test_negation_columns_through_reserve_and_compaction(size):
     assert s["backend_calls"] == s["fast_path"]["calls"] and s["composites"]["R"] > 100
 
 
-# -- the general path on backend="cpu" (consumed sets, in-place merges of composite events) ------
+# -- rules that took the general path on backend="cpu" (consumption, held terminators, in-place merges)
 
 _GENERAL_RULES = [
     "define X from C(k=$k) and last B(k=$k) within 3 s from C consuming B",
@@ -601,11 +601,11 @@ _GENERAL_RULES = [
 
 @settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.sampled_from(_GENERAL_RULES), st.integers(2, 60), st.integers(0, 10**6), st.data())
-def test_general_path_rules_one_event_per_publish_equal_batch(text, n, seed, data):
-    """Consuming and held-terminator rules (the general path), aggregate and hierarchy rules (the
-    fast path since tests/test_stream_fast_agg.py's work) with backend="cpu", whose
-    buffer merges a composite event into its last rows in place: one event per publish, with a
-    checkpoint and restore at a drawn position, equal batch."""
+def test_consuming_held_aggregate_and_hierarchy_rules_one_event_per_publish_equal_batch(text, n, seed, data):
+    """Consuming, held-terminator, aggregate and hierarchy rules (the fast path now; a rule
+    reading a holding rule's composite events stays on the general path) with backend="cpu",
+    whose buffer merges a composite event into its last rows in place: one event per publish,
+    with a checkpoint and restore at a drawn position, equal batch."""
     rng = np.random.default_rng(seed)
     events = pd.DataFrame({
         "type": rng.choice(["A", "B", "C"], size=n, p=[0.4, 0.4, 0.2]),
