@@ -241,14 +241,21 @@ def eq6_bound(tr, k: int) -> dict:
     return {"eq6_bound": eq / (sum(loads) / k), "eq6_whole": eq / max(x / u for x, u in zip(loads, al.units))}
 
 
-def figure10_point(workload: str, length: int, window: float, events: int, seed: int) -> dict:
-    """Simulation only (no real runs): the allocation ratios of :func:`allocation_ratios`."""
-    gen, rule_of = WORKLOADS[workload]
+def _figure10_trace(workloads: dict, workload: str, length: int, window: float, events: int, seed: int):
+    """The rule, the events and the trace of one simulated Figure 10 point."""
+    gen, rule_of = workloads[workload]
     ev = gen(events, seed=seed)
     rule = rule_of(length, window)
     tr = trace(rule, ev, chunk_size=_chunk_of(rule, ev), batch_size=_trace_batch(rule, ev, length))
-    return {"workload": workload, "length": length, "window_s": window, "events": len(ev),
-            "matches": int(tr.outputs[:, -1].sum()), "ratios": allocation_ratios(tr)}
+    head = {"workload": workload, "length": length, "window_s": window, "events": len(ev),
+            "matches": int(tr.outputs[:, -1].sum())}
+    return rule, tr, head
+
+
+def figure10_point(workload: str, length: int, window: float, events: int, seed: int) -> dict:
+    """Simulation only (no real runs): the allocation ratios of :func:`allocation_ratios`."""
+    _, tr, head = _figure10_trace(WORKLOADS, workload, length, window, events, seed)
+    return {**head, "ratios": allocation_ratios(tr)}
 
 
 def figure10_paper_point(workload: str, length: int, window: float, events: int, seed: int) -> dict:
@@ -257,14 +264,10 @@ def figure10_paper_point(workload: str, length: int, window: float, events: int,
     selectivities read off the trace, and the output's measured parallel share."""
     from .simulate import stats_from_trace
 
-    gen, rule_of = PAPER_WORKLOADS[workload]
-    ev = gen(events, seed=seed)
-    rule = rule_of(length, window)
-    tr = trace(rule, ev, chunk_size=_chunk_of(rule, ev), batch_size=_trace_batch(rule, ev, length))
+    rule, tr, head = _figure10_trace(PAPER_WORKLOADS, workload, length, window, events, seed)
     st = stats_from_trace(tr, 8)
     growth = [2.0 * st.rates[j] * st.selectivity[j] * st.window for j in range(1, length)]
-    return {"workload": workload, "length": length, "window_s": window, "events": len(ev), "rule": rule,
-            "matches": int(tr.outputs[:, -1].sum()), "chunks": len(tr.chunk_events),
+    return {**head, "rule": rule, "chunks": len(tr.chunk_events),
             "selectivity": list(st.selectivity[1:]), "growth": growth,
             "pairs_per_match": float(tr.scanned.sum() / max(tr.outputs[:, -1].sum(), 1.0)),
             "output_parallel": tr.output_parallel, "output_cores": tr.output_cores,
