@@ -24,10 +24,18 @@ import pandas as pd
 
 from ..errors import ArgumentError
 from . import _compat
-from .compile import compile_rules, rule_span
-from .engine import OUTPUT_PART, HybridEngine, as_rule_list, auto_batch, auto_chunk, check_units
+from .compile import rule_span
+from .engine import (
+    OUTPUT_PART,
+    HybridEngine,
+    as_rule_list,
+    auto_batch,
+    auto_chunk,
+    check_units,
+    load_events,
+)
 from .kernels import llsf_assign
-from .runtime import Layout, Runtime, Store
+from .runtime import Layout, Runtime
 
 METHODS = ("hybrid", "hybrid-equal", "state-parallel", "rip", "llsf", "sequential")
 
@@ -91,12 +99,7 @@ def run(method: str, rules, events: pd.DataFrame, units: int = 1, *, time_unit: 
         sec = time.perf_counter() - t0
         return RunResult(method, 1, out, sec, len(events), {})
     t0 = time.perf_counter()
-    strings = _compat.StringDictionary()
-    table = _compat.ingest(events, time_unit, strings)
-    specs = compile_rules(rule_list, table.time.scale_ns())
-    strcodes = np.array([strings.encode_one(s) for s in specs[0].string_consts], dtype=np.float64)
-    store = Store(specs[0].attributes)
-    rows = store.append(table)
+    strings, table, specs, strcodes, store, rows = load_events(rule_list, events, time_unit)
     if method == "state-parallel":
         results, st = _state_parallel(specs, store, rows, strcodes, batch_size, chunk_size or 16_384, jitter, seed)
     else:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -421,6 +422,29 @@ class HybridEngine:
         if sum(per_agent) != self.units or not all(per_agent):
             per_agent = [0] * len(per_agent)  # units serve several agents (Runtime._assign_units)
         return groups, per_agent
+
+
+class Loaded(NamedTuple):
+    """A frame of events read once, as every non-streaming run starts: the strings, the table,
+    the compiled rules, their string constants' codes and the store holding the rows."""
+    strings: _compat.StringDictionary
+    table: _compat.EventTable
+    specs: list[ChainSpec]
+    strcodes: np.ndarray
+    store: Store
+    rows: np.ndarray
+
+
+def load_events(rules: list[Rule], events: pd.DataFrame, time_unit: str) -> Loaded:
+    """Ingest ``events`` as ``detect`` does, compile ``rules`` for their time scale, and append
+    the events to a new store (the baselines and the simulation's trace start so)."""
+    strings = _compat.StringDictionary()
+    table = _compat.ingest(events, time_unit, strings)
+    specs = compile_rules(rules, table.time.scale_ns())
+    strcodes = np.array([strings.encode_one(s) for s in specs[0].string_consts], dtype=np.float64)
+    store = Store(specs[0].attributes)
+    rows = store.append(table)
+    return Loaded(strings, table, specs, strcodes, store, rows)
 
 
 def chunk_bounds(ts: np.ndarray, size: int) -> list[tuple[int, int]]:

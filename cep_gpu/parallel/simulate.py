@@ -33,10 +33,9 @@ import pandas as pd
 
 from ..errors import ArgumentError
 from . import _compat, kernels
-from .compile import compile_rules
 from .costmodel import ChainStats, allocate
-from .engine import OUTPUT_PART, as_rule_list, chunk_bounds, concat_parts, output_parts
-from .runtime import SPLIT_MIN, Layout, Runtime, Store
+from .engine import OUTPUT_PART, as_rule_list, chunk_bounds, concat_parts, load_events, output_parts
+from .runtime import SPLIT_MIN, Layout, Runtime
 
 
 @dataclass
@@ -155,12 +154,7 @@ def _charged(tr: Trace) -> float:
 
 def _trace_once(r, events, time_unit, chunk_size, batch_size, stats, fused: bool, probe: bool = False) -> Trace:
     t0 = time.thread_time()
-    strings = _compat.StringDictionary()
-    table = _compat.ingest(events, time_unit, strings)
-    (spec,) = compile_rules([r], table.time.scale_ns())
-    strcodes = np.array([strings.encode_one(s) for s in spec.string_consts], dtype=np.float64)
-    store = Store(spec.attributes)
-    rows = store.append(table)
+    strings, table, (spec,), strcodes, store, rows = load_events([r], events, time_unit)
     t_ingest = time.thread_time() - t0
     n = spec.length
     if n < 2:
@@ -296,11 +290,7 @@ def _run_overhead(rule, events: pd.DataFrame, time_unit: str, n: int = 8) -> flo
 
     def charged() -> float:
         c0 = time.process_time()
-        strings = _compat.StringDictionary()
-        table = _compat.ingest(tiny, time_unit, strings)
-        (spec,) = compile_rules([rule], table.time.scale_ns())
-        store = Store(spec.attributes)
-        store.append(table)
+        strings, table, (spec,), _, store, _ = load_events([rule], tiny, time_unit)
         out_table = _compat.store_table(store, strings, table.time)
         concat_parts([b() for b in output_parts([rule], [np.empty((0, spec.length), np.int64)], store, out_table,
                                                 False, OUTPUT_PART, 1).build], False)
