@@ -188,6 +188,29 @@ def test_sequential_baseline_and_one_publish_equal_detect():
             pd.testing.assert_frame_equal(got, expected)
 
 
+def test_forget_starts_an_independent_stream_on_the_same_runtime():
+    """A data-parallel unit runs its pieces on one runtime, emptied between them: RIP's pieces
+    overlap by a window, so a piece re-feeds events the last one saw, and a match kept from the
+    last piece would be extended again (a duplicate)."""
+    from cep_gpu.parallel.engine import as_rule_list, load_events
+    from cep_gpu.parallel.runtime import Layout, Runtime
+
+    ev = pd.DataFrame({"type": ["A", "B", "B"], "ts": [0.0, 1.0, 2.0]})
+    rules = as_rule_list("define P pattern SEQ(A a, B b) within 5 s")
+    loaded = load_events(rules, ev, "s")
+    rt = Runtime(loaded.specs, loaded.store, Layout([[(1,)]], [0], 1), [loaded.strcodes], dynamic=False,
+                 threads=False)
+    got = []
+    for _ in range(3):  # the same piece three times: the same two matches each time
+        rt.feed(loaded.rows, first_only=loaded.rows[:1])
+        rt.drain()
+        rt.quiesce()
+        (res,) = rt.take_results()
+        got.append(sorted(map(tuple, res.tolist())))
+        rt.forget()
+    assert got[0] == [(0, 1), (0, 2)] and got[1] == got[0] and got[2] == got[0]
+
+
 def test_chunks_never_cut_a_timestamp():
     from cep_gpu.parallel.engine import chunk_bounds
 

@@ -521,6 +521,16 @@ class Runtime:
                     s.prune(self.newest)
         self.history.append({"newest": self.newest, "units": self.units_per_agent()})
 
+    def forget(self) -> None:
+        """After :meth:`drain`: drop every buffered event and match, so that the next rows fed
+        start an independent stream (a data-parallel baseline's next piece) on the same stages
+        instead of a runtime built anew per piece."""
+        for stages in self.stages:
+            for s in stages.values():
+                s.events.clear()
+                s.matches.clear()
+        self.newest = None
+
     def close(self) -> None:
         with self._cv:
             self._stop = True

@@ -72,7 +72,7 @@ class Trace:
     batch: int = 256
     chunk: int = 16_384
     t_item: float = 0.0  # per item entering a stage (numbering, appending, output)
-    t_piece: float = 0.0  # data-parallel: per piece (a runtime built, fed and drained)
+    t_piece: float = 0.0  # data-parallel: per piece (the unit's runtime fed, drained and emptied)
     #: the hybrid engine's fixed cost of a run beyond ingestion and output (building the engine,
     #: starting and stopping its threads, the publish's checks, chunk bounds, joining the parts):
     #: charged once per run to the publishing thread (:func:`_run_overhead`)
@@ -568,31 +568,33 @@ def _call_item_cost(spec, store, strcodes, rows) -> tuple[float, float]:
 
 
 def _piece_cost(spec, store, strcodes, rows, t_task: np.ndarray, t_item: float, c_scan: np.ndarray) -> float:
-    """Seconds of a RIP/LLSF piece beyond its tasks, items and pairs: build an inline runtime,
-    feed it a real slice of events (every stage gets fragments), drain it, prune it at its
-    quiescent point and take its results; the stage calls, items and scanned pairs it ran are
-    charged at the trace's own costs and taken off, since simulate charges them per task, per
-    item and per pair. One warm-up, then the median of 20 (the mean of 10 with the first, cold,
-    runtime among them charged LLSF at short windows, hundreds of small pieces, 12-31% too much).
+    """Seconds of a RIP/LLSF piece beyond its tasks, items and pairs, as ``baselines`` runs one:
+    feed a real slice of events to the unit's inline runtime (every stage gets fragments), drain
+    it, prune it at its quiescent point, take its results and empty it for the next piece; the
+    stage calls, items and scanned pairs it ran are charged at the trace's own costs and taken
+    off, since simulate charges them per task, per item and per pair. One warm-up, then the
+    median of 20 (a mean let one slow repetition, another job on the core, count tenfold).
     """
     n = spec.length
     layout = Layout([[(p,) for p in range(1, n)]], [0] * (n - 1), 1)
+    rt = Runtime([spec], store, layout, [strcodes], dynamic=False, threads=False)
     spent = []
+    prev = np.zeros((3, n - 1))
     for rep in range(21):
         t0 = time.thread_time()
-        rt = Runtime([spec], store, layout, [strcodes], dynamic=False, threads=False)
         rt.feed(rows, first_only=rows)
         rt.drain()
         rt.quiesce()
         rt.take_results()
+        rt.forget()
         took = time.thread_time() - t0
         st = rt.stage_stats()[0]
-        calls = np.array([st[p].tasks for p in range(1, n)], dtype=np.float64)
-        scanned = np.array([st[p].scanned for p in range(1, n)], dtype=np.float64)
-        items = sum(st[p].items for p in range(1, n))
-        if rep:  # the first is a warm-up (its runtime was the first built: slower)
-            spent.append(took - float((calls * t_task).sum()) - items * t_item - float((scanned * c_scan).sum()))
-    # the median piece: a mean let one slow repetition (another job on the core) count tenfold
+        cur = np.array([[st[p].tasks for p in range(1, n)], [st[p].items for p in range(1, n)],
+                        [st[p].scanned for p in range(1, n)]], dtype=np.float64)
+        (calls, items, scanned), prev = cur - prev, cur
+        if rep:  # the first is a warm-up
+            spent.append(took - float((calls * t_task).sum()) - float(items.sum()) * t_item
+                         - float((scanned * c_scan).sum()))
     return max(float(np.median(spent)), 0.0)
 
 
