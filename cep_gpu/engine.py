@@ -48,7 +48,13 @@ from .model import (
 )
 from .output import OutputSchema, assemble, assemble_columns, value_kind
 from .rule_text import duration, rule_lines
-from .stream_buffer import AppendBuffer, parse_record, table_from_columns, table_from_record
+from .stream_buffer import (
+    AppendBuffer,
+    new_rows_last,
+    parse_record,
+    table_from_columns,
+    table_from_record,
+)
 from .stream_held import hand_back, matcher_for, settled_states
 from .stream_match import AutoChoice, unsupported
 
@@ -710,8 +716,7 @@ class Engine:
         # the whole buffer (exact: earlier rows are neither new nor held, so no run starts or
         # ends among them)
         tail = len(buf) - len(new_ids)
-        if len(st.pending) or not len(new_ids) or tail < 0 or not (
-                np.array_equal(buf.ids[tail:], new_ids) or np.array_equal(np.sort(buf.ids[tail:]), np.sort(new_ids))):
+        if len(st.pending) or not len(new_ids) or not new_rows_last(buf.ids, new_ids, 0, len(buf)):
             tail = 0
         ids = buf.ids[tail:]
         is_term = _member(buf.types[tail:], codes)

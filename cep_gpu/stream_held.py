@@ -40,7 +40,7 @@ import numpy as np
 
 from .backends import Matches
 from .model import Rule
-from .stream_buffer import in_order
+from .stream_buffer import in_order, new_rows_last
 from .stream_match import StreamMatcher
 
 _OWNED = np.empty(0, np.int64)  # the engine's consumed set while a matcher owns the consumption
@@ -204,11 +204,11 @@ class HeldMatcher(StreamMatcher):
         store, start, end = buf.store()
         codes = self._term_codes(store)
         n = len(new_ids)
-        if n == 1 and end > start and store.ids[end - 1] == new_ids[0]:  # one event per publish
-            if int(store.types[end - 1]) in codes:
-                self._push(store.ids[end - 1:end], store.ts[end - 1:end])
-            return
-        if n <= end - start and np.array_equal(store.ids[end - n:end], new_ids):
+        if new_rows_last(store.ids, new_ids, start, end):
+            if n == 1:  # one event per publish: no array pass
+                if int(store.types[end - 1]) in codes:
+                    self._push(store.ids[end - 1:end], store.ts[end - 1:end])
+                return
             rows = end - n + np.flatnonzero(np.isin(store.types[end - n:end], list(codes)))
         else:  # (the new rows are not the last ones: look them up)
             live = store.ids[start:end]

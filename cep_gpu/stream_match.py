@@ -93,6 +93,7 @@ from .codegen.numba_src import Body, check_source, emit_source, literal, prologu
 from .detect import RuleResult, composite_events
 from .events import EventTable
 from .model import SELF, Attr, Compare, Neg, Rule, aggregate_inputs
+from .stream_buffer import new_rows_last
 
 #: Publishes that bring more new rows than this take the general path when the rule has an
 #: equality that the batch CDP answers by its parameter index and the fast path has no chain for
@@ -830,9 +831,8 @@ class StreamMatcher:
         lo, n = self._synced, len(new_ids)
         if not n:
             return []
-        tail = store.ids[end - n:end] if end - n >= lo else None
-        if tail is not None and (np.array_equal(tail, new_ids) or np.array_equal(np.sort(tail), np.sort(new_ids))):
-            return [(end - n, end)]  # the usual case: the last rows (with the composite events merged among them)
+        if new_rows_last(store.ids, new_ids, lo, end):
+            return [(end - n, end)]  # the usual case
         is_new = np.isin(store.ids[lo:end], new_ids)
         if int(is_new.sum()) != n:
             return None
