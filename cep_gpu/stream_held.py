@@ -71,7 +71,7 @@ class HeldMatcher(StreamMatcher):
 
     # -- the engine's side ----------------------------------------------------------------------
 
-    def run(self, st, buf, new_ids: np.ndarray, newest: int, final: bool) -> Matches | None:
+    def run(self, st, buf, new_ids: np.ndarray, newest: int | None, final: bool) -> Matches | None:
         """The matches of this publish for rule state ``st``: the new terminators (no delay) or the
         held ones now ready; ``None``: this call takes the general path (after :meth:`hand_back`)."""
         if self._consuming and not self._owns:
@@ -100,6 +100,10 @@ class HeldMatcher(StreamMatcher):
         if self._owns:
             st.consumed = self.consumed_ids(buf)
             self._owns = False
+
+    def owned_consumed(self, buf) -> np.ndarray | None:
+        """The engine's consumed set while this matcher owns it, else ``None``."""
+        return self.consumed_ids(buf) if self._owns else None
 
     def consumed_ids(self, buf) -> np.ndarray:
         """The ids of consumed rows still in the buffer, sorted (the engine's ``consumed``)."""
@@ -291,16 +295,10 @@ def settled_states(states: dict, fast: dict, buf) -> dict:
     a checkpoint; the engine's own states are left as they are)."""
     out = dict(states)
     for i, (_, m) in fast.items():
-        if isinstance(m, HeldMatcher) and m._owns:
-            out[i] = replace(states[i], consumed=m.consumed_ids(buf))
+        consumed = m.owned_consumed(buf)
+        if consumed is not None:
+            out[i] = replace(states[i], consumed=consumed)
     return out
-
-
-def hand_back(got, st, buf) -> None:
-    """Before rule state ``st`` is used by the general path: the consumed set back from the
-    matcher ``got`` (the engine's ``(time format, matcher)`` entry, or None)."""
-    if got is not None and isinstance(got[1], HeldMatcher):
-        got[1].hand_back(st, buf)
 
 
 def matcher_for(rule: Rule, delay: int) -> StreamMatcher:
@@ -308,4 +306,4 @@ def matcher_for(rule: Rule, delay: int) -> StreamMatcher:
     return HeldMatcher(rule, delay) if rule.consuming or delay else StreamMatcher(rule)
 
 
-__all__ = ["HeldMatcher", "hand_back", "matcher_for", "settled_states"]
+__all__ = ["HeldMatcher", "matcher_for", "settled_states"]

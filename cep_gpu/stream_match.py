@@ -745,6 +745,22 @@ class StreamMatcher:
     def _redo(self, lo: int, hi: int) -> None:
         """Before a call over rows ``[lo, hi)`` runs again (its output array was too small)."""
 
+    # -- the engine's side: every matcher answers these (stream_held overrides them) --------------
+
+    def run(self, st, buf, new_ids: np.ndarray, newest: int | None, final: bool) -> Matches | None:
+        """The matches of this publish for the engine's rule state ``st``: here those of the new
+        terminators (:meth:`match`); ``None``: this call takes the general path."""
+        return self.match(buf, new_ids)
+
+    def hand_back(self, st, buf) -> None:
+        """Give the engine back the rule state this matcher owns, before the general path uses
+        ``st`` or the matcher is replaced: here nothing."""
+
+    def owned_consumed(self, buf) -> np.ndarray | None:
+        """The engine's consumed id set while this matcher owns it (for a checkpoint); ``None``:
+        the engine's own set is the one."""
+        return None
+
     def match(self, buf, new_ids: np.ndarray) -> Matches | None:
         """The matches of the rule's new terminators (rows of ``new_ids``) as rows of
         ``buf.table()``; ``None`` when this call cannot take the fast path (some new row is not
