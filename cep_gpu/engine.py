@@ -48,8 +48,14 @@ from .model import (
 )
 from .output import OutputSchema, assemble, assemble_columns, value_kind
 from .rule_text import duration, rule_lines
-from .stream_buffer import AppendBuffer, parse_record, table_from_columns, table_from_record
-from .stream_held import hand_back, matcher_for, settled_states
+from .stream_buffer import (
+    AppendBuffer,
+    new_rows_last,
+    parse_record,
+    table_from_columns,
+    table_from_record,
+)
+from .stream_held import matcher_for, settled_states
 from .stream_match import AutoChoice, unsupported
 
 log = logging.getLogger("cep_gpu.engine")
@@ -613,7 +619,9 @@ class Engine:
                     continue  # held terminators, none of them ready yet (no pass over the buffer)
                 res = self._run_fast(i, new_ids, final) if self._fast_why[i] is None else None
                 if res is None:
-                    hand_back(self._fast.get(i), st, self._buf)  # (the consumed set, if the fast path owns it)
+                    got = self._fast.get(i)
+                    if got is not None:  # (the consumed set, if the fast path owns it)
+                        got[1].hand_back(st, self._buf)
                     res = self._run_rule(i, new_ids, final)
                 if not len(res.ts):
                     continue
@@ -670,7 +678,8 @@ class Engine:
         buf = self._buf
         got = self._fast.get(i)
         if got is None or (got[0] is not self._time and got[0] != self._time):
-            hand_back(got, self._states[i], buf)
+            if got is not None:
+                got[1].hand_back(self._states[i], buf)
             got = self._fast[i] = (self._time, matcher_for(self._timed_rule(i, self._time), self._states[i].delay))
         matcher = got[1]
         if matcher.max_rows is not None and len(new_ids) > matcher.max_rows:  # the indexed general path
@@ -685,8 +694,7 @@ class Engine:
                 matcher.skip(buf)
                 return None
         t0 = time.perf_counter()
-        run = getattr(matcher, "run", None)  # (consumption, held terminators: stream_held)
-        matches = matcher.match(buf, new_ids) if run is None else run(self._states[i], buf, new_ids, self._newest, final)
+        matches = matcher.run(self._states[i], buf, new_ids, self._newest, final)
         if matches is None:
             self._fast_fallbacks += 1
             return None
@@ -710,8 +718,7 @@ class Engine:
         # the whole buffer (exact: earlier rows are neither new nor held, so no run starts or
         # ends among them)
         tail = len(buf) - len(new_ids)
-        if len(st.pending) or not len(new_ids) or tail < 0 or not (
-                np.array_equal(buf.ids[tail:], new_ids) or np.array_equal(np.sort(buf.ids[tail:]), np.sort(new_ids))):
+        if len(st.pending) or not len(new_ids) or not new_rows_last(buf.ids, new_ids, 0, len(buf)):
             tail = 0
         ids = buf.ids[tail:]
         is_term = _member(buf.types[tail:], codes)

@@ -667,4 +667,17 @@ def _grow(a: np.ndarray, cap: int) -> np.ndarray:
     return out
 
 
-__all__ = ["AppendBuffer", "Row", "parse_record", "table_from_columns", "table_from_record"]
+def new_rows_last(ids: np.ndarray, new_ids: np.ndarray, lo: int, end: int) -> bool:
+    """Whether the rows with ids ``new_ids`` are rows ``[end - n, end)`` of ``ids``, all at or
+    after row ``lo``, in any order: the usual case of a publish, with the composite events it
+    made merged among its rows (ids are unique, so equal sorted ids are the same rows)."""
+    n = len(new_ids)
+    if end - n < lo:
+        return False
+    if n == 1:  # one event per publish: no array comparison
+        return bool(ids[end - 1] == new_ids[0])
+    tail = ids[end - n:end]
+    return np.array_equal(tail, new_ids) or np.array_equal(np.sort(tail), np.sort(new_ids))
+
+
+__all__ = ["AppendBuffer", "Row", "new_rows_last", "parse_record", "table_from_columns", "table_from_record"]

@@ -40,7 +40,7 @@ import numpy as np
 
 from .backends import Matches
 from .model import Rule
-from .stream_buffer import in_order
+from .stream_buffer import in_order, new_rows_last
 from .stream_match import StreamMatcher
 
 _OWNED = np.empty(0, np.int64)  # the engine's consumed set while a matcher owns the consumption
@@ -71,7 +71,7 @@ class HeldMatcher(StreamMatcher):
 
     # -- the engine's side ----------------------------------------------------------------------
 
-    def run(self, st, buf, new_ids: np.ndarray, newest: int, final: bool) -> Matches | None:
+    def run(self, st, buf, new_ids: np.ndarray, newest: int | None, final: bool) -> Matches | None:
         """The matches of this publish for rule state ``st``: the new terminators (no delay) or the
         held ones now ready; ``None``: this call takes the general path (after :meth:`hand_back`)."""
         if self._consuming and not self._owns:
@@ -100,6 +100,10 @@ class HeldMatcher(StreamMatcher):
         if self._owns:
             st.consumed = self.consumed_ids(buf)
             self._owns = False
+
+    def owned_consumed(self, buf) -> np.ndarray | None:
+        """The engine's consumed set while this matcher owns it, else ``None``."""
+        return self.consumed_ids(buf) if self._owns else None
 
     def consumed_ids(self, buf) -> np.ndarray:
         """The ids of consumed rows still in the buffer, sorted (the engine's ``consumed``)."""
@@ -204,11 +208,11 @@ class HeldMatcher(StreamMatcher):
         store, start, end = buf.store()
         codes = self._term_codes(store)
         n = len(new_ids)
-        if n == 1 and end > start and store.ids[end - 1] == new_ids[0]:  # one event per publish
-            if int(store.types[end - 1]) in codes:
-                self._push(store.ids[end - 1:end], store.ts[end - 1:end])
-            return
-        if n <= end - start and np.array_equal(store.ids[end - n:end], new_ids):
+        if new_rows_last(store.ids, new_ids, start, end):
+            if n == 1:  # one event per publish: no array pass
+                if int(store.types[end - 1]) in codes:
+                    self._push(store.ids[end - 1:end], store.ts[end - 1:end])
+                return
             rows = end - n + np.flatnonzero(np.isin(store.types[end - n:end], list(codes)))
         else:  # (the new rows are not the last ones: look them up)
             live = store.ids[start:end]
@@ -291,16 +295,10 @@ def settled_states(states: dict, fast: dict, buf) -> dict:
     a checkpoint; the engine's own states are left as they are)."""
     out = dict(states)
     for i, (_, m) in fast.items():
-        if isinstance(m, HeldMatcher) and m._owns:
-            out[i] = replace(states[i], consumed=m.consumed_ids(buf))
+        consumed = m.owned_consumed(buf)
+        if consumed is not None:
+            out[i] = replace(states[i], consumed=consumed)
     return out
-
-
-def hand_back(got, st, buf) -> None:
-    """Before rule state ``st`` is used by the general path: the consumed set back from the
-    matcher ``got`` (the engine's ``(time format, matcher)`` entry, or None)."""
-    if got is not None and isinstance(got[1], HeldMatcher):
-        got[1].hand_back(st, buf)
 
 
 def matcher_for(rule: Rule, delay: int) -> StreamMatcher:
@@ -308,4 +306,4 @@ def matcher_for(rule: Rule, delay: int) -> StreamMatcher:
     return HeldMatcher(rule, delay) if rule.consuming or delay else StreamMatcher(rule)
 
 
-__all__ = ["HeldMatcher", "hand_back", "matcher_for", "settled_states"]
+__all__ = ["HeldMatcher", "matcher_for", "settled_states"]

@@ -87,12 +87,13 @@ import numba
 import numpy as np
 
 from .backends import Matches
+from .codegen import RuleSpec, lower
 from .codegen import cache as kcache
-from .codegen import lower
 from .codegen.numba_src import Body, check_source, emit_source, literal, prologue, span_bounds
 from .detect import RuleResult, composite_events
 from .events import EventTable
 from .model import SELF, Attr, Compare, Neg, Rule, aggregate_inputs
+from .stream_buffer import new_rows_last
 
 #: Publishes that bring more new rows than this take the general path when the rule has an
 #: equality that the batch CDP answers by its parameter index and the fast path has no chain for
@@ -251,8 +252,11 @@ class Chains:
     aggs: dict
 
     @classmethod
-    def of(cls, rule: Rule, kinds: dict[str, str | None]) -> Chains:
-        indexed = lower(rule, use_index=True)  # which equality each step could answer by an index
+    def of(cls, rule: Rule, kinds: dict[str, str | None], indexed: RuleSpec | None = None) -> Chains:
+        """The chains of ``rule`` over attributes of ``kinds``; ``indexed``: the rule lowered with
+        the parameter index (``lower(rule, use_index=True)``), lowered here when not given."""
+        if indexed is None:
+            indexed = lower(rule, use_index=True)  # which equality each step could answer by an index
         attr: dict[int, str] = {}
         steps: dict[tuple[int, int], tuple[int, str]] = {}
         for pi, plan in enumerate(indexed.plans):
@@ -269,7 +273,7 @@ class Chains:
             kinds[qa] == "float" for (pi, s), (_, qa) in steps.items() if indexed.plans[pi].steps[s].pred == p)
             for p, a in attr.items()}
         aggs: dict[int, tuple[int, str]] = {}
-        checks = lower(rule, use_index=False).agg_checks if rule.aggregates else ()
+        checks = indexed.agg_checks  # (the same with or without the index)
         for k, agg in enumerate(rule.aggregates):
             for c in checks[k]:
                 pair = _own_equality(agg.conditions[c])
@@ -280,9 +284,11 @@ class Chains:
                     break
         return cls(attr, floats, steps, aggs)
 
-    def unindexed_keys(self, rule: Rule) -> bool:
-        """Whether some step has an equality the batch CDP answers by its index but this does not."""
-        indexed = lower(rule, use_index=True)
+    def unindexed_keys(self, rule: Rule, indexed: RuleSpec | None = None) -> bool:
+        """Whether some step has an equality the batch CDP answers by its index but this does not
+        (``indexed``: as in :meth:`of`)."""
+        if indexed is None:
+            indexed = lower(rule, use_index=True)
         return any(st.key is not None and (pi, s) not in self.steps
                    for pi, plan in enumerate(indexed.plans) for s, st in enumerate(plan.steps) if s)
 
@@ -617,9 +623,10 @@ def _held_source(spec, kinds, chains: Chains) -> list[str]:
     return lines
 
 
-def stream_source(spec, kinds) -> str:
-    """The whole generated source of one rule's fast path (checked)."""
-    chains = Chains.of(spec.rule, kinds)
+def stream_source(spec: RuleSpec, kinds: dict[str, str | None], indexed: RuleSpec | None = None) -> str:
+    """The whole generated source of one rule's fast path (checked); ``indexed``: as in
+    :meth:`Chains.of`."""
+    chains = Chains.of(spec.rule, kinds, indexed)
     rule_src = emit_source(spec, kinds, _agg_span(spec, kinds, chains) if spec.rule.aggregates else None)
     check_source(rule_src)
     own = "\n".join([_HELPERS] + _filter_source(spec, kinds) + _sync_source(spec, kinds, chains)
@@ -633,14 +640,14 @@ _KERNELS: dict[str, tuple] = {}
 _BY_RULE: dict[tuple, tuple] = {}  # (rule, kinds) -> kernels: no source generation per engine
 
 
-def compile_stream(spec, kinds: dict[str, str | None]) -> tuple:
+def compile_stream(spec: RuleSpec, kinds: dict[str, str | None], indexed: RuleSpec | None = None) -> tuple:
     """``(s_sync, s_relink, s_match, s_nsync, s_held)`` of the rule, compiled once per process (keyed by their
-    source) and cached on disk by :mod:`cep_gpu.codegen.cache`."""
+    source) and cached on disk by :mod:`cep_gpu.codegen.cache`; ``indexed``: as in :meth:`Chains.of`."""
     by_rule = (spec.rule, tuple(sorted(kinds.items(), key=lambda kv: kv[0])))
     hit = _BY_RULE.get(by_rule)
     if hit is not None:
         return hit
-    source = stream_source(spec, kinds)
+    source = stream_source(spec, kinds, indexed)
     key = hashlib.blake2b(source.encode("utf-8"), digest_size=16).hexdigest()
     hit = _KERNELS.get(key)
     if hit is None:
@@ -701,7 +708,9 @@ class StreamMatcher:
 
     def __init__(self, rule: Rule) -> None:
         self.rule = rule
+        # lowered once per setup (the kernels scan; the chains mirror the index's equalities)
         self.spec = lower(rule, use_index=False)
+        self._indexed = lower(rule, use_index=True)
         self.n_pred = n = rule.n_predicates
         self.n_neg = len(rule.negations)
         self.n_agg = len(rule.aggregates)
@@ -712,7 +721,8 @@ class StreamMatcher:
         #: most new rows one call takes (None: any): where some equality of the rule has no chain,
         #: the batch CDP's parameter index beats scanning windows for large micro-batches
         every = {a: "int" for a in self.spec.layout.attrs}
-        self.max_rows = FAST_PATH_MAX_ROWS if Chains.of(rule, every).unindexed_keys(rule) else None
+        chains = Chains.of(rule, every, self._indexed)
+        self.max_rows = FAST_PATH_MAX_ROWS if chains.unindexed_keys(rule, self._indexed) else None
         self._store: EventTable | None = None  # the buffer arrays the columns point into
         self._n_cols = -1
         self._n_strings = -1
@@ -743,6 +753,22 @@ class StreamMatcher:
 
     def _redo(self, lo: int, hi: int) -> None:
         """Before a call over rows ``[lo, hi)`` runs again (its output array was too small)."""
+
+    # -- the engine's side: every matcher answers these (stream_held overrides them) --------------
+
+    def run(self, st, buf, new_ids: np.ndarray, newest: int | None, final: bool) -> Matches | None:
+        """The matches of this publish for the engine's rule state ``st``: here those of the new
+        terminators (:meth:`match`); ``None``: this call takes the general path."""
+        return self.match(buf, new_ids)
+
+    def hand_back(self, st, buf) -> None:
+        """Give the engine back the rule state this matcher owns, before the general path uses
+        ``st`` or the matcher is replaced: here nothing."""
+
+    def owned_consumed(self, buf) -> np.ndarray | None:
+        """The engine's consumed id set while this matcher owns it (for a checkpoint); ``None``:
+        the engine's own set is the one."""
+        return None
 
     def match(self, buf, new_ids: np.ndarray) -> Matches | None:
         """The matches of the rule's new terminators (rows of ``new_ids``) as rows of
@@ -830,9 +856,8 @@ class StreamMatcher:
         lo, n = self._synced, len(new_ids)
         if not n:
             return []
-        tail = store.ids[end - n:end] if end - n >= lo else None
-        if tail is not None and (np.array_equal(tail, new_ids) or np.array_equal(np.sort(tail), np.sort(new_ids))):
-            return [(end - n, end)]  # the usual case: the last rows (with the composite events merged among them)
+        if new_rows_last(store.ids, new_ids, lo, end):
+            return [(end - n, end)]  # the usual case
         is_new = np.isin(store.ids[lo:end], new_ids)
         if int(is_new.sum()) != n:
             return None
@@ -945,7 +970,7 @@ class StreamMatcher:
         key = tuple(kinds.values())
         fns = self._kernels.get(key)
         if fns is None:
-            fns = self._kernels[key] = compile_stream(self.spec, kinds)
+            fns = self._kernels[key] = compile_stream(self.spec, kinds, self._indexed)
         # (kinds only change with a new store object, and then _rebuild relinks from scratch)
         self._fns = fns
         self._env = self._env_of(store)

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cep_gpu.events import EventTable, StringDictionary
-from cep_gpu.stream_buffer import AppendBuffer, table_from_record
+from cep_gpu.stream_buffer import AppendBuffer, new_rows_last, table_from_record
 
 
 def assert_tables_equal(a: EventTable, b: EventTable) -> None:
@@ -155,3 +155,14 @@ def test_a_pickled_table_keeps_no_lineage():
     assert row_tag(table) is not None
     again = pickle.loads(pickle.dumps(table))
     assert row_tag(again) is None and again.ts.tolist() == table.ts.tolist()
+
+
+@given(st.permutations(range(8)), st.integers(0, 8), st.integers(0, 8), st.integers(0, 8))
+@settings(max_examples=200, deadline=None)
+def test_new_rows_last_is_the_set_of_the_tail_rows_at_or_after_lo(ids, n, lo, end):
+    ids = np.array(ids, np.int64)
+    tail = set(ids[max(end - n, 0):end].tolist())
+    for new in (ids[end - n:end] if end >= n else ids[:n], ids[:n]):
+        new = np.array(new[::-1])  # (any order)
+        want = end - len(new) >= lo and set(new.tolist()) == tail
+        assert new_rows_last(ids, new, lo, end) == want
