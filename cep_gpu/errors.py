@@ -102,3 +102,9 @@ def is_finite_nonnegative(value: object) -> bool:
     scalars included)."""
     return (isinstance(value, numbers.Real) and not isinstance(value, bool)
             and math.isfinite(value) and value >= 0)
+
+
+def is_finite_positive(value: object) -> bool:
+    """As :func:`is_finite_nonnegative`, and > 0: what every bound, rate and capacity that
+    divides something takes."""
+    return is_finite_nonnegative(value) and value > 0

@@ -181,17 +181,15 @@ def cmd_bench(args) -> int:
 def _check_bench_args(args, seeds: int) -> None:
     """Bad values fail here, naming the option (they ran nothing, or failed in numpy or deep in
     the network checks, naming a generated event type)."""
-    import math
-
     from ..backends import get_backend
-    from ..errors import ArgumentError
+    from ..errors import ArgumentError, is_finite_positive
 
     for name, v, low in (("seeds", seeds, 1), ("queries", args.queries, 1), ("size", args.size, 2),
                          ("simulate-events", args.simulate_events, 0)):
         if v < low:
             raise ArgumentError(f"--{name} must be >= {low}, got {v}")
     max_rate = getattr(args, "max_rate", None)
-    if max_rate is not None and not (math.isfinite(max_rate) and max_rate > 0):
+    if max_rate is not None and not is_finite_positive(max_rate):
         raise ArgumentError(f"--max-rate must be a finite rate > 0, got {max_rate}")
     if args.simulate_events:
         get_backend(args.backend)

@@ -7,10 +7,10 @@
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 
 from ..benchmarks.save import save_results
+from ..errors import is_finite_positive
 
 EPILOG = """examples:
   cep-gpu shedding bench --quick --out shedding.json --plot shedding.png
@@ -103,7 +103,7 @@ def cmd_bench(args) -> int:
     if not lengths or not factors:  # an empty list ran nothing and wrote an empty result
         print("cep-gpu shedding bench: --lengths and --factors need at least one value each", file=sys.stderr)
         return 2
-    bad = [f for f in factors if not (math.isfinite(f) and f > 0)]
+    bad = [f for f in factors if not is_finite_positive(f)]
     if bad:
         print(f"cep-gpu shedding bench: --factors are peak rate multipliers > 0, got {bad[0]}", file=sys.stderr)
         return 2

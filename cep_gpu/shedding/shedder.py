@@ -13,7 +13,7 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
-from ..errors import ArgumentError, CepError, is_finite_nonnegative
+from ..errors import ArgumentError, CepError, is_finite_nonnegative, is_finite_positive
 from ..events.checks import require_frame
 from ..model import Rule
 from . import _core
@@ -71,8 +71,7 @@ class Shedder:
         utility_samples: int = 256,
         utility: str = "eq11",
     ) -> None:
-        if isinstance(latency_bound, bool) or not isinstance(latency_bound, (int, float)) \
-                or not math.isfinite(latency_bound) or latency_bound <= 0:
+        if not is_finite_positive(latency_bound):
             raise ArgumentError(f"latency_bound must be a number of seconds > 0, got {latency_bound!r}")
         if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not (0 < beta <= 1):
             raise ArgumentError(f"beta must be in (0, 1], got {beta!r}")
