@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from .errors import ArgumentError, CepError
+from .errors import ArgumentError, CepError, UsageError
 
 BACKENDS = ["auto", "cpu", "gpu", "aip", "reference"]
 PROGRESS_THRESHOLD = 1_000_000
@@ -46,15 +46,6 @@ def run_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
     except (CepError, OSError) as err:
         print(f"cep-gpu: error: {err}", file=sys.stderr)
         return 1
-
-
-class UsageError(ArgumentError):
-    """A bad command-line argument found after parsing: :func:`main` prints it on one line, as
-    argparse prints its own (``PROG: error: argument OPTION: MESSAGE``), and returns 2."""
-
-    def __init__(self, option: str, message: str) -> None:
-        self.option = option
-        super().__init__(f"argument {option}: {message}")
 
 
 @contextmanager
@@ -295,7 +286,4 @@ def _fmt(v) -> str:
 
 
 if __name__ == "__main__":
-    # the module's main, not this copy's: the subcommands raise cep_gpu.cli.UsageError
-    from cep_gpu.cli import main as entry
-
-    sys.exit(entry())
+    sys.exit(main())
