@@ -5,6 +5,11 @@
     cep-gpu bench WORKLOAD ...      (see ``cep-gpu bench --help``)
     cep-gpu calibrate ...
     cep-gpu spark RULES EVENTS --master URL --out DIR
+
+Exit status: 0 done; 1 an error while running (a file, a rule, the events); 2 a bad argument,
+reported on one line as argparse reports its own (``PROG: error: argument OPTION: MESSAGE``).
+Every subcommand checks its arguments with the helpers here: argparse types (:func:`at_least`,
+:func:`number`) while parsing, :class:`UsageError` (or :func:`argument`) after it.
 """
 
 from __future__ import annotations
@@ -12,9 +17,11 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
-from .errors import ArgumentError, CepError
+from .errors import ArgumentError, CepError, UsageError
 
 BACKENDS = ["auto", "cpu", "gpu", "aip", "reference"]
 PROGRESS_THRESHOLD = 1_000_000
@@ -23,15 +30,69 @@ PROGRESS_THRESHOLD = 1_000_000
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``cep-gpu`` script; returns the exit status."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    return run_command(parser, parser.parse_args(argv))
+
+
+def run_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """Run the parsed subcommand; errors are one line on stderr and an exit status (see above)."""
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
     try:
         return int(args.func(args) or 0)
-    except (CepError, FileNotFoundError) as err:
+    except UsageError as err:
+        print(f"{getattr(args, 'prog', parser.prog)}: error: {err}", file=sys.stderr)
+        return 2
+    except (CepError, OSError) as err:
         print(f"cep-gpu: error: {err}", file=sys.stderr)
         return 1
+
+
+@contextmanager
+def argument(option: str) -> Iterator[None]:
+    """Inside: an :class:`ArgumentError` (a library's check of the value given to ``option``)
+    becomes a :class:`UsageError` naming ``option``."""
+    try:
+        yield
+    except UsageError:
+        raise
+    except ArgumentError as err:
+        message = str(err)
+        param = option.lstrip("-").replace("-", "_") + ": "  # the library's name for it, said once
+        raise UsageError(option, message.removeprefix(param)) from None
+
+
+def set_command(parser: argparse.ArgumentParser, func: Callable[[argparse.Namespace], int]) -> None:
+    """Run ``func`` for ``parser``'s subcommand; its :class:`UsageError` names the subcommand."""
+    parser.set_defaults(func=func, prog=parser.prog)
+
+
+def at_least(low: int) -> Callable[[str], int]:
+    """An argparse type: a whole number >= ``low``."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be >= {low}, got {value}")
+        return value
+
+    return parse
+
+
+def number(check: Callable[[float], bool], expected: str) -> Callable[[str], float]:
+    """An argparse type: a number that ``check`` accepts (``expected`` says which ones)."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = None
+        if value is None or not check(value):
+            raise argparse.ArgumentTypeError(f"must be {expected}, got {text!r}")
+        return value
+
+    return parse
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -54,7 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--max-matches", type=int, default=None, metavar="N",
                      help="Kleene closure: the most matches a rule's sets may be estimated to produce "
                      "(default cep_gpu.kleene.DEFAULT_MAX_MATCHES; docs/language.md)")
-    run.set_defaults(func=cmd_run)
+    set_command(run, cmd_run)
 
     explain = sub.add_parser("explain", help="show how rules are compiled and planned")
     explain.add_argument("rules")
@@ -65,7 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-batch-latency", type=_latency, default=None, metavar="SECONDS",
         help="as for run (default: unbounded, one batch per rule, which is what run does)",
     )
-    explain.set_defaults(func=cmd_explain)
+    set_command(explain, cmd_explain)
 
     _add_optional(sub, "cep_gpu.benchmarks.cli", ("add_bench_parser", "add_calibrate_parser"))
     _add_optional(sub, "cep_gpu.spark_udfs.cli", ("add_spark_parser",))

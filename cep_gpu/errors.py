@@ -66,6 +66,16 @@ class ArgumentError(CepError, ValueError):
     names the argument and what it accepts."""
 
 
+class UsageError(ArgumentError):
+    """A bad command-line argument found after parsing: ``cep_gpu.cli.main`` prints it on one
+    line, as argparse prints its own (``PROG: error: argument OPTION: MESSAGE``), and returns 2.
+    Here rather than in ``cli``, so that ``python -m cep_gpu.cli`` has the same class."""
+
+    def __init__(self, option: str, message: str) -> None:
+        self.option = option
+        super().__init__(f"argument {option}: {message}")
+
+
 class EngineClosedError(CepError, RuntimeError):
     """An :class:`~cep_gpu.Engine` used after :meth:`~cep_gpu.Engine.flush` ended its input."""
 
@@ -102,3 +112,9 @@ def is_finite_nonnegative(value: object) -> bool:
     scalars included)."""
     return (isinstance(value, numbers.Real) and not isinstance(value, bool)
             and math.isfinite(value) and value >= 0)
+
+
+def is_finite_positive(value: object) -> bool:
+    """As :func:`is_finite_nonnegative`, and > 0: what every bound, rate and capacity that
+    divides something takes."""
+    return is_finite_nonnegative(value) and value > 0

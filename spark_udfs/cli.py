@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from cep_gpu.cli import UsageError, set_command
+
 BACKENDS = ["auto", "cpu", "gpu", "aip", "reference"]
 
 
@@ -30,17 +32,17 @@ def add_spark_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--rapids", action="store_true", help="configure RAPIDS GPU executors (rapids_conf())")
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark settings")
     p.add_argument("--no-plot", action="store_true", help="skip the PNG of detections over time")
-    p.set_defaults(func=spark_main)
+    set_command(p, spark_main)
     return p
 
 
 def parse_conf(items: list[str]) -> dict[str, str]:
-    """``KEY=VALUE`` strings to a dict; a clear error for anything else."""
+    """``KEY=VALUE`` strings to a dict; a :class:`UsageError` (a ``ValueError``) for anything else."""
     conf = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise ValueError(f"--conf expects KEY=VALUE, got {item!r}")
+            raise UsageError("--conf", f"expected KEY=VALUE, got {item!r}")
         conf[key.strip()] = value.strip()
     return conf
 
@@ -103,6 +105,7 @@ def spark_readable(events: str, out_dir: Path) -> str:
 
 def spark_main(args: argparse.Namespace) -> int:
     """Run the job described by the parsed ``args``; returns the exit status."""
+    extra_conf = parse_conf(args.conf)  # a bad argument before any file is read
     from rich.console import Console
 
     from cep_gpu import parse_rules
@@ -118,7 +121,7 @@ def spark_main(args: argparse.Namespace) -> int:
         raise EventError(f"{events_path}: no such Parquet/CSV file or directory")
     rules = parse_rules(rules_path.read_text())
     conf = rapids_conf() if args.rapids else {}
-    conf.update(parse_conf(args.conf))
+    conf.update(extra_conf)
     readable = spark_readable(events_path, Path(args.out))
     spark = session(args.master, "cep-gpu spark", conf)
     try:

@@ -289,3 +289,65 @@ def test_spark_input_is_made_readable_for_spark(tmp_path):
     subprocess.run([sys.executable, str(script), "300", str(gen)], check=True, capture_output=True)
     assert str(pq.read_schema(gen).field("ts").type) == "timestamp[us]"
     assert spark_readable(str(gen), out) == str(gen)
+
+
+# -- bad arguments: one style for every subcommand ----------------------------------------------------
+
+R = "define Q pattern SEQ(A a, B b) where a.x < b.x within 1 s\n"
+
+
+@pytest.mark.parametrize("argv, option", [
+    (["run", "{rules}", "{ev}", "--max-batch-latency", "-1"], "--max-batch-latency"),
+    (["explain", "{rules}", "--backend", "nope"], "--backend"),
+    (["bench", "seq3", "--backend", "cpu,nope"], "--backend"),
+    (["bench", "seq3", "--policy", "each,sometimes"], "--policy"),
+    (["bench", "kleene", "--backend", "nope"], "--backend"),
+    (["calibrate", "--events", "5"], "--events"),
+    (["spark", "{rules}", "{ev}", "--out", "{tmp}", "--conf", "novalue"], "--conf"),
+    (["muse", "network", "--nodes", "0"], "--nodes"),
+    (["muse", "network", "--skew", "nan"], "--skew"),
+    (["muse", "plan", "{rules}", "{net}", "--algorithm", "nope"], "--algorithm"),
+    (["muse", "simulate", "{rules}", "{net}", "--duration", "-1"], "--duration"),
+    (["muse", "bench", "--seeds", "0"], "--seeds"),
+    (["muse", "bench", "--max-rate", "inf"], "--max-rate"),
+    (["decompose", "{rules}", "--units", "2", "--iota", "0", "--kappa", "9"], "--iota"),
+    (["decompose", "{rules}", "--units", "2", "--iota", "9", "--kappa", "9", "--rates", "a=1"], "--rates"),
+    (["decompose", "{rules}", "--units", "2", "--iota", "9", "--kappa", "9", "--rates", "a=1,b=1",
+      "--selectivity", "a:z=0.5"], "--selectivity"),
+    (["decompose", "{rules}", "--units", "10000000", "--iota", "9", "--kappa", "9", "--rates", "a=1,b=1"],
+     "--units"),
+    (["decopa", "bench", "--draws", "0"], "--draws"),
+    (["decopa", "bench", "--backend", "nope"], "--backend"),
+    (["parallel", "run", "{rules}", "{ev}", "--units", "0"], "--units"),
+    (["parallel", "bench", "--events", "10"], "--events"),
+    (["shedding", "bench", "--noise", "1.5"], "--noise"),
+    (["shedding", "bench", "--factors", "0"], "--factors"),
+    (["shedding", "bench", "--latency-bound", "-1"], "--latency-bound"),
+])
+def test_bad_argument_is_one_line_naming_it_and_exit_2(tmp_path, capsys, argv, option):
+    """Checked while parsing (argparse raises SystemExit) or after it (main returns): the same line,
+    ``PROG: error: argument OPTION: ...``, and status 2; an exception escaping main fails here."""
+    (tmp_path / "r.txt").write_text(R)
+    (tmp_path / "ev.csv").write_text("type,ts,x\nA,0,1\nB,0.5,2\n")
+    (tmp_path / "net.json").write_text('{"nodes": {"n1": ["A", "B"]}, "rates": {"A": 1, "B": 1}}')
+    paths = {"rules": tmp_path / "r.txt", "ev": tmp_path / "ev.csv", "net": tmp_path / "net.json",
+             "tmp": tmp_path / "out"}
+    try:
+        rc = main([a.format(**paths) for a in argv])
+    except SystemExit as exc:
+        rc = exc.code
+    err = capsys.readouterr().err
+    last = err.strip().splitlines()[-1]
+    assert rc == 2, err
+    assert "Traceback" not in err
+    assert last.startswith("cep-gpu") and f": error: argument {option}" in last, err
+
+
+def test_bad_argument_from_the_script_has_no_traceback():
+    import subprocess
+    import sys
+
+    res = subprocess.run([sys.executable, "-m", "cep_gpu.cli", "muse", "bench", "--seeds", "0"],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert res.stderr.strip() == "cep-gpu muse bench: error: argument --seeds: must be >= 1, got 0"

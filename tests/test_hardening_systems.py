@@ -301,6 +301,38 @@ def test_costs_and_durations_reject_the_same_values(bad):
         generate_streams([], None, duration=bad)
 
 
+# -- bounds, rates and capacities: one test of "a finite number > 0" everywhere ----------------------
+
+@pytest.mark.parametrize("bad", [True, 0, 0.0, -1e-3, float("nan"), float("inf"), "1", None])
+def test_positive_numbers_reject_the_same_values(bad):
+    from cep_gpu import decopa
+    from cep_gpu.errors import is_finite_positive
+    from cep_gpu.muse.errors import MuseError
+    from cep_gpu.muse.network import Network
+    from cep_gpu.shedding import Shedder
+
+    assert not is_finite_positive(bad)
+    with pytest.raises(ArgumentError, match="latency_bound"):
+        Shedder(latency_bound=bad)
+    with pytest.raises(ArgumentError, match="iota must be a finite number > 0"):
+        decopa.Units(2, iota=bad, kappa=1)
+    with pytest.raises(MuseError, match="rate of type 'A'"):
+        Network({"n": frozenset({"A"})}, {"A": bad})
+
+
+@pytest.mark.parametrize("good", [1, 2e-3, np.float32(2e-3), np.float64(0.5), np.int64(3)])
+def test_positive_numbers_take_numpy_scalars(good):
+    from cep_gpu import decopa
+    from cep_gpu.errors import is_finite_positive
+    from cep_gpu.muse.network import Network
+    from cep_gpu.shedding import Shedder
+
+    assert is_finite_positive(good)
+    assert Shedder(latency_bound=good).latency_bound == float(good)  # np.float32 was refused
+    assert decopa.Units(2, iota=good, kappa=good).iota == good
+    assert Network({"n": frozenset({"A"})}, {"A": good}).rate("A") == float(good)
+
+
 @pytest.mark.parametrize("good", [0, 2e-3, np.float32(2e-3), np.int64(1)])
 def test_costs_take_numpy_scalars(good):
     from cep_gpu.shedding import CostModel

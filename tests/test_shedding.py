@@ -378,6 +378,27 @@ def test_live_publish_sheds_each_micro_batch():
         _engine("none").live_stats()
 
 
+def test_live_publish_checks_its_columns_once(monkeypatch):
+    """The gate checks a publish's columns; the shedder's own check (of direct shed_batch and
+    utilities calls) is not run again on the publish path."""
+    import cep_gpu.shedding.shedder as shedder_mod
+
+    eng = _engine("darling", bound=0.02)
+    ev = stream(100, 8)
+
+    def twice(*args, **kwargs):
+        raise AssertionError("a publish checked its columns a second time")
+
+    monkeypatch.setattr(shedder_mod, "require_frame", twice)
+    eng.publish(ev.iloc[:50])
+    assert eng.live_stats()["published"] == 50
+    with pytest.raises(cep_gpu.errors.EventError, match="no 'ts' column"):
+        eng.publish(ev.iloc[50:].drop(columns="ts"))
+    monkeypatch.undo()
+    with pytest.raises(ArgumentError, match="shed_batch: events have no 'ts' column"):
+        eng.shedder.shed_batch(ev.drop(columns="ts"))
+
+
 def test_regathered_statistics_reach_the_running_shedder():
     """Concept drift (Sec. 4.1): after the warm-up every price moves up by 200; with stale
     statistics A's and B's utilities are ~0 (no B or C of the warm-up is that dear), they go first and lose

@@ -13,6 +13,8 @@ import json
 import sys
 from pathlib import Path
 
+from ..cli import UsageError, argument, at_least, run_command, set_command
+
 EPILOG = """examples:
   cep-gpu bench seq3 --backend cpu,auto,gpu --sizes 100,1000,4000 --out seq3.json --plot seq3.png
   cep-gpu bench rules1000 --backend cpu,aip --sizes 2,3,4 --policy last --events 20000 --plot r.png
@@ -44,21 +46,6 @@ def _int_list(text: str) -> list[int]:
     if not values or any(not (v >= 1 and v == int(v)) for v in values):  # also rejects nan, inf
         raise argparse.ArgumentTypeError(f"expected comma-separated whole numbers >= 1, got {text!r}")
     return [int(v) for v in values]
-
-
-def _at_least(low: int):
-    """An argparse type: an integer >= ``low``."""
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            value = None
-        if value is None or value < low:
-            raise argparse.ArgumentTypeError(f"expected a whole number >= {low}, got {text!r}")
-        return value
-
-    parse.__name__ = f"integer >= {low}"
-    return parse
 
 
 def _name_list(text: str) -> list[str]:
@@ -96,10 +83,10 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--policy", type=_name_list, default=["each", "last"],
                    help="seq3 and rules1000: each,last (default both; first also accepted); "
                         "ignored for museum")
-    p.add_argument("--events", type=_at_least(1), help="events per input (seq3: 200000, fewer for large each "
+    p.add_argument("--events", type=at_least(1), help="events per input (seq3: 200000, fewer for large each "
                                                "windows; rules1000: 200000; museum: --sizes)")
-    p.add_argument("--repeat", type=_at_least(1), default=3, help="measured repetitions (default 3)")
-    p.add_argument("--warmup", type=_at_least(0), default=1, help="unmeasured warm-up runs (default 1)")
+    p.add_argument("--repeat", type=at_least(1), default=3, help="measured repetitions (default 3)")
+    p.add_argument("--warmup", type=at_least(0), default=1, help="unmeasured warm-up runs (default 1)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--output", choices=["count", "arrow"], default="count",
                    help="count composite events only, or also build the Arrow output")
@@ -108,13 +95,13 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
                         "flink-stream (streaming mode); seq3 last only (needs `make peers`)")
     p.add_argument("--stream", action="store_true",
                    help="seq3: add the streaming Engine's one-event and micro-batch figures")
-    p.add_argument("--stream-events", type=_at_least(1), default=5000,
+    p.add_argument("--stream-events", type=at_least(1), default=5000,
                    help="--stream: timed one-event publishes per window (default 5000)")
-    p.add_argument("--micro-batch", type=_at_least(1), default=1000,
+    p.add_argument("--micro-batch", type=at_least(1), default=1000,
                    help="--stream: events per micro-batch publish (default 1000)")
     p.add_argument("--out", help="write the results as JSON here")
     p.add_argument("--plot", help="draw the figure (PNG) here")
-    p.set_defaults(func=bench_main)
+    set_command(p, bench_main)
     return p
 
 
@@ -129,9 +116,9 @@ def add_calibrate_parser(subparsers) -> argparse.ArgumentParser:
     )
     p.add_argument("--out", help=f"profile path (default: {user_profile_path()})")
     p.add_argument("--quick", action="store_true", help="fewer, smaller inputs (about 10 s)")
-    p.add_argument("--events", type=_at_least(1000), default=60_000, help="events per calibration input")
+    p.add_argument("--events", type=at_least(1000), default=60_000, help="events per calibration input")
     p.add_argument("--seed", type=int, default=0)
-    p.set_defaults(func=calibrate_main)
+    set_command(p, calibrate_main)
     return p
 
 
@@ -168,26 +155,18 @@ def bench_main(args: argparse.Namespace) -> int:
     try:
         check_backends(backends)
     except ValueError as exc:
-        console.print(f"cep-gpu bench: {exc}", highlight=False, markup=False)
-        return 2
+        raise UsageError("--backend", str(exc)) from None
     sizes = args.sizes or list(DEFAULT_SIZES[args.workload])
-    from ..errors import ArgumentError
     from .peers.bench import check_peers
 
-    try:
+    with argument("--peers"):
         check_peers(args.peers)
-    except ArgumentError as exc:
-        console.print(f"cep-gpu bench: --peers: {exc}", highlight=False, markup=False)
-        return 2
-    problem = None
+    # checked here so that no run starts and fails half-way with a traceback
     bad_policies = [x for x in args.policy if x not in ("each", "last", "first")]
     if bad_policies and args.workload != "museum":
-        problem = f"--policy: expected each, last or first, got {', '.join(map(repr, bad_policies))}"
-    elif args.workload == "rules1000" and min(sizes) < 2:
-        problem = f"--sizes: rules1000 chain lengths must be >= 2, got {min(sizes)}"
-    if problem:  # checked here so that no run starts and fails half-way with a traceback
-        console.print(f"cep-gpu bench: {problem}", highlight=False, markup=False)
-        return 2
+        raise UsageError("--policy", f"expected each, last or first, got {', '.join(map(repr, bad_policies))}")
+    if args.workload == "rules1000" and min(sizes) < 2:
+        raise UsageError("--sizes", f"rules1000 chain lengths must be >= 2, got {min(sizes)}")
     policies = args.policy if args.workload != "museum" else ["rules"]
     stream = args.stream and args.workload == "seq3"
     total = (len(backends) + len(args.peers) + stream) * len(sizes) * len(policies)
@@ -283,8 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     add_bench_parser(sub)
     add_calibrate_parser(sub)
-    args = parser.parse_args(argv)
-    return args.func(args)
+    return run_command(parser, parser.parse_args(argv))
 
 
 if __name__ == "__main__":

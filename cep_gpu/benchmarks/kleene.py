@@ -103,11 +103,9 @@ def kleene_bench_from_bench_args(args) -> int:
     backends = args.backends or ["cpu"]
     bad = [b for b in backends if b not in KLEENE_BACKENDS]
     if bad:
-        from ..errors import ArgumentError
+        from ..cli import UsageError
 
-        raise ArgumentError(
-            f"bench kleene: backends {bad} do not run Kleene rules; use {', '.join(KLEENE_BACKENDS)}"
-        )
+        raise UsageError("--backend", f"{', '.join(map(repr, bad))} cannot run Kleene rules; use {', '.join(KLEENE_BACKENDS)}")
     result = run(
         windows=args.sizes or DEFAULT_WINDOWS, n_events=args.events or 20000, backends=backends,
         repeat=args.repeat, warmup=args.warmup, seed=args.seed,

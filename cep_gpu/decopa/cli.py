@@ -17,6 +17,8 @@ import sys
 from pathlib import Path
 
 from ..benchmarks.save import save_results
+from ..cli import UsageError, argument, at_least, number, set_command
+from ..errors import is_finite_positive
 
 EPILOG = """examples:
   cep-gpu decompose q.rules --rates a=1000,b=1000,c=30 --selectivity a:b=0.01,a:c=0.01,b:c=0.01 \\
@@ -39,6 +41,9 @@ def _pairs(text: str) -> dict[str, float]:
     return out
 
 
+_capacity = number(is_finite_positive, "a finite number > 0")
+
+
 def add_decompose_parser(subparsers) -> argparse.ArgumentParser:
     """Add ``cep-gpu decompose`` to an argparse sub-parser set."""
     p = subparsers.add_parser(
@@ -54,15 +59,15 @@ def add_decompose_parser(subparsers) -> argparse.ArgumentParser:
                    help="alias:alias=s, comma-separated (0 < s <= 1; pairs left out: 1)")
     p.add_argument("--sample", help="measure rates and selectivities on these events (CSV/Parquet) instead")
     p.add_argument("--time-unit", default="s", help="unit of numeric ts in --sample (default s)")
-    p.add_argument("--units", type=int, required=True, help="number of processing units")
-    p.add_argument("--iota", type=float, required=True, help="events a unit ingests per window")
-    p.add_argument("--kappa", type=float, required=True, help="comparisons a unit makes per window")
+    p.add_argument("--units", type=at_least(1), required=True, help="number of processing units")
+    p.add_argument("--iota", type=_capacity, required=True, help="events a unit ingests per window")
+    p.add_argument("--kappa", type=_capacity, required=True, help="comparisons a unit makes per window")
     p.add_argument("--strategy", default="decopa", choices=["decopa", "hybrid", "centralized"])
     p.add_argument("--estimate", default="paper", choices=["paper", "order"],
                    help="rate estimate: the paper's (default) or order-aware for SEQ")
     p.add_argument("--compare", action="store_true", help="also print c* of the other strategies")
     p.add_argument("--json", help="write the plan as JSON here")
-    p.set_defaults(func=cmd_decompose)
+    set_command(p, cmd_decompose)
     return p
 
 
@@ -73,14 +78,15 @@ def add_decopa_parser(subparsers) -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="decopa_command")
     b = sub.add_parser("bench", help="Table-3-style model gains, executed plans against the model, wall time")
     _bench_args(b)
-    b.set_defaults(func=cmd_bench)
+    set_command(b, cmd_bench)
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
     return p
 
 
 def _bench_args(b) -> None:
     b.add_argument("--quick", action="store_true", help="4 draws and a short executed run (about 30 s)")
-    b.add_argument("--draws", type=int, help="rate draws per query (default 20)")
+    # 0 ran nothing, -1 was a KeyError traceback
+    b.add_argument("--draws", type=at_least(1), help="rate draws per query (default 20)")
     b.add_argument("--seed", type=int, default=0)
     b.add_argument("--backend", default="cpu", help="backend of the executed runs (default cpu)")
     b.add_argument("--out", help="write the results as JSON here")
@@ -112,40 +118,42 @@ def _load_rule(args):
 
 
 def cmd_decompose(args) -> int:
-    from ..errors import ArgumentError, CepError
     from . import Stats, Units, optimize
+    from .query import analyse
 
-    try:
-        rule = _load_rule(args)
-        if args.sample:
-            from ..io import read_events
-
-            events = read_events(args.sample)
-            stats = Stats.from_sample(events, rule, time_unit=args.time_unit)
-        else:
-            if args.rates is None:
-                raise ArgumentError("give --rates alias=rate,... or --sample EVENTS")
-            sel = {}
-            for key, s in args.selectivity.items():
-                a, sep, b = key.partition(":")
-                if not sep:
-                    raise ArgumentError(f"--selectivity: expected alias:alias=s, got {key!r}")
-                sel[(a.strip(), b.strip())] = s
-            stats = Stats(rates=args.rates, selectivity=sel)
+    with argument("--units"):
         units = Units(args.units, args.iota, args.kappa)
-        plan = optimize(rule, stats, units, strategy=args.strategy, estimate=args.estimate)
-        print(plan.explain())
-        if args.compare:
-            for s in ("decopa", "hybrid", "centralized"):
-                other = plan if s == args.strategy else optimize(rule, stats, units, strategy=s,
-                                                                 estimate=args.estimate)
-                print(f"  {s:<12} c* = {other.c_star:.6g}")
-        if args.json:
-            Path(args.json).write_text(json.dumps(plan.to_json(), indent=2) + "\n")
-            print(f"plan -> {args.json}", file=sys.stderr)
-    except (CepError, OSError) as exc:
-        print(f"cep-gpu decompose: {exc}", file=sys.stderr)
-        return 2
+    rule = _load_rule(args)
+    if args.sample:
+        from ..io import read_events
+
+        events = read_events(args.sample)
+        stats = Stats.from_sample(events, rule, time_unit=args.time_unit)
+    else:
+        if args.rates is None:
+            raise UsageError("--rates", "give --rates alias=rate,... or --sample EVENTS")
+        pattern = analyse(rule)
+        with argument("--rates"):  # the rates alone, against the rule's positions
+            Stats(rates=args.rates).resolve(pattern)
+        sel = {}
+        for key, s in args.selectivity.items():
+            a, sep, b = key.partition(":")
+            if not sep:
+                raise UsageError("--selectivity", f"expected alias:alias=s, got {key!r}")
+            sel[(a.strip(), b.strip())] = s
+        with argument("--selectivity"):
+            stats = Stats(rates=args.rates, selectivity=sel)
+            stats.resolve(pattern)
+    plan = optimize(rule, stats, units, strategy=args.strategy, estimate=args.estimate)
+    print(plan.explain())
+    if args.compare:
+        for s in ("decopa", "hybrid", "centralized"):
+            other = plan if s == args.strategy else optimize(rule, stats, units, strategy=s,
+                                                             estimate=args.estimate)
+            print(f"  {s:<12} c* = {other.c_star:.6g}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(plan.to_json(), indent=2) + "\n")
+        print(f"plan -> {args.json}", file=sys.stderr)
     return 0
 
 
@@ -159,11 +167,9 @@ def cmd_bench(args) -> int:
         print(f"  draw {steps[0]}", file=sys.stderr, end="\r")
 
     from ..backends import get_backend
-    from ..errors import ArgumentError
 
-    if args.draws is not None and args.draws < 1:  # 0 ran nothing, -1 was a KeyError traceback
-        raise ArgumentError(f"--draws must be >= 1, got {args.draws}")
-    get_backend(args.backend)  # before the draws, not after them
+    with argument("--backend"):
+        get_backend(args.backend)  # before the draws, not after them
     result = bench.run(quick=args.quick, draws=args.draws, seed=args.seed, backend=args.backend,
                        progress=progress)
     print(file=sys.stderr)

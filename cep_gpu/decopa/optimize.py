@@ -13,7 +13,7 @@ import math
 import random
 from dataclasses import dataclass, field
 
-from ..errors import ArgumentError
+from ..errors import ArgumentError, is_finite_positive
 from ..model import Rule
 from .errors import DecompositionError
 from .model import ESTIMATES, RateModel, comparisons, divisor, ingestion, max_c
@@ -48,7 +48,7 @@ class Units:
             raise ArgumentError(f"Units: n must be at most {MAX_UNITS}, got {self.n}")
         for name in ("iota", "kappa"):
             v = getattr(self, name)
-            if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v <= 0:
+            if not is_finite_positive(v):
                 raise ArgumentError(f"Units: {name} must be a finite number > 0, got {v!r}")
 
 

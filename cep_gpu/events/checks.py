@@ -3,20 +3,34 @@ columns, nulls, ids, and timestamps that must fit int64 nanoseconds (errors name
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import pandas as pd
 
-from ..errors import EventError
+from ..errors import ArgumentError, CepError, EventError
 from .values import UNIT_NS, TimeFormat
 
 #: Timestamps are int64 nanoseconds: the representable instants, in ns.
 TS_MIN_NS, TS_MAX_NS = -(2**63), 2**63 - 1
 
 
-def require_columns(names: list[str]) -> None:
-    for col in ("type", "ts"):
+def require_columns(names: list[str], required: Sequence[str] = ("type", "ts"), *, where: str = "",
+                    error: type[CepError] = EventError) -> None:
+    """Raise ``error`` naming the first of the ``required`` columns missing from ``names``;
+    ``where`` (the call that was given the events) starts the message."""
+    for col in required:
         if col not in names:
-            raise EventError(f"events have no {col!r} column (columns: {names})")
+            raise error(f"{where + ': ' if where else ''}events have no {col!r} column (columns: {names})")
+
+
+def require_frame(events: object, where: str, required: Sequence[str] = ("type", "ts")) -> pd.DataFrame:
+    """``events`` if it is a DataFrame with the ``required`` columns, else an :class:`ArgumentError`
+    naming ``where``: the check of the functions that take events only as a pandas frame."""
+    if not isinstance(events, pd.DataFrame):
+        raise ArgumentError(f"{where}: events must be a pandas DataFrame, got {type(events).__name__}")
+    require_columns(list(events.columns), required, where=where, error=ArgumentError)
+    return events
 
 
 def check_unique_columns(names: list[str]) -> None:

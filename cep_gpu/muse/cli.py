@@ -17,6 +17,8 @@ import sys
 from pathlib import Path
 
 from ..benchmarks.save import save_results
+from ..cli import UsageError, argument, at_least, number, set_command
+from ..errors import is_finite_nonnegative, is_finite_positive
 
 EPILOG = """examples:
   cep-gpu muse network --nodes 8 --types 4 --ratio 0.5 --skew 1.5 --out net.json
@@ -38,13 +40,15 @@ def add_muse_parser(subparsers) -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="muse_command")
 
     net = sub.add_parser("network", help="generate a seeded network (paper §7.1) as JSON")
-    net.add_argument("--nodes", type=int, default=20)
-    net.add_argument("--types", type=int, default=15)
-    net.add_argument("--ratio", type=float, default=0.5, help="event-node ratio (default 0.5)")
-    net.add_argument("--skew", type=float, default=1.5, help="Zipf rate skew > 1 (default 1.5)")
+    net.add_argument("--nodes", type=at_least(1), default=20)
+    net.add_argument("--types", type=at_least(1), default=15)
+    net.add_argument("--ratio", type=number(lambda v: 0 < v <= 1, "in (0, 1]"), default=0.5,
+                     help="event-node ratio (default 0.5)")
+    net.add_argument("--skew", type=number(lambda v: is_finite_positive(v) and v > 1, "a finite number > 1"),
+                     default=1.5, help="Zipf rate skew > 1 (default 1.5)")
     net.add_argument("--seed", type=int, default=0)
     net.add_argument("--out", help="write the network here (default: print it)")
-    net.set_defaults(func=cmd_network)
+    set_command(net, cmd_network)
 
     for name, helptext in (("plan", "plan queries over a network and explain the plan"),
                            ("simulate", "plan, then run the plan event by event on cep-gpu")):
@@ -54,18 +58,19 @@ def add_muse_parser(subparsers) -> argparse.ArgumentParser:
         if name == "simulate":
             c.add_argument("events", nargs="?", help="events (.csv/.parquet with type, ts in "
                            "seconds, node); default: Poisson streams from the network's rates")
-            c.add_argument("--duration", type=float, default=60.0,
+            c.add_argument("--duration", type=number(is_finite_nonnegative, "a finite number of seconds >= 0"),
+                           default=60.0,
                            help="seconds of generated streams (default 60)")
             c.add_argument("--backend", default="auto",
                            choices=["auto", "cpu", "aip", "reference", "gpu"])
             c.add_argument("--seed", type=int, default=0)
         c.add_argument("--algorithm", default="amuse", choices=list(ALGORITHMS))
         c.add_argument("--json", help="write the plan (and results) as JSON here")
-        c.set_defaults(func=cmd_plan if name == "plan" else cmd_simulate)
+        set_command(c, cmd_plan if name == "plan" else cmd_simulate)
 
     b = sub.add_parser("bench", help="transmission ratios vs the paper's simulation (§7.2)")
     add_bench_arguments(b)
-    b.set_defaults(func=cmd_bench)
+    set_command(b, cmd_bench)
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
     return p
 
@@ -181,20 +186,18 @@ def cmd_bench(args) -> int:
 def _check_bench_args(args, seeds: int) -> None:
     """Bad values fail here, naming the option (they ran nothing, or failed in numpy or deep in
     the network checks, naming a generated event type)."""
-    import math
-
     from ..backends import get_backend
-    from ..errors import ArgumentError
 
     for name, v, low in (("seeds", seeds, 1), ("queries", args.queries, 1), ("size", args.size, 2),
                          ("simulate-events", args.simulate_events, 0)):
         if v < low:
-            raise ArgumentError(f"--{name} must be >= {low}, got {v}")
+            raise UsageError(f"--{name}", f"must be >= {low}, got {v}")
     max_rate = getattr(args, "max_rate", None)
-    if max_rate is not None and not (math.isfinite(max_rate) and max_rate > 0):
-        raise ArgumentError(f"--max-rate must be a finite rate > 0, got {max_rate}")
+    if max_rate is not None and not is_finite_positive(max_rate):
+        raise UsageError("--max-rate", f"must be a finite rate > 0, got {max_rate}")
     if args.simulate_events:
-        get_backend(args.backend)
+        with argument("--backend"):
+            get_backend(args.backend)
 
 
 def muse_bench_from_bench_args(args) -> int:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..errors import is_finite_positive
 from .errors import MuseError
 
 #: The largest rate :meth:`Network.generate` draws (paper §7.2: skew 1.1 gives rate differences
@@ -42,7 +43,7 @@ class Network:
                 if t not in self.rates:
                     raise MuseError(f"node {node!r} produces type {t!r}, which has no rate")
         for t, r in self.rates.items():
-            if isinstance(r, bool) or not isinstance(r, (int, float)) or not math.isfinite(r) or r <= 0:
+            if not is_finite_positive(r):
                 raise MuseError(f"rate of type {t!r} must be a positive finite number, got {r!r}")
         if self.links is not None:
             self._check_connected()

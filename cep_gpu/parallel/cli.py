@@ -12,6 +12,8 @@ import argparse
 import json
 import sys
 
+from ..cli import at_least, set_command
+
 EPILOG = """examples:
   cep-gpu parallel run rules.txt events.csv --units 2 --explain
   cep-gpu parallel bench --quick --out parallel.json --plot parallel.png
@@ -29,7 +31,7 @@ def add_parallel_parser(subparsers) -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="detect with the hybrid engine; same rows as cep-gpu run")
     r.add_argument("rules", help="file of SEQ rules")
     r.add_argument("events", help="events (.csv/.parquet)")
-    r.add_argument("--units", type=_at_least(1), default=2)
+    r.add_argument("--units", type=at_least(1), default=2)
     r.add_argument("--allocation", default="cost-model", choices=["cost-model", "equal"])
     r.add_argument("--no-dynamic", action="store_true", help="static roles and agents")
     r.add_argument("--no-fusion", action="store_true", help="no agent fusion (Algorithm 2)")
@@ -37,29 +39,17 @@ def add_parallel_parser(subparsers) -> argparse.ArgumentParser:
     r.add_argument("--out", help="write the composite events here (.csv/.parquet); default: print")
     r.add_argument("--explain", action="store_true", help="print the cost model and the allocation")
     r.add_argument("--stats", help="write the engine's stats() as JSON here")
-    r.set_defaults(func=cmd_run)
+    set_command(r, cmd_run)
     b = sub.add_parser("bench", help="hybrid vs state-parallel, RIP, LLSF; real and simulated")
     add_bench_arguments(b)
-    b.set_defaults(func=cmd_bench)
+    set_command(b, cmd_bench)
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
     return p
 
 
-def _at_least(low: int):
-    def parse(text: str) -> int:
-        try:
-            v = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-        if v < low:
-            raise argparse.ArgumentTypeError(f"must be >= {low}, got {v}")
-        return v
-    return parse
-
-
 def add_bench_arguments(b: argparse.ArgumentParser) -> None:
-    b.add_argument("--events", type=_at_least(500), default=30_000, help="events per point (default 30000)")
-    b.add_argument("--repeat", type=_at_least(1), default=2, help="measured runs per method (best kept)")
+    b.add_argument("--events", type=at_least(500), default=30_000, help="events per point (default 30000)")
+    b.add_argument("--repeat", type=at_least(1), default=2, help="measured runs per method (best kept)")
     b.add_argument("--seed", type=int, default=0)
     b.add_argument("--quick", action="store_true", help="one workload, two points, few events")
     b.add_argument("--out", help="write the results (JSON, with a summary) here")

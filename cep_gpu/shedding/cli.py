@@ -7,10 +7,11 @@
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 
 from ..benchmarks.save import save_results
+from ..cli import UsageError, number, set_command
+from ..errors import is_finite_positive
 
 EPILOG = """examples:
   cep-gpu shedding bench --quick --out shedding.json --plot shedding.png
@@ -43,7 +44,7 @@ def add_shedding_parser(subparsers) -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="shedding_command")
     b = sub.add_parser("bench", help="recall and p99 latency per policy (paper Section 5)")
     add_bench_arguments(b)
-    b.set_defaults(func=cmd_bench)
+    set_command(b, cmd_bench)
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
     return p
 
@@ -59,11 +60,12 @@ def add_bench_arguments(b: argparse.ArgumentParser) -> None:
                    help="overload rates of the peaks, at length 4 (default 10,100,1000)")
     b.add_argument("--events", type=int, default=24000, help="events per run after the warm-up (default 24000)")
     b.add_argument("--warmup", type=int, default=2000, help="warm-up events (default 2000)")
-    b.add_argument("--latency-bound", type=float, default=None,
+    b.add_argument("--latency-bound", type=number(is_finite_positive, "a finite number of seconds > 0"),
+                   default=None,
                    help="L_max in seconds (default: --bound-fraction x the largest peak's drain time)")
     b.add_argument("--bound-fraction", type=float, default=0.25,
                    help="L_max as a share of the largest peak's drain time (default 0.25)")
-    b.add_argument("--beta", type=float, default=0.8)
+    b.add_argument("--beta", type=number(lambda v: 0 < v <= 1, "in (0, 1]"), default=0.8)
     b.add_argument("--buckets", type=int, default=100)
     b.add_argument("--seeds", type=int, default=1, help="seeds per setting (default 1)")
     b.add_argument("--backend", default="cpu")
@@ -89,28 +91,22 @@ def cmd_bench(args) -> int:
     if args.quick:
         lengths, factors, events = [3, 4, 5], [100, 1000], 4000
     if not 0 < args.bound_fraction <= 1:
-        print(f"cep-gpu shedding bench: --bound-fraction must be in (0, 1], got {args.bound_fraction}", file=sys.stderr)
-        return 2
+        raise UsageError("--bound-fraction", f"must be in (0, 1], got {args.bound_fraction}")
     if not 0 <= args.noise < 1:
-        print(f"cep-gpu shedding bench: --noise must be in [0, 1), got {args.noise}", file=sys.stderr)
-        return 2
+        raise UsageError("--noise", f"must be in [0, 1), got {args.noise}")
     if args.guard is not None and not 0 < args.guard <= 1:
-        print(f"cep-gpu shedding bench: --guard must be in (0, 1], got {args.guard}", file=sys.stderr)
-        return 2
+        raise UsageError("--guard", f"must be in (0, 1], got {args.guard}")
     if args.regather_every is not None and args.regather_every < 0:
-        print(f"cep-gpu shedding bench: --regather-every must be >= 0, got {args.regather_every}", file=sys.stderr)
-        return 2
-    if not lengths or not factors:  # an empty list ran nothing and wrote an empty result
-        print("cep-gpu shedding bench: --lengths and --factors need at least one value each", file=sys.stderr)
-        return 2
-    bad = [f for f in factors if not (math.isfinite(f) and f > 0)]
+        raise UsageError("--regather-every", f"must be >= 0, got {args.regather_every}")
+    for name, values in (("lengths", lengths), ("factors", factors)):
+        if not values:  # an empty list ran nothing and wrote an empty result
+            raise UsageError(f"--{name}", "needs at least one value")
+    bad = [f for f in factors if not is_finite_positive(f)]
     if bad:
-        print(f"cep-gpu shedding bench: --factors are peak rate multipliers > 0, got {bad[0]}", file=sys.stderr)
-        return 2
+        raise UsageError("--factors", f"peak rate multipliers must be finite numbers > 0, got {bad[0]}")
     for name, v in (("events", events), ("warmup", args.warmup), ("buckets", args.buckets), ("seeds", args.seeds)):
         if v < 1:
-            print(f"cep-gpu shedding bench: --{name} must be >= 1, got {v}", file=sys.stderr)
-            return 2
+            raise UsageError(f"--{name}", f"must be >= 1, got {v}")
     result = bench.run(args.workload, lengths, factors, n_events=events, warmup=args.warmup,
                        latency_bound=args.latency_bound, beta=args.beta, buckets=args.buckets,
                        mode=args.mode, seeds=range(args.seeds), backend=args.backend, noise=args.noise,

@@ -29,6 +29,7 @@ import pandas as pd
 
 from .. import Engine, detect
 from ..errors import ArgumentError
+from ..events.checks import require_frame
 from . import _core
 from .gate import estimated_recall
 from .shedder import UNIT_NS, Shedder, SheddingError, as_rules
@@ -151,7 +152,7 @@ class SheddingEngine:
         """Gather R(T), Z(T) and the attribute distributions on a warm-up prefix (nothing is
         dropped) and set the shedder's constraints. In real time Z(T) and κ are measured on this
         engine: per-event ``publish`` times, fitted as Z(T) + κ·(events the terminator reads)."""
-        frame, arr, ts_ns = self._input(events, arrival)
+        frame, arr, ts_ns = self._input(events, arrival, "warm_up")
         self._warm = frame  # real time: replayed ahead of a run to warm its engine (_engine)
         sh = self.shedder
         if self.mode == "virtual":
@@ -226,7 +227,7 @@ class SheddingEngine:
         oracles to bound what any utility could reach).
         """
         self.shedder._need()
-        frame, arr, ts_ns = self._input(events, arrival)
+        frame, arr, ts_ns = self._input(events, arrival, "run")
         n = len(frame)
         sh = self.shedder
         if utilities is not None:
@@ -519,12 +520,8 @@ class SheddingEngine:
 
     # -- input ------------------------------------------------------------------------------------
 
-    def _input(self, events, arrival):
-        if not isinstance(events, pd.DataFrame):
-            raise ArgumentError(f"events must be a pandas DataFrame, got {type(events).__name__}")
-        for col in ("type", "ts"):
-            if col not in events.columns:
-                raise ArgumentError(f"events need a {col!r} column")
+    def _input(self, events, arrival, where: str):
+        require_frame(events, where)
         if len(events) == 0:
             raise ArgumentError("events is empty")
         if isinstance(arrival, str):

@@ -69,14 +69,15 @@ class ShedGate:
         frame = _frame(events)
         n = len(frame)
         if n or len(frame.columns):
-            require_columns(list(frame.columns))  # as the engine says it (was a pandas KeyError)
+            # the one column check of a publish, as the engine words it (was a pandas KeyError)
+            require_columns(list(frame.columns))
         if "id" not in frame.columns:
             frame = frame.assign(id=np.arange(self.next_id, self.next_id + n, dtype=np.int64))
         sh = self.shedder
         keep = u = None
         if n:
-            u = sh.utilities(frame)
-            keep = sh.shed_batch(frame, time_unit=self.time_unit, utilities=u)
+            u = sh.utility.compute(frame)
+            keep = sh.keep_mask(frame, time_unit=self.time_unit, utilities=u)
         self.inside = True
         try:
             out = engine.publish(frame if keep is None or keep.all() else frame[keep], output=output)

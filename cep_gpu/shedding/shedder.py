@@ -13,7 +13,8 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
-from ..errors import ArgumentError, CepError, is_finite_nonnegative
+from ..errors import ArgumentError, CepError, is_finite_nonnegative, is_finite_positive
+from ..events.checks import require_frame
 from ..model import Rule
 from . import _core
 from .gate import ShedGate
@@ -70,8 +71,7 @@ class Shedder:
         utility_samples: int = 256,
         utility: str = "eq11",
     ) -> None:
-        if isinstance(latency_bound, bool) or not isinstance(latency_bound, (int, float)) \
-                or not math.isfinite(latency_bound) or latency_bound <= 0:
+        if not is_finite_positive(latency_bound):
             raise ArgumentError(f"latency_bound must be a number of seconds > 0, got {latency_bound!r}")
         if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not (0 < beta <= 1):
             raise ArgumentError(f"beta must be in (0, 1], got {beta!r}")
@@ -202,8 +202,7 @@ class Shedder:
     def utilities(self, events: pd.DataFrame) -> np.ndarray:
         """U_T(e) of every row of ``events`` (Eq. 11; max over roles and rules)."""
         self._need()
-        _check_frame(events, "utilities", ("type",))
-        return self.utility.compute(events)
+        return self.utility.compute(require_frame(events, "utilities", ("type",)))
 
     def buckets_of(self, utilities: np.ndarray) -> np.ndarray:
         """The auxiliary array of each utility: 0 for u = 0 (the event can be in no match), else
@@ -237,7 +236,7 @@ class Shedder:
         relevant = np.isin(types, list(self._column_types))
         lo = np.searchsorted(ts_ns, ts_ns - self._lookback_ns, "left")
         if self.policy == "darling":
-            bkt = self.buckets_of(self.utilities(events) if utilities is None else utilities)
+            bkt = self.buckets_of(self.utility.compute(events) if utilities is None else utilities)
         else:  # one bucket: the victim is a random event of the buffer
             bkt = np.ones(len(events), np.int64)
         core = _core.Core(typ, bkt, lo, relevant, z_est, z_act, is_term, nt, gamma,
@@ -282,7 +281,13 @@ class Shedder:
         ``utilities``: the batch's utilities when the caller has them (one per row of ``events``).
         """
         self._need()
-        _check_frame(events, "shed_batch")
+        return self.keep_mask(require_frame(events, "shed_batch"), context, time_unit, utilities)
+
+    def keep_mask(self, events: pd.DataFrame, context: pd.DataFrame | None = None,
+                  time_unit: str | None = None, utilities: np.ndarray | None = None) -> np.ndarray:
+        """:meth:`shed_batch` without its input check, for a caller that checked ``events`` (a
+        DataFrame with ``type`` and ``ts``): the gate checks each publish once."""
+        self._need()
         n = len(events)
         if n == 0:
             return np.zeros(0, bool)
@@ -308,14 +313,6 @@ class Shedder:
         keep[order[m:] - m] = core.status[m:] == 1
         self.last_batch = core.counters | {"dropped": int(n - keep.sum())}
         return keep
-
-
-def _check_frame(events, what: str, columns: tuple[str, ...] = ("type", "ts")) -> None:
-    if not isinstance(events, pd.DataFrame):
-        raise ArgumentError(f"{what}: events must be a pandas DataFrame, got {type(events).__name__}")
-    for col in columns:
-        if col not in events.columns:
-            raise ArgumentError(f"{what}: events need a {col!r} column (columns: {list(events.columns)})")
 
 
 def as_rules(rules) -> list[Rule]:

@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import ArgumentError, is_finite_nonnegative
+from ..events.checks import require_frame
 
 #: largest KS distance at which ``distribution="auto"`` keeps a normal fit
 KS_NORMAL = 0.05
@@ -177,8 +178,7 @@ def gather(
     """Statistics of a warm-up sample: R(T) over the arrival span, the attribute samples, the
     mean number of column events inside a terminator's lookback, and Z(T) from ``costs`` (a
     :class:`CostModel` in virtual time; a mapping of measured seconds in real time)."""
-    if not isinstance(events, pd.DataFrame) or "type" not in events.columns or "ts" not in events.columns:
-        raise ArgumentError("statistics need a DataFrame of sample events with 'type' and 'ts' columns")
+    require_frame(events, "statistics")
     if len(events) < 2:
         raise ArgumentError(f"statistics need a sample of at least 2 events, got {len(events)}")
     types = events["type"].astype(str).to_numpy()
