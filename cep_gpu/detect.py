@@ -169,7 +169,7 @@ def composite_events(rule: Rule, table: EventTable, matches: Matches) -> RuleRes
         ids = table.ids[rows] if len(rows) else np.empty((0, rule.n_predicates), np.int64)
     aggs = matches.aggs
     # CDP emits matches grouped by terminator, candidates in time order: usually sorted already
-    if not _sorted_by_ts_ids(ts, ids):
+    if not sorted_by_ts_ids(ts, ids):
         order = np.lexsort(tuple(ids[:, j] for j in reversed(range(ids.shape[1]))) + (ts,))
         rows, aggs, ts, ids = rows[order], aggs[order], ts[order], ids[order]
         if lengths is not None:
@@ -223,7 +223,7 @@ def kleene_ids(rule: Rule, table: EventTable, matches: Matches):
 
 
 @cached_njit
-def _sorted_by_ts_ids(ts, ids):
+def sorted_by_ts_ids(ts, ids):
     """Whether rows are in (ts, ids...) lexicographic order (one pass, no temporaries)."""
     for i in range(1, ts.shape[0]):
         if ts[i] != ts[i - 1]:

@@ -94,6 +94,12 @@ class HeldMatcher(StreamMatcher):
         self._publish(st)
         return matches
 
+    def _preload(self, store) -> None:
+        super()._preload(store)
+        if self.delay:  # s_held: the first held terminator's call, on no terminator
+            cl, cnt, hd, out = self._empty_state()
+            self._fns[4](np.empty(0, np.int64), 0, cl, cnt, hd, self._call_env(), out, *self._xargs)
+
     def hand_back(self, st, buf) -> None:
         """Give the engine its consumed set back (a call on the general path is coming, or this
         matcher is replaced); the next :meth:`run` takes it over again."""

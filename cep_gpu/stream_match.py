@@ -90,7 +90,7 @@ from .backends import Matches
 from .codegen import RuleSpec, lower
 from .codegen import cache as kcache
 from .codegen.numba_src import Body, check_source, emit_source, literal, prologue, span_bounds
-from .detect import RuleResult, composite_events
+from .detect import RuleResult, composite_events, sorted_by_ts_ids
 from .events import EventTable
 from .model import SELF, Attr, Compare, Neg, Rule, aggregate_inputs
 from .stream_buffer import new_rows_last
@@ -969,11 +969,14 @@ class StreamMatcher:
         kinds = {a: (store.columns[a].kind if a in store.columns else None) for a in layout.attrs}
         key = tuple(kinds.values())
         fns = self._kernels.get(key)
-        if fns is None:
+        first = fns is None
+        if first:
             fns = self._kernels[key] = compile_stream(self.spec, kinds, self._indexed)
         # (kinds only change with a new store object, and then _rebuild relinks from scratch)
         self._fns = fns
         self._env = self._env_of(store)
+        if first:
+            self._preload(store)
         self._n_cols = len(store.columns)
         self._n_strings = len(store.strings)
         self._store_ok = _attributes_from_columns(self.rule, store)
@@ -982,6 +985,28 @@ class StreamMatcher:
         self._cnt[2] = [names.index(t) if t in names else -1
                         for t in [p.event_type for p in self.rule.predicates] + [g.event_type for g in self.rule.negations]
                         + [a.event_type for a in self.rule.aggregates]]
+
+    def _preload(self, store: EventTable) -> None:
+        """Load every kernel's compiled code now, not on the stream: the first terminator
+        (``s_match``), sync (``s_sync``, ``s_nsync``), compaction (``s_relink``), output overflow
+        (``_take_out``) and unsorted output would each load it from the disk cache mid-stream,
+        a latency spike of 2-200 ms (a real-time latency bound sees it: docs/shedding.md). Each
+        call runs on empty copies of the state: no entry, no row."""
+        cl, cnt, hd, out = self._empty_state()
+        self._fns[2](0, 0, store.types, 0, 0, 0, cl, cnt, hd, self._call_env(), out, *self._xargs)
+        self._fns[0](0, 0, store.types, cl, cnt, hd, self._env, 0)
+        self._fns[1](cl, cnt, hd, self._env, *self._xargs)
+        if self.n_neg:
+            self._fns[3](0, 0, store.types, cl, cnt, self._env, 0)
+        _take_out(cl, cnt, hd, self._row_slots, 0)
+        sorted_by_ts_ids(np.empty(0, np.int64), np.empty((0, 1), np.int64))
+
+    def _empty_state(self) -> tuple:
+        """``(cl, cnt, hd, out)`` of the kernels' types holding no entry (for :meth:`_preload`)."""
+        cnt = self._cnt.copy()
+        cnt[:2] = 0
+        return (np.empty((4, self._cl.shape[1], 0), np.int64), cnt, np.full_like(self._hd, -1),
+                np.empty((0, self.n_pred), np.int64))
 
     def _env_of(self, store: EventTable) -> tuple:
         layout = self.spec.layout

@@ -204,10 +204,10 @@ def test_output_sorted_by_ts_then_ids_when_ids_run_against_time():
 
 
 def test_sorted_check_is_lexicographic():
-    from cep_gpu.detect import _sorted_by_ts_ids
+    from cep_gpu.detect import sorted_by_ts_ids
 
     ids = np.array([[1, 2], [1, 3], [2, 0]], np.int64)
-    assert _sorted_by_ts_ids(np.array([5, 5, 5], np.int64), ids)
-    assert not _sorted_by_ts_ids(np.array([5, 5, 5], np.int64), ids[::-1].copy())
-    assert _sorted_by_ts_ids(np.array([1, 2, 3], np.int64), ids[::-1].copy())  # ts decides first
-    assert not _sorted_by_ts_ids(np.array([2, 1, 3], np.int64), ids)
+    assert sorted_by_ts_ids(np.array([5, 5, 5], np.int64), ids)
+    assert not sorted_by_ts_ids(np.array([5, 5, 5], np.int64), ids[::-1].copy())
+    assert sorted_by_ts_ids(np.array([1, 2, 3], np.int64), ids[::-1].copy())  # ts decides first
+    assert not sorted_by_ts_ids(np.array([2, 1, 3], np.int64), ids)
