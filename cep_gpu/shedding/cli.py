@@ -1,5 +1,8 @@
-"""``cep-gpu shedding bench`` (wired in by :mod:`cep_gpu.cli`) and ``cep-gpu bench shedding``.
+"""``cep-gpu shedding run|bench`` (wired in by :mod:`cep_gpu.cli`) and ``cep-gpu bench shedding``.
 
+    cep-gpu shedding run RULES EVENTS --latency-bound S [--policy darling|random|state|none]
+                         [--arrival COLUMN | --speedup X] [--warmup N | --sample FILE]
+                         [--mode real|virtual] [--out FILE] [--report F.json]
     cep-gpu shedding bench [--quick] [--workload stock|nasdaq|bus] [--mode real|virtual]
                            [--lengths 3,4,5,6] [--factors 10,100,1000] [--out F.json] [--plot F.png]
 """
@@ -10,10 +13,12 @@ import argparse
 import sys
 
 from ..benchmarks.save import save_results
-from ..cli import UsageError, number, set_command
+from ..cli import UsageError, at_least, number, set_command
 from ..errors import is_finite_positive
 
 EPILOG = """examples:
+  cep-gpu shedding run rules.txt events.parquet --latency-bound 0.5 --arrival arrival_s --out found.csv
+  cep-gpu shedding run rules.txt events.csv --latency-bound 0.02 --speedup 1000 --report report.json
   cep-gpu shedding bench --quick --out shedding.json --plot shedding.png
   cep-gpu shedding bench --workload bus --mode virtual --lengths 3,4,5
   cep-gpu bench shedding --out shedding.json --plot shedding.png
@@ -37,16 +42,171 @@ def _floats(text: str) -> list[float]:
 def add_shedding_parser(subparsers) -> argparse.ArgumentParser:
     """Add ``cep-gpu shedding`` to an argparse sub-parser set."""
     p = subparsers.add_parser(
-        "shedding", help="DARLING input load shedding: benchmark against random and state shedding",
+        "shedding", help="DARLING input load shedding: run on your events, or benchmark against random and state shedding",
         description="DARLING data-aware input load shedding (docs/shedding.md).",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = p.add_subparsers(dest="shedding_command")
+    r = sub.add_parser("run", help="replay your events through the shedder and the engine under a latency bound",
+                       description="Replay an event file through DARLING (or a baseline) and the engine: "
+                                   "composite events with their detection latency, and a report "
+                                   "(docs/shedding.md, 'On your own events').")
+    add_run_arguments(r)
+    set_command(r, cmd_run)
     b = sub.add_parser("bench", help="recall and p99 latency per policy (paper Section 5)")
     add_bench_arguments(b)
     set_command(b, cmd_bench)
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
     return p
+
+
+def add_run_arguments(r: argparse.ArgumentParser) -> None:
+    seconds = number(is_finite_positive, "a finite number of seconds > 0")
+    r.add_argument("rules", help="rule file (TESLA or SEQ)")
+    r.add_argument("events", help="events (.csv/.parquet): type, ts and the attributes")
+    r.add_argument("--latency-bound", type=seconds, required=True, metavar="S",
+                   help="L_max: the longest a composite event may take from the arrival of its latest "
+                        "event to its detection (seconds)")
+    r.add_argument("--policy", choices=["darling", "random", "state", "none"], default="darling",
+                   help="darling (default); random: random input shedding at the same constraints; "
+                        "state: random eviction of column events; none: no shedding")
+    r.add_argument("--beta", type=number(lambda v: 0 < v <= 1, "in (0, 1]"), default=0.8,
+                   help="share of the input constraint the local constraints fill (default 0.8)")
+    r.add_argument("--buckets", type=at_least(1), default=100, help="utility buckets per type (default 100)")
+    r.add_argument("--utility", choices=["eq11", "chain"], default="eq11",
+                   help="darling's utility: eq11 (the paper's, default) or chain (resolution 22)")
+    r.add_argument("--seed", type=int, default=0, help="seed of the random choices (default 0)")
+    r.add_argument("--arrival", metavar="COLUMN",
+                   help="column of arrival times in seconds (default: the events arrive at their timestamps)")
+    r.add_argument("--speedup", type=number(is_finite_positive, "a finite number > 0"), default=None,
+                   help="replay the timestamps this many times faster (no --arrival column)")
+    r.add_argument("--warmup", type=at_least(1), default=None, metavar="N",
+                   help="gather the statistics on the first N events by timestamp (default: a tenth of "
+                        "the events, at most 10000); the run replays every event")
+    r.add_argument("--sample", metavar="FILE",
+                   help="gather the statistics on this event file instead (its own timestamps or "
+                        "--arrival column give its rates)")
+    r.add_argument("--mode", choices=["real", "virtual"], default="real",
+                   help="real: this engine's measured processing time (default); virtual: the costs "
+                        "of --cost and --window-cost (deterministic)")
+    r.add_argument("--cost", type=number(lambda v: v >= 0 and v != float("inf"), "a finite number >= 0"),
+                   default=None, metavar="S", help="virtual time: seconds charged per event (default 0.001)")
+    r.add_argument("--window-cost", type=number(lambda v: v >= 0 and v != float("inf"), "a finite number >= 0"),
+                   default=None, metavar="S",
+                   help="virtual time: seconds per event a terminator reads (default 0)")
+    r.add_argument("--time-unit", default="s", help="unit of numeric ts values (default s)")
+    r.add_argument("--backend", default="cpu", help="the engine's backend (default cpu)")
+    r.add_argument("--no-reference", action="store_true",
+                   help="skip the run of detect on every event (no measured recall; the estimate stays)")
+    r.add_argument("--out", help="write the composite events here (.csv/.parquet): rule, ts, ids (as "
+                                 "cep-gpu run gives them), detected_s, latency_s; default: print")
+    r.add_argument("--report", metavar="FILE", help="write the report (stats()) here as JSON")
+
+
+def cmd_run(args) -> int:
+    import json
+
+    import numpy as np
+
+    from ..cli import argument, read_rules
+    from ..events.checks import require_frame
+    from ..io import read_events, write_output
+    from .engine import SheddingEngine
+    from .shedder import Shedder
+    from .stats import CostModel, times_ns
+
+    if args.arrival and args.speedup:
+        raise UsageError("--speedup", "replays the timestamps; it cannot go with --arrival")
+    if args.warmup and args.sample:
+        raise UsageError("--sample", "gives the statistics; it cannot go with --warmup")
+    if args.mode == "real" and (args.cost is not None or args.window_cost is not None):
+        raise UsageError("--cost" if args.cost is not None else "--window-cost",
+                         "is for --mode virtual; real time measures this engine")
+    rules = read_rules(args.rules)
+    events = require_frame(read_events(args.events), args.events)
+    if not len(events):
+        raise UsageError("events", f"{args.events} holds no event")
+    costs = (CostModel(default=1e-3 if args.cost is None else args.cost,
+                       window=args.window_cost or 0.0) if args.mode == "virtual" else None)
+    unit_ns = _unit_ns(args.time_unit)
+    with argument("--buckets"):
+        shedder = Shedder(args.latency_bound, beta=args.beta, buckets=args.buckets, policy=args.policy,
+                          seed=args.seed, utility=args.utility)
+    engine = SheddingEngine(rules, shedder, backend=args.backend, time_unit=args.time_unit, mode=args.mode,
+                            cost_model=costs)
+
+    def arrival_of(frame):
+        if args.arrival:
+            if args.arrival not in frame.columns:
+                raise UsageError("--arrival", f"no column {args.arrival!r} in the events (columns: "
+                                              f"{', '.join(map(str, frame.columns))})")
+            return args.arrival
+        if args.speedup:
+            sec = times_ns(frame["ts"], unit_ns) / 1e9
+            return (sec - sec.min()) / args.speedup
+        return None
+
+    if args.sample:
+        sample = require_frame(read_events(args.sample), args.sample)
+        engine.warm_up(sample, arrival_of(sample))
+    else:
+        n = args.warmup or max(1, min(len(events) // 10, 10_000))
+        if n > len(events):
+            raise UsageError("--warmup", f"the events hold {len(events)} events, fewer than {n}")
+        arr = arrival_of(events)
+        order = np.argsort(times_ns(events["ts"], unit_ns), kind="stable")[:n]
+        engine.warm_up(events.iloc[order],
+                       arr if arr is None or isinstance(arr, str) else np.asarray(arr)[order])
+    found = engine.run(events, arrival_of(events), reference=not args.no_reference)
+    found["ids"] = _input_ids(found["ids"], engine._order, events)
+    report = engine.stats()
+    print(_summary(report), file=sys.stderr)
+    if args.report:
+        with open(args.report, "w") as f:
+            json.dump(report, f, indent=1, default=_json_value)
+    if args.out:
+        write_output(found, args.out)
+    else:
+        print(found.to_string(index=False) if len(found) else "(no composite events)")
+    return 0
+
+
+def _unit_ns(unit: str) -> int:
+    from .shedder import UNIT_NS
+
+    if unit not in UNIT_NS:
+        raise UsageError("--time-unit", f"unknown unit {unit!r}; use one of {sorted(UNIT_NS)}")
+    return UNIT_NS[unit]
+
+
+def _input_ids(ids, order, events):
+    """The run's ids (positions in timestamp order) as ``cep-gpu run`` gives them: the events'
+    ``id`` column where there is one, else their row in the file; composite events' ids (< 0)
+    stay."""
+    import numpy as np
+
+    own = events["id"].to_numpy(np.int64) if "id" in events.columns else np.arange(len(events), dtype=np.int64)
+    return [tuple(int(own[order[i]]) if i >= 0 else i for i in t) for t in ids]
+
+
+def _summary(r: dict) -> str:
+    recall = "not measured (--no-reference)" if r["recall"] is None else f"{r['recall']:.3f}"
+    p99 = r["latency_s"]["p99"]
+    per = ", ".join(f"{t} {k}" for t, k in sorted(r["dropped_per_type"].items())) or "none"
+    return (f"{r['policy']} ({r['mode']} time): {r['events']} events, {r['dropped']} dropped ({per}); "
+            f"{r['composites']} composite events, recall {recall} (estimated {r['estimated_recall']:.3f}); "
+            f"p99 latency {'-' if p99 is None else f'{p99:.4g} s'}, bound {r['latency_bound_s']:g} s, "
+            f"{r['violations']} violations")
+
+
+def _json_value(v):
+    import numpy as np
+
+    if isinstance(v, np.generic):
+        return v.item()
+    if isinstance(v, np.ndarray):
+        return v.tolist()
+    return str(v)
 
 
 def add_bench_arguments(b: argparse.ArgumentParser) -> None:

@@ -1,0 +1,129 @@
+"""``cep-gpu shedding run``: DARLING on a user's own event file (docs/shedding.md, "On your own events")."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import cep_gpu
+from cep_gpu.cli import main
+from cep_gpu.shedding import CostModel, Shedder, SheddingEngine
+
+RULE = "define Up pattern SEQ(A a, B b, C c) where a.price < b.price and b.price < c.price within 3 s\n"
+
+
+def _files(tmp_path, n: int = 1500, shuffle: bool = False, ids: bool = False):
+    rng = np.random.default_rng(4)
+    ev = pd.DataFrame({"type": rng.choice(["A", "B", "C", "X"], n), "ts": np.arange(n) * 0.1,
+                       "price": rng.normal(100, 20, n).round(1)})
+    gap = np.full(n, 0.1)
+    gap[n // 2: n // 2 + n // 4] /= 100  # a peak: a quarter of the events at 100x the rate
+    ev["arrival_s"] = np.cumsum(gap)
+    if ids:
+        ev.insert(0, "id", rng.permutation(10 * n)[:n])
+    if shuffle:  # a file need not be in time order: ids still name the file's rows
+        ev = ev.sample(frac=1.0, random_state=1).reset_index(drop=True)
+    (tmp_path / "rules.txt").write_text(RULE)
+    ev.to_csv(tmp_path / "ev.csv", index=False)
+    return ev
+
+
+def _run(tmp_path, *extra: str) -> tuple[int, pd.DataFrame | None, dict | None]:
+    out, rep = tmp_path / "found.parquet", tmp_path / "report.json"
+    for p in (out, rep):
+        p.unlink(missing_ok=True)
+    rc = main(["shedding", "run", str(tmp_path / "rules.txt"), str(tmp_path / "ev.csv"), *extra,
+               "--out", str(out), "--report", str(rep)])
+    if rc:
+        return rc, None, None
+    return rc, pd.read_parquet(out), json.loads(rep.read_text())
+
+
+def test_run_in_virtual_time_equals_the_api_and_keeps_the_bound(tmp_path, capsys):
+    ev = _files(tmp_path)
+    rc, found, rep = _run(tmp_path, "--latency-bound", "0.05", "--arrival", "arrival_s", "--mode", "virtual",
+                          "--cost", "0.002", "--window-cost", "0.0001", "--warmup", "300")
+    assert rc == 0
+    eng = SheddingEngine(RULE, Shedder(0.05, seed=0), mode="virtual", cost_model=CostModel(default=0.002, window=1e-4))
+    eng.warm_up(ev.iloc[:300], "arrival_s")
+    want = eng.run(ev, "arrival_s")
+    assert rep["dropped"] > 0 and rep["violations"] == 0 and rep["recall"] < 1  # the peak was shed
+    assert rep == json.loads(json.dumps(eng.stats(), default=float))
+    assert len(found) == len(want) and list(found["latency_s"]) == pytest.approx(list(want["latency_s"]))
+    # the file is in time order without an id column: ids are the rows, as the API's positions
+    assert [tuple(x) for x in found["ids"]] == [tuple(x) for x in want["ids"]]
+    err = capsys.readouterr().err
+    assert f"{rep['dropped']} dropped" in err and "0 violations" in err
+
+
+def test_ids_name_the_files_events_as_cep_gpu_run_does(tmp_path):
+    _files(tmp_path, n=600, shuffle=True, ids=True)
+    rc, found, rep = _run(tmp_path, "--latency-bound", "10", "--policy", "none", "--mode", "virtual")
+    assert rc == 0 and rep["dropped"] == 0 and rep["recall"] == 1.0
+    det = cep_gpu.detect(pd.read_csv(tmp_path / "ev.csv"), RULE, backend="cpu")
+    assert len(det) > 20
+    assert sorted(tuple(x) for x in found["ids"]) == sorted(tuple(x) for x in det["ids"])
+
+
+def test_speedup_replays_the_timestamps_faster(tmp_path):
+    ev = _files(tmp_path, n=800)
+    args = ("--latency-bound", "0.01", "--mode", "virtual", "--cost", "0.001", "--no-reference")
+    rc, fast, rep = _run(tmp_path, *args, "--speedup", "500")
+    assert rc == 0 and rep["recall"] is None and rep["dropped"] > 0  # 500x: 5 events per 1 ms of work
+    ev.assign(arrival_s=ev["ts"] / 500).to_csv(tmp_path / "ev.csv", index=False)
+    rc, same, rep2 = _run(tmp_path, *args, "--arrival", "arrival_s")
+    assert rc == 0 and rep2["dropped"] == rep["dropped"]
+    assert [tuple(x) for x in same["ids"]] == [tuple(x) for x in fast["ids"]]
+    assert list(same["detected_s"]) == pytest.approx(list(fast["detected_s"]))
+    rc, slow, rep3 = _run(tmp_path, "--latency-bound", "0.01", "--mode", "virtual", "--cost", "0.001")
+    assert rc == 0 and rep3["dropped"] == 0 and rep3["recall"] == 1.0  # at the data's own pace: no load
+
+
+def test_statistics_from_a_sample_file(tmp_path):
+    ev = _files(tmp_path, n=900)
+    ev.iloc[:200].to_csv(tmp_path / "sample.csv", index=False)
+    rc, found, rep = _run(tmp_path, "--latency-bound", "0.05", "--arrival", "arrival_s", "--mode", "virtual",
+                          "--sample", str(tmp_path / "sample.csv"))
+    assert rc == 0 and rep["events"] == 900 and rep["violations"] == 0
+    assert rep["constraints"]["per_type"]["A"]["R"] > 0
+
+
+@pytest.mark.parametrize("extra, option, words", [
+    (["--arrival", "arrival_s", "--speedup", "2"], "--speedup", "cannot go with --arrival"),
+    (["--arrival", "nope"], "--arrival", "no column 'nope'"),
+    (["--cost", "0.1"], "--cost", "--mode virtual"),
+    (["--warmup", "5000"], "--warmup", "fewer than 5000"),
+    (["--warmup", "10", "--sample", "x.csv"], "--sample", "cannot go with --warmup"),
+    (["--time-unit", "parsecs"], "--time-unit", "unknown unit"),
+    (["--buckets", "0"], "--buckets", ">= 1"),
+])
+def test_bad_arguments_are_one_line_naming_the_option(tmp_path, capsys, extra, option, words):
+    _files(tmp_path, n=300)
+    with pytest.raises(SystemExit) if option == "--buckets" else _nothing():
+        rc = main(["shedding", "run", str(tmp_path / "rules.txt"), str(tmp_path / "ev.csv"),
+                   "--latency-bound", "1", *extra])
+        assert rc == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("cep-gpu shedding run: error: argument " + option) and words in err
+
+
+def test_bad_files_are_one_line_errors(tmp_path, capsys):
+    _files(tmp_path, n=300)
+    pd.DataFrame({"type": ["A"], "time": [0.0]}).to_csv(tmp_path / "bad.csv", index=False)
+    assert main(["shedding", "run", str(tmp_path / "rules.txt"), str(tmp_path / "bad.csv"),
+                 "--latency-bound", "1"]) == 1
+    assert "'ts'" in capsys.readouterr().err
+    assert main(["shedding", "run", str(tmp_path / "nope.txt"), str(tmp_path / "ev.csv"),
+                 "--latency-bound", "1"]) == 1
+    assert "no such rule file" in capsys.readouterr().err
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
