@@ -127,3 +127,26 @@ class _nothing:
 
     def __exit__(self, *exc):
         return False
+
+
+def test_bench_quick_fills_only_what_was_not_given(monkeypatch, capsys):
+    """``--quick`` used to replace --lengths/--factors/--events even when given, so a bad value
+    such as ``--lengths 0`` ran the quick defaults silently."""
+    from cep_gpu.shedding import bench
+
+    seen = {}
+
+    def fake_run(workload, lengths, factors, n_events, **kw):
+        seen.update(lengths=list(lengths), factors=list(factors), events=n_events)
+        return {"rows": [], "summary": {}}
+
+    monkeypatch.setattr(bench, "run", fake_run)
+    assert main(["shedding", "bench", "--quick", "--lengths", "7", "--events", "900"]) == 0
+    assert seen == {"lengths": [7], "factors": [100, 1000], "events": 900}
+    assert main(["shedding", "bench", "--quick"]) == 0
+    assert seen == {"lengths": [3, 4, 5], "factors": [100, 1000], "events": 4000}
+    for argv, option in ((["--lengths", "0"], "--lengths"), (["--events", "-5"], "--events"),
+                         (["--factors", "-1"], "--factors")):
+        capsys.readouterr()
+        assert main(["shedding", "bench", "--quick", *argv]) == 2
+        assert f"error: argument {option}:" in capsys.readouterr().err

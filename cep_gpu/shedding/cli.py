@@ -215,10 +215,10 @@ def add_bench_arguments(b: argparse.ArgumentParser) -> None:
                         "on per-minute volumes, 60-minute windows (docs/shedding.md, resolution 19)")
     b.add_argument("--mode", choices=["real", "virtual"], default="real",
                    help="real: the engine's measured time (default); virtual: charged costs")
-    b.add_argument("--lengths", type=_ints, default=[3, 4, 5, 6], help="pattern lengths (default 3,4,5,6)")
-    b.add_argument("--factors", type=_floats, default=[10, 100, 1000],
+    b.add_argument("--lengths", type=_ints, default=None, help="pattern lengths (default 3,4,5,6)")
+    b.add_argument("--factors", type=_floats, default=None,
                    help="overload rates of the peaks, at length 4 (default 10,100,1000)")
-    b.add_argument("--events", type=int, default=24000, help="events per run after the warm-up (default 24000)")
+    b.add_argument("--events", type=int, default=None, help="events per run after the warm-up (default 24000)")
     b.add_argument("--warmup", type=int, default=2000, help="warm-up events (default 2000)")
     b.add_argument("--latency-bound", type=number(is_finite_positive, "a finite number of seconds > 0"),
                    default=None,
@@ -239,7 +239,8 @@ def add_bench_arguments(b: argparse.ArgumentParser) -> None:
     b.add_argument("--utility", choices=["eq11", "chain"], default="eq11",
                    help="darling's utility: eq11 (the paper's, default) or chain (an extension: "
                         "docs/shedding.md, resolution 22)")
-    b.add_argument("--quick", action="store_true", help="lengths 3,4,5; factors 100,1000; 4000 events")
+    b.add_argument("--quick", action="store_true",
+                   help="lengths 3,4,5; factors 100,1000; 4000 events (each unless given)")
     b.add_argument("--out", help="write the results (JSON, with a 'summary') here")
     b.add_argument("--plot", help="write the figure (PNG) here")
 
@@ -247,9 +248,13 @@ def add_bench_arguments(b: argparse.ArgumentParser) -> None:
 def cmd_bench(args) -> int:
     from . import bench
 
-    lengths, factors, events = args.lengths, args.factors, args.events
-    if args.quick:
-        lengths, factors, events = [3, 4, 5], [100, 1000], 4000
+    if args.quick:  # the quick defaults, for what was not given
+        args.lengths = args.lengths if args.lengths is not None else [3, 4, 5]
+        args.factors = args.factors if args.factors is not None else [100, 1000]
+        args.events = args.events if args.events is not None else 4000
+    lengths = args.lengths if args.lengths is not None else [3, 4, 5, 6]
+    factors = args.factors if args.factors is not None else [10, 100, 1000]
+    events = args.events if args.events is not None else 24000
     if not 0 < args.bound_fraction <= 1:
         raise UsageError("--bound-fraction", f"must be in (0, 1], got {args.bound_fraction}")
     if not 0 <= args.noise < 1:
@@ -261,6 +266,8 @@ def cmd_bench(args) -> int:
     for name, values in (("lengths", lengths), ("factors", factors)):
         if not values:  # an empty list ran nothing and wrote an empty result
             raise UsageError(f"--{name}", "needs at least one value")
+    if min(lengths) < 2:
+        raise UsageError("--lengths", f"pattern lengths must be >= 2, got {min(lengths)}")
     bad = [f for f in factors if not is_finite_positive(f)]
     if bad:
         raise UsageError("--factors", f"peak rate multipliers must be finite numbers > 0, got {bad[0]}")
