@@ -152,6 +152,10 @@ def _add_optional(sub, module: str, adders: tuple[str, ...]) -> None:
 
 
 def read_rules(path: str):
+    """The rules of the rule file ``path``: every subcommand that takes one reads it here, so that
+    they agree on what a rule file is. A missing file, an event file given in its place, a file
+    that is not UTF-8 text, rule text that does not compile and a file without any rule (blank,
+    or only comments) are errors naming the file (exit status 1)."""
     from . import parse_rules
 
     p = Path(path)
@@ -160,7 +164,10 @@ def read_rules(path: str):
     if p.suffix.lower() in (".csv", ".parquet", ".pq", ".arrow"):
         raise ArgumentError(f"{path} looks like an event file, where the rule file is expected: "
                             "the rules come first (cep-gpu run RULES EVENTS)")
-    return parse_rules(read_text(p, "rule file"))
+    rules = parse_rules(read_text(p, "rule file"))
+    if not rules:
+        raise ArgumentError(f"{path} holds no rule")
+    return rules
 
 
 def read_text(path: str | Path, what: str) -> str:

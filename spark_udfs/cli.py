@@ -108,18 +108,16 @@ def spark_main(args: argparse.Namespace) -> int:
     extra_conf = parse_conf(args.conf)  # a bad argument before any file is read
     from rich.console import Console
 
-    from cep_gpu import parse_rules
+    from cep_gpu.cli import read_rules
     from cep_gpu.errors import EventError
 
     from .job import run_job, session, summary_table
     from .rapids import rapids_conf
 
-    rules_path, events_path = Path(args.rules), args.events
-    if not rules_path.exists():
-        raise FileNotFoundError(f"{rules_path}: no such rule file")
+    events_path = args.events
+    rules = read_rules(args.rules)  # as every subcommand reads a rule file
     if "://" not in events_path and not Path(events_path).exists():  # URIs: Spark checks them
         raise EventError(f"{events_path}: no such Parquet/CSV file or directory")
-    rules = parse_rules(rules_path.read_text())
     conf = rapids_conf() if args.rapids else {}
     conf.update(extra_conf)
     readable = spark_readable(events_path, Path(args.out))

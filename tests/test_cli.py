@@ -351,3 +351,27 @@ def test_bad_argument_from_the_script_has_no_traceback():
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 2 and "Traceback" not in res.stderr
     assert res.stderr.strip() == "cep-gpu muse bench: error: argument --seeds: must be >= 1, got 0"
+
+
+# -- a rule file without rules --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("argv", [
+    ["run", "{rules}", "{ev}"],
+    ["explain", "{rules}"],
+    ["explain", "{rules}", "{ev}"],
+    ["spark", "{rules}", "{ev}", "--out", "{out}"],
+])
+@pytest.mark.parametrize("text", ["", "\n\n", "# no rule yet\n"])
+def test_a_rule_file_without_a_rule_is_an_error_naming_it(tmp_path, capsys, argv, text):
+    """It gave an empty table (run) or 'Engine: 0 rule(s)' (explain), exit status 0."""
+    if argv[0] == "spark":
+        pytest.importorskip("pyspark")
+    rules = tmp_path / "rules.txt"
+    rules.write_text(text)
+    (tmp_path / "ev.csv").write_text("type,ts,x\nA,0,1\nB,0.5,2\n")
+    paths = {"rules": rules, "ev": tmp_path / "ev.csv", "out": tmp_path / "out"}
+    assert main([a.format(**paths) for a in argv]) == 1
+    captured = capsys.readouterr()
+    assert captured.err.strip() == f"cep-gpu: error: {rules} holds no rule"
+    assert captured.out == ""
