@@ -105,14 +105,14 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--backend", default="auto", choices=BACKENDS + ["gpu-host"])
     run.add_argument("--out", help="write composite events to this .csv or .parquet file")
     run.add_argument("--time-unit", default="s", help="unit of numeric ts values (default: s)")
-    run.add_argument("--limit", type=int, default=50, help="rows to print when no --out is given")
+    run.add_argument("--limit", type=at_least(0), default=50, help="rows to print when no --out is given")
     run.add_argument(
         "--max-batch-latency", type=_latency, default=None, metavar="SECONDS",
         help="backend auto: the most seconds one kernel launch may be estimated to take; the planner "
         "splits each rule's terminators into batches within it (default: unbounded, one batch per "
         "rule; 0: one terminator per batch). Other backends ignore it.",
     )
-    run.add_argument("--max-matches", type=int, default=None, metavar="N",
+    run.add_argument("--max-matches", type=at_least(1), default=None, metavar="N",
                      help="Kleene closure: the most matches a rule's sets may be estimated to produce "
                      "(default cep_gpu.kleene.DEFAULT_MAX_MATCHES; docs/language.md)")
     set_command(run, cmd_run)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from cep_gpu.cli import UsageError, set_command
+from cep_gpu.cli import UsageError, at_least, set_command
 
 BACKENDS = ["auto", "cpu", "gpu", "aip", "reference"]
 
@@ -25,7 +25,7 @@ def add_spark_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="output directory (composite_events.parquet, detections.png)")
     p.add_argument("--backend", default="auto", choices=BACKENDS, help="engine backend inside the tasks")
     p.add_argument("--partition-by", help="column every rule is tied to (keyed plan); else time slices")
-    p.add_argument("--slices", type=int, help="number of time slices (default: the cluster's parallelism)")
+    p.add_argument("--slices", type=at_least(1), help="number of time slices (default: the cluster's parallelism)")
     p.add_argument("--slicing", default="auto", choices=["auto", "parquet", "partitions", "shuffle"],
                    help="how time-sliced runs cut time (docs/spark.md; default: auto)")
     p.add_argument("--time-unit", default="s", help="unit of numeric ts values (default: s)")
