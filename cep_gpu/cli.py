@@ -9,12 +9,14 @@
 Exit status: 0 done; 1 an error while running (a file, a rule, the events); 2 a bad argument,
 reported on one line as argparse reports its own (``PROG: error: argument OPTION: MESSAGE``).
 Every subcommand checks its arguments with the helpers here: argparse types (:func:`at_least`,
-:func:`number`) while parsing, :class:`UsageError` (or :func:`argument`) after it.
+:func:`number`) while parsing, :class:`UsageError` (or :func:`argument`, :func:`writable` for an
+output path) after it.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -93,6 +95,40 @@ def number(check: Callable[[float], bool], expected: str) -> Callable[[str], flo
         return value
 
     return parse
+
+
+def writable(option: str, path: str | Path, *, folder: bool = False) -> Path:
+    """``path``, the value of ``option``, once it is known that it can be written; a
+    :class:`UsageError` naming ``option`` otherwise. For the output of a subcommand, checked
+    before any work, so that a typo in a folder name does not cost a whole run.
+
+    A file (``folder=False``): not a folder, in a folder that exists and may be written (or an
+    existing file that may be written). A folder (``folder=True``, made with its parents by the
+    subcommand): not a file, and the nearest folder that exists above it may be written."""
+    p = Path(path)
+    if folder:
+        if p.exists() and not p.is_dir():
+            raise UsageError(option, f"{path} is a file, not a folder")
+        above = p
+        while not above.exists() and above != above.parent:
+            above = above.parent
+        if not above.is_dir():
+            raise UsageError(option, f"cannot make the folder {path}: {above} is a file")
+        if not os.access(above, os.W_OK | os.X_OK):
+            raise UsageError(option, f"cannot write to {path}: {above} is not writable")
+        return p
+    if p.is_dir():
+        raise UsageError(option, f"{path} is a folder: give a file name")
+    parent = p.parent
+    if not parent.exists():
+        raise UsageError(option, f"cannot write {path}: the folder {parent} does not exist")
+    if not parent.is_dir():
+        raise UsageError(option, f"cannot write {path}: {parent} is not a folder")
+    if p.exists() and not os.access(p, os.W_OK):
+        raise UsageError(option, f"cannot write {path}: the file is not writable")
+    if not p.exists() and not os.access(parent, os.W_OK | os.X_OK):
+        raise UsageError(option, f"cannot write {path}: the folder {parent} is not writable")
+    return p
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -201,11 +237,16 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     from .detect import detect_table
     from .events import EventTable
-    from .io import read_table, write_output
+    from .io import FORMATS, read_table, write_output
     from .kleene import limit_or_default
     from .output import OutputSchema, assemble
     from .planner import backend_for
 
+    if args.out:  # before any work: a typo in the output's name must not cost a whole run
+        writable("--out", args.out)
+        if Path(args.out).suffix.lower() not in FORMATS:
+            raise UsageError("--out", f"unknown file type {Path(args.out).suffix!r} in {args.out}; "
+                             "use .csv or .parquet")
     console = Console(stderr=True)
     rules = read_rules(args.rules)
     backend = backend_for(args.backend, args.max_batch_latency, private=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from cep_gpu.cli import UsageError, at_least, set_command
+from cep_gpu.cli import UsageError, at_least, set_command, writable
 
 BACKENDS = ["auto", "cpu", "gpu", "aip", "reference"]
 
@@ -106,6 +106,8 @@ def spark_readable(events: str, out_dir: Path) -> str:
 def spark_main(args: argparse.Namespace) -> int:
     """Run the job described by the parsed ``args``; returns the exit status."""
     extra_conf = parse_conf(args.conf)  # a bad argument before any file is read
+    if "://" not in args.out:  # a local folder, made with its parents (job.run_job)
+        writable("--out", args.out, folder=True)
     from rich.console import Console
 
     from cep_gpu.cli import read_rules

@@ -307,6 +307,11 @@ R = "define Q pattern SEQ(A a, B b) where a.x < b.x within 1 s\n"
     (["spark", "{rules}", "{ev}", "--out", "{tmp}", "--slices", "0"], "--slices"),
     (["spark", "{rules}", "{ev}", "--out", "{tmp}", "--slices", "-2"], "--slices"),
     (["run", "{rules}", "{ev}", "--limit", "-3"], "--limit"),
+    (["run", "{rules}", "{ev}", "--out", "{tmp}/no/such/o.csv"], "--out"),
+    (["run", "{rules}", "{ev}", "--out", "{ev}/o.csv"], "--out"),
+    (["run", "{rules}", "{ev}", "--out", "{net}/../o.json"], "--out"),
+    (["spark", "{rules}", "{ev}", "--out", "{ev}"], "--out"),
+    (["spark", "{rules}", "{ev}", "--out", "{ev}/sub"], "--out"),
     (["run", "{rules}", "{ev}", "--max-matches", "0"], "--max-matches"),
     (["muse", "network", "--nodes", "0"], "--nodes"),
     (["muse", "network", "--skew", "nan"], "--skew"),
@@ -379,3 +384,47 @@ def test_a_rule_file_without_a_rule_is_an_error_naming_it(tmp_path, capsys, argv
     captured = capsys.readouterr()
     assert captured.err.strip() == f"cep-gpu: error: {rules} holds no rule"
     assert captured.out == ""
+
+
+# -- an output that cannot be written is found before the work -------------------------------------
+
+
+def test_an_unwritable_out_is_a_usage_error_before_any_work(tmp_path, capsys, monkeypatch):
+    """It was found after detection, as a raw '[Errno 2] Failed to open local file ...' (exit 1)."""
+    import importlib
+
+    def no_detection(*a, **k):
+        raise AssertionError("detection ran")
+
+    monkeypatch.setattr(importlib.import_module("cep_gpu.detect"), "detect_table", no_detection)
+    (tmp_path / "r.txt").write_text(R)
+    (tmp_path / "ev.csv").write_text("type,ts,x\nA,0,1\nB,0.5,2\n")
+    assert main(["run", str(tmp_path / "r.txt"), str(tmp_path / "ev.csv"), "--out", "/nonexistent/o.csv"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "cep-gpu run: error: argument --out: cannot write /nonexistent/o.csv: the folder /nonexistent does not exist")
+    # a folder, where a file is expected; and a file where spark wants its folder
+    assert main(["run", str(tmp_path / "r.txt"), str(tmp_path / "ev.csv"), "--out", str(tmp_path)]) == 2
+    assert f"argument --out: {tmp_path} is a folder: give a file name" in capsys.readouterr().err
+    out = tmp_path / "o.csv"
+    monkeypatch.undo()
+    assert main(["run", str(tmp_path / "r.txt"), str(tmp_path / "ev.csv"), "--out", str(out)]) == 0
+    assert out.exists()
+
+
+def test_writable_is_one_check_for_files_and_folders(tmp_path):
+    from cep_gpu.cli import UsageError, writable
+
+    (tmp_path / "f.txt").write_text("x")
+    assert writable("--out", tmp_path / "o.csv") == tmp_path / "o.csv"
+    assert writable("--out", tmp_path / "f.txt") == tmp_path / "f.txt"  # an existing file is replaced
+    assert writable("--out", tmp_path / "a" / "b", folder=True) == tmp_path / "a" / "b"  # made later
+    assert writable("--out", tmp_path, folder=True) == tmp_path
+    for path, folder, message in [
+        (tmp_path / "no" / "o.csv", False, "the folder .* does not exist"),
+        (tmp_path / "f.txt" / "o.csv", False, "is not a folder"),
+        (tmp_path, False, "is a folder: give a file name"),
+        (tmp_path / "f.txt", True, "is a file, not a folder"),
+        (tmp_path / "f.txt" / "sub", True, "cannot make the folder .*f.txt is a file"),
+    ]:
+        with pytest.raises(UsageError, match=r"^argument --out: .*" + message):
+            writable("--out", path, folder=folder)
