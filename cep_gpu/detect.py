@@ -58,9 +58,11 @@ def check_schema(rules: Sequence[Rule], table: EventTable, require_attributes: b
     and comparisons that the kernels cannot make (ordering on strings, strings vs numbers).
 
     ``require_attributes=False`` (a stream, whose attributes may come in a later publish) only
-    checks the kinds of the attributes ``table`` has."""
+    checks the kinds of the attributes ``table`` has. A table without events (a header-only CSV
+    file, an empty frame) lacks no attribute: there is nothing to match, and no error."""
     produced = {a.name: a.type for r in rules for a in r.attributes}
     known = set(table.columns) | set(produced)
+    require_attributes = require_attributes and len(table) > 0
 
     def kind_of(expr) -> str | None:
         if isinstance(expr, Const):
@@ -86,7 +88,8 @@ def check_schema(rules: Sequence[Rule], table: EventTable, require_attributes: b
                 if isinstance(node, Attr) and node.name not in known and require_attributes:
                     raise rule.error(
                         f"rule {rule.name!r} reads attribute {node.name!r}, which no event in the "
-                        f"input has (attributes: {sorted(known)})",
+                        f"input has (the input's attributes: {sorted(table.columns)}"
+                        + (f"; composite events add {sorted(produced)})" if produced else ")"),
                         node.pos,
                     )
                 if isinstance(node, Compare):

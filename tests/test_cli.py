@@ -428,3 +428,11 @@ def test_writable_is_one_check_for_files_and_folders(tmp_path):
     ]:
         with pytest.raises(UsageError, match=r"^argument --out: .*" + message):
             writable("--out", path, folder=folder)
+
+
+def test_run_on_a_header_only_csv_gives_no_composite_events(tmp_path, capsys):
+    (tmp_path / "r.txt").write_text("define Rally(gain: float) pattern SEQ(GOOG a, GOOG b) "
+                                    "where a.price < b.price within 10 s return gain := b.price - a.price\n")
+    (tmp_path / "ev.csv").write_text("type,ts\n")
+    assert main(["run", str(tmp_path / "r.txt"), str(tmp_path / "ev.csv"), "--backend", "cpu"]) == 0
+    assert "0 composite events from 0 events" in capsys.readouterr().err

@@ -186,6 +186,30 @@ def test_header_only_csv_gives_no_composite_events(tmp_path):
         assert len(out) == 0 and list(out.columns) == ["rule", "ts", "ids", "room"]
 
 
+RALLY = ("define Rally(gain: float) pattern SEQ(GOOG a, GOOG b) where a.price < b.price within 10 s "
+         "return gain := b.price - a.price")
+
+
+@pytest.mark.parametrize("backend", ["cpu", "reference", "aip", "gpu-host", "auto"])
+def test_header_only_csv_without_the_rules_attributes_gives_no_composite_events(tmp_path, backend):
+    """A header `type,ts`, no rows: no events, so no composite events (docs/api.md), rather than
+    'reads attribute 'price', which no event in the input has (attributes: ['gain'])', a list that
+    named the rule's own output attribute."""
+    path = tmp_path / "events.csv"
+    path.write_text("type,ts\n")
+    for events in (read_table(path), cep_gpu.io.read_events(path), pd.DataFrame({"type": [], "ts": []})):
+        out = cep_gpu.detect(events, RALLY, backend=backend)
+        assert len(out) == 0 and list(out.columns) == ["rule", "ts", "ids", "gain"]
+        assert out["gain"].dtype == np.float64
+
+
+def test_an_attribute_no_event_has_is_still_an_error_naming_the_inputs_attributes():
+    events = pd.DataFrame({"type": ["GOOG", "GOOG"], "ts": [1.0, 2.0], "vol": [3, 4]})
+    with pytest.raises(cep_gpu.RuleError, match=r"reads attribute 'price', which no event in the input has "
+                       r"\(the input's attributes: \['vol'\]; composite events add \['gain'\]\)"):
+        cep_gpu.detect(events, RALLY, backend="cpu")
+
+
 def test_unreadable_csv_is_an_event_error(tmp_path):
     path = tmp_path / "events.csv"
     path.write_text("type,ts\nA,1,extra\n")
