@@ -206,6 +206,29 @@ def read_rules(path: str):
     return rules
 
 
+def warn_absent_types(prog: str, rules, types, source: str) -> int:
+    """Print ``PROG: warning: rule 'T' reads type 'X', which no event in SOURCE has (types: ...)``
+    on stderr for each event type that ``rules`` read and no event of the input has (``types``: the
+    input's type names), and return how many: a typo in a type name otherwise gives no composite
+    event without a word. The exit status stays as it is. For every subcommand that runs rules
+    over an event file (see :func:`cep_gpu.analysis.absent_types`)."""
+    from .analysis import absent_type_warnings
+
+    lines = absent_type_warnings(rules, types, source)
+    for line in lines:
+        print(f"{prog}: warning: {line}", file=sys.stderr)
+    return len(lines)
+
+
+def event_types(events) -> list[str]:
+    """The distinct values of the ``type`` column of an Arrow table (none when it has none)."""
+    import pyarrow.compute as pc
+
+    if "type" not in events.column_names:
+        return []
+    return [str(t) for t in pc.unique(events.column("type")).to_pylist() if t is not None]
+
+
 def read_text(path: str | Path, what: str) -> str:
     """The UTF-8 text of ``path``; a directory, an unreadable or a binary file is an ArgumentError
     naming the file (the subcommands' rule, query and network files all come through here)."""
@@ -256,6 +279,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     with _progress(console, big) as progress, limit_or_default(args.max_matches):
         task = progress.add_task("ingest", total=len(rules) + 2)
         table = EventTable.from_arrow(events, time_unit=args.time_unit)
+        warn_absent_types(args.prog, rules, table.type_names, args.events)
         progress.update(task, advance=1, description="detect")
         results = detect_table(table, rules, backend, on_rule=lambda r: progress.update(
             task, advance=1, description=f"rule {r.name}"))
@@ -287,7 +311,9 @@ def cmd_explain(args: argparse.Namespace) -> int:
     engine = Engine(rules, backend=args.backend, time_unit=args.time_unit,
                     max_batch_latency=args.max_batch_latency)
     if args.events:
-        print(engine.explain(read_table(args.events)))
+        events = read_table(args.events)
+        print(engine.explain(events))
+        warn_absent_types(args.prog, rules, event_types(events), args.events)
     else:
         print(engine.explain())
     return 0

@@ -436,3 +436,34 @@ def test_run_on_a_header_only_csv_gives_no_composite_events(tmp_path, capsys):
     (tmp_path / "ev.csv").write_text("type,ts\n")
     assert main(["run", str(tmp_path / "r.txt"), str(tmp_path / "ev.csv"), "--backend", "cpu"]) == 0
     assert "0 composite events from 0 events" in capsys.readouterr().err
+
+
+# -- a rule that reads a type the input lacks: one warning line per type ------------------------------
+
+
+def test_run_and_explain_warn_of_a_type_no_event_has(tmp_path, capsys):
+    """`SEQ(GOGL a, MSFT b)` (a typo of GOOG) gave 0 composite events without a word."""
+    rules, ev = tmp_path / "rules.txt", tmp_path / "events.csv"
+    rules.write_text("define T pattern SEQ(GOGL a, MSFT b) within 10 s\n"
+                     "define U pattern SEQ(T t, NOT(Halt h), GOOG g) within 10 s\n"  # T is made by a rule
+                     "define W pattern SEQ(GOOG a, MSFT b) within 10 s\n")
+    ev.write_text("type,ts\nGOOG,1\nMSFT,2\nGOOG,3\n")
+    want = [f"rule 'T' reads type 'GOGL', which no event in {ev} has (types: GOOG, MSFT)",
+            f"rule 'U' reads type 'Halt', which no event in {ev} has (types: GOOG, MSFT)"]
+    for command in ("run", "explain"):
+        assert main([command, str(rules), str(ev), "--backend", "cpu"]) == 0  # the status is unchanged
+        err = capsys.readouterr().err
+        warnings = [line for line in err.splitlines() if ": warning: " in line]
+        assert warnings == [f"cep-gpu {command}: warning: {w}" for w in want], err
+    # without events to compare with, explain says nothing of types; the API stays silent
+    assert main(["explain", str(rules)]) == 0
+    assert "warning" not in capsys.readouterr().err
+    out = cep_gpu.detect(pd.read_csv(ev), rules.read_text(), backend="cpu")
+    assert out["rule"].tolist() == ["W"]
+    assert "warning" not in capsys.readouterr().err
+
+
+def test_run_on_the_museum_warns_of_nothing(files, capsys):
+    rules, pq_path, _, _ = files
+    assert main(["run", str(rules), str(pq_path), "--backend", "cpu", "--limit", "0"]) == 0
+    assert "warning" not in capsys.readouterr().err
