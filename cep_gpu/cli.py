@@ -9,12 +9,14 @@
 Exit status: 0 done; 1 an error while running (a file, a rule, the events); 2 a bad argument,
 reported on one line as argparse reports its own (``PROG: error: argument OPTION: MESSAGE``).
 Every subcommand checks its arguments with the helpers here: argparse types (:func:`at_least`,
-:func:`number`) while parsing, :class:`UsageError` (or :func:`argument`) after it.
+:func:`number`) while parsing, :class:`UsageError` (or :func:`argument`, :func:`writable` for an
+output path) after it.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -95,6 +97,40 @@ def number(check: Callable[[float], bool], expected: str) -> Callable[[str], flo
     return parse
 
 
+def writable(option: str, path: str | Path, *, folder: bool = False) -> Path:
+    """``path``, the value of ``option``, once it is known that it can be written; a
+    :class:`UsageError` naming ``option`` otherwise. For the output of a subcommand, checked
+    before any work, so that a typo in a folder name does not cost a whole run.
+
+    A file (``folder=False``): not a folder, in a folder that exists and may be written (or an
+    existing file that may be written). A folder (``folder=True``, made with its parents by the
+    subcommand): not a file, and the nearest folder that exists above it may be written."""
+    p = Path(path)
+    if folder:
+        if p.exists() and not p.is_dir():
+            raise UsageError(option, f"{path} is a file, not a folder")
+        above = p
+        while not above.exists() and above != above.parent:
+            above = above.parent
+        if not above.is_dir():
+            raise UsageError(option, f"cannot make the folder {path}: {above} is a file")
+        if not os.access(above, os.W_OK | os.X_OK):
+            raise UsageError(option, f"cannot write to {path}: {above} is not writable")
+        return p
+    if p.is_dir():
+        raise UsageError(option, f"{path} is a folder: give a file name")
+    parent = p.parent
+    if not parent.exists():
+        raise UsageError(option, f"cannot write {path}: the folder {parent} does not exist")
+    if not parent.is_dir():
+        raise UsageError(option, f"cannot write {path}: {parent} is not a folder")
+    if p.exists() and not os.access(p, os.W_OK):
+        raise UsageError(option, f"cannot write {path}: the file is not writable")
+    if not p.exists() and not os.access(parent, os.W_OK | os.X_OK):
+        raise UsageError(option, f"cannot write {path}: the folder {parent} is not writable")
+    return p
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cep-gpu", description="Complex event processing on CPU and GPU.")
     sub = parser.add_subparsers(dest="command")
@@ -105,14 +141,14 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--backend", default="auto", choices=BACKENDS + ["gpu-host"])
     run.add_argument("--out", help="write composite events to this .csv or .parquet file")
     run.add_argument("--time-unit", default="s", help="unit of numeric ts values (default: s)")
-    run.add_argument("--limit", type=int, default=50, help="rows to print when no --out is given")
+    run.add_argument("--limit", type=at_least(0), default=50, help="rows to print when no --out is given")
     run.add_argument(
         "--max-batch-latency", type=_latency, default=None, metavar="SECONDS",
         help="backend auto: the most seconds one kernel launch may be estimated to take; the planner "
         "splits each rule's terminators into batches within it (default: unbounded, one batch per "
         "rule; 0: one terminator per batch). Other backends ignore it.",
     )
-    run.add_argument("--max-matches", type=int, default=None, metavar="N",
+    run.add_argument("--max-matches", type=at_least(1), default=None, metavar="N",
                      help="Kleene closure: the most matches a rule's sets may be estimated to produce "
                      "(default cep_gpu.kleene.DEFAULT_MAX_MATCHES; docs/language.md)")
     set_command(run, cmd_run)
@@ -152,6 +188,10 @@ def _add_optional(sub, module: str, adders: tuple[str, ...]) -> None:
 
 
 def read_rules(path: str):
+    """The rules of the rule file ``path``: every subcommand that takes one reads it here, so that
+    they agree on what a rule file is. A missing file, an event file given in its place, a file
+    that is not UTF-8 text, rule text that does not compile and a file without any rule (blank,
+    or only comments) are errors naming the file (exit status 1)."""
     from . import parse_rules
 
     p = Path(path)
@@ -160,7 +200,33 @@ def read_rules(path: str):
     if p.suffix.lower() in (".csv", ".parquet", ".pq", ".arrow"):
         raise ArgumentError(f"{path} looks like an event file, where the rule file is expected: "
                             "the rules come first (cep-gpu run RULES EVENTS)")
-    return parse_rules(read_text(p, "rule file"))
+    rules = parse_rules(read_text(p, "rule file"))
+    if not rules:
+        raise ArgumentError(f"{path} holds no rule")
+    return rules
+
+
+def warn_absent_types(prog: str, rules, types, source: str) -> int:
+    """Print ``PROG: warning: rule 'T' reads type 'X', which no event in SOURCE has (types: ...)``
+    on stderr for each event type that ``rules`` read and no event of the input has (``types``: the
+    input's type names), and return how many: a typo in a type name otherwise gives no composite
+    event without a word. The exit status stays as it is. For every subcommand that runs rules
+    over an event file (see :func:`cep_gpu.analysis.absent_types`)."""
+    from .analysis import absent_type_warnings
+
+    lines = absent_type_warnings(rules, types, source)
+    for line in lines:
+        print(f"{prog}: warning: {line}", file=sys.stderr)
+    return len(lines)
+
+
+def event_types(events) -> list[str]:
+    """The distinct values of the ``type`` column of an Arrow table (none when it has none)."""
+    import pyarrow.compute as pc
+
+    if "type" not in events.column_names:
+        return []
+    return [str(t) for t in pc.unique(events.column("type")).to_pylist() if t is not None]
 
 
 def read_text(path: str | Path, what: str) -> str:
@@ -194,11 +260,16 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     from .detect import detect_table
     from .events import EventTable
-    from .io import read_table, write_output
+    from .io import FORMATS, read_table, write_output
     from .kleene import limit_or_default
     from .output import OutputSchema, assemble
     from .planner import backend_for
 
+    if args.out:  # before any work: a typo in the output's name must not cost a whole run
+        writable("--out", args.out)
+        if Path(args.out).suffix.lower() not in FORMATS:
+            raise UsageError("--out", f"unknown file type {Path(args.out).suffix!r} in {args.out}; "
+                             "use .csv or .parquet")
     console = Console(stderr=True)
     rules = read_rules(args.rules)
     backend = backend_for(args.backend, args.max_batch_latency, private=True)
@@ -208,6 +279,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     with _progress(console, big) as progress, limit_or_default(args.max_matches):
         task = progress.add_task("ingest", total=len(rules) + 2)
         table = EventTable.from_arrow(events, time_unit=args.time_unit)
+        warn_absent_types(args.prog, rules, table.type_names, args.events)
         progress.update(task, advance=1, description="detect")
         results = detect_table(table, rules, backend, on_rule=lambda r: progress.update(
             task, advance=1, description=f"rule {r.name}"))
@@ -239,7 +311,9 @@ def cmd_explain(args: argparse.Namespace) -> int:
     engine = Engine(rules, backend=args.backend, time_unit=args.time_unit,
                     max_batch_latency=args.max_batch_latency)
     if args.events:
-        print(engine.explain(read_table(args.events)))
+        events = read_table(args.events)
+        print(engine.explain(events))
+        warn_absent_types(args.prog, rules, event_types(events), args.events)
     else:
         print(engine.explain())
     return 0

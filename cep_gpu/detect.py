@@ -31,6 +31,7 @@ from .model import (
     Neg,
     Rule,
     Timestamp,
+    children,
     kleene_exprs,
     map_rule_exprs,
     walk,
@@ -55,12 +56,19 @@ def as_rules(rules) -> list[Rule]:
 
 def check_schema(rules: Sequence[Rule], table: EventTable, require_attributes: bool = True) -> None:
     """Reject rules that read attributes no event in the input (or no rule's output) has,
-    and comparisons that the kernels cannot make (ordering on strings, strings vs numbers).
+    and comparisons and arithmetic that the kernels cannot make (ordering on strings, strings vs
+    numbers, strings in arithmetic or in a numeric aggregate).
+
+    Where such a string column holds mostly numbers (a CSV column of numbers with one ``oops`` in
+    it is read as text), the error is an :class:`EventError` naming the column, the first row
+    holding text and that text, rather than a :class:`RuleError` about strings.
 
     ``require_attributes=False`` (a stream, whose attributes may come in a later publish) only
-    checks the kinds of the attributes ``table`` has."""
+    checks the kinds of the attributes ``table`` has. A table without events (a header-only CSV
+    file, an empty frame) lacks no attribute: there is nothing to match, and no error."""
     produced = {a.name: a.type for r in rules for a in r.attributes}
     known = set(table.columns) | set(produced)
+    require_attributes = require_attributes and len(table) > 0
 
     def kind_of(expr) -> str | None:
         if isinstance(expr, Const):
@@ -70,7 +78,20 @@ def check_schema(rules: Sequence[Rule], table: EventTable, require_attributes: b
             col = table.columns.get(expr.name)
             k = col.kind if col is not None and col.valid.any() else produced.get(expr.name)
             return {"int": "num", "float": "num"}.get(k, k)
+        if isinstance(expr, (Arith, Neg)):  # a number, unless an operand is not (an error below)
+            kinds = {kind_of(c) for c in children(expr)}
+            return "num" if kinds <= {"num", None} else None
         return None
+
+    def string_error(rule: Rule, operands, doing: str, message: str, pos):
+        """The error for strings where numbers are needed: about the data when a string column
+        among ``operands`` holds mostly numbers, else ``message`` about the rule."""
+        for operand in operands:
+            if isinstance(operand, Attr) and kind_of(operand) == "string":
+                err = text_among_numbers(table, operand.name, f"rule {rule.name!r} {doing}")
+                if err is not None:
+                    return err
+        return rule.error(message, pos)
 
     for rule in rules:
         exprs = list(rule.conditions)
@@ -86,21 +107,36 @@ def check_schema(rules: Sequence[Rule], table: EventTable, require_attributes: b
                 if isinstance(node, Attr) and node.name not in known and require_attributes:
                     raise rule.error(
                         f"rule {rule.name!r} reads attribute {node.name!r}, which no event in the "
-                        f"input has (attributes: {sorted(known)})",
+                        f"input has (the input's attributes: {sorted(table.columns)}"
+                        + (f"; composite events add {sorted(produced)})" if produced else ")"),
                         node.pos,
                     )
+                if isinstance(node, (Arith, Neg)):
+                    op = node.op if isinstance(node, Arith) else "-"
+                    for operand in children(node):
+                        if kind_of(operand) == "string":
+                            what = (f"attribute {operand.name!r} holds" if isinstance(operand, Attr)
+                                    else f"{operand.value!r} is" if isinstance(operand, Const) else "it is")
+                            raise string_error(
+                                rule, [operand], f"computes with it ({op!r})",
+                                f"rule {rule.name!r}: arithmetic needs numbers, but {what} "
+                                f"a string (with {op!r})",
+                                getattr(operand, "pos", None),
+                            )
                 if isinstance(node, Compare):
                     kl, kr = kind_of(node.left), kind_of(node.right)
                     if "string" in (kl, kr):
                         if kl and kr and kl != kr:
                             other = kl if kr == "string" else kr
-                            raise rule.error(
+                            raise string_error(
+                                rule, (node.left, node.right), f"compares it with {node.op!r}",
                                 f"rule {rule.name!r} compares a string with a "
                                 f"{_KIND_WORDS.get(other, other)} (with {node.op!r})",
                                 node.pos,
                             )
                         if node.op not in ("=", "!="):
-                            raise rule.error(
+                            raise string_error(
+                                rule, (node.left, node.right), f"compares it with {node.op!r}",
                                 f"rule {rule.name!r}: strings can only be compared with = and != "
                                 f"(not {node.op!r})",
                                 node.pos,
@@ -118,11 +154,37 @@ def _check_aggregate(rule: Rule, agg: Aggregate, table: EventTable, produced) ->
     col = table.columns.get(agg.attribute)
     kind = col.kind if col is not None and col.valid.any() else produced.get(agg.attribute)
     if kind in ("string", "bool"):
-        raise rule.error(
-            f"rule {rule.name!r}: {agg.function.capitalize()} needs a numeric attribute, "
+        name = agg.function.capitalize()
+        err = text_among_numbers(table, agg.attribute, f"rule {rule.name!r} takes its {name}") \
+            if kind == "string" else None
+        raise err or rule.error(
+            f"rule {rule.name!r}: {name} needs a numeric attribute, "
             f"but {agg.attribute!r} holds {kind} values",
             agg.pos,
         )
+
+
+def text_among_numbers(table: EventTable, name: str, doing: str) -> EventError | None:
+    """An :class:`EventError` for a string attribute column whose values are mostly numbers (at
+    least as many rows as hold text), naming the column, the first row (or, without row
+    positions, event id) holding text and that text; ``doing`` says what the rule does with it.
+    None for a column of text. Only for error messages: vectorised over the distinct strings."""
+    col = table.columns.get(name)
+    if col is None or col.kind != "string" or not col.valid.any():
+        return None
+    distinct, counts = np.unique(col.values[col.valid], return_counts=True)
+    texts = pd.Series(table.strings.decode(distinct), dtype=object)
+    number = pd.to_numeric(texts, errors="coerce").notna().to_numpy()
+    if not number.any() or counts[number].sum() < counts[~number].sum():
+        return None
+    rows = np.flatnonzero(col.valid & np.isin(col.values, distinct[~number]))
+    first = int(rows[np.argmin(table.ids[rows])])  # the input's first: the smallest id
+    text = table.strings.decode(col.values[first:first + 1])[0]
+    event_id = int(table.ids[first])
+    where = f"at row {event_id}" if table.row_ids else f"in the event with id {event_id}"
+    others = ("the other values are numbers" if len(rows) == 1
+              else f"{len(rows) - 1} more rows hold text, the other values are numbers")
+    return EventError(f"column {name!r} holds the text {text!r} {where} ({doing}); {others}")
 
 
 @dataclass

@@ -21,6 +21,7 @@ chain), so composite events that feed other rules need no extra stage.
 from __future__ import annotations
 
 import logging
+import numbers
 from dataclasses import dataclass
 from typing import Literal
 
@@ -30,7 +31,7 @@ from pyspark.sql import types as T
 
 from cep_gpu.analysis import rule_order
 from cep_gpu.detect import as_rules
-from cep_gpu.errors import EventError
+from cep_gpu.errors import ArgumentError, EventError
 
 from .parquet_scan import parquet_layout, run_parquet
 from .partitioned import partition_layout, run_partitioned
@@ -95,9 +96,12 @@ def plan_job(
     num_slices: int | None = None,
 ) -> SparkJob:
     """Validate ``df`` and ``rules`` and plan the run, on the driver, without starting a task."""
+    if num_slices is not None and (isinstance(num_slices, bool) or not isinstance(num_slices, numbers.Integral)
+                                   or num_slices < 1):
+        raise ArgumentError(f"num_slices must be a whole number >= 1 (or None), got {num_slices!r}")
     rule_list = as_rules(rules)
     if not rule_list:
-        raise ValueError("no rules given")
+        raise ArgumentError("no rules given")
     rule_order(rule_list)  # a cycle in the hierarchy fails here, not in a task
     spec = time_spec(df.schema, time_unit)
     if partition_by is not None and partition_by not in df.columns:
@@ -105,8 +109,6 @@ def plan_job(
     attrs = engine_columns(df, rule_list, extra=[partition_by] if partition_by else [])
     if num_slices is None:
         num_slices = max(df.sparkSession.sparkContext.defaultParallelism, 1)
-    if num_slices < 1:
-        raise ValueError(f"num_slices must be >= 1, got {num_slices}")
     plan = plan_rules(rule_list, partition_by, num_slices)
     return SparkJob(tuple(rule_list), plan, df.schema, spec, tuple(attrs), num_slices, backend)
 
@@ -164,6 +166,8 @@ def detect_spark(
     EventError, RuleError
         On the driver, before any task runs: missing ``type``/``ts``, a ``ts`` of the wrong type,
         rules reading unknown attributes, ``consuming`` rules that cannot be keyed.
+    ArgumentError
+        ``num_slices`` not a whole number >= 1, no rules (a ``ValueError`` too).
     """
     if slicing not in ("auto", "parquet", "partitions", "shuffle"):
         raise ValueError(f"slicing must be 'auto', 'parquet', 'partitions' or 'shuffle', not {slicing!r}")

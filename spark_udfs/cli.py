@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from cep_gpu.cli import UsageError, set_command
+from cep_gpu.cli import UsageError, at_least, set_command, writable
 
 BACKENDS = ["auto", "cpu", "gpu", "aip", "reference"]
 
@@ -25,7 +25,7 @@ def add_spark_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="output directory (composite_events.parquet, detections.png)")
     p.add_argument("--backend", default="auto", choices=BACKENDS, help="engine backend inside the tasks")
     p.add_argument("--partition-by", help="column every rule is tied to (keyed plan); else time slices")
-    p.add_argument("--slices", type=int, help="number of time slices (default: the cluster's parallelism)")
+    p.add_argument("--slices", type=at_least(1), help="number of time slices (default: the cluster's parallelism)")
     p.add_argument("--slicing", default="auto", choices=["auto", "parquet", "partitions", "shuffle"],
                    help="how time-sliced runs cut time (docs/spark.md; default: auto)")
     p.add_argument("--time-unit", default="s", help="unit of numeric ts values (default: s)")
@@ -106,20 +106,20 @@ def spark_readable(events: str, out_dir: Path) -> str:
 def spark_main(args: argparse.Namespace) -> int:
     """Run the job described by the parsed ``args``; returns the exit status."""
     extra_conf = parse_conf(args.conf)  # a bad argument before any file is read
+    if "://" not in args.out:  # a local folder, made with its parents (job.run_job)
+        writable("--out", args.out, folder=True)
     from rich.console import Console
 
-    from cep_gpu import parse_rules
+    from cep_gpu.cli import read_rules
     from cep_gpu.errors import EventError
 
     from .job import run_job, session, summary_table
     from .rapids import rapids_conf
 
-    rules_path, events_path = Path(args.rules), args.events
-    if not rules_path.exists():
-        raise FileNotFoundError(f"{rules_path}: no such rule file")
+    events_path = args.events
+    rules = read_rules(args.rules)  # as every subcommand reads a rule file
     if "://" not in events_path and not Path(events_path).exists():  # URIs: Spark checks them
         raise EventError(f"{events_path}: no such Parquet/CSV file or directory")
-    rules = parse_rules(rules_path.read_text())
     conf = rapids_conf() if args.rapids else {}
     conf.update(extra_conf)
     readable = spark_readable(events_path, Path(args.out))

@@ -7,7 +7,14 @@ import dataclasses
 import pytest
 
 import cep_gpu
-from cep_gpu.analysis import has_aggregate, producers, rule_order, unbounded_window
+from cep_gpu.analysis import (
+    absent_type_warnings,
+    absent_types,
+    has_aggregate,
+    producers,
+    rule_order,
+    unbounded_window,
+)
 from cep_gpu.errors import RuleError
 from cep_gpu.model import AggValue, Attr, Compare, Const
 
@@ -47,3 +54,20 @@ def test_unbounded_window_only_for_a_windowless_non_terminator():
     preds = tuple(dataclasses.replace(p, window=None) if p.policy is not None else p for p in plan.predicates)
     open_rule = dataclasses.replace(rule, plans=(dataclasses.replace(plan, predicates=preds),))
     assert unbounded_window(open_rule)
+
+
+def test_absent_types_are_the_types_read_that_neither_the_input_nor_a_rule_has():
+    rules = cep_gpu.parse_rules(
+        "define T pattern SEQ(GOGL a, MSFT b) within 10 s;\n"
+        "define U pattern SEQ(T t, NOT(Halt h), GOOG g) within 10 s;\n"  # T: made by a rule
+        "define V from MSFT() as m and n=Count(Quote() within 5 s from m) > 1"
+    )
+    got = [(r.name, t) for r, t in absent_types(rules, ["GOOG", "MSFT", "Other"])]
+    assert got == [("T", "GOGL"), ("U", "Halt"), ("V", "Quote")]  # negated and counted types too
+    assert absent_types(rules, []) == []  # no events: nothing to tell a typo by
+    assert absent_types(rules, ["GOGL", "GOOG", "MSFT", "Halt", "Quote"]) == []
+    lines = absent_type_warnings(rules[:1], ["GOOG", "MSFT"], "events.csv")
+    assert lines == ["rule 'T' reads type 'GOGL', which no event in events.csv has (types: GOOG, MSFT)"]
+    many = [f"E{i:02d}" for i in range(12)]
+    (line,) = absent_type_warnings(rules[:1], many + ["MSFT"], "ev.parquet", shown=3)
+    assert line.endswith("(types: E00, E01, E02, ... (10 more))")

@@ -304,6 +304,15 @@ R = "define Q pattern SEQ(A a, B b) where a.x < b.x within 1 s\n"
     (["bench", "kleene", "--backend", "nope"], "--backend"),
     (["calibrate", "--events", "5"], "--events"),
     (["spark", "{rules}", "{ev}", "--out", "{tmp}", "--conf", "novalue"], "--conf"),
+    (["spark", "{rules}", "{ev}", "--out", "{tmp}", "--slices", "0"], "--slices"),
+    (["spark", "{rules}", "{ev}", "--out", "{tmp}", "--slices", "-2"], "--slices"),
+    (["run", "{rules}", "{ev}", "--limit", "-3"], "--limit"),
+    (["run", "{rules}", "{ev}", "--out", "{tmp}/no/such/o.csv"], "--out"),
+    (["run", "{rules}", "{ev}", "--out", "{ev}/o.csv"], "--out"),
+    (["run", "{rules}", "{ev}", "--out", "{net}/../o.json"], "--out"),
+    (["spark", "{rules}", "{ev}", "--out", "{ev}"], "--out"),
+    (["spark", "{rules}", "{ev}", "--out", "{ev}/sub"], "--out"),
+    (["run", "{rules}", "{ev}", "--max-matches", "0"], "--max-matches"),
     (["muse", "network", "--nodes", "0"], "--nodes"),
     (["muse", "network", "--skew", "nan"], "--skew"),
     (["muse", "plan", "{rules}", "{net}", "--algorithm", "nope"], "--algorithm"),
@@ -351,3 +360,110 @@ def test_bad_argument_from_the_script_has_no_traceback():
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 2 and "Traceback" not in res.stderr
     assert res.stderr.strip() == "cep-gpu muse bench: error: argument --seeds: must be >= 1, got 0"
+
+
+# -- a rule file without rules --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("argv", [
+    ["run", "{rules}", "{ev}"],
+    ["explain", "{rules}"],
+    ["explain", "{rules}", "{ev}"],
+    ["spark", "{rules}", "{ev}", "--out", "{out}"],
+])
+@pytest.mark.parametrize("text", ["", "\n\n", "# no rule yet\n"])
+def test_a_rule_file_without_a_rule_is_an_error_naming_it(tmp_path, capsys, argv, text):
+    """It gave an empty table (run) or 'Engine: 0 rule(s)' (explain), exit status 0."""
+    if argv[0] == "spark":
+        pytest.importorskip("pyspark")
+    rules = tmp_path / "rules.txt"
+    rules.write_text(text)
+    (tmp_path / "ev.csv").write_text("type,ts,x\nA,0,1\nB,0.5,2\n")
+    paths = {"rules": rules, "ev": tmp_path / "ev.csv", "out": tmp_path / "out"}
+    assert main([a.format(**paths) for a in argv]) == 1
+    captured = capsys.readouterr()
+    assert captured.err.strip() == f"cep-gpu: error: {rules} holds no rule"
+    assert captured.out == ""
+
+
+# -- an output that cannot be written is found before the work -------------------------------------
+
+
+def test_an_unwritable_out_is_a_usage_error_before_any_work(tmp_path, capsys, monkeypatch):
+    """It was found after detection, as a raw '[Errno 2] Failed to open local file ...' (exit 1)."""
+    import importlib
+
+    def no_detection(*a, **k):
+        raise AssertionError("detection ran")
+
+    monkeypatch.setattr(importlib.import_module("cep_gpu.detect"), "detect_table", no_detection)
+    (tmp_path / "r.txt").write_text(R)
+    (tmp_path / "ev.csv").write_text("type,ts,x\nA,0,1\nB,0.5,2\n")
+    assert main(["run", str(tmp_path / "r.txt"), str(tmp_path / "ev.csv"), "--out", "/nonexistent/o.csv"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "cep-gpu run: error: argument --out: cannot write /nonexistent/o.csv: the folder /nonexistent does not exist")
+    # a folder, where a file is expected; and a file where spark wants its folder
+    assert main(["run", str(tmp_path / "r.txt"), str(tmp_path / "ev.csv"), "--out", str(tmp_path)]) == 2
+    assert f"argument --out: {tmp_path} is a folder: give a file name" in capsys.readouterr().err
+    out = tmp_path / "o.csv"
+    monkeypatch.undo()
+    assert main(["run", str(tmp_path / "r.txt"), str(tmp_path / "ev.csv"), "--out", str(out)]) == 0
+    assert out.exists()
+
+
+def test_writable_is_one_check_for_files_and_folders(tmp_path):
+    from cep_gpu.cli import UsageError, writable
+
+    (tmp_path / "f.txt").write_text("x")
+    assert writable("--out", tmp_path / "o.csv") == tmp_path / "o.csv"
+    assert writable("--out", tmp_path / "f.txt") == tmp_path / "f.txt"  # an existing file is replaced
+    assert writable("--out", tmp_path / "a" / "b", folder=True) == tmp_path / "a" / "b"  # made later
+    assert writable("--out", tmp_path, folder=True) == tmp_path
+    for path, folder, message in [
+        (tmp_path / "no" / "o.csv", False, "the folder .* does not exist"),
+        (tmp_path / "f.txt" / "o.csv", False, "is not a folder"),
+        (tmp_path, False, "is a folder: give a file name"),
+        (tmp_path / "f.txt", True, "is a file, not a folder"),
+        (tmp_path / "f.txt" / "sub", True, "cannot make the folder .*f.txt is a file"),
+    ]:
+        with pytest.raises(UsageError, match=r"^argument --out: .*" + message):
+            writable("--out", path, folder=folder)
+
+
+def test_run_on_a_header_only_csv_gives_no_composite_events(tmp_path, capsys):
+    (tmp_path / "r.txt").write_text("define Rally(gain: float) pattern SEQ(GOOG a, GOOG b) "
+                                    "where a.price < b.price within 10 s return gain := b.price - a.price\n")
+    (tmp_path / "ev.csv").write_text("type,ts\n")
+    assert main(["run", str(tmp_path / "r.txt"), str(tmp_path / "ev.csv"), "--backend", "cpu"]) == 0
+    assert "0 composite events from 0 events" in capsys.readouterr().err
+
+
+# -- a rule that reads a type the input lacks: one warning line per type ------------------------------
+
+
+def test_run_and_explain_warn_of_a_type_no_event_has(tmp_path, capsys):
+    """`SEQ(GOGL a, MSFT b)` (a typo of GOOG) gave 0 composite events without a word."""
+    rules, ev = tmp_path / "rules.txt", tmp_path / "events.csv"
+    rules.write_text("define T pattern SEQ(GOGL a, MSFT b) within 10 s\n"
+                     "define U pattern SEQ(T t, NOT(Halt h), GOOG g) within 10 s\n"  # T is made by a rule
+                     "define W pattern SEQ(GOOG a, MSFT b) within 10 s\n")
+    ev.write_text("type,ts\nGOOG,1\nMSFT,2\nGOOG,3\n")
+    want = [f"rule 'T' reads type 'GOGL', which no event in {ev} has (types: GOOG, MSFT)",
+            f"rule 'U' reads type 'Halt', which no event in {ev} has (types: GOOG, MSFT)"]
+    for command in ("run", "explain"):
+        assert main([command, str(rules), str(ev), "--backend", "cpu"]) == 0  # the status is unchanged
+        err = capsys.readouterr().err
+        warnings = [line for line in err.splitlines() if ": warning: " in line]
+        assert warnings == [f"cep-gpu {command}: warning: {w}" for w in want], err
+    # without events to compare with, explain says nothing of types; the API stays silent
+    assert main(["explain", str(rules)]) == 0
+    assert "warning" not in capsys.readouterr().err
+    out = cep_gpu.detect(pd.read_csv(ev), rules.read_text(), backend="cpu")
+    assert out["rule"].tolist() == ["W"]
+    assert "warning" not in capsys.readouterr().err
+
+
+def test_run_on_the_museum_warns_of_nothing(files, capsys):
+    rules, pq_path, _, _ = files
+    assert main(["run", str(rules), str(pq_path), "--backend", "cpu", "--limit", "0"]) == 0
+    assert "warning" not in capsys.readouterr().err

@@ -163,10 +163,27 @@ def test_infinite_ts():
         EventTable.from_pandas(_frame(ts=[1.0, 2.0, np.inf]))
 
 
-@pytest.mark.parametrize("bad", [["a", "b", "c"], [True, False, True]])
-def test_unsupported_ts_dtype(bad):
-    with pytest.raises(EventError, match="'ts' has unsupported dtype"):
-        EventTable.from_pandas(_frame(ts=bad))
+@pytest.mark.parametrize(("bad", "message"), [
+    (["a", "b", "c"], r"holds 'a' at row 0, which is neither a number nor a datetime \(and 2 more"),
+    ([1.0, "abc", 3.0], r"holds 'abc' at row 1, which is neither a number nor a datetime: use datetime64"),
+    (pd.Categorical(["1", "2", "oops"]), r"holds 'oops' at row 2, which is neither"),  # what a CSV gives
+    (["2024-01-01", "2024-01-02", "later"], r"holds 'later' at row 2, which is neither"),
+    (["1", "2", "3"], r"holds text \(e.g. '1' at row 0\): use datetime64 or numbers in time_unit"),
+    ([True, False, True], r"holds booleans \(e.g. True at row 0\)"),
+    (pd.to_timedelta([1, 2, 3], unit="s"), r"has unsupported dtype timedelta64\[ns\]"),
+])
+def test_unsupported_ts_values_name_the_first_row_at_fault(bad, message):
+    """A 'ts' that is not numbers or datetimes: the first row whose value is neither, and the value
+    (it was 'unsupported dtype category', naming no row, and a dtype the user never made)."""
+    tables = [_frame(ts=bad)]
+    try:
+        tables.append(pa.Table.from_pandas(_frame(ts=bad), preserve_index=False))
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        pass  # a column Arrow cannot hold (mixed objects): the pandas path only
+    for events in tables:
+        with pytest.raises(EventError, match=r"^column 'ts' " + message) as err:
+            (EventTable.from_pandas if isinstance(events, pd.DataFrame) else EventTable.from_arrow)(events)
+        assert "category" not in str(err.value)
 
 
 def test_unknown_time_unit():

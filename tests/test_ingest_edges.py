@@ -186,6 +186,100 @@ def test_header_only_csv_gives_no_composite_events(tmp_path):
         assert len(out) == 0 and list(out.columns) == ["rule", "ts", "ids", "room"]
 
 
+RALLY = ("define Rally(gain: float) pattern SEQ(GOOG a, GOOG b) where a.price < b.price within 10 s "
+         "return gain := b.price - a.price")
+
+
+@pytest.mark.parametrize("backend", ["cpu", "reference", "aip", "gpu-host", "auto"])
+def test_header_only_csv_without_the_rules_attributes_gives_no_composite_events(tmp_path, backend):
+    """A header `type,ts`, no rows: no events, so no composite events (docs/api.md), rather than
+    'reads attribute 'price', which no event in the input has (attributes: ['gain'])', a list that
+    named the rule's own output attribute."""
+    path = tmp_path / "events.csv"
+    path.write_text("type,ts\n")
+    for events in (read_table(path), cep_gpu.io.read_events(path), pd.DataFrame({"type": [], "ts": []})):
+        out = cep_gpu.detect(events, RALLY, backend=backend)
+        assert len(out) == 0 and list(out.columns) == ["rule", "ts", "ids", "gain"]
+        assert out["gain"].dtype == np.float64
+
+
+def test_an_attribute_no_event_has_is_still_an_error_naming_the_inputs_attributes():
+    events = pd.DataFrame({"type": ["GOOG", "GOOG"], "ts": [1.0, 2.0], "vol": [3, 4]})
+    with pytest.raises(cep_gpu.RuleError, match=r"reads attribute 'price', which no event in the input has "
+                       r"\(the input's attributes: \['vol'\]; composite events add \['gain'\]\)"):
+        cep_gpu.detect(events, RALLY, backend="cpu")
+
+
+# -- one bad value in a CSV column: an error about that value, not about something else -------------
+
+CSV = "type,ts,price\nGOOG,1,10\nMSFT,2,11\nGOOG,3,12\nMSFT,4,13\nGOOG,5,14\n"
+
+
+def test_text_in_a_csv_ts_column_names_the_row_and_the_value(tmp_path):
+    """It was 'column 'ts' has unsupported dtype category: ...', naming no row, and an internal dtype."""
+    path = tmp_path / "events.csv"
+    path.write_text(CSV.replace("GOOG,3,12", "GOOG,abc,12"))
+    for events in (read_table(path), cep_gpu.io.read_events(path)):
+        with pytest.raises(EventError, match=r"^column 'ts' holds 'abc' at row 2, which is neither a "
+                           r"number nor a datetime: use datetime64 or numbers in time_unit$"):
+            cep_gpu.detect(events, RALLY, backend="cpu")
+
+
+@pytest.mark.parametrize("rule, doing", [
+    (RALLY, "compares it with '<'"),
+    ("define R pattern SEQ(GOOG a, GOOG b) where a.price + 1 = b.price within 10 s", r"computes with it \('\+'\)"),
+    ("define R(g: float) pattern SEQ(GOOG a, GOOG b) within 10 s return g := b.price - a.price",
+     r"computes with it \('-'\)"),
+    ("define R from GOOG() as b and m=Avg(MSFT() within 5 s from b).price > 1", "takes its Avg"),
+    ("define R pattern SEQ(GOOG a, MSFT b) where b.price = 13 within 10 s", "compares it with '='"),
+])
+@pytest.mark.parametrize("backend", ["cpu", "reference"])
+def test_text_among_numbers_names_the_column_and_the_row(tmp_path, rule, doing, backend):
+    """A CSV column of numbers with one 'oops' is read as text: a rule ordering it gave
+    'rule 'Rally': strings can only be compared with = and != (not '<')', and one computing with it
+    computed on the strings' dictionary codes without a word."""
+    path = tmp_path / "events.csv"
+    path.write_text(CSV.replace("MSFT,4,13", "MSFT,4,oops"))
+    name = "Rally" if rule is RALLY else "R"
+    for events in (read_table(path), cep_gpu.io.read_events(path)):
+        with pytest.raises(EventError, match=rf"^column 'price' holds the text 'oops' at row 3 \(rule '{name}' "
+                           rf"{doing}\); the other values are numbers$"):
+            cep_gpu.detect(events, rule, backend=backend)
+    # several such rows: the first one, and how many more; without row positions, the event's id
+    frame = pd.read_csv(path, dtype={"price": str})
+    frame.loc[4, "price"] = "n/a"
+    with pytest.raises(EventError, match=r"'oops' at row 3 .*; 1 more rows hold text, the other values are numbers"):
+        cep_gpu.detect(frame, rule, backend=backend)
+    with pytest.raises(EventError, match=r"'oops' in the event with id 13 \("):
+        cep_gpu.detect(frame.assign(id=range(10, 15)), rule, backend=backend)
+
+
+def test_text_columns_keep_their_rule_errors():
+    """A column of text (not numbers with a stray string) still gets the errors about the rule."""
+    events = pd.DataFrame({"type": ["A", "B"], "ts": [1.0, 2.0], "s": ["x", "y"], "n": ["1", "y"]})
+    with pytest.raises(cep_gpu.RuleError, match=r"strings can only be compared with = and != \(not '<'\)"):
+        cep_gpu.detect(events, "define R pattern SEQ(A a, B b) where a.s < b.s within 5 s", backend="cpu")
+    with pytest.raises(cep_gpu.RuleError, match=r"arithmetic needs numbers, but attribute 's' holds a string "
+                       r"\(with '-'\) \(line 1"):
+        cep_gpu.detect(events, "define R(d: float) pattern SEQ(A a, B b) within 5 s return d := b.s - a.s",
+                       backend="cpu")
+    with pytest.raises(cep_gpu.RuleError, match=r"arithmetic needs numbers, but 'k' is a string"):
+        cep_gpu.detect(events, "define R pattern SEQ(A a, B b) where a.ts + 'k' > 1 within 5 s", backend="cpu")
+    # half numbers: named as the data's fault, the first text in input order
+    with pytest.raises(EventError, match=r"column 'n' holds the text 'y' at row 1 \(rule 'R' compares it with '>'\)"):
+        cep_gpu.detect(events, "define R pattern SEQ(A a, B b) where b.n > 0 within 5 s", backend="cpu")
+
+
+def test_a_stream_names_the_event_holding_text_among_numbers():
+    engine = cep_gpu.Engine(RALLY, backend="cpu")
+    engine.publish(pd.DataFrame({"type": ["GOOG", "GOOG"], "ts": [1.0, 2.0], "price": [10.0, 11.0]}))
+    bad = pd.DataFrame({"type": ["GOOG"] * 3, "ts": [3.0, 4.0, 5.0], "price": ["12", "oops", "14"]})
+    with pytest.raises(EventError, match=r"column 'price' holds the text 'oops' in the event with id 3 "
+                       r"\(rule 'Rally' compares it with '<'\)"):
+        engine.publish(bad)
+    assert engine.stats()["events"] == 2  # the publish left no trace
+
+
 def test_unreadable_csv_is_an_event_error(tmp_path):
     path = tmp_path / "events.csv"
     path.write_text("type,ts\nA,1,extra\n")

@@ -334,6 +334,14 @@ def test_unknown_partition_column_and_bad_rules(spark, events):  # noqa: F811
         detect_spark(df, "define X from")
 
 
+@pytest.mark.parametrize("num_slices", [0, -2, 1.5, True])
+def test_bad_num_slices_is_an_argument_error_before_spark_is_asked(num_slices):
+    """It was a plain ValueError (a raw traceback from `cep-gpu spark --slices 0`), raised after the
+    input's schema had been read; now the project's ArgumentError (still a ValueError), first."""
+    with pytest.raises(cep_gpu.ArgumentError, match=r"num_slices must be a whole number >= 1"):
+        plan_job(None, KEYED_RULES, num_slices=num_slices)  # no DataFrame needed to refuse it
+
+
 @pytest.mark.parametrize("slicing, plan", [("auto", "time-partitioned input"), ("shuffle", "time slices: shuffle")])
 def test_cli_spark_subcommand(spark, events, tmp_path, capsys, slicing, plan):  # noqa: F811
     from cep_gpu.cli import main

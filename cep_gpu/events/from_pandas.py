@@ -3,6 +3,8 @@ timestamps, ids, attribute columns with strings dictionary-encoded)."""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pandas as pd
 
@@ -57,9 +59,7 @@ def convert_ts(col: pd.Series, time_unit: str) -> tuple[TimeFormat, np.ndarray]:
     if pd.api.types.is_datetime64_dtype(dtype):
         return TimeFormat("datetime"), datetime_ns(col.to_numpy())
     if pd.api.types.is_bool_dtype(dtype) or not pd.api.types.is_numeric_dtype(dtype):
-        raise EventError(
-            f"column 'ts' has unsupported dtype {dtype}: use datetime64 or numbers in time_unit"
-        )
+        raise ts_type_error(col)
     if pd.api.types.is_float_dtype(dtype):
         values = col.to_numpy(dtype=np.float64)
     elif pd.api.types.is_unsigned_integer_dtype(dtype):
@@ -67,6 +67,56 @@ def convert_ts(col: pd.Series, time_unit: str) -> tuple[TimeFormat, np.ndarray]:
     else:
         values = col.to_numpy(dtype=np.int64)
     return numeric_ts(values, time_unit)
+
+
+_TS_HINT = "use datetime64 or numbers in time_unit"
+
+
+def ts_type_error(col: pd.Series) -> EventError:
+    """The error for a ``ts`` column of a type that is not a timestamp: the first row whose value
+    is neither a number nor a datetime, and that value (one ``abc`` makes a CSV column text).
+
+    Only on the error path; vectorised over the distinct values (a categorical's categories)."""
+    dtype = col.dtype
+    if pd.api.types.is_bool_dtype(dtype):
+        return EventError(f"column 'ts' holds booleans (e.g. {bool(col.iloc[0])} at row 0): {_TS_HINT}")
+    if isinstance(dtype, pd.CategoricalDtype):
+        codes, distinct = col.cat.codes.to_numpy(), np.asarray(dtype.categories, dtype=object)
+    elif pd.api.types.is_object_dtype(dtype) or pd.api.types.is_string_dtype(dtype):
+        codes, distinct = pd.factorize(col.astype(object), use_na_sentinel=True)
+        distinct = np.asarray(distinct, dtype=object)
+    else:  # timedeltas, periods, intervals, complex numbers, ...
+        return EventError(f"column 'ts' has unsupported dtype {dtype}: {_TS_HINT}")
+    bad = ~_time_values(distinct)
+    rows = np.flatnonzero(bad[codes]) if bad.any() else np.empty(0, np.int64)
+    if len(rows):
+        row = int(rows[0])
+        value = distinct[codes[row]]
+        more = f" (and {len(rows) - 1} more such row(s))" if len(rows) > 1 else ""
+        return EventError(f"column 'ts' holds {value!r} at row {row}, which is neither a number nor a "
+                          f"datetime{more}: {_TS_HINT}")
+    value = distinct[codes[0]]
+    what = "text" if isinstance(value, str) else f"{type(value).__name__} values"
+    return EventError(f"column 'ts' holds {what} (e.g. {value!r} at row 0): {_TS_HINT} "
+                      "(convert it first, e.g. with pd.to_numeric or pd.to_datetime)")
+
+
+def _time_values(values: np.ndarray) -> np.ndarray:
+    """Which of ``values`` (an object array) read as a number or as a datetime."""
+    series = pd.Series(values, dtype=object)
+    try:
+        ok = pd.to_numeric(series, errors="coerce").notna().to_numpy()
+    except (TypeError, ValueError):
+        ok = np.zeros(len(values), bool)
+    rest = ~ok
+    if rest.any():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                ok[rest] = pd.to_datetime(series[rest], errors="coerce", format="mixed", utc=True).notna()
+            except (TypeError, ValueError, OverflowError):
+                pass
+    return ok
 
 
 def dictionary_strings(dictionary: np.ndarray, idx: np.ndarray, strings: StringDictionary) -> AttributeColumn:

@@ -40,6 +40,9 @@ class EventTable:
     #: which rows the arrays share with the tables this one came from (:mod:`.lineage`; for the
     #: GPU backend's incremental device columns); None: nothing known
     lineage: Lineage | None = field(default=None, repr=False, compare=False)
+    #: whether ``ids`` are the input's row positions (it had no ``id`` column), so that an error
+    #: about an event can name its row; False for tables made otherwise (streams, composite events)
+    row_ids: bool = field(default=False, repr=False, compare=False)
 
     def __len__(self) -> int:
         return len(self.ts)
@@ -82,7 +85,9 @@ class EventTable:
         columns = {
             name: arrow_in.arrow_attribute(name, table.column(name), strings) for name in names if name not in RESERVED
         }
-        return cls._assemble(ts, ids, type_codes, type_names, columns, strings, time, sort)
+        table = cls._assemble(ts, ids, type_codes, type_names, columns, strings, time, sort)
+        table.row_ids = "id" not in names
+        return table
 
     @classmethod
     def from_pandas(
@@ -108,7 +113,9 @@ class EventTable:
             if name in RESERVED:
                 continue
             columns[str(name)] = pandas_in.convert_attribute(str(name), df[name], strings)
-        return cls._assemble(ts, ids, type_codes, type_names, columns, strings, time, sort)
+        table = cls._assemble(ts, ids, type_codes, type_names, columns, strings, time, sort)
+        table.row_ids = "id" not in names
+        return table
 
     @classmethod
     def _assemble(
