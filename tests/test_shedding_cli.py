@@ -150,3 +150,21 @@ def test_bench_quick_fills_only_what_was_not_given(monkeypatch, capsys):
         capsys.readouterr()
         assert main(["shedding", "bench", "--quick", *argv]) == 2
         assert f"error: argument {option}:" in capsys.readouterr().err
+
+
+def test_output_paths_are_checked_first_and_absent_types_are_named(tmp_path, capsys, monkeypatch):
+    from cep_gpu.shedding import engine
+
+    _files(tmp_path, n=300)
+    called = []
+    monkeypatch.setattr(engine.SheddingEngine, "warm_up", lambda *a, **k: called.append(a))
+    for option in ("--out", "--report"):
+        assert main(["shedding", "run", str(tmp_path / "rules.txt"), str(tmp_path / "ev.csv"),
+                     "--latency-bound", "1", option, str(tmp_path / "no" / "such.csv")]) == 2
+        assert f"error: argument {option}: cannot write" in capsys.readouterr().err
+    assert called == []  # refused before any work
+    monkeypatch.undo()
+    (tmp_path / "typo.txt").write_text("define Up pattern SEQ(A a, GOGL b) within 3 s\n")
+    assert main(["shedding", "run", str(tmp_path / "typo.txt"), str(tmp_path / "ev.csv"),
+                 "--latency-bound", "1", "--mode", "virtual"]) == 0
+    assert "warning: rule 'Up' reads type 'GOGL', which no event in" in capsys.readouterr().err
