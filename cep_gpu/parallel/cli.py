@@ -74,7 +74,7 @@ def cmd_run(args) -> int:
         eng = HybridEngine(rules, units=args.units, allocation=args.allocation, dynamic=not args.no_dynamic,
                            fusion=not args.no_fusion, time_unit=args.time_unit)
         try:
-            out = eng.publish(events)
+            out = eng.publish(events, complete=True)  # the whole input: checked as detect checks it
             eng.flush()
         finally:
             eng.close()
