@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pandas as pd
+import pyarrow.parquet as pq
 import pytest
 
+import cep_gpu
 from cep_gpu.cli import main
 
 RULE = "define T pattern SEQ(GOOG a, MSFT b) where a.price < b.price within 5 s\n"
@@ -44,3 +51,39 @@ def test_an_attribute_no_event_has_is_the_error_run_reports(files, capsys):
     assert rc == 1, perr  # was: "(no composite events)" and 0
     assert perr.startswith("cep-gpu parallel: error: ") and perr.split("error: ", 1)[1] == want
     assert "composite events" not in out
+
+
+# -- 2. --out FILE.parquet reads back -------------------------------------------------------------
+
+READ_BACK = """
+import json, sys
+import pandas as pd, pyarrow.parquet as pq
+rows = []
+for path in sys.argv[1:]:
+    df = pd.read_parquet(path)
+    assert pq.read_table(path).num_rows == len(df)
+    rows.append([[r, t, [int(i) for i in ids]] for r, t, ids in zip(df["rule"], df["ts"], df["ids"])])
+print(json.dumps(rows))
+"""
+
+
+def read_back(*paths) -> list:
+    """The files' rows, read with pandas and pyarrow in a fresh interpreter (reading the broken
+    file could abort the interpreter, not only raise)."""
+    proc = subprocess.run([sys.executable, "-c", READ_BACK, *map(str, paths)], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout)
+
+
+def test_parquet_out_reads_back_with_pandas_and_pyarrow(files, capsys):
+    d, ev = files
+    rc, _, err = cli(capsys, "parallel", "run", d / "rules.txt", d / "ticks.csv", "--out", d / "par.parquet")
+    assert rc == 0, err
+    assert cli(capsys, "run", d / "rules.txt", d / "ticks.csv", "--out", d / "run.parquet")[0] == 0
+    par, run = read_back(d / "par.parquet", d / "run.parquet")
+    assert pq.read_schema(d / "par.parquet") == pq.read_schema(d / "run.parquet")  # the same file form
+    expected = cep_gpu.detect(ev, RULE, backend="reference")
+    assert len(expected) > 50
+    want = [[r, t, list(map(int, ids))] for r, t, ids in zip(expected["rule"], expected["ts"], expected["ids"])]
+    assert par == want and run == want

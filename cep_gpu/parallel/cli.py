@@ -74,7 +74,9 @@ def cmd_run(args) -> int:
         eng = HybridEngine(rules, units=args.units, allocation=args.allocation, dynamic=not args.no_dynamic,
                            fusion=not args.no_fusion, time_unit=args.time_unit)
         try:
-            out = eng.publish(events, complete=True)  # the whole input: checked as detect checks it
+            # the whole input: checked as detect checks it; Arrow output, as cep-gpu run writes it
+            # (a pandas frame's Parquet metadata names the ids' dtype in a way pandas cannot read)
+            out = eng.publish(events, output="arrow", complete=True)
             eng.flush()
         finally:
             eng.close()
@@ -91,7 +93,7 @@ def cmd_run(args) -> int:
 
         write_output(out, args.out)
     else:
-        print(out.to_string(index=False) if len(out) else "(no composite events)")
+        print(out.to_pandas().to_string(index=False) if out.num_rows else "(no composite events)")
     return 0
 
 
