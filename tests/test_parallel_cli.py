@@ -81,9 +81,36 @@ def test_parquet_out_reads_back_with_pandas_and_pyarrow(files, capsys):
     rc, _, err = cli(capsys, "parallel", "run", d / "rules.txt", d / "ticks.csv", "--out", d / "par.parquet")
     assert rc == 0, err
     assert cli(capsys, "run", d / "rules.txt", d / "ticks.csv", "--out", d / "run.parquet")[0] == 0
+    summary = "".join(err.split())  # (rich wraps the line as run's)
     par, run = read_back(d / "par.parquet", d / "run.parquet")
     assert pq.read_schema(d / "par.parquet") == pq.read_schema(d / "run.parquet")  # the same file form
     expected = cep_gpu.detect(ev, RULE, backend="reference")
     assert len(expected) > 50
     want = [[r, t, list(map(int, ids))] for r, t, ids in zip(expected["rule"], expected["ts"], expected["ids"])]
     assert par == want and run == want
+    assert f"{len(want)}compositeeventsfrom400eventsin" in summary and f"->{d / 'par.parquet'}" in summary
+
+
+# -- 3. printing and --limit as cep-gpu run -------------------------------------------------------
+
+@pytest.mark.parametrize("limit", [None, "3", "0"])
+def test_prints_the_table_run_prints(files, capsys, limit):
+    d, _ = files
+    extra = [] if limit is None else ["--limit", limit]
+    rc, want, _ = cli(capsys, "run", d / "rules.txt", d / "ticks.csv", *extra)
+    assert rc == 0
+    rc, got, err = cli(capsys, "parallel", "run", d / "rules.txt", d / "ticks.csv", *extra)
+    assert rc == 0, err
+    assert got == want  # was: every row, with pandas' to_string
+    n = len(cep_gpu.detect(pd.read_csv(d / "ticks.csv"), RULE))
+    shown = 50 if limit is None else int(limit)
+    assert f"... {n - shown} more rows (use --out to write them all)" in got
+    assert len(got.splitlines()) < shown + 10
+    assert f"{n} composite events from 400 events in " in err
+
+
+def test_negative_limit_is_a_bad_argument(files, capsys):
+    d, _ = files
+    rc, _, err = cli(capsys, "parallel", "run", d / "rules.txt", d / "ticks.csv", "--limit", "-3")
+    assert rc == 2
+    assert err.strip().splitlines()[-1] == "cep-gpu parallel run: error: argument --limit: must be >= 0, got -3"

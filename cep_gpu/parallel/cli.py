@@ -1,7 +1,7 @@
 """``cep-gpu parallel`` (wired in by :mod:`cep_gpu.cli`) and ``cep-gpu bench parallel``.
 
     cep-gpu parallel run RULES EVENTS [--units 2] [--allocation cost-model|equal] [--no-dynamic]
-                         [--no-fusion] [--out FILE] [--explain] [--stats FILE.json]
+                         [--no-fusion] [--out FILE] [--limit 50] [--explain] [--stats FILE.json]
     cep-gpu parallel bench [--quick] [--events N] [--out parallel.json] [--plot parallel.png]
     cep-gpu bench parallel [--out parallel.json] [--plot parallel.png]
 """
@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 
 from ..cli import at_least, set_command
 
@@ -36,7 +37,8 @@ def add_parallel_parser(subparsers) -> argparse.ArgumentParser:
     r.add_argument("--no-dynamic", action="store_true", help="static roles and agents")
     r.add_argument("--no-fusion", action="store_true", help="no agent fusion (Algorithm 2)")
     r.add_argument("--time-unit", default="s")
-    r.add_argument("--out", help="write the composite events here (.csv/.parquet); default: print")
+    r.add_argument("--out", help="write the composite events here (.csv/.parquet); default: print them")
+    r.add_argument("--limit", type=at_least(0), default=50, help="rows to print when no --out is given (default 50)")
     r.add_argument("--explain", action="store_true", help="print the cost model and the allocation")
     r.add_argument("--stats", help="write the engine's stats() as JSON here")
     set_command(r, cmd_run)
@@ -62,20 +64,23 @@ def add_bench_arguments(b: argparse.ArgumentParser) -> None:
 
 
 def cmd_run(args) -> int:
+    from rich.console import Console
+
+    from ..cli import read_rules
     from ..errors import CepError
-    from ..io import read_events
+    from ..io import read_events, write_output
     from .engine import HybridEngine
 
+    console = Console(stderr=True)
+    t0 = time.perf_counter()
     try:
-        from ..cli import read_rules
-
         rules = read_rules(args.rules)
         events = read_events(args.events)
         eng = HybridEngine(rules, units=args.units, allocation=args.allocation, dynamic=not args.no_dynamic,
                            fusion=not args.no_fusion, time_unit=args.time_unit)
         try:
-            # the whole input: checked as detect checks it; Arrow output, as cep-gpu run writes it
-            # (a pandas frame's Parquet metadata names the ids' dtype in a way pandas cannot read)
+            # the whole input: a rule reading an attribute no event has is detect's error; Arrow
+            # output, as cep-gpu run writes and prints it
             out = eng.publish(events, output="arrow", complete=True)
             eng.flush()
         finally:
@@ -83,18 +88,48 @@ def cmd_run(args) -> int:
     except (CepError, FileNotFoundError, OSError) as exc:
         print(f"cep-gpu parallel: error: {exc}", file=sys.stderr)
         return 1
+    elapsed = time.perf_counter() - t0
     if args.explain:
         print(eng.explain(), file=sys.stderr)
     if args.stats:
         with open(args.stats, "w") as f:
             json.dump(eng.stats(), f, indent=1, default=float)
+    summary = f"{out.num_rows} composite events from {len(events)} events in {elapsed:.2f} s"
     if args.out:
-        from ..io import write_output
-
         write_output(out, args.out)
+        console.print(f"{summary} -> {args.out}")
     else:
-        print(out.to_pandas().to_string(index=False) if out.num_rows else "(no composite events)")
+        print_table(out.to_pandas(), args.limit)
+        console.print(summary)
     return 0
+
+
+def print_table(df, limit: int) -> None:
+    """The composite events as ``cep-gpu run`` prints them: the first ``limit`` rows, then how
+    many more there are.
+
+    A copy of ``cep_gpu.cli._print_table`` and ``_fmt``, which are private there (the layers
+    forbid importing them, docs/architecture.md); tests/test_parallel_cli.py checks that both
+    commands print the same. To go once ``cep_gpu.cli`` makes them public."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(show_lines=False)
+    for col in df.columns:
+        table.add_column(str(col))
+    for row in df.head(limit).itertuples(index=False):
+        table.add_row(*[_fmt(v) for v in row])
+    Console().print(table)
+    if len(df) > limit:
+        Console().print(f"... {len(df) - limit} more rows (use --out to write them all)")
+
+
+def _fmt(v) -> str:
+    if hasattr(v, "tolist"):
+        v = v.tolist()
+    if isinstance(v, (list, tuple)):
+        return "(" + ", ".join(map(str, v)) + ")"
+    return "" if v is None else str(v)
 
 
 def cmd_bench(args) -> int:
