@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
+from unittest import mock
 
 import numpy as np
 import pandas as pd
@@ -80,8 +82,8 @@ def test_parquet_out_reads_back_with_pandas_and_pyarrow(files, capsys):
     d, ev = files
     rc, _, err = cli(capsys, "parallel", "run", d / "rules.txt", d / "ticks.csv", "--out", d / "par.parquet")
     assert rc == 0, err
-    assert cli(capsys, "run", d / "rules.txt", d / "ticks.csv", "--out", d / "run.parquet")[0] == 0
     summary = "".join(err.split())  # (rich wraps the line as run's)
+    assert cli(capsys, "run", d / "rules.txt", d / "ticks.csv", "--out", d / "run.parquet")[0] == 0
     par, run = read_back(d / "par.parquet", d / "run.parquet")
     assert pq.read_schema(d / "par.parquet") == pq.read_schema(d / "run.parquet")  # the same file form
     expected = cep_gpu.detect(ev, RULE, backend="reference")
@@ -114,3 +116,49 @@ def test_negative_limit_is_a_bad_argument(files, capsys):
     rc, _, err = cli(capsys, "parallel", "run", d / "rules.txt", d / "ticks.csv", "--limit", "-3")
     assert rc == 2
     assert err.strip().splitlines()[-1] == "cep-gpu parallel run: error: argument --limit: must be >= 0, got -3"
+
+
+# -- 4. output paths checked before the work ------------------------------------------------------
+
+@pytest.mark.parametrize("option, path, message", [
+    ("--out", "/nonexistent/o.csv", "cannot write /nonexistent/o.csv: the folder /nonexistent does not exist"),
+    ("--stats", "/nonexistent/s.json", "cannot write /nonexistent/s.json: the folder /nonexistent does not exist"),
+    ("--out", "{d}", "{d} is a folder: give a file name"),
+    ("--out", "{d}/rules.txt/o.csv", "cannot write {d}/rules.txt/o.csv: {d}/rules.txt is not a folder"),
+    ("--out", "{d}/o.txt", "unknown file type '.txt' in {d}/o.txt; use .csv or .parquet"),
+])
+def test_an_output_path_that_cannot_be_written_is_one_line_before_any_work(files, capsys, option, path, message):
+    d, _ = files
+    with mock.patch("cep_gpu.parallel.engine.HybridEngine", side_effect=AssertionError("ran")):
+        rc, out, err = cli(capsys, "parallel", "run", d / "rules.txt", d / "ticks.csv", option, path.format(d=d))
+    assert rc == 2, err  # was: the whole run, then a raw [Errno 2] (exit 1)
+    assert err.strip().splitlines() == [f"cep-gpu parallel run: error: argument {option}: {message.format(d=d)}"]
+    assert out == ""
+
+
+def test_an_unwritable_folder_is_named_before_any_work(files, capsys):
+    d, _ = files
+    locked = d / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    real = os.access
+    denied = mock.patch("os.access", lambda p, mode: False if str(p) == str(locked) else real(p, mode))
+    try:  # root may write anywhere: there the folder is denied by os.access
+        with denied if os.geteuid() == 0 else contextlib.nullcontext(), \
+                mock.patch("cep_gpu.parallel.engine.HybridEngine", side_effect=AssertionError("ran")):
+            rc, _, err = cli(capsys, "parallel", "run", d / "rules.txt", d / "ticks.csv", "--stats", locked / "s.json")
+    finally:
+        locked.chmod(0o700)
+    assert rc == 2
+    assert err.strip() == f"cep-gpu parallel run: error: argument --stats: cannot write {locked / 's.json'}: " \
+                          f"the folder {locked} is not writable"
+
+
+def test_stats_and_explain_still_written(files, capsys):
+    d, _ = files
+    rc, _, err = cli(capsys, "parallel", "run", d / "rules.txt", d / "ticks.csv", "--out", d / "o.csv",
+                     "--stats", d / "s.json", "--explain")
+    assert rc == 0, err
+    assert json.loads((d / "s.json").read_text())["events"] == 400
+    assert "HybridEngine: 2 unit(s)" in err
+    assert pd.read_csv(d / "o.csv")["ids"].iloc[0].count(" ") == 1

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
+from pathlib import Path
 
-from ..cli import at_least, set_command
+from ..cli import UsageError, at_least, set_command
 
 EPILOG = """examples:
   cep-gpu parallel run rules.txt events.csv --units 2 --explain
@@ -71,6 +73,9 @@ def cmd_run(args) -> int:
     from ..io import read_events, write_output
     from .engine import HybridEngine
 
+    # before any work: a path that cannot be written was found only after the whole run
+    check_output_path("--out", args.out, composite=True)
+    check_output_path("--stats", args.stats)
     console = Console(stderr=True)
     t0 = time.perf_counter()
     try:
@@ -102,6 +107,30 @@ def cmd_run(args) -> int:
         print_table(out.to_pandas(), args.limit)
         console.print(summary)
     return 0
+
+
+def check_output_path(option: str, path: str | None, *, composite: bool = False) -> None:
+    """A file the command will write (``composite``: composite events, ``.csv`` or ``.parquet``),
+    checked before any work: not a folder, in a folder that exists and may be written (or an
+    existing file that may be written); a :class:`UsageError` naming ``option`` otherwise."""
+    if path is None:
+        return
+    from ..io import FORMATS
+
+    p = Path(path)
+    if p.is_dir():
+        raise UsageError(option, f"{path} is a folder: give a file name")
+    parent = p.parent
+    if not parent.exists():
+        raise UsageError(option, f"cannot write {path}: the folder {parent} does not exist")
+    if not parent.is_dir():
+        raise UsageError(option, f"cannot write {path}: {parent} is not a folder")
+    if p.exists() and not os.access(p, os.W_OK):
+        raise UsageError(option, f"cannot write {path}: the file is not writable")
+    if not p.exists() and not os.access(parent, os.W_OK | os.X_OK):
+        raise UsageError(option, f"cannot write {path}: the folder {parent} is not writable")
+    if composite and p.suffix.lower() not in FORMATS:
+        raise UsageError(option, f"unknown file type {p.suffix!r} in {path}; use .csv or .parquet")
 
 
 def print_table(df, limit: int) -> None:
