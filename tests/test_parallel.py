@@ -446,6 +446,53 @@ def test_string_ordering_is_rejected_like_detect():
     eng.close()
 
 
+TYPO = "define T pattern SEQ(GOOG a, MSFT b) where a.prise < b.price within 5 s"
+
+
+def test_an_attribute_no_event_has_is_detects_error_for_the_whole_input():
+    """The whole input (publish(complete=True), every baseline) is checked as detect checks it;
+    a rule reading an attribute that no event has found nothing and said nothing."""
+    from cep_gpu.parallel.baselines import METHODS
+
+    ev = pd.DataFrame({"type": ["GOOG", "MSFT", "GOOG", "MSFT"], "ts": [1.0, 2.0, 3.0, 4.0],
+                       "price": [1.0, 2.0, 3.0, 4.0]})
+    with pytest.raises(RuleError) as want:
+        cep_gpu.detect(ev, TYPO, backend="reference")
+    assert "reads attribute 'prise'" in str(want.value) and "['price']" in str(want.value)
+    eng = HybridEngine(TYPO, units=2)
+    with pytest.raises(RuleError) as got:
+        eng.publish(ev, complete=True)
+    assert str(got.value) == str(want.value)
+    assert eng.stats()["events"] == 0  # the engine is left as it was
+    eng.close()
+    for method in METHODS:
+        with pytest.raises(RuleError) as got:
+            run(method, TYPO, ev, 2)
+        assert str(got.value) == str(want.value), method
+    with pytest.raises(ArgumentError, match="complete"):
+        HybridEngine(TYPO).publish(ev, complete=1)
+
+
+def test_an_attribute_no_event_has_yet_is_no_error_in_a_stream_as_in_engine():
+    """A stream's attribute may come in a later publish: as cep_gpu.Engine, no error, and the
+    predicates that read it match once it has come."""
+    rule = "define T pattern SEQ(A a, B b) where a.x < b.x within 5 s"
+    first = pd.DataFrame({"type": ["A", "B"], "ts": [1.0, 2.0]})
+    later = pd.DataFrame({"type": ["A", "B", "B"], "ts": [3.0, 4.0, 5.0], "x": [1, 2, 0]})
+    stream = cep_gpu.Engine(rule, backend="cpu")
+    eng = HybridEngine(rule, units=2)
+    found = []
+    for part in (first, later, pd.DataFrame({"type": ["B"], "ts": [6.0], "x": [5]})):
+        found.append(rows_of(eng.publish(part)))
+        assert found[-1] == rows_of(stream.publish(part))
+    assert [len(f) for f in found] == [0, 1, 1]  # (A at 1 s has no x: it never matches)
+    eng.close()
+    eng = HybridEngine(TYPO)  # never comes: no match, no error (Engine's behaviour)
+    ev = pd.DataFrame({"type": ["GOOG", "MSFT"], "ts": [1.0, 2.0], "price": [1.0, 2.0]})
+    assert eng.publish(ev).empty and cep_gpu.Engine(TYPO).publish(ev).empty
+    eng.close()
+
+
 def test_chainstats_validation():
     with pytest.raises(ArgumentError, match="selectivity"):
         ChainStats((1.0, 1.0), (0.0,), (0.0, 0.0), (0.0, 0.0), (0.0, 0.0), 1.0)

@@ -1,7 +1,7 @@
 """The few cep_gpu internals the parallel engine uses, in one place (ingestion and output).
 
 Ingestion goes through ``EventTable`` so that time units, ids, strings and nulls are read
-exactly as :func:`cep_gpu.detect` reads them; composite events are assembled by the same code
+exactly as :func:`cep_gpu.detect` reads them, and is checked by detect's ``check_schema``; composite events are assembled by the same code
 as ``detect``'s, so the two outputs are equal row for row, attributes included.
 """
 
@@ -10,13 +10,13 @@ from __future__ import annotations
 import numpy as np
 
 from ..backends import Matches
-from ..detect import composite_events, in_time_units
+from ..detect import check_schema, composite_events, in_time_units
 from ..events import AttributeColumn, EventTable, StringDictionary, TimeFormat
 from ..output import OutputSchema, assemble
 from .kernels import order_matches
 
-__all__ = ["EventTable", "StringDictionary", "TimeFormat", "build_output", "build_sorted", "ingest", "match_term",
-           "store_table"]
+__all__ = ["EventTable", "StringDictionary", "TimeFormat", "build_output", "build_sorted", "check_schema", "ingest",
+           "match_term", "store_table"]
 
 
 def ingest(df, time_unit: str, strings: StringDictionary) -> EventTable:

@@ -82,7 +82,7 @@ def run(method: str, rules, events: pd.DataFrame, units: int = 1, *, time_unit: 
                            output_part=output_part)
         try:
             t0 = time.perf_counter()
-            out = eng.publish(events)
+            out = eng.publish(events, complete=True)
             sec = time.perf_counter() - t0
             st = eng.stats()
         finally:
@@ -91,6 +91,9 @@ def run(method: str, rules, events: pd.DataFrame, units: int = 1, *, time_unit: 
     if method == "sequential":
         import cep_gpu
 
+        # the whole input, checked as detect checks it (a stream of chunks could not say that an
+        # attribute never comes); not timed
+        _compat.check_schema(rule_list, _compat.ingest(events, time_unit, _compat.StringDictionary()))
         eng = cep_gpu.Engine(rule_list, backend="cpu", time_unit=time_unit, max_batch_latency=None)
         step = chunk_size or 16_384
         t0 = time.perf_counter()

@@ -1,7 +1,7 @@
 """``cep-gpu parallel`` (wired in by :mod:`cep_gpu.cli`) and ``cep-gpu bench parallel``.
 
     cep-gpu parallel run RULES EVENTS [--units 2] [--allocation cost-model|equal] [--no-dynamic]
-                         [--no-fusion] [--out FILE] [--explain] [--stats FILE.json]
+                         [--no-fusion] [--out FILE] [--limit 50] [--explain] [--stats FILE.json]
     cep-gpu parallel bench [--quick] [--events N] [--out parallel.json] [--plot parallel.png]
     cep-gpu bench parallel [--out parallel.json] [--plot parallel.png]
 """
@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import time
+from pathlib import Path
 
-from ..cli import at_least, set_command
+from ..cli import UsageError, at_least, set_command
 
 EPILOG = """examples:
   cep-gpu parallel run rules.txt events.csv --units 2 --explain
@@ -36,7 +39,8 @@ def add_parallel_parser(subparsers) -> argparse.ArgumentParser:
     r.add_argument("--no-dynamic", action="store_true", help="static roles and agents")
     r.add_argument("--no-fusion", action="store_true", help="no agent fusion (Algorithm 2)")
     r.add_argument("--time-unit", default="s")
-    r.add_argument("--out", help="write the composite events here (.csv/.parquet); default: print")
+    r.add_argument("--out", help="write the composite events here (.csv/.parquet); default: print them")
+    r.add_argument("--limit", type=at_least(0), default=50, help="rows to print when no --out is given (default 50)")
     r.add_argument("--explain", action="store_true", help="print the cost model and the allocation")
     r.add_argument("--stats", help="write the engine's stats() as JSON here")
     set_command(r, cmd_run)
@@ -62,37 +66,99 @@ def add_bench_arguments(b: argparse.ArgumentParser) -> None:
 
 
 def cmd_run(args) -> int:
+    from rich.console import Console
+
+    from ..cli import read_rules
     from ..errors import CepError
-    from ..io import read_events
+    from ..io import read_events, write_output
     from .engine import HybridEngine
 
+    # before any work: a path that cannot be written was found only after the whole run
+    check_output_path("--out", args.out, composite=True)
+    check_output_path("--stats", args.stats)
+    console = Console(stderr=True)
+    t0 = time.perf_counter()
     try:
-        from ..cli import read_rules
-
         rules = read_rules(args.rules)
         events = read_events(args.events)
         eng = HybridEngine(rules, units=args.units, allocation=args.allocation, dynamic=not args.no_dynamic,
                            fusion=not args.no_fusion, time_unit=args.time_unit)
         try:
-            out = eng.publish(events)
+            # the whole input: a rule reading an attribute no event has is detect's error; Arrow
+            # output, as cep-gpu run writes and prints it
+            out = eng.publish(events, output="arrow", complete=True)
             eng.flush()
         finally:
             eng.close()
     except (CepError, FileNotFoundError, OSError) as exc:
         print(f"cep-gpu parallel: error: {exc}", file=sys.stderr)
         return 1
+    elapsed = time.perf_counter() - t0
     if args.explain:
         print(eng.explain(), file=sys.stderr)
     if args.stats:
         with open(args.stats, "w") as f:
             json.dump(eng.stats(), f, indent=1, default=float)
+    summary = f"{out.num_rows} composite events from {len(events)} events in {elapsed:.2f} s"
     if args.out:
-        from ..io import write_output
-
         write_output(out, args.out)
+        console.print(f"{summary} -> {args.out}")
     else:
-        print(out.to_string(index=False) if len(out) else "(no composite events)")
+        print_table(out.to_pandas(), args.limit)
+        console.print(summary)
     return 0
+
+
+def check_output_path(option: str, path: str | None, *, composite: bool = False) -> None:
+    """A file the command will write (``composite``: composite events, ``.csv`` or ``.parquet``),
+    checked before any work: not a folder, in a folder that exists and may be written (or an
+    existing file that may be written); a :class:`UsageError` naming ``option`` otherwise."""
+    if path is None:
+        return
+    from ..io import FORMATS
+
+    p = Path(path)
+    if p.is_dir():
+        raise UsageError(option, f"{path} is a folder: give a file name")
+    parent = p.parent
+    if not parent.exists():
+        raise UsageError(option, f"cannot write {path}: the folder {parent} does not exist")
+    if not parent.is_dir():
+        raise UsageError(option, f"cannot write {path}: {parent} is not a folder")
+    if p.exists() and not os.access(p, os.W_OK):
+        raise UsageError(option, f"cannot write {path}: the file is not writable")
+    if not p.exists() and not os.access(parent, os.W_OK | os.X_OK):
+        raise UsageError(option, f"cannot write {path}: the folder {parent} is not writable")
+    if composite and p.suffix.lower() not in FORMATS:
+        raise UsageError(option, f"unknown file type {p.suffix!r} in {path}; use .csv or .parquet")
+
+
+def print_table(df, limit: int) -> None:
+    """The composite events as ``cep-gpu run`` prints them: the first ``limit`` rows, then how
+    many more there are.
+
+    A copy of ``cep_gpu.cli._print_table`` and ``_fmt``, which are private there (the layers
+    forbid importing them, docs/architecture.md); tests/test_parallel_cli.py checks that both
+    commands print the same. To go once ``cep_gpu.cli`` makes them public."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(show_lines=False)
+    for col in df.columns:
+        table.add_column(str(col))
+    for row in df.head(limit).itertuples(index=False):
+        table.add_row(*[_fmt(v) for v in row])
+    Console().print(table)
+    if len(df) > limit:
+        Console().print(f"... {len(df) - limit} more rows (use --out to write them all)")
+
+
+def _fmt(v) -> str:
+    if hasattr(v, "tolist"):
+        v = v.tolist()
+    if isinstance(v, (list, tuple)):
+        return "(" + ", ".join(map(str, v)) + ")"
+    return "" if v is None else str(v)
 
 
 def cmd_bench(args) -> int:

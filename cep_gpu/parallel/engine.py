@@ -162,18 +162,30 @@ class HybridEngine:
 
     # -- public API ------------------------------------------------------------------------------
 
-    def publish(self, events, output: str = "pandas"):
+    def publish(self, events, output: str = "pandas", *, complete: bool = False):
         """Add events (a DataFrame, one event as a dict, or a list of dicts) in timestamp order.
 
         Returns the new composite events (all of them: a ``SEQ`` match is complete when its last
         event arrives) as ``detect`` would build them; ``output="arrow"`` gives an Arrow table.
+
+        The events are checked against the rules by ``detect``'s own check: a string ordered
+        with ``<`` or compared with a number is ``detect``'s ``RuleError``. An attribute that no
+        event has yet is no error in a stream, as in :class:`cep_gpu.Engine` (it may come in a
+        later publish; predicates that read it do not match). ``complete=True`` says that
+        ``events`` are the whole input (one publish, then :meth:`flush`, as ``cep-gpu parallel
+        run`` and the baselines do): then a rule that reads an attribute none of them has raises
+        ``detect``'s ``RuleError`` naming the rule, the attribute and the attributes there are.
         """
         if self._closed:
             raise EngineClosedError("publish after flush: this HybridEngine's input has ended")
         if output not in ("pandas", "arrow"):
             raise ArgumentError(f"output must be 'pandas' or 'arrow', got {output!r}")
+        if not isinstance(complete, bool):
+            raise ArgumentError(f"complete must be True or False, got {complete!r}")
         df = _frame_of(events)
         table = _compat.ingest(df, self.time_unit, self._strings)
+        # detect's check (Engine's call when not complete); before anything changes here
+        _compat.check_schema(self.rules, table, require_attributes=complete)
         if "id" not in df.columns:
             table.ids = table.ids + self._published
         if self._time is None:
@@ -436,10 +448,12 @@ class Loaded(NamedTuple):
 
 
 def load_events(rules: list[Rule], events: pd.DataFrame, time_unit: str) -> Loaded:
-    """Ingest ``events`` as ``detect`` does, compile ``rules`` for their time scale, and append
-    the events to a new store (the baselines and the simulation's trace start so)."""
+    """Ingest ``events`` (the whole input) and check them against ``rules`` as ``detect`` does,
+    compile ``rules`` for their time scale, and append the events to a new store (the baselines
+    and the simulation's trace start so)."""
     strings = _compat.StringDictionary()
     table = _compat.ingest(events, time_unit, strings)
+    _compat.check_schema(rules, table)
     specs = compile_rules(rules, table.time.scale_ns())
     strcodes = np.array([strings.encode_one(s) for s in specs[0].string_consts], dtype=np.float64)
     store = Store(specs[0].attributes)
