@@ -131,6 +131,17 @@ def writable(option: str, path: str | Path, *, folder: bool = False) -> Path:
     return p
 
 
+def writable_output(option: str, path: str | Path) -> Path:
+    """:func:`writable`, for a file of composite events: its suffix names a format
+    (``cep_gpu.io.FORMATS``: .csv or .parquet)."""
+    from .io import FORMATS
+
+    p = writable(option, path)
+    if p.suffix.lower() not in FORMATS:
+        raise UsageError(option, f"unknown file type {p.suffix!r} in {path}; use .csv or .parquet")
+    return p
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cep-gpu", description="Complex event processing on CPU and GPU.")
     sub = parser.add_subparsers(dest="command")
@@ -260,16 +271,13 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     from .detect import detect_table
     from .events import EventTable
-    from .io import FORMATS, read_table, write_output
+    from .io import read_table, write_output
     from .kleene import limit_or_default
     from .output import OutputSchema, assemble
     from .planner import backend_for
 
     if args.out:  # before any work: a typo in the output's name must not cost a whole run
-        writable("--out", args.out)
-        if Path(args.out).suffix.lower() not in FORMATS:
-            raise UsageError("--out", f"unknown file type {Path(args.out).suffix!r} in {args.out}; "
-                             "use .csv or .parquet")
+        writable_output("--out", args.out)
     console = Console(stderr=True)
     rules = read_rules(args.rules)
     backend = backend_for(args.backend, args.max_batch_latency, private=True)
@@ -291,7 +299,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         console.print(f"{out.num_rows} composite events from {events.num_rows} events "
                       f"in {elapsed:.2f} s -> {args.out}")
     else:
-        _print_table(out.to_pandas(), args.limit)
+        print_table(out.to_pandas(), args.limit)
         console.print(f"{out.num_rows} composite events from {events.num_rows} events in {elapsed:.2f} s")
     if args.backend == "auto":  # the planner's statistics (see AutoBackend.stats)
         st = backend.stats()
@@ -337,7 +345,9 @@ def _progress(console, enabled: bool):
     return nullcontext(_Quiet())
 
 
-def _print_table(df, limit: int) -> None:
+def print_table(df, limit: int) -> None:
+    """Composite events as the subcommands print them: the first ``limit`` rows, then how many
+    more there are."""
     from rich.console import Console
     from rich.table import Table
 

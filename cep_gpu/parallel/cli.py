@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
-from pathlib import Path
 
-from ..cli import UsageError, at_least, set_command
+from ..cli import at_least, set_command
 
 EPILOG = """examples:
   cep-gpu parallel run rules.txt events.csv --units 2 --explain
@@ -68,14 +66,16 @@ def add_bench_arguments(b: argparse.ArgumentParser) -> None:
 def cmd_run(args) -> int:
     from rich.console import Console
 
-    from ..cli import read_rules
+    from ..cli import print_table, read_rules, writable, writable_output
     from ..errors import CepError
     from ..io import read_events, write_output
     from .engine import HybridEngine
 
     # before any work: a path that cannot be written was found only after the whole run
-    check_output_path("--out", args.out, composite=True)
-    check_output_path("--stats", args.stats)
+    if args.out:
+        writable_output("--out", args.out)
+    if args.stats:
+        writable("--stats", args.stats)
     console = Console(stderr=True)
     t0 = time.perf_counter()
     try:
@@ -107,58 +107,6 @@ def cmd_run(args) -> int:
         print_table(out.to_pandas(), args.limit)
         console.print(summary)
     return 0
-
-
-def check_output_path(option: str, path: str | None, *, composite: bool = False) -> None:
-    """A file the command will write (``composite``: composite events, ``.csv`` or ``.parquet``),
-    checked before any work: not a folder, in a folder that exists and may be written (or an
-    existing file that may be written); a :class:`UsageError` naming ``option`` otherwise."""
-    if path is None:
-        return
-    from ..io import FORMATS
-
-    p = Path(path)
-    if p.is_dir():
-        raise UsageError(option, f"{path} is a folder: give a file name")
-    parent = p.parent
-    if not parent.exists():
-        raise UsageError(option, f"cannot write {path}: the folder {parent} does not exist")
-    if not parent.is_dir():
-        raise UsageError(option, f"cannot write {path}: {parent} is not a folder")
-    if p.exists() and not os.access(p, os.W_OK):
-        raise UsageError(option, f"cannot write {path}: the file is not writable")
-    if not p.exists() and not os.access(parent, os.W_OK | os.X_OK):
-        raise UsageError(option, f"cannot write {path}: the folder {parent} is not writable")
-    if composite and p.suffix.lower() not in FORMATS:
-        raise UsageError(option, f"unknown file type {p.suffix!r} in {path}; use .csv or .parquet")
-
-
-def print_table(df, limit: int) -> None:
-    """The composite events as ``cep-gpu run`` prints them: the first ``limit`` rows, then how
-    many more there are.
-
-    A copy of ``cep_gpu.cli._print_table`` and ``_fmt``, which are private there (the layers
-    forbid importing them, docs/architecture.md); tests/test_parallel_cli.py checks that both
-    commands print the same. To go once ``cep_gpu.cli`` makes them public."""
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(show_lines=False)
-    for col in df.columns:
-        table.add_column(str(col))
-    for row in df.head(limit).itertuples(index=False):
-        table.add_row(*[_fmt(v) for v in row])
-    Console().print(table)
-    if len(df) > limit:
-        Console().print(f"... {len(df) - limit} more rows (use --out to write them all)")
-
-
-def _fmt(v) -> str:
-    if hasattr(v, "tolist"):
-        v = v.tolist()
-    if isinstance(v, (list, tuple)):
-        return "(" + ", ".join(map(str, v)) + ")"
-    return "" if v is None else str(v)
 
 
 def cmd_bench(args) -> int:

@@ -108,7 +108,7 @@ def cmd_run(args) -> int:
 
     import numpy as np
 
-    from ..cli import argument, read_rules, warn_absent_types, writable
+    from ..cli import argument, read_rules, warn_absent_types, writable, writable_output
     from ..events.checks import require_frame
     from ..io import read_events, write_output
     from .engine import SheddingEngine
@@ -122,9 +122,10 @@ def cmd_run(args) -> int:
     if args.mode == "real" and (args.cost is not None or args.window_cost is not None):
         raise UsageError("--cost" if args.cost is not None else "--window-cost",
                          "is for --mode virtual; real time measures this engine")
-    for option in ("--out", "--report"):
-        if getattr(args, option[2:]):
-            writable(option, getattr(args, option[2:]))
+    if args.out:
+        writable_output("--out", args.out)
+    if args.report:
+        writable("--report", args.report)
     rules = read_rules(args.rules)
     events = require_frame(read_events(args.events), args.events)
     warn_absent_types(args.prog, rules, events["type"].astype(str).unique(), args.events)
