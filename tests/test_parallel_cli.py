@@ -162,3 +162,12 @@ def test_stats_and_explain_still_written(files, capsys):
     assert json.loads((d / "s.json").read_text())["events"] == 400
     assert "HybridEngine: 2 unit(s)" in err
     assert pd.read_csv(d / "o.csv")["ids"].iloc[0].count(" ") == 1
+
+
+def test_a_type_no_event_has_is_a_warning(files, capsys):
+    d, _ = files
+    (d / "gogl.txt").write_text(RULE.replace("GOOG", "GOGL"))
+    rc, out, err = cli(capsys, "parallel", "run", d / "gogl.txt", d / "ticks.csv")
+    assert rc == 0 and "warning: rule 'T' reads type 'GOGL', which no event in" in err
+    rc, out, err = cli(capsys, "parallel", "run", d / "rules.txt", d / "ticks.csv")
+    assert rc == 0 and "warning" not in err

@@ -66,7 +66,7 @@ def add_bench_arguments(b: argparse.ArgumentParser) -> None:
 def cmd_run(args) -> int:
     from rich.console import Console
 
-    from ..cli import print_table, read_rules, writable, writable_output
+    from ..cli import print_table, read_rules, warn_absent_types, writable, writable_output
     from ..errors import CepError
     from ..io import read_events, write_output
     from .engine import HybridEngine
@@ -81,6 +81,8 @@ def cmd_run(args) -> int:
     try:
         rules = read_rules(args.rules)
         events = read_events(args.events)
+        if "type" in events.columns:
+            warn_absent_types(args.prog, rules, events["type"].astype(str).unique(), args.events)
         eng = HybridEngine(rules, units=args.units, allocation=args.allocation, dynamic=not args.no_dynamic,
                            fusion=not args.no_fusion, time_unit=args.time_unit)
         try:
