@@ -130,9 +130,9 @@ def test_decopa_refuses_to_execute_kleene_and_plans_from_no_sample(events):
 
     kl = cep_gpu.parse_rule("define Q pattern SEQ(A a, KL(B b)[1..2], C c) within 1 s")
     stats = decopa.Stats(rates={"a": 10, "b": 10, "c": 10})
-    plan = decopa.optimize(kl, stats, decopa.Units(4, iota=6000, kappa=60000))
-    with pytest.raises(DecompositionError, match="Kleene"):  # ran KL as one event: 486 rows, detect 950
-        decopa.execute(events, plan)
+    # ran KL as one event: 486 rows, detect 950; then planned as SEQ(a, b, c) and refused at execution
+    with pytest.raises(DecompositionError, match="Kleene"):
+        decopa.optimize(kl, stats, decopa.Units(4, iota=6000, kappa=60000))
     seq = cep_gpu.parse_rule("define Q pattern SEQ(A a, B b, C c) where a.x < b.x within 1 s")
     with pytest.raises(ArgumentError, match="no events"):  # was rates 0 and a plan with c* = inf
         decopa.Stats.from_sample(events.iloc[:0], seq)
