@@ -8,6 +8,7 @@ import pytest
 import cep_gpu
 from cep_gpu import decopa
 from cep_gpu.cli import main
+from cep_gpu.errors import ArgumentError
 from cep_gpu.io import read_events
 
 TICKS = "type,ts,price\nGOOG,1,10\nMSFT,2,11\nGOOG,3,12\nMSFT,4,9\nGOOG,5,13\n"
@@ -54,3 +55,34 @@ def test_kleene_is_refused_at_planning_with_the_execution_error(tmp_path, ticks,
     rc, out, err = run_cli(["decompose", rules, "--rates", "a=1,b=1,c=1", *UNITS], capsys)
     assert rc == 1 and not out
     assert err.strip() == f"cep-gpu: error: {KLEENE_ERROR}"
+
+
+# -- errors name the user's rule --------------------------------------------------------------------
+
+TYPO = "define T pattern SEQ(GOOG a, MSFT b) where a.prise < b.price within 10 s"
+TYPO_ERROR = ("rule 'T' reads attribute 'prise', which no event in the sample has "
+              "(the sample's attributes: ['price']) (line 1, column 46)")
+
+
+def test_a_sample_error_names_the_users_rule_and_points_into_it(tmp_path, ticks, capsys):
+    rules = tmp_path / "typo_attr.txt"
+    rules.write_text(TYPO + "\n")
+    # was: rule 'decopa_sample' ..., a made-up rule text and a caret past its end
+    rc, out, err = run_cli(["decompose", rules, "--sample", ticks, *UNITS], capsys)
+    assert rc == 1 and "decopa_sample" not in err
+    first, text, caret = err.rstrip("\n").splitlines()
+    assert first == f"cep-gpu: error: {TYPO_ERROR}"
+    assert text.strip() == TYPO
+    assert text[caret.index("^"):].startswith("prise")
+    with pytest.raises(cep_gpu.RuleError) as err:
+        decopa.Stats.from_sample(read_events(ticks), cep_gpu.parse_rule(TYPO))
+    assert str(err.value).splitlines()[0] == TYPO_ERROR
+
+
+def test_a_sample_comparing_a_string_with_a_number_names_the_users_rule(ticks):
+    rule = cep_gpu.parse_rule("define T pattern SEQ(GOOG a, MSFT b) where a.price = 'x' within 10 s")
+    events = read_events(ticks)
+    with pytest.raises(cep_gpu.RuleError, match="^rule 'T' compares a string with a number"):
+        decopa.Stats.from_sample(events, rule)
+    with pytest.raises(ArgumentError, match="no events"):
+        decopa.Stats.from_sample(events.iloc[:0], rule)
