@@ -31,6 +31,20 @@ def ticks(tmp_path):
     return path
 
 
+# -- --rates and --sample -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("option, value", [("--rates", "a=1,b=1"), ("--selectivity", "a:b=0.5")])
+def test_rates_or_selectivity_with_sample_is_refused(tmp_path, ticks, capsys, option, value):
+    rules = tmp_path / "q.rules"
+    rules.write_text("define T pattern SEQ(GOOG a, MSFT b) where a.price < b.price within 10 s\n")
+    # was: the sample's measurements silently replaced the given values
+    rc, out, err = run_cli(["decompose", rules, option, value, "--sample", ticks, *UNITS], capsys)
+    assert rc == 2 and not out
+    assert err.strip() == (f"cep-gpu decompose: error: argument {option}: give --rates/--selectivity or "
+                           "--sample, not both (--sample measures the rates and selectivities)")
+
+
 # -- Kleene closure ---------------------------------------------------------------------------------
 
 KLEENE = "define K pattern SEQ(GOOG a, KL(MSFT b), GOOG c) within 10 s"

@@ -55,9 +55,10 @@ def add_decompose_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("rules", help="rule file (or rule text starting with 'define')")
     p.add_argument("--rule", help="the rule to plan, by name (default: the only one)")
     p.add_argument("--rates", type=_pairs, default=None, help="alias=events per window, comma-separated")
-    p.add_argument("--selectivity", type=_pairs, default={},
+    p.add_argument("--selectivity", type=_pairs, default=None,
                    help="alias:alias=s, comma-separated (0 < s <= 1; pairs left out: 1)")
-    p.add_argument("--sample", help="measure rates and selectivities on these events (CSV/Parquet) instead")
+    p.add_argument("--sample", help="measure rates and selectivities on these events (CSV/Parquet) "
+                   "instead of --rates/--selectivity")
     p.add_argument("--time-unit", default="s", help="unit of numeric ts in --sample (default s)")
     p.add_argument("--units", type=at_least(1), required=True, help="number of processing units")
     p.add_argument("--iota", type=_capacity, required=True, help="events a unit ingests per window")
@@ -121,6 +122,11 @@ def cmd_decompose(args) -> int:
     from . import Stats, Units, optimize
     from .query import analyse
 
+    if args.sample:  # the sample measures both: given values would be silently replaced
+        for option, value in (("--rates", args.rates), ("--selectivity", args.selectivity)):
+            if value is not None:
+                raise UsageError(option, "give --rates/--selectivity or --sample, not both "
+                                 "(--sample measures the rates and selectivities)")
     with argument("--units"):
         units = Units(args.units, args.iota, args.kappa)
     rule = _load_rule(args)
@@ -136,7 +142,7 @@ def cmd_decompose(args) -> int:
         with argument("--rates"):  # the rates alone, against the rule's positions
             Stats(rates=args.rates).resolve(pattern)
         sel = {}
-        for key, s in args.selectivity.items():
+        for key, s in (args.selectivity or {}).items():
             a, sep, b = key.partition(":")
             if not sep:
                 raise UsageError("--selectivity", f"expected alias:alias=s, got {key!r}")
