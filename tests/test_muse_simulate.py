@@ -190,3 +190,29 @@ def test_workload_of_several_queries(algorithm):
         assert len(got) == len(set(got))
         assert got == central_ids(events, q)
         assert got, q.name
+
+
+# -- a user's own streams: files read by read_events ------------------------------------------------
+
+WORKLOAD_NET = {"nodes": {"a": ["A", "B"], "b": ["B", "C"], "c": ["A", "C"], "d": ["B"]},
+                "rates": {"A": 0.3, "B": 3.0, "C": 1.0}}
+WORKLOAD = """define Q1 pattern SEQ(A a, B b) where a.k = b.k within 1 s
+define Q2 pattern AND(B b, C c) where b.v < c.v within 500 ms
+define Q3 pattern SEQ(A a, B b, C c) within 1 s"""
+
+
+def test_streams_read_by_read_events_give_no_pandas_warning(tmp_path):
+    import warnings
+
+    from cep_gpu.io import read_events
+
+    net = muse.Network.from_dict(WORKLOAD_NET)
+    plan = muse.place(WORKLOAD, net, "amuse")
+    path = tmp_path / "events.parquet"
+    muse.generate_streams(net, plan.queries, duration=20, seed=1).to_parquet(path)
+    events = read_events(path)
+    assert events["type"].dtype == "category" and events["node"].dtype == "category"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # was: FutureWarning, groupby's observed=False default
+        result = muse.simulate(plan, events, backend="reference")
+    assert len(result.matches) > 0

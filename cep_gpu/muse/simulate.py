@@ -80,7 +80,9 @@ def simulate(
     preds: dict[Vertex, list[Vertex]] = defaultdict(list)
     for w, v in plan.edges:
         preds[v].append(w)
-    by_type_node = {k: g["id"].to_numpy() for k, g in ev.groupby(["type", "node"], sort=False)}
+    # observed=True: read_events gives categoricals, whose unobserved pairs are of no interest
+    # (and pandas warns about the default)
+    by_type_node = {k: g["id"].to_numpy() for k, g in ev.groupby(["type", "node"], sort=False, observed=True)}
     order = sorted(plan.info, key=lambda v: (len(plan.projections[v.key].order), v.order_key))
     for v in order:
         p = plan.projections[v.key]
