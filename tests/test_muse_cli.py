@@ -100,3 +100,12 @@ def test_bench_muse_through_the_bench_command(monkeypatch, tmp_path):
     assert "summary" in json.loads(out.read_text())
     assert seen == {"seeds": 2, "queries": 5, "size": 5}
     assert muse_cli.muse_bench_from_bench_args  # the bench command's route
+
+
+def test_simulate_duration_must_be_positive(files, capsys):
+    q, net, tmp = files
+    with pytest.raises(SystemExit) as exc:  # was: exit 0, "0 events, 0 matches"
+        main(["muse", "simulate", str(q), str(net), "--duration", "0"])
+    assert exc.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "cep-gpu muse simulate: error: argument --duration: must be a finite number of seconds > 0, got '0'")

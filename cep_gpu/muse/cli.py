@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ..benchmarks.save import save_results
 from ..cli import UsageError, argument, at_least, number, set_command
-from ..errors import is_finite_nonnegative, is_finite_positive
+from ..errors import is_finite_positive
 
 EPILOG = """examples:
   cep-gpu muse network --nodes 8 --types 4 --ratio 0.5 --skew 1.5 --out net.json
@@ -58,7 +58,7 @@ def add_muse_parser(subparsers) -> argparse.ArgumentParser:
         if name == "simulate":
             c.add_argument("events", nargs="?", help="events (.csv/.parquet with type, ts in "
                            "seconds, node); default: Poisson streams from the network's rates")
-            c.add_argument("--duration", type=number(is_finite_nonnegative, "a finite number of seconds >= 0"),
+            c.add_argument("--duration", type=number(is_finite_positive, "a finite number of seconds > 0"),
                            default=60.0,
                            help="seconds of generated streams (default 60)")
             c.add_argument("--backend", default="auto",

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from ..errors import is_finite_nonnegative
+from ..errors import is_finite_positive
 from .errors import MuseError
 from .graph import Plan, Vertex
 from .network import Network
@@ -203,8 +203,8 @@ def generate_streams(
     it produces at the type's rate for ``duration`` seconds. Attributes: ``k`` uniform in
     ``[0, k_values)`` (so ``a.k = b.k`` has selectivity 1/k_values); every other name (``v``, ...)
     uniform in [0, 1)."""
-    if not is_finite_nonnegative(duration):
-        raise MuseError(f"duration must be a finite number of seconds >= 0, got {duration!r}")
+    if not is_finite_positive(duration):  # 0 gave no events, and a simulation of nothing
+        raise MuseError(f"duration must be a finite number of seconds > 0, got {duration!r}")
     qs = as_queries(queries)
     types = sorted({t for q in qs for t in q.types})
     expected = sum(network.rate(t) * duration for n in network.nodes for t in types
