@@ -192,13 +192,31 @@ def test_workload_of_several_queries(algorithm):
         assert got, q.name
 
 
-# -- a user's own streams: files read by read_events ------------------------------------------------
+# -- a user's own streams: datetimes, files read by read_events -------------------------------------
 
 WORKLOAD_NET = {"nodes": {"a": ["A", "B"], "b": ["B", "C"], "c": ["A", "C"], "d": ["B"]},
                 "rates": {"A": 0.3, "B": 3.0, "C": 1.0}}
 WORKLOAD = """define Q1 pattern SEQ(A a, B b) where a.k = b.k within 1 s
 define Q2 pattern AND(B b, C c) where b.v < c.v within 500 ms
 define Q3 pattern SEQ(A a, B b, C c) within 1 s"""
+
+
+def test_streams_with_datetimes_simulate_as_detect_reads_them():
+    import pandas as pd
+
+    net = muse.Network.from_dict(WORKLOAD_NET)
+    plan = muse.place(WORKLOAD, net, "amuse")
+    events = muse.generate_streams(net, plan.queries, duration=30, seed=4)
+    start = pd.Timestamp("2024-03-01 09:30", tz="America/New_York")
+    dated = events.assign(ts=start + pd.to_timedelta(events["ts"], unit="s"))
+    # was: MuseError "'ts' must be numbers of seconds"
+    result = muse.simulate(plan, dated, backend="reference")
+    for q in plan.queries:
+        assert result.match_ids(q.name) == central_ids(dated, q), q.name
+    numeric = muse.simulate(plan, events, backend="reference")
+    assert sorted(map(tuple, numeric.matches["ids"])) == sorted(map(tuple, result.matches["ids"]))
+    assert result.duration == pytest.approx(numeric.duration, abs=1e-6)
+    assert result.total_messages == numeric.total_messages
 
 
 def test_streams_read_by_read_events_give_no_pandas_warning(tmp_path):

@@ -18,7 +18,8 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from ..errors import is_finite_positive
+from ..errors import EventError, is_finite_positive
+from ..events import TimeFormat
 from .errors import MuseError
 from .graph import Plan, Vertex
 from .network import Network
@@ -60,8 +61,8 @@ def simulate(
     backend: str = "auto",
     duration: float | None = None,
 ) -> SimulationResult:
-    """Run ``plan`` over ``streams`` (columns ``type``, ``ts`` in seconds, ``node``, optional
-    ``id``, attributes) and return the sinks' matches and the counted messages.
+    """Run ``plan`` over ``streams`` (columns ``type``, ``ts`` in seconds or datetimes, ``node``,
+    optional ``id``, attributes) and return the sinks' matches and the counted messages.
 
     ``network``, when given, must be the plan's network. Events of a type at a node that the
     network says does not produce it, or at an unknown node, raise :class:`MuseError`.
@@ -73,9 +74,9 @@ def simulate(
     get_backend(backend)  # an unknown name fails here, also when no node has events to match
     if network is not None:
         plan.check_network(network)
-    ev = _check_streams(plan, streams)
+    ev, _, ns = _check_streams(plan, streams)
     if duration is None:
-        duration = float(ev["ts"].max() - ev["ts"].min()) if len(ev) else 0.0
+        duration = float(ns.max() - ns.min()) / 1e9 if len(ev) else 0.0
     matches: dict[Vertex, np.ndarray] = {}
     preds: dict[Vertex, list[Vertex]] = defaultdict(list)
     for w, v in plan.edges:
@@ -116,22 +117,23 @@ def simulate(
     return SimulationResult(out, messages, duration)
 
 
-def _check_streams(plan: Plan, streams: pd.DataFrame) -> pd.DataFrame:
+def _check_streams(plan: Plan, streams: pd.DataFrame) -> tuple[pd.DataFrame, TimeFormat, np.ndarray]:
+    """The streams with int64 ids, their time format and each row's time in ns (as ``detect``
+    reads the ``ts`` column: numbers of seconds or datetimes)."""
+    from ..events.from_pandas import convert_ts, pandas_ids
+
     if not isinstance(streams, pd.DataFrame):
         raise MuseError(f"streams must be a pandas DataFrame, got {type(streams).__name__}")
     for col in ("type", "ts", "node"):
         if col not in streams.columns:
             raise MuseError(f"streams need a {col!r} column (the origin node is 'node')")
-    ts = streams["ts"]
-    if not pd.api.types.is_numeric_dtype(ts) or pd.api.types.is_bool_dtype(ts):
-        raise MuseError(f"streams: 'ts' must be numbers of seconds, got dtype {ts.dtype}")
-    bad = ~np.isfinite(ts.to_numpy(np.float64))
-    if bad.any():
-        row = int(np.flatnonzero(bad)[0])
-        raise MuseError(f"streams: 'ts' is null or not finite at row {row}")
+    try:
+        time, ns = convert_ts(streams["ts"], "s")
+        ids = pandas_ids(streams["id"]) if "id" in streams.columns else np.arange(len(streams), dtype=np.int64)
+    except EventError as err:
+        raise MuseError(f"streams: {err}") from None
     ev = streams.copy()
-    if "id" not in ev.columns:
-        ev["id"] = np.arange(len(ev), dtype=np.int64)
+    ev["id"] = ids
     if ev["id"].duplicated().any():
         raise MuseError("streams: event ids must be unique")
     ev["node"] = ev["node"].astype(str)
@@ -146,7 +148,7 @@ def _check_streams(plan: Plan, streams: pd.DataFrame) -> pd.DataFrame:
             f"streams: node {bad[0][0]!r} emits type {bad[0][1]!r}, which the network says it "
             "does not produce (is this plan for another network?)"
         )
-    return ev
+    return ev, time, ns
 
 
 def _detect(p: Query, events: pd.DataFrame, backend: str) -> np.ndarray:
