@@ -30,14 +30,24 @@ from .query import Query, as_queries
 class SimulationResult:
     """What :func:`simulate` returns.
 
-    ``matches``: one row per match found at a sink (``query``, ``node``, ``ids``: an Arrow
-    ``list<int64>`` of the event ids in the query's type order, as in ``detect``'s output); ``messages``: one row per network transfer (``vertex``, ``to``, ``count``,
-    ``predicted``: the plan's rate times the stream duration); ``duration``: seconds of event time.
+    ``matches``: one row per match found at a sink, in ``detect``'s order (``ts``, query, ``ids``):
+    ``query``, ``node`` (the sink), ``ts`` (the time of the match's latest event, in the streams'
+    ``ts`` dtype, as ``detect`` gives it) and ``ids`` (an Arrow ``list<int64>`` of the event ids in
+    the query's type order, as in ``detect``'s output); ``messages``: one row per network transfer
+    (``vertex``, ``to``, ``count``, ``predicted``: the plan's rate times the stream duration);
+    ``duration``: seconds of event time.
     """
 
     matches: pd.DataFrame
     messages: pd.DataFrame
     duration: float
+
+    def composite_events(self) -> pd.DataFrame:
+        """The sinks' matches as ``cep_gpu.detect`` returns the queries' composite events: the
+        columns ``rule``, ``ts``, ``ids`` (same rows, order and dtypes as ``detect`` over the
+        streams with the queries' rules), then ``node``, the sink that found each."""
+        out = self.matches.rename(columns={"query": "rule"})
+        return out[["rule", "ts", "ids", "node"]].reset_index(drop=True)
 
     @property
     def total_messages(self) -> int:
@@ -74,7 +84,7 @@ def simulate(
     get_backend(backend)  # an unknown name fails here, also when no node has events to match
     if network is not None:
         plan.check_network(network)
-    ev, _, ns = _check_streams(plan, streams)
+    ev, time, ns = _check_streams(plan, streams)
     if duration is None:
         duration = float(ns.max() - ns.min()) / 1e9 if len(ev) else 0.0
     matches: dict[Vertex, np.ndarray] = {}
@@ -101,20 +111,50 @@ def simulate(
         rows.append({"vertex": w.label(plan.projections), "to": to, "count": len(matches[w]),
                      "predicted": rate * duration})
     messages = pd.DataFrame(rows, columns=["vertex", "to", "count", "predicted"])
-    frames = []
-    for q in plan.queries:
-        for v in plan.sinks[q.name]:
-            m = matches[v]
-            ids = pa.FixedSizeListArray.from_arrays(pa.array(m.ravel(), pa.int64()), m.shape[1])
-            ids = ids.cast(pa.list_(pa.int64()))
-            frames.append(pd.DataFrame({
-                "query": np.full(len(m), q.name, dtype=object),
-                "node": np.full(len(m), v.node, dtype=object),
-                "ids": pd.Series(ids, dtype=pd.ArrowDtype(ids.type)),
-            }))
-    out = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
-        columns=["query", "node", "ids"])
-    return SimulationResult(out, messages, duration)
+    sinks = [(q.name, v.node, matches[v]) for q in plan.queries for v in plan.sinks[q.name]]
+    return SimulationResult(_sink_matches(sinks, ev["id"].to_numpy(), ns, time), messages, duration)
+
+
+def _sink_matches(sinks, ids: np.ndarray, ns: np.ndarray, time: TimeFormat) -> pd.DataFrame:
+    """The sinks' matches as one frame in ``detect``'s order (ts, query, ids; then the sink), each
+    with the time of its latest event (``ns`` per row of ``ids``) in the input's ``ts`` dtype."""
+    from ..output import IdsArray
+
+    by_id = np.argsort(ids, kind="stable")
+    sorted_ids = ids[by_id]
+    n = sum(len(m) for _, _, m in sinks)
+    width = max([m.shape[1] for _, _, m in sinks] + [1])
+    pad = np.full((n, width), np.iinfo(np.int64).min, np.int64)  # a shorter tuple sorts first
+    lens = np.empty(n, np.int64)
+    ts_ns = np.empty(n, np.int64)
+    names = np.empty(n, dtype=object)
+    nodes = np.empty(n, dtype=object)
+    start = 0
+    for name, node, m in sinks:
+        stop = start + len(m)
+        pad[start:stop, : m.shape[1]] = m
+        lens[start:stop] = m.shape[1]
+        if len(m):
+            ts_ns[start:stop] = ns[by_id[np.searchsorted(sorted_ids, m)]].max(axis=1)
+        names[start:stop] = name
+        nodes[start:stop] = node
+        start = stop
+    name_codes = np.unique(names.astype(str), return_inverse=True)[1] if n else np.empty(0, np.int64)
+    node_codes = np.unique(nodes.astype(str), return_inverse=True)[1] if n else np.empty(0, np.int64)
+    keys = (node_codes,) + tuple(pad[:, j] for j in reversed(range(width))) + (name_codes, ts_ns)
+    order = np.lexsort(keys) if n else np.empty(0, np.int64)
+    pad, lens = pad[order], lens[order]
+    offsets = np.zeros(n + 1, np.int64)
+    np.cumsum(lens, out=offsets[1:])
+    flat = pad[np.arange(width)[None, :] < lens[:, None]]
+    ids_arr = pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), pa.array(flat, type=pa.int64()))
+    ts = time.from_ns(ts_ns[order])
+    return pd.DataFrame({
+        "query": names[order],
+        "node": nodes[order],
+        "ts": ts.reset_index(drop=True) if isinstance(ts, pd.Series) else ts,
+        "ids": pd.Series(IdsArray(pa.chunked_array([ids_arr], type=pa.list_(pa.int64())))),
+    })
 
 
 def _check_streams(plan: Plan, streams: pd.DataFrame) -> tuple[pd.DataFrame, TimeFormat, np.ndarray]:
