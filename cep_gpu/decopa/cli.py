@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from ..benchmarks.save import save_results
-from ..cli import UsageError, argument, at_least, number, set_command
+from ..cli import UsageError, argument, at_least, number, set_command, writable
 from ..errors import is_finite_positive
 from .errors import DecompositionError
 
@@ -154,6 +154,8 @@ def cmd_decompose(args) -> int:
             if value is not None:
                 raise UsageError(option, "give --rates/--selectivity or --sample, not both "
                                  "(--sample measures the rates and selectivities)")
+    if args.json:  # before any work: a typo in the folder must not cost the planning
+        writable("--json", args.json)
     with argument("--units"):
         units = Units(args.units, args.iota, args.kappa)
     rule = _load_rule(args)
@@ -195,18 +197,14 @@ def cmd_run(args) -> int:
     import time
 
     from ..backends import get_backend
-    from ..cli import read_text
-    from ..errors import EventError
-    from ..io import file_format, read_table, write_output
+    from ..cli import event_types, print_table, read_text, warn_absent_types, writable_output
+    from ..io import read_table, write_output
     from . import Plan, execute, execute_stream
 
     if args.report and args.chunk is not None:
         raise UsageError("--report", "is measured by the batch run: leave out --chunk")
-    if args.out:
-        try:
-            file_format(args.out)
-        except EventError as err:
-            raise UsageError("--out", str(err)) from None
+    if args.out:  # before any work, as cep-gpu run checks it
+        writable_output("--out", args.out)
     with argument("--backend"):
         get_backend(args.backend)
     path = Path(args.plan)
@@ -218,6 +216,7 @@ def cmd_run(args) -> int:
         raise DecompositionError(f"{args.plan}: {err}") from None
     t0 = time.perf_counter()
     events = read_table(args.events)
+    warn_absent_types(args.prog, [plan.rule], event_types(events), args.events)
     report = None
     if args.chunk is not None:
         out = execute_stream(events, plan, time_unit=args.time_unit, backend=args.backend, chunk=args.chunk)
@@ -232,10 +231,7 @@ def cmd_run(args) -> int:
         write_output(out, args.out)
         print(f"{summary} -> {args.out}", file=sys.stderr)
     else:
-        if len(out):
-            print(out.head(args.limit).to_string(index=False))
-        if len(out) > args.limit:
-            print(f"... {len(out) - args.limit} more rows (use --out to write them all)")
+        print_table(out, args.limit)
         print(summary, file=sys.stderr)
     if report is not None:
         print(_report_text(plan, report), file=sys.stderr)

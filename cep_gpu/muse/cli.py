@@ -141,16 +141,13 @@ def cmd_plan(args) -> int:
 
 
 def cmd_simulate(args) -> int:
-    from ..errors import EventError
-    from ..io import file_format, read_events, write_output
+    from ..cli import writable_output
+    from ..io import read_events, write_output
     from .placement import place
     from .simulate import generate_streams, simulate
 
-    if args.out:
-        try:
-            file_format(args.out)
-        except EventError as err:
-            raise UsageError("--out", str(err)) from None
+    if args.out:  # before any work, as cep-gpu run checks it
+        writable_output("--out", args.out)
     queries, net = _load(args)
     plan = place(queries, net, args.algorithm)
     if args.events:
