@@ -54,7 +54,8 @@ def as_rules(rules) -> list[Rule]:
     return out
 
 
-def check_schema(rules: Sequence[Rule], table: EventTable, require_attributes: bool = True) -> None:
+def check_schema(rules: Sequence[Rule], table: EventTable, require_attributes: bool = True,
+                 source: str = "input") -> None:
     """Reject rules that read attributes no event in the input (or no rule's output) has,
     and comparisons and arithmetic that the kernels cannot make (ordering on strings, strings vs
     numbers, strings in arithmetic or in a numeric aggregate).
@@ -65,7 +66,9 @@ def check_schema(rules: Sequence[Rule], table: EventTable, require_attributes: b
 
     ``require_attributes=False`` (a stream, whose attributes may come in a later publish) only
     checks the kinds of the attributes ``table`` has. A table without events (a header-only CSV
-    file, an empty frame) lacks no attribute: there is nothing to match, and no error."""
+    file, an empty frame) lacks no attribute: there is nothing to match, and no error.
+    ``source``: what the message calls the events (``"input"``; DecoPa's statistics say
+    ``"sample"``)."""
     produced = {a.name: a.type for r in rules for a in r.attributes}
     known = set(table.columns) | set(produced)
     require_attributes = require_attributes and len(table) > 0
@@ -107,7 +110,7 @@ def check_schema(rules: Sequence[Rule], table: EventTable, require_attributes: b
                 if isinstance(node, Attr) and node.name not in known and require_attributes:
                     raise rule.error(
                         f"rule {rule.name!r} reads attribute {node.name!r}, which no event in the "
-                        f"input has (the input's attributes: {sorted(table.columns)}"
+                        f"{source} has (the {source}'s attributes: {sorted(table.columns)}"
                         + (f"; composite events add {sorted(produced)})" if produced else ")"),
                         node.pos,
                     )

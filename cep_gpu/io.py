@@ -55,8 +55,15 @@ def read_events(path: str | Path) -> pd.DataFrame:
 
 
 def write_output(out: pd.DataFrame | pa.Table, path: str | Path) -> None:
-    """Composite events to CSV (ids as space-separated text) or Parquet (ids as list<int64>)."""
-    table = out if isinstance(out, pa.Table) else pa.Table.from_pandas(out, preserve_index=False)
+    """Composite events to CSV (ids as space-separated text) or Parquet (ids as list<int64>).
+
+    A pandas frame is written without pandas' schema metadata, as an Arrow table is: pandas
+    cannot read back the dtype name it records for the Arrow-backed ``ids``
+    (``data type 'list<item: int64>[pyarrow]' not understood``)."""
+    if isinstance(out, pa.Table):
+        table = out
+    else:
+        table = pa.Table.from_pandas(out, preserve_index=False).replace_schema_metadata(None)
     if file_format(path) == "parquet":
         pq.write_table(table, path)
         return

@@ -130,9 +130,9 @@ def test_decopa_refuses_to_execute_kleene_and_plans_from_no_sample(events):
 
     kl = cep_gpu.parse_rule("define Q pattern SEQ(A a, KL(B b)[1..2], C c) within 1 s")
     stats = decopa.Stats(rates={"a": 10, "b": 10, "c": 10})
-    plan = decopa.optimize(kl, stats, decopa.Units(4, iota=6000, kappa=60000))
-    with pytest.raises(DecompositionError, match="Kleene"):  # ran KL as one event: 486 rows, detect 950
-        decopa.execute(events, plan)
+    # ran KL as one event: 486 rows, detect 950; then planned as SEQ(a, b, c) and refused at execution
+    with pytest.raises(DecompositionError, match="Kleene"):
+        decopa.optimize(kl, stats, decopa.Units(4, iota=6000, kappa=60000))
     seq = cep_gpu.parse_rule("define Q pattern SEQ(A a, B b, C c) where a.x < b.x within 1 s")
     with pytest.raises(ArgumentError, match="no events"):  # was rates 0 and a plan with c* = inf
         decopa.Stats.from_sample(events.iloc[:0], seq)
@@ -291,14 +291,10 @@ def test_shedder_fit_arrival_window_cost_and_frames(events):
 
 @pytest.mark.parametrize("bad", [True, -1e-3, float("nan"), float("inf"), "1e-3", None])
 def test_costs_and_durations_reject_the_same_values(bad):
-    from cep_gpu.muse.errors import MuseError
-    from cep_gpu.muse.simulate import generate_streams
     from cep_gpu.shedding import CostModel
 
     with pytest.raises(ArgumentError, match=r"CostModel.default must be a finite number >= 0"):
         CostModel(default=bad)
-    with pytest.raises(MuseError, match="duration must be a finite number of seconds >= 0"):
-        generate_streams([], None, duration=bad)
 
 
 # -- bounds, rates and capacities: one test of "a finite number > 0" everywhere ----------------------
@@ -318,6 +314,11 @@ def test_positive_numbers_reject_the_same_values(bad):
         decopa.Units(2, iota=bad, kappa=1)
     with pytest.raises(MuseError, match="rate of type 'A'"):
         Network({"n": frozenset({"A"})}, {"A": bad})
+    from cep_gpu.muse.simulate import generate_streams
+
+    # a duration of 0 simulated nothing: "0 events, 0 matches"
+    with pytest.raises(MuseError, match="duration must be a finite number of seconds > 0"):
+        generate_streams([], None, duration=bad)
 
 
 @pytest.mark.parametrize("good", [1, 2e-3, np.float32(2e-3), np.float64(0.5), np.int64(3)])

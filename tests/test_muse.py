@@ -153,6 +153,45 @@ def test_bad_patterns_and_selectivities_raise():
         muse.Query.from_pattern("SEQ(A, B", window=1)
 
 
+@pytest.mark.parametrize("make", [
+    lambda sel: muse.Query.from_text("define Q pattern SEQ(GOOG a, MSFT b) within 1 s", selectivity=sel),
+    lambda sel: muse.Query.from_pattern("SEQ(GOOG, MSFT)", window=1.0, selectivity=sel),
+])
+def test_a_selectivity_naming_a_type_the_query_does_not_have_is_refused(make):
+    from cep_gpu.errors import ArgumentError
+
+    # was accepted, and entered no projection: the σ the user meant silently became 1
+    with pytest.raises(ArgumentError) as err:
+        make({("GOOG", "ZZZ"): 0.5})
+    assert str(err.value) == ("query Q: selectivity key ('GOOG', 'ZZZ') names type(s) ['ZZZ'] that the "
+                              "query does not have (its types: ['GOOG', 'MSFT'])")
+    with pytest.raises(ArgumentError, match=r"key 'a' names type\(s\) \['a'\]"):  # an alias, not a type
+        make({"a": 0.5})
+    assert make({("GOOG", "MSFT"): 0.5}).sigma() == 0.5
+
+
+def test_several_rules_go_to_parse_queries():
+    text = ("define Q1 pattern SEQ(A a, B b) where a.k = b.k within 1 s\n"
+            "define Q2 pattern AND(B b, C c) where b.v < c.v within 500 ms")
+    # was: "query does not parse: expected exactly one rule, found 2; use parse_rules for several"
+    with pytest.raises(muse.MuseError) as err:
+        muse.Query.from_text(text)
+    assert str(err.value) == ("Query.from_text takes one rule, got 2 (Q1, Q2): "
+                              "muse.parse_queries(text) reads several")
+    q1, q2 = muse.parse_queries(text, selectivity={"Q1": {("A", "B"): 0.1}})
+    assert (q1.name, q2.name) == ("Q1", "Q2") and q1.sigma() == 0.1 and q2.window == 0.5
+    assert [c.text for c in q2.conjuncts] == ["b.v < c.v"]
+    # separated by new lines only (the old split wanted ';' or a blank line), by ';' or blank lines
+    for sep in (";", "\n\n", ";\n\n"):
+        assert [q.name for q in muse.parse_queries(text.replace("\n", sep))] == ["Q1", "Q2"]
+    net = muse.Network.from_dict({"nodes": {"n": ["A", "B", "C"]}, "rates": {"A": 1, "B": 1, "C": 1}})
+    assert [q.name for q in muse.place(text, net).queries] == ["Q1", "Q2"]
+    from cep_gpu.errors import ArgumentError
+
+    with pytest.raises(ArgumentError, match=r"selectivity names no query of the text: \['Q3'\]"):
+        muse.parse_queries(text, selectivity={"Q3": {}})
+
+
 # ---------------------------------------------------------------------------- cost model
 
 

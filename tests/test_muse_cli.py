@@ -100,3 +100,67 @@ def test_bench_muse_through_the_bench_command(monkeypatch, tmp_path):
     assert "summary" in json.loads(out.read_text())
     assert seen == {"seeds": 2, "queries": 5, "size": 5}
     assert muse_cli.muse_bench_from_bench_args  # the bench command's route
+
+
+# -- simulate on a user's event file: --out, datetimes, --duration ----------------------------------
+
+QUERIES = """define Q1 pattern SEQ(A a, B b) where a.k = b.k within 1 s
+
+define Q2 pattern AND(B b, C c) where b.v < c.v within 500 ms
+"""
+NET = {"nodes": {"a": ["A", "B"], "b": ["B", "C"], "c": ["A", "C"]}, "rates": {"A": 0.5, "B": 2.0, "C": 1.0}}
+
+
+@pytest.fixture
+def user_files(tmp_path):
+    import pandas as pd
+
+    from cep_gpu import muse
+
+    (tmp_path / "q.txt").write_text(QUERIES)
+    (tmp_path / "net.json").write_text(json.dumps(NET))
+    events = muse.generate_streams(muse.Network.from_dict(NET), QUERIES, 60, seed=1).drop(columns=["id"])
+    events.to_csv(tmp_path / "events.csv", index=False)
+    dated = events.assign(ts=pd.Timestamp("2024-01-01") + pd.to_timedelta(events["ts"], unit="s"))
+    dated.to_parquet(tmp_path / "dated.parquet")
+    return tmp_path
+
+
+@pytest.mark.parametrize("events, suffix", [("events.csv", "csv"), ("dated.parquet", "parquet"),
+                                            ("dated.parquet", "csv")])
+def test_simulate_out_writes_the_rows_of_cep_gpu_run(user_files, capsys, events, suffix):
+    import pandas as pd
+
+    d = user_files
+    got, want = d / f"sim.{suffix}", d / f"run.{suffix}"
+    # was: counts only (and datetimes refused: "'ts' must be numbers of seconds")
+    assert main(["muse", "simulate", str(d / "q.txt"), str(d / "net.json"), str(d / events),
+                 "--backend", "reference", "--out", str(got)]) == 0
+    out, err = capsys.readouterr()
+    assert "matches at the sinks" in out and f"-> {got}" in err
+    assert main(["run", str(d / "q.txt"), str(d / events), "--backend", "reference", "--out", str(want)]) == 0
+    capsys.readouterr()
+    if suffix == "csv":
+        lines = [line.rsplit(",", 1)[0] for line in got.read_text().splitlines()]
+        assert lines == want.read_text().splitlines() and len(lines) > 50
+        assert got.read_text().splitlines()[0] == '"rule","ts","ids","node"'
+    else:
+        sim, run = pd.read_parquet(got), pd.read_parquet(want)
+        assert str(sim["ts"].dtype) == "datetime64[ns]"
+        pd.testing.assert_frame_equal(sim.drop(columns=["node"]), run)
+        assert set(sim["node"]) <= set(NET["nodes"])
+
+
+def test_simulate_duration_must_be_positive(user_files, capsys):
+    d = user_files
+    argv = ["muse", "simulate", str(d / "q.txt"), str(d / "net.json"), "--duration", "0"]
+    with pytest.raises(SystemExit) as exc:  # was: exit 0, "0 events, 0 matches"
+        main(argv)
+    assert exc.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "cep-gpu muse simulate: error: argument --duration: must be a finite number of seconds > 0, got '0'")
+    assert main(["muse", "simulate", str(d / "q.txt"), str(d / "net.json"), str(d / "events.csv"),
+                 "--duration", "120", "--backend", "reference", "--json", str(d / "sim.json")]) == 0
+    assert "over 120 s" in capsys.readouterr().out  # the file's duration for the predictions
+    assert main(["muse", "simulate", str(d / "q.txt"), str(d / "net.json"), "--out", str(d / "x.txt")]) == 2
+    assert "argument --out" in capsys.readouterr().err

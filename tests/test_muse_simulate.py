@@ -190,3 +190,66 @@ def test_workload_of_several_queries(algorithm):
         assert len(got) == len(set(got))
         assert got == central_ids(events, q)
         assert got, q.name
+
+
+# -- a user's own streams: detect's composite events, datetimes, files read by read_events -----------
+
+WORKLOAD_NET = {"nodes": {"a": ["A", "B"], "b": ["B", "C"], "c": ["A", "C"], "d": ["B"]},
+                "rates": {"A": 0.3, "B": 3.0, "C": 1.0}}
+WORKLOAD = """define Q1 pattern SEQ(A a, B b) where a.k = b.k within 1 s
+define Q2 pattern AND(B b, C c) where b.v < c.v within 500 ms
+define Q3 pattern SEQ(A a, B b, C c) within 1 s"""
+
+
+def test_composite_events_are_detects_rows():
+    import pandas as pd
+
+    net = muse.Network.from_dict(WORKLOAD_NET)
+    plan = muse.place(WORKLOAD, net, "amuse")
+    events = muse.generate_streams(net, plan.queries, duration=60, seed=2)
+    result = muse.simulate(plan, events, backend="reference")
+    got = result.composite_events()
+    expected = cep_gpu.detect(events.drop(columns=["node"]), WORKLOAD, backend="reference")
+    assert set(expected["rule"]) == {"Q1", "Q2", "Q3"}
+    # was: no ts, rows by query and sink
+    pd.testing.assert_frame_equal(got[["rule", "ts", "ids"]], expected)
+    assert list(got.columns) == ["rule", "ts", "ids", "node"]
+    sinks = {q: {v.node for v in vs} for q, vs in plan.sinks.items()}
+    assert all(node in sinks[rule] for rule, node in zip(got["rule"], got["node"]))
+    assert list(result.matches.columns) == ["query", "node", "ts", "ids"]
+
+
+def test_streams_with_datetimes_simulate_as_detect_reads_them():
+    import pandas as pd
+
+    net = muse.Network.from_dict(WORKLOAD_NET)
+    plan = muse.place(WORKLOAD, net, "amuse")
+    events = muse.generate_streams(net, plan.queries, duration=30, seed=4)
+    start = pd.Timestamp("2024-03-01 09:30", tz="America/New_York")
+    dated = events.assign(ts=start + pd.to_timedelta(events["ts"], unit="s"))
+    # was: MuseError "'ts' must be numbers of seconds"
+    result = muse.simulate(plan, dated, backend="reference")
+    expected = cep_gpu.detect(dated.drop(columns=["node"]), WORKLOAD, backend="reference")
+    assert str(expected["ts"].dtype) == "datetime64[ns, America/New_York]"
+    pd.testing.assert_frame_equal(result.composite_events()[["rule", "ts", "ids"]], expected)
+    numeric = muse.simulate(plan, events, backend="reference")
+    assert [list(i) for i in numeric.matches["ids"]] == [list(i) for i in result.matches["ids"]]
+    assert result.duration == pytest.approx(numeric.duration, abs=1e-6)
+    assert result.total_messages == numeric.total_messages
+
+
+def test_streams_read_by_read_events_give_no_pandas_warning(tmp_path):
+    import warnings
+
+    from cep_gpu.io import read_events
+
+    net = muse.Network.from_dict(WORKLOAD_NET)
+    plan = muse.place(WORKLOAD, net, "amuse")
+    path = tmp_path / "events.parquet"
+    muse.generate_streams(net, plan.queries, duration=20, seed=1).to_parquet(path)
+    events = read_events(path)
+    assert events["type"].dtype == "category" and events["node"].dtype == "category"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # was: FutureWarning, groupby's observed=False default
+        result = muse.simulate(plan, events, backend="reference")
+    assert len(result.matches) > 0

@@ -2,7 +2,8 @@
 
     cep-gpu decompose RULES --rates a=1000,b=1000,c=30 --selectivity a:b=0.01 --units 4 \\
         --iota 6000 --kappa 60000 [--strategy decopa|hybrid|centralized] [--json plan.json]
-    cep-gpu decompose RULES --sample EVENTS --units 8 --iota 2500 --kappa 80000
+    cep-gpu decompose RULES --sample EVENTS --units 8 --iota 2500 --kappa 80000 --json plan.json
+    cep-gpu decopa run plan.json EVENTS [--out FILE] [--backend auto] [--time-unit s] [--chunk N]
     cep-gpu decopa bench [--quick] [--draws 20] [--out decopa.json] [--plot decopa.png]
 
 RULES is a rule file (or rule text starting with ``define``) holding one SEQ/AND rule (or pick
@@ -17,14 +18,25 @@ import sys
 from pathlib import Path
 
 from ..benchmarks.save import save_results
-from ..cli import UsageError, argument, at_least, number, set_command
+from ..cli import UsageError, argument, at_least, number, set_command, writable
 from ..errors import is_finite_positive
+from .errors import DecompositionError
 
 EPILOG = """examples:
   cep-gpu decompose q.rules --rates a=1000,b=1000,c=30 --selectivity a:b=0.01,a:c=0.01,b:c=0.01 \\
       --units 4 --iota 6000 --kappa 60000
   cep-gpu decompose q.rules --sample events.parquet --units 10 --iota 2500 --kappa 80000 --json plan.json
+  cep-gpu decopa run plan.json events.parquet --out matches.csv
   cep-gpu decopa bench --quick --out decopa.json --plot decopa.png
+"""
+
+RUN_EPILOG = """The plan file is what `cep-gpu decompose ... --json PLAN.json` writes (it holds the rule's
+text). The output has the columns and rows of `cep-gpu run` on the plan's rule.
+
+examples:
+  cep-gpu decompose q.rules --sample events.csv --units 4 --iota 6000 --kappa 60000 --json plan.json
+  cep-gpu decopa run plan.json events.csv --out matches.csv
+  cep-gpu decopa run plan.json events.parquet --chunk 10000 --report
 """
 
 
@@ -55,9 +67,10 @@ def add_decompose_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("rules", help="rule file (or rule text starting with 'define')")
     p.add_argument("--rule", help="the rule to plan, by name (default: the only one)")
     p.add_argument("--rates", type=_pairs, default=None, help="alias=events per window, comma-separated")
-    p.add_argument("--selectivity", type=_pairs, default={},
+    p.add_argument("--selectivity", type=_pairs, default=None,
                    help="alias:alias=s, comma-separated (0 < s <= 1; pairs left out: 1)")
-    p.add_argument("--sample", help="measure rates and selectivities on these events (CSV/Parquet) instead")
+    p.add_argument("--sample", help="measure rates and selectivities on these events (CSV/Parquet) "
+                   "instead of --rates/--selectivity")
     p.add_argument("--time-unit", default="s", help="unit of numeric ts in --sample (default s)")
     p.add_argument("--units", type=at_least(1), required=True, help="number of processing units")
     p.add_argument("--iota", type=_capacity, required=True, help="events a unit ingests per window")
@@ -73,9 +86,25 @@ def add_decompose_parser(subparsers) -> argparse.ArgumentParser:
 
 def add_decopa_parser(subparsers) -> argparse.ArgumentParser:
     """Add ``cep-gpu decopa bench``."""
-    p = subparsers.add_parser("decopa", help="DecoPa benchmark (cep-gpu decopa bench --help)",
-                              description="DecoPa query decomposition: the benchmark.")
+    p = subparsers.add_parser("decopa", help="run a DecoPa plan on events; the DecoPa benchmark",
+                              description="DecoPa query decomposition: run a saved plan, the benchmark.")
     sub = p.add_subparsers(dest="decopa_command")
+    r = sub.add_parser(
+        "run", help="execute a plan (cep-gpu decompose --json) on an event file",
+        description="Execute a DecoPa plan on your events: every operator unit runs as a cep-gpu "
+        "rule; the composite events are those cep-gpu run finds for the plan's rule.",
+        epilog=RUN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    r.add_argument("plan", help="plan JSON written by cep-gpu decompose --json")
+    r.add_argument("events", help="events as .csv or .parquet")
+    r.add_argument("--out", help="write the composite events to this .csv or .parquet file")
+    r.add_argument("--backend", default="auto", help="backend of the operator units (default auto)")
+    r.add_argument("--time-unit", default="s", help="unit of numeric ts values (default: s)")
+    r.add_argument("--chunk", type=at_least(1), default=None, metavar="N",
+                   help="run as a stream: one Engine per unit, about N events per chunk")
+    r.add_argument("--report", action="store_true",
+                   help="print what each operator's units ingested and found (not with --chunk)")
+    r.add_argument("--limit", type=at_least(0), default=50, help="rows to print when no --out is given")
+    set_command(r, cmd_run)
     b = sub.add_parser("bench", help="Table-3-style model gains, executed plans against the model, wall time")
     _bench_args(b)
     set_command(b, cmd_bench)
@@ -95,7 +124,6 @@ def _bench_args(b) -> None:
 
 def _load_rule(args):
     from .. import parse_rules
-    from .errors import DecompositionError
 
     path = Path(args.rules)
     if path.exists():
@@ -121,6 +149,13 @@ def cmd_decompose(args) -> int:
     from . import Stats, Units, optimize
     from .query import analyse
 
+    if args.sample:  # the sample measures both: given values would be silently replaced
+        for option, value in (("--rates", args.rates), ("--selectivity", args.selectivity)):
+            if value is not None:
+                raise UsageError(option, "give --rates/--selectivity or --sample, not both "
+                                 "(--sample measures the rates and selectivities)")
+    if args.json:  # before any work: a typo in the folder must not cost the planning
+        writable("--json", args.json)
     with argument("--units"):
         units = Units(args.units, args.iota, args.kappa)
     rule = _load_rule(args)
@@ -136,7 +171,7 @@ def cmd_decompose(args) -> int:
         with argument("--rates"):  # the rates alone, against the rule's positions
             Stats(rates=args.rates).resolve(pattern)
         sel = {}
-        for key, s in args.selectivity.items():
+        for key, s in (args.selectivity or {}).items():
             a, sep, b = key.partition(":")
             if not sep:
                 raise UsageError("--selectivity", f"expected alias:alias=s, got {key!r}")
@@ -155,6 +190,62 @@ def cmd_decompose(args) -> int:
         Path(args.json).write_text(json.dumps(plan.to_json(), indent=2) + "\n")
         print(f"plan -> {args.json}", file=sys.stderr)
     return 0
+
+
+def cmd_run(args) -> int:
+    """``cep-gpu decopa run PLAN.json EVENTS``: execute a saved plan on a user's event file."""
+    import time
+
+    from ..backends import get_backend
+    from ..cli import event_types, print_table, read_text, warn_absent_types, writable_output
+    from ..io import read_table, write_output
+    from . import Plan, execute, execute_stream
+
+    if args.report and args.chunk is not None:
+        raise UsageError("--report", "is measured by the batch run: leave out --chunk")
+    if args.out:  # before any work, as cep-gpu run checks it
+        writable_output("--out", args.out)
+    with argument("--backend"):
+        get_backend(args.backend)
+    path = Path(args.plan)
+    if not path.exists():
+        raise FileNotFoundError(f"{args.plan}: no such plan file")
+    try:
+        plan = Plan.from_json(read_text(path, "plan file"))
+    except DecompositionError as err:
+        raise DecompositionError(f"{args.plan}: {err}") from None
+    t0 = time.perf_counter()
+    events = read_table(args.events)
+    warn_absent_types(args.prog, [plan.rule], event_types(events), args.events)
+    report = None
+    if args.chunk is not None:
+        out = execute_stream(events, plan, time_unit=args.time_unit, backend=args.backend, chunk=args.chunk)
+    elif args.report:
+        out, report = execute(events, plan, time_unit=args.time_unit, backend=args.backend, report=True)
+    else:
+        out = execute(events, plan, time_unit=args.time_unit, backend=args.backend)
+    elapsed = time.perf_counter() - t0
+    summary = (f"{len(out)} composite events of {plan.rule.name} from {events.num_rows} events in "
+               f"{elapsed:.2f} s ({len(plan.operators)} operators on {plan.units.n} units)")
+    if args.out:
+        write_output(out, args.out)
+        print(f"{summary} -> {args.out}", file=sys.stderr)
+    else:
+        print_table(out, args.limit)
+        print(summary, file=sys.stderr)
+    if report is not None:
+        print(_report_text(plan, report), file=sys.stderr)
+    return 0
+
+
+def _report_text(plan, report) -> str:
+    lines = [f"measured over {report.windows:.4g} windows (per window: ingested / pairs within the window):"]
+    for op, rep in zip(plan.operators, report.operators):
+        per_unit = ", ".join(f"unit {u.unit}: {u.ingested / report.windows:.4g} / {u.pairs / report.windows:.4g}"
+                             for u in rep.units)
+        lines.append(f"  {op.name} {op.label(plan.pattern.aliases)}: inputs {rep.input_events[0]} + "
+                     f"{rep.input_events[1]}, {rep.outputs} matches; {per_unit}")
+    return "\n".join(lines)
 
 
 def cmd_bench(args) -> int:

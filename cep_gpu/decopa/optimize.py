@@ -200,9 +200,12 @@ class Plan:
         return True
 
     def to_json(self) -> dict:
+        """The plan as JSON-ready data; :meth:`from_json` reads it back (``rule_text`` and
+        ``stats`` make it self-contained: ``cep-gpu decopa run PLAN.json EVENTS`` runs it)."""
         aliases = self.pattern.aliases
         return {
-            "rule": self.rule.name, "strategy": self.strategy, "estimate": self.estimate,
+            "rule": self.rule.name, "rule_text": self.rule.text, "strategy": self.strategy,
+            "estimate": self.estimate, "stats": self.stats.to_json(),
             "units": {"n": self.units.n, "iota": self.units.iota, "kappa": self.units.kappa},
             "c_star": self.c_star, "bottleneck": self.bottleneck.name,
             "operators": [{
@@ -213,6 +216,74 @@ class Plan:
                 "comparisons": o.comparisons, "c": o.c, "bound": o.bound,
             } for o in self.operators],
         }
+
+
+    @classmethod
+    def from_json(cls, obj) -> Plan:
+        """The plan that :meth:`to_json` wrote (a dict, or its JSON text): the rule is parsed from
+        ``rule_text``, the operators are taken as written and the plan is checked with
+        :meth:`validate`. Executing it gives the same rows as executing the original plan.
+
+        Raises :class:`DecompositionError` naming the missing or malformed field (a plan written
+        before ``rule_text`` was saved: plan again with ``cep-gpu decompose ... --json``)."""
+        import json
+        from collections.abc import Mapping
+
+        if isinstance(obj, (str, bytes)):
+            try:
+                obj = json.loads(obj)
+            except json.JSONDecodeError as err:
+                raise DecompositionError(f"plan JSON: not JSON ({err})") from None
+        if not isinstance(obj, Mapping):
+            raise DecompositionError(f"plan JSON: expected an object, got {type(obj).__name__}")
+        if "rule_text" not in obj:
+            raise DecompositionError(
+                "plan JSON: no 'rule_text' (the plan was written by an older cep-gpu): plan again "
+                "with cep-gpu decompose ... --json PLAN.json")
+        from .. import parse_rule
+
+        rule = parse_rule(obj["rule_text"])
+        if obj.get("rule", rule.name) != rule.name:
+            raise DecompositionError(f"plan JSON: 'rule' is {obj['rule']!r} but 'rule_text' defines {rule.name!r}")
+        pattern = analyse(rule)
+        field_name = "plan JSON"
+        try:
+            field_name = "'stats'"
+            stats = Stats.from_json(obj.get("stats", {}))
+            stats.resolve(pattern)
+            field_name = "'units'"
+            units = Units(**obj["units"])
+            field_name = "'operators'"
+            ops = []
+            for o in obj["operators"]:
+                field_name = f"operator {o.get('name', len(ops) + 1)!r}"
+                inputs = tuple(tuple(sorted(pattern.alias_index(a) for a in inp)) for inp in o["inputs"])
+                if len(inputs) != 2:
+                    raise DecompositionError(f"{len(inputs)} inputs, expected 2")
+                positions = tuple(sorted(set(inputs[0]) | set(inputs[1])))
+                ops.append(Operator(
+                    name=str(o["name"]), positions=positions,
+                    aliases=tuple(pattern.aliases[p] for p in positions), inputs=inputs,
+                    units=tuple(int(u) for u in o["units"]), partitioned=int(o["partitioned"]),
+                    rule=pattern.sub_rule(frozenset(positions)),
+                    input_rates=tuple(float(r) for r in o["input_rates"]), rate=float(o["rate"]),
+                    rate_order=float(o["rate_order"]), ingestion=float(o["ingestion"]),
+                    comparisons=float(o["comparisons"]), c=float(o["c"]), bound=str(o["bound"]),
+                ))
+            field_name = "plan JSON"
+            if not ops:
+                raise DecompositionError("no operators")
+            bottleneck = next((o for o in ops if o.name == obj["bottleneck"]), None)
+            if bottleneck is None:
+                raise DecompositionError(f"'bottleneck' {obj['bottleneck']!r} names no operator")
+            plan = cls(rule, str(obj["strategy"]), units, stats, str(obj["estimate"]), tuple(ops),
+                       float(obj["c_star"]), bottleneck)
+        except KeyError as err:
+            raise DecompositionError(f"{field_name}: missing field {err}") from None
+        except (TypeError, ValueError) as err:  # ArgumentError and DecompositionError too
+            raise DecompositionError(f"{field_name}: {err}") from None
+        plan.validate()
+        return plan
 
 
 def _num(x: float) -> str:

@@ -121,9 +121,24 @@ def pattern_rule(name: str, kind: str, types, aliases, window: int, conditions, 
                    attributes=tuple(attributes), text=f"{kind}({', '.join(f'{t} {a}' for t, a in zip(types, aliases))})")
 
 
+def check_plannable(rule: Rule) -> None:
+    """Refuse what DecoPa does not model at all, before any plan is made: Kleene closure (its
+    rates and unary splits, paper §5.3 and §4.1, are not built). Planning such a rule as the plain
+    pattern gave a plan for another query (``KL(MSFT b)`` read as one MSFT event), which execution
+    then refused; :func:`analyse` runs this check, so ``optimize``, ``plan_from_split``,
+    ``Stats.from_sample``, ``Plan.from_json`` and ``execute`` all give this one error."""
+    if rule.kleene_positions:
+        aliases = [rule.predicates[i].alias for i in rule.kleene_positions]
+        raise DecompositionError(
+            f"rule {rule.name!r} has Kleene closure KL(...) at {', '.join(map(repr, aliases))}: "
+            "DecoPa neither plans nor executes Kleene closure (docs/decopa.md: not built); "
+            "run the rule with cep_gpu.detect / cep-gpu run"
+        )
+
+
 def analyse(rule: Rule) -> Pattern:
     """The pattern of ``rule``; raises :class:`DecompositionError` for rules DecoPa cannot even plan
-    (TESLA rules, a single position, more than :data:`MAX_POSITIONS` positions)."""
+    (TESLA rules, a single position, more than :data:`MAX_POSITIONS` positions, Kleene closure)."""
     if not isinstance(rule, Rule):
         raise DecompositionError(f"expected a cep-gpu Rule (cep_gpu.parse_rule), got {type(rule).__name__}")
     if rule.syntax != "seq":
@@ -142,11 +157,10 @@ def analyse(rule: Rule) -> Pattern:
     windows = {p.window for plan in rule.plans for p in plan.predicates if p.window is not None}
     if len(windows) != 1:
         raise DecompositionError(f"rule {rule.name!r}: expected one window, found {sorted(windows)}")
+    check_plannable(rule)
     unsupported = []
     if rule.negations:
         unsupported.append("NOT(...) positions")
-    if rule.kleene_positions:  # a set-valued position would run as a single event: other matches
-        unsupported.append("Kleene closure KL(...)")
     if rule.aggregates:
         unsupported.append("aggregates")
     if rule.consuming:

@@ -93,12 +93,16 @@ class Stats:
         independence assumption, paper §5.3.1).
         """
         from .. import detect
+        from ..detect import check_schema
         from .ingest import ingest
 
         pattern = analyse(rule)
         table = ingest(events, time_unit)
         if not len(table):  # every rate would be 0 and the plan's c* infinite
             raise ArgumentError("Stats.from_sample: the sample has no events")
+        # the user's rule, checked whole: the sub-patterns counted below are made-up rules whose
+        # errors would name them and point past the end of their own text
+        check_schema([rule], table, source="sample")
         span = int(table.ts.max() - table.ts.min())
         windows = max(span / pattern.window, 1.0) if pattern.window > 0 else 1.0
 
@@ -106,8 +110,8 @@ class Stats:
             # the sub-pattern over ``positions`` with exactly the conditions ``cond_ids``
             pos = sorted(positions)
             conds = tuple(renumber(pattern.rule.conditions[i], {p: j for j, p in enumerate(pos)}) for i in cond_ids)
-            sub = replace(pattern.sub_rule(positions), conditions=conds, name="decopa_sample")
-            return int(detect(table, sub, backend=backend, output="count").get("decopa_sample", 0))
+            sub = replace(pattern.sub_rule(positions), conditions=conds, name=rule.name)
+            return int(detect(table, sub, backend=backend, output="count").get(rule.name, 0))
 
         rates = {}
         for p in range(pattern.k):

@@ -17,7 +17,7 @@ from .errors import MuseError
 from .graph import CENTRAL, Plan, Vertex
 from .network import Network
 from .placement import ALGORITHMS, place
-from .query import Query
+from .query import Query, parse_queries
 from .simulate import SimulationResult, generate_streams, simulate
 
 __all__ = [
@@ -30,6 +30,7 @@ __all__ = [
     "SimulationResult",
     "Vertex",
     "generate_streams",
+    "parse_queries",
     "place",
     "simulate",
 ]

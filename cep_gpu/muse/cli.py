@@ -2,7 +2,7 @@
 
     cep-gpu muse network --nodes 20 --types 15 --ratio 0.5 --skew 1.5 --seed 0 --out net.json
     cep-gpu muse plan QUERIES NETWORK.json [--algorithm amuse] [--json plan.json]
-    cep-gpu muse simulate QUERIES NETWORK.json [EVENTS] [--duration 60] [--backend auto]
+    cep-gpu muse simulate QUERIES NETWORK.json [EVENTS] [--duration 60] [--backend auto] [--out FILE]
     cep-gpu muse bench [--quick] [--out muse.json] [--plot muse.png]
 
 QUERIES is a file of cep-gpu ``define Q pattern SEQ(...)/AND(...)`` rules; NETWORK.json is
@@ -18,12 +18,13 @@ from pathlib import Path
 
 from ..benchmarks.save import save_results
 from ..cli import UsageError, argument, at_least, number, set_command
-from ..errors import is_finite_nonnegative, is_finite_positive
+from ..errors import is_finite_positive
 
 EPILOG = """examples:
   cep-gpu muse network --nodes 8 --types 4 --ratio 0.5 --skew 1.5 --out net.json
   cep-gpu muse plan queries.txt net.json --algorithm amuse
   cep-gpu muse simulate queries.txt net.json --duration 60 --algorithm amuse*
+  cep-gpu muse simulate queries.txt net.json events.csv --out matches.csv
   cep-gpu muse bench --quick --out muse.json --plot muse.png
 """
 
@@ -57,10 +58,13 @@ def add_muse_parser(subparsers) -> argparse.ArgumentParser:
         c.add_argument("network", help="network JSON")
         if name == "simulate":
             c.add_argument("events", nargs="?", help="events (.csv/.parquet with type, ts in "
-                           "seconds, node); default: Poisson streams from the network's rates")
-            c.add_argument("--duration", type=number(is_finite_nonnegative, "a finite number of seconds >= 0"),
-                           default=60.0,
-                           help="seconds of generated streams (default 60)")
+                           "seconds or datetimes, node); default: Poisson streams from the network's rates")
+            c.add_argument("--duration", type=number(is_finite_positive, "a finite number of seconds > 0"),
+                           default=None,
+                           help="seconds of generated streams (default 60); with EVENTS, the "
+                           "streams' duration for the predicted messages (default: the span of ts)")
+            c.add_argument("--out", help="write the sinks' matches to this .csv or .parquet file: "
+                           "cep-gpu run's columns (rule, ts, ids) and node, the sink")
             c.add_argument("--backend", default="auto",
                            choices=["auto", "cpu", "aip", "reference", "gpu"])
             c.add_argument("--seed", type=int, default=0)
@@ -137,18 +141,21 @@ def cmd_plan(args) -> int:
 
 
 def cmd_simulate(args) -> int:
-    from ..io import read_table
+    from ..cli import writable_output
+    from ..io import read_events, write_output
     from .placement import place
     from .simulate import generate_streams, simulate
 
+    if args.out:  # before any work, as cep-gpu run checks it
+        writable_output("--out", args.out)
     queries, net = _load(args)
     plan = place(queries, net, args.algorithm)
     if args.events:
-        streams = read_table(args.events).to_pandas()
-        duration = None
+        streams = read_events(args.events)
+        duration = args.duration  # None: the span of the file's ts
     else:
-        streams = generate_streams(net, queries, args.duration, seed=args.seed)
-        duration = args.duration
+        duration = 60.0 if args.duration is None else args.duration
+        streams = generate_streams(net, queries, duration, seed=args.seed)
     res = simulate(plan, streams, backend=args.backend, duration=duration)
     print(plan.explain())
     print(f"\n{len(streams)} events, {len(res.matches)} matches at the sinks "
@@ -162,6 +169,9 @@ def cmd_simulate(args) -> int:
                              "messages_counted": res.total_messages,
                              "messages_predicted": res.predicted_messages}
         Path(args.json).write_text(json.dumps(out, indent=2) + "\n")
+    if args.out:
+        write_output(res.composite_events(), args.out)
+        print(f"{len(res.matches)} matches -> {args.out}", file=sys.stderr)
     return 0
 
 

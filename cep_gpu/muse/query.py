@@ -15,7 +15,7 @@ from functools import cached_property
 
 from lark import Tree
 
-from ..errors import CepError
+from ..errors import ArgumentError, CepError
 from ..language.common import UNITS
 from ..language.parser import parse_tree
 from .errors import MuseError
@@ -147,25 +147,31 @@ class Query:
     # ------------------------------------------------------------------ construction
     @classmethod
     def from_text(cls, text: str, selectivity: Mapping | None = None) -> Query:
-        """One cep-gpu ``define Q pattern SEQ(A a, B b, ...) [where ...] within W`` rule.
+        """One cep-gpu ``define Q pattern SEQ(A a, B b, ...) [where ...] within W`` rule (for a
+        text of several, :func:`parse_queries`).
 
         The where clause is split into top-level conjuncts; a projection keeps those whose types it
         has (§4.2, Def. 2). ``NOT``, ``select last/first``, ``return`` and repeated types are
         outside the paper's model (§6: no type twice) and raise :class:`MuseError`.
+        ``selectivity`` maps a type or a pair of the query's types to σ; a key naming another
+        type is an :class:`~cep_gpu.errors.ArgumentError`.
         """
-        from .. import parse_rule
+        rules = _parse_rules(text)
+        if len(rules) != 1:
+            raise MuseError(
+                f"Query.from_text takes one rule, got {len(rules)} ({', '.join(r.name for r, _ in rules)}): "
+                "muse.parse_queries(text) reads several"
+            )
+        rule, rt = rules[0]
+        return cls._from_rule(text, rule, rt, selectivity)
 
-        try:
-            rule = parse_rule(text)
-            tree = parse_tree(text)
-        except CepError as err:
-            raise MuseError(f"query does not parse: {err}") from None
+    @classmethod
+    def _from_rule(cls, text: str, rule, rt, selectivity: Mapping | None) -> Query:
+        """The query of ``rule`` (compiled) and ``rt`` (its syntax tree, positions in ``text``)."""
         if rule.kleene_positions:  # the tree walk below would read KL(B b) as a plain B position
             raise MuseError(f"query {rule.name}: Kleene closure KL(...) is not supported by MuSE planning")
-        rules = [c for c in tree.children if isinstance(c, Tree)]
-        if len(rules) != 1 or rules[0].data != "seq_rule":
-            raise MuseError("a MuSE query is one 'define NAME pattern SEQ(...)/AND(...)' rule")
-        rt = rules[0]
+        if rt.data != "seq_rule":
+            raise MuseError(f"query {rule.name}: a MuSE query is a 'define NAME pattern SEQ(...)/AND(...)' rule")
         pattern = next(c for c in rt.children if isinstance(c, Tree) and c.data.endswith("_pattern"))
         kind = "AND" if pattern.data == "and_pattern" else "SEQ"
         types: list[str] = []
@@ -211,7 +217,8 @@ class Query:
             window = 0.0 if len(types) == 1 else None
         tree_ = (kind, tuple(types)) if len(types) > 1 else types[0]
         return cls(
-            rule.name, tree_, float(window or 0.0), aliases, tuple(conjs), _sel(selectivity)
+            rule.name, tree_, float(window or 0.0), aliases, tuple(conjs),
+            _sel(selectivity, types, rule.name),
         )
 
     @classmethod
@@ -244,7 +251,7 @@ class Query:
             conjs.append(Conjunct(str(text), ctypes))
         return cls(
             name, tree, float(window), {t: f"x_{t}" for t in types}, tuple(conjs),
-            _sel(selectivity),
+            _sel(selectivity, types, name),
         )
 
     # ------------------------------------------------------------------ structure
@@ -364,23 +371,61 @@ def _duration(seconds: float) -> str:
     raise MuseError(f"window {seconds} s is not a whole number of milliseconds")
 
 
-def _sel(selectivity: Mapping | None) -> dict[frozenset[str], float]:
+def _sel(selectivity: Mapping | None, types, query: str) -> dict[frozenset[str], float]:
     out: dict[frozenset[str], float] = {}
+    if selectivity is not None and not isinstance(selectivity, Mapping):
+        raise ArgumentError(f"query {query}: selectivity must be a mapping (type or pair of types) -> σ, "
+                            f"got {type(selectivity).__name__}")
     for k, v in (selectivity or {}).items():
         key = frozenset([k] if isinstance(k, str) else k)
+        unknown = sorted(key - set(types))
+        if unknown:  # was kept, and entered no projection: the σ the user meant was 1
+            raise ArgumentError(
+                f"query {query}: selectivity key {k!r} names type(s) {unknown} that the query does "
+                f"not have (its types: {list(types)})"
+            )
         if not (isinstance(v, (int, float)) and 0 < v <= 1):
             raise MuseError(f"selectivity of {sorted(key)} must be in (0, 1], got {v!r}")
         out[key] = float(v)
     return out
 
 
+def _parse_rules(text: str) -> list:
+    """(compiled rule, its syntax tree) for every rule of ``text``, in order."""
+    from .. import parse_rules
+
+    if not isinstance(text, str):
+        raise MuseError(f"query text must be a string, got {type(text).__name__}")
+    try:
+        rules = parse_rules(text)
+        tree = parse_tree(text)
+    except CepError as err:
+        raise MuseError(f"query does not parse: {err}") from None
+    trees = [c for c in tree.children if isinstance(c, Tree)]
+    if len(trees) != len(rules):  # parse_rules keeps the text's order, one rule per tree
+        raise MuseError(f"query text: {len(rules)} rules but {len(trees)} definitions")
+    return list(zip(rules, trees))
+
+
+def parse_queries(text: str, selectivity: Mapping[str, Mapping] | None = None) -> list[Query]:
+    """Every rule of ``text`` (``define`` rules, separated as cep-gpu rule files are: new lines,
+    blank lines or ``;``) as a :class:`Query`, in order; what ``cep-gpu muse plan|simulate`` read
+    from a query file. ``selectivity``: ``{query name: {type or pair of types: σ}}``."""
+    rules = _parse_rules(text)
+    names = [r.name for r, _ in rules]
+    selectivity = dict(selectivity or {})
+    unknown = sorted(set(selectivity) - set(names))
+    if unknown:
+        raise ArgumentError(f"selectivity names no query of the text: {unknown} (queries: {names})")
+    return [Query._from_rule(text, r, rt, selectivity.get(r.name)) for r, rt in rules]
+
+
 def as_queries(queries) -> list[Query]:
-    """A Query, rule text (one or several rules separated by ';' or blank lines), or a list."""
+    """A Query, rule text (one or several rules, see :func:`parse_queries`), or a list."""
     if isinstance(queries, Query):
         return [queries]
     if isinstance(queries, str):
-        parts = [p.strip() for p in re.split(r";|\n\s*\n", queries) if p.strip()]
-        return [Query.from_text(p) for p in parts]
+        return parse_queries(queries)
     out = []
     for q in queries:
         out.extend(as_queries(q))

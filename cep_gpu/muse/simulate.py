@@ -18,7 +18,8 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from ..errors import is_finite_nonnegative
+from ..errors import EventError, is_finite_positive
+from ..events import TimeFormat
 from .errors import MuseError
 from .graph import Plan, Vertex
 from .network import Network
@@ -29,14 +30,24 @@ from .query import Query, as_queries
 class SimulationResult:
     """What :func:`simulate` returns.
 
-    ``matches``: one row per match found at a sink (``query``, ``node``, ``ids``: an Arrow
-    ``list<int64>`` of the event ids in the query's type order, as in ``detect``'s output); ``messages``: one row per network transfer (``vertex``, ``to``, ``count``,
-    ``predicted``: the plan's rate times the stream duration); ``duration``: seconds of event time.
+    ``matches``: one row per match found at a sink, in ``detect``'s order (``ts``, query, ``ids``):
+    ``query``, ``node`` (the sink), ``ts`` (the time of the match's latest event, in the streams'
+    ``ts`` dtype, as ``detect`` gives it) and ``ids`` (an Arrow ``list<int64>`` of the event ids in
+    the query's type order, as in ``detect``'s output); ``messages``: one row per network transfer
+    (``vertex``, ``to``, ``count``, ``predicted``: the plan's rate times the stream duration);
+    ``duration``: seconds of event time.
     """
 
     matches: pd.DataFrame
     messages: pd.DataFrame
     duration: float
+
+    def composite_events(self) -> pd.DataFrame:
+        """The sinks' matches as ``cep_gpu.detect`` returns the queries' composite events: the
+        columns ``rule``, ``ts``, ``ids`` (same rows, order and dtypes as ``detect`` over the
+        streams with the queries' rules), then ``node``, the sink that found each."""
+        out = self.matches.rename(columns={"query": "rule"})
+        return out[["rule", "ts", "ids", "node"]].reset_index(drop=True)
 
     @property
     def total_messages(self) -> int:
@@ -60,8 +71,8 @@ def simulate(
     backend: str = "auto",
     duration: float | None = None,
 ) -> SimulationResult:
-    """Run ``plan`` over ``streams`` (columns ``type``, ``ts`` in seconds, ``node``, optional
-    ``id``, attributes) and return the sinks' matches and the counted messages.
+    """Run ``plan`` over ``streams`` (columns ``type``, ``ts`` in seconds or datetimes, ``node``,
+    optional ``id``, attributes) and return the sinks' matches and the counted messages.
 
     ``network``, when given, must be the plan's network. Events of a type at a node that the
     network says does not produce it, or at an unknown node, raise :class:`MuseError`.
@@ -73,14 +84,16 @@ def simulate(
     get_backend(backend)  # an unknown name fails here, also when no node has events to match
     if network is not None:
         plan.check_network(network)
-    ev = _check_streams(plan, streams)
+    ev, time, ns = _check_streams(plan, streams)
     if duration is None:
-        duration = float(ev["ts"].max() - ev["ts"].min()) if len(ev) else 0.0
+        duration = float(ns.max() - ns.min()) / 1e9 if len(ev) else 0.0
     matches: dict[Vertex, np.ndarray] = {}
     preds: dict[Vertex, list[Vertex]] = defaultdict(list)
     for w, v in plan.edges:
         preds[v].append(w)
-    by_type_node = {k: g["id"].to_numpy() for k, g in ev.groupby(["type", "node"], sort=False)}
+    # observed=True: read_events gives categoricals, whose unobserved pairs are of no interest
+    # (and pandas warns about the default)
+    by_type_node = {k: g["id"].to_numpy() for k, g in ev.groupby(["type", "node"], sort=False, observed=True)}
     order = sorted(plan.info, key=lambda v: (len(plan.projections[v.key].order), v.order_key))
     for v in order:
         p = plan.projections[v.key]
@@ -98,38 +111,69 @@ def simulate(
         rows.append({"vertex": w.label(plan.projections), "to": to, "count": len(matches[w]),
                      "predicted": rate * duration})
     messages = pd.DataFrame(rows, columns=["vertex", "to", "count", "predicted"])
-    frames = []
-    for q in plan.queries:
-        for v in plan.sinks[q.name]:
-            m = matches[v]
-            ids = pa.FixedSizeListArray.from_arrays(pa.array(m.ravel(), pa.int64()), m.shape[1])
-            ids = ids.cast(pa.list_(pa.int64()))
-            frames.append(pd.DataFrame({
-                "query": np.full(len(m), q.name, dtype=object),
-                "node": np.full(len(m), v.node, dtype=object),
-                "ids": pd.Series(ids, dtype=pd.ArrowDtype(ids.type)),
-            }))
-    out = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
-        columns=["query", "node", "ids"])
-    return SimulationResult(out, messages, duration)
+    sinks = [(q.name, v.node, matches[v]) for q in plan.queries for v in plan.sinks[q.name]]
+    return SimulationResult(_sink_matches(sinks, ev["id"].to_numpy(), ns, time), messages, duration)
 
 
-def _check_streams(plan: Plan, streams: pd.DataFrame) -> pd.DataFrame:
+def _sink_matches(sinks, ids: np.ndarray, ns: np.ndarray, time: TimeFormat) -> pd.DataFrame:
+    """The sinks' matches as one frame in ``detect``'s order (ts, query, ids; then the sink), each
+    with the time of its latest event (``ns`` per row of ``ids``) in the input's ``ts`` dtype."""
+    from ..output import IdsArray
+
+    by_id = np.argsort(ids, kind="stable")
+    sorted_ids = ids[by_id]
+    n = sum(len(m) for _, _, m in sinks)
+    width = max([m.shape[1] for _, _, m in sinks] + [1])
+    pad = np.full((n, width), np.iinfo(np.int64).min, np.int64)  # a shorter tuple sorts first
+    lens = np.empty(n, np.int64)
+    ts_ns = np.empty(n, np.int64)
+    names = np.empty(n, dtype=object)
+    nodes = np.empty(n, dtype=object)
+    start = 0
+    for name, node, m in sinks:
+        stop = start + len(m)
+        pad[start:stop, : m.shape[1]] = m
+        lens[start:stop] = m.shape[1]
+        if len(m):
+            ts_ns[start:stop] = ns[by_id[np.searchsorted(sorted_ids, m)]].max(axis=1)
+        names[start:stop] = name
+        nodes[start:stop] = node
+        start = stop
+    name_codes = np.unique(names.astype(str), return_inverse=True)[1] if n else np.empty(0, np.int64)
+    node_codes = np.unique(nodes.astype(str), return_inverse=True)[1] if n else np.empty(0, np.int64)
+    keys = (node_codes,) + tuple(pad[:, j] for j in reversed(range(width))) + (name_codes, ts_ns)
+    order = np.lexsort(keys) if n else np.empty(0, np.int64)
+    pad, lens = pad[order], lens[order]
+    offsets = np.zeros(n + 1, np.int64)
+    np.cumsum(lens, out=offsets[1:])
+    flat = pad[np.arange(width)[None, :] < lens[:, None]]
+    ids_arr = pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), pa.array(flat, type=pa.int64()))
+    ts = time.from_ns(ts_ns[order])
+    return pd.DataFrame({
+        "query": names[order],
+        "node": nodes[order],
+        "ts": ts.reset_index(drop=True) if isinstance(ts, pd.Series) else ts,
+        "ids": pd.Series(IdsArray(pa.chunked_array([ids_arr], type=pa.list_(pa.int64())))),
+    })
+
+
+def _check_streams(plan: Plan, streams: pd.DataFrame) -> tuple[pd.DataFrame, TimeFormat, np.ndarray]:
+    """The streams with int64 ids, their time format and each row's time in ns (as ``detect``
+    reads the ``ts`` column: numbers of seconds or datetimes)."""
+    from ..events.from_pandas import convert_ts, pandas_ids
+
     if not isinstance(streams, pd.DataFrame):
         raise MuseError(f"streams must be a pandas DataFrame, got {type(streams).__name__}")
     for col in ("type", "ts", "node"):
         if col not in streams.columns:
             raise MuseError(f"streams need a {col!r} column (the origin node is 'node')")
-    ts = streams["ts"]
-    if not pd.api.types.is_numeric_dtype(ts) or pd.api.types.is_bool_dtype(ts):
-        raise MuseError(f"streams: 'ts' must be numbers of seconds, got dtype {ts.dtype}")
-    bad = ~np.isfinite(ts.to_numpy(np.float64))
-    if bad.any():
-        row = int(np.flatnonzero(bad)[0])
-        raise MuseError(f"streams: 'ts' is null or not finite at row {row}")
+    try:
+        time, ns = convert_ts(streams["ts"], "s")
+        ids = pandas_ids(streams["id"]) if "id" in streams.columns else np.arange(len(streams), dtype=np.int64)
+    except EventError as err:
+        raise MuseError(f"streams: {err}") from None
     ev = streams.copy()
-    if "id" not in ev.columns:
-        ev["id"] = np.arange(len(ev), dtype=np.int64)
+    ev["id"] = ids
     if ev["id"].duplicated().any():
         raise MuseError("streams: event ids must be unique")
     ev["node"] = ev["node"].astype(str)
@@ -144,7 +188,7 @@ def _check_streams(plan: Plan, streams: pd.DataFrame) -> pd.DataFrame:
             f"streams: node {bad[0][0]!r} emits type {bad[0][1]!r}, which the network says it "
             "does not produce (is this plan for another network?)"
         )
-    return ev
+    return ev, time, ns
 
 
 def _detect(p: Query, events: pd.DataFrame, backend: str) -> np.ndarray:
@@ -201,8 +245,8 @@ def generate_streams(
     it produces at the type's rate for ``duration`` seconds. Attributes: ``k`` uniform in
     ``[0, k_values)`` (so ``a.k = b.k`` has selectivity 1/k_values); every other name (``v``, ...)
     uniform in [0, 1)."""
-    if not is_finite_nonnegative(duration):
-        raise MuseError(f"duration must be a finite number of seconds >= 0, got {duration!r}")
+    if not is_finite_positive(duration):  # 0 gave no events, and a simulation of nothing
+        raise MuseError(f"duration must be a finite number of seconds > 0, got {duration!r}")
     qs = as_queries(queries)
     types = sorted({t for q in qs for t in q.types})
     expected = sum(network.rate(t) * duration for n in network.nodes for t in types
