@@ -4,24 +4,15 @@
 from __future__ import annotations
 
 import pytest
+from cli_helpers import run_cli
 
 import cep_gpu
 from cep_gpu import decopa
-from cep_gpu.cli import main
 from cep_gpu.errors import ArgumentError
 from cep_gpu.io import read_events
 
 TICKS = "type,ts,price\nGOOG,1,10\nMSFT,2,11\nGOOG,3,12\nMSFT,4,9\nGOOG,5,13\n"
 UNITS = ["--units", "4", "--iota", "100", "--kappa", "100"]
-
-
-def run_cli(argv, capsys) -> tuple[int, str, str]:
-    try:
-        rc = main([str(a) for a in argv])
-    except SystemExit as exc:  # argparse's own checks
-        rc = exc.code
-    out = capsys.readouterr()
-    return rc, out.out, out.err
 
 
 @pytest.fixture
@@ -39,7 +30,7 @@ def test_rates_or_selectivity_with_sample_is_refused(tmp_path, ticks, capsys, op
     rules = tmp_path / "q.rules"
     rules.write_text("define T pattern SEQ(GOOG a, MSFT b) where a.price < b.price within 10 s\n")
     # was: the sample's measurements silently replaced the given values
-    rc, out, err = run_cli(["decompose", rules, option, value, "--sample", ticks, *UNITS], capsys)
+    rc, out, err = run_cli(capsys, "decompose", rules, option, value, "--sample", ticks, *UNITS)
     assert rc == 2 and not out
     assert err.strip() == (f"cep-gpu decompose: error: argument {option}: give --rates/--selectivity or "
                            "--sample, not both (--sample measures the rates and selectivities)")
@@ -66,7 +57,7 @@ def test_kleene_is_refused_at_planning_with_the_execution_error(tmp_path, ticks,
     assert str(split.value) == str(sample.value) == KLEENE_ERROR
     rules = tmp_path / "k.rules"
     rules.write_text(KLEENE + "\n")
-    rc, out, err = run_cli(["decompose", rules, "--rates", "a=1,b=1,c=1", *UNITS], capsys)
+    rc, out, err = run_cli(capsys, "decompose", rules, "--rates", "a=1,b=1,c=1", *UNITS)
     assert rc == 1 and not out
     assert err.strip() == f"cep-gpu: error: {KLEENE_ERROR}"
 
@@ -82,7 +73,7 @@ def test_a_sample_error_names_the_users_rule_and_points_into_it(tmp_path, ticks,
     rules = tmp_path / "typo_attr.txt"
     rules.write_text(TYPO + "\n")
     # was: rule 'decopa_sample' ..., a made-up rule text and a caret past its end
-    rc, out, err = run_cli(["decompose", rules, "--sample", ticks, *UNITS], capsys)
+    rc, out, err = run_cli(capsys, "decompose", rules, "--sample", ticks, *UNITS)
     assert rc == 1 and "decopa_sample" not in err
     first, text, caret = err.rstrip("\n").splitlines()
     assert first == f"cep-gpu: error: {TYPO_ERROR}"
@@ -175,21 +166,21 @@ def test_decopa_run_on_a_file_writes_what_cep_gpu_run_writes(tmp_path, capsys, s
     rules = tmp_path / "q.rules"
     rules.write_text(FIG2 + "\n")
     plan = tmp_path / "plan.json"
-    rc, out, err = run_cli(["decompose", rules, "--sample", events, *UNITS, "--json", plan], capsys)
+    rc, out, err = run_cli(capsys, "decompose", rules, "--sample", events, *UNITS, "--json", plan)
     assert rc == 0, err
     got, want = tmp_path / f"decopa.{suffix}", tmp_path / f"run.{suffix}"
-    rc, out, err = run_cli(["decopa", "run", plan, events, "--out", got, "--backend", "cpu", "--report"], capsys)
+    rc, out, err = run_cli(capsys, "decopa", "run", plan, events, "--out", got, "--backend", "cpu", "--report")
     assert rc == 0, err
     assert "composite events of Q from 400 events" in err and "o1 SEQ(" in err
-    assert run_cli(["run", rules, events, "--out", want, "--backend", "cpu"], capsys)[0] == 0
+    assert run_cli(capsys, "run", rules, events, "--out", want, "--backend", "cpu")[0] == 0
     if suffix == "csv":
         assert got.read_bytes() == want.read_bytes()
         assert len(want.read_text().splitlines()) > 100
     else:
         pd.testing.assert_frame_equal(pd.read_parquet(got), pd.read_parquet(want))
     streamed = tmp_path / f"stream.{suffix}"
-    rc, out, err = run_cli(["decopa", "run", plan, events, "--out", streamed, "--chunk", "64",
-                            "--backend", "reference"], capsys)
+    rc, out, err = run_cli(capsys, "decopa", "run", plan, events, "--out", streamed, "--chunk", "64",
+                            "--backend", "reference")
     assert rc == 0, err
     if suffix == "csv":
         assert streamed.read_bytes() == want.read_bytes()
@@ -203,32 +194,31 @@ def test_decopa_run_prints_rows_and_reports_errors(tmp_path, capsys):
     import json
 
     path.write_text(json.dumps(plan.to_json()))
-    rc, out, err = run_cli(["decopa", "run", path, events, "--limit", "2", "--backend", "reference"], capsys)
+    rc, out, err = run_cli(capsys, "decopa", "run", path, events, "--limit", "2", "--backend", "reference")
     expected = cep_gpu.detect(read_events(events), FIG2, backend="reference")
     assert rc == 0 and f"... {len(expected) - 2} more rows" in out
     rules = tmp_path / "q.rules"
     rules.write_text(FIG2 + "\n")
-    assert run_cli(["run", rules, events, "--limit", "2", "--backend", "reference"], capsys)[1] == out
-    rc, out, err = run_cli(["decopa", "run", tmp_path / "nope.json", events], capsys)
+    assert run_cli(capsys, "run", rules, events, "--limit", "2", "--backend", "reference")[1] == out
+    rc, out, err = run_cli(capsys, "decopa", "run", tmp_path / "nope.json", events)
     assert (rc, err.strip()) == (1, f"cep-gpu: error: {tmp_path / 'nope.json'}: no such plan file")
     bad = tmp_path / "bad.json"
     bad.write_text("{")
-    rc, out, err = run_cli(["decopa", "run", bad, events], capsys)
+    rc, out, err = run_cli(capsys, "decopa", "run", bad, events)
     assert rc == 1 and err.startswith(f"cep-gpu: error: {bad}: plan JSON: not JSON")
-    rc, out, err = run_cli(["decopa", "run", path, events, "--chunk", "10", "--report"], capsys)
+    rc, out, err = run_cli(capsys, "decopa", "run", path, events, "--chunk", "10", "--report")
     assert rc == 2 and "argument --report" in err
-    rc, out, err = run_cli(["decopa", "run", path, events, "--out", tmp_path / "x.txt"], capsys)
+    rc, out, err = run_cli(capsys, "decopa", "run", path, events, "--out", tmp_path / "x.txt")
     assert rc == 2 and "argument --out" in err and "use .csv or .parquet" in err
-    rc, out, err = run_cli(["decopa", "run", path, events, "--out", tmp_path / "no" / "x.csv"], capsys)
+    rc, out, err = run_cli(capsys, "decopa", "run", path, events, "--out", tmp_path / "no" / "x.csv")
     assert rc == 2 and "argument --out" in err and "does not exist" in err
-    rc, out, err = run_cli(["decompose", rules, "--rates", "a=1,b=1,c=1", *UNITS, "--json", tmp_path / "no" / "p.json"],
-                           capsys)
+    rc, out, err = run_cli(capsys, "decompose", rules, "--rates", "a=1,b=1,c=1", *UNITS, "--json", tmp_path / "no" / "p.json")
     assert rc == 2 and not out and "argument --json" in err
     types = tmp_path / "types.csv"
     types.write_text("type,ts,x\nA,0,1\nB,1,2\n")
-    rc, out, err = run_cli(["decopa", "run", path, types, "--backend", "reference"], capsys)
+    rc, out, err = run_cli(capsys, "decopa", "run", path, types, "--backend", "reference")
     assert rc == 0 and f"cep-gpu decopa run: warning: rule 'Q' reads type 'C', which no event in {types} has" in err
     other = tmp_path / "other.csv"
     other.write_text("type,ts,y\nA,0,1\n")
-    rc, out, err = run_cli(["decopa", "run", path, other], capsys)
+    rc, out, err = run_cli(capsys, "decopa", "run", path, other)
     assert rc == 1 and "rule 'Q' reads attribute 'x', which no event in the input has" in err

@@ -13,9 +13,9 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
+from cli_helpers import run_cli as cli
 
 import cep_gpu
-from cep_gpu.cli import main
 
 RULE = "define T pattern SEQ(GOOG a, MSFT b) where a.price < b.price within 5 s\n"
 TYPO = RULE.replace("a.price", "a.prise")
@@ -31,15 +31,6 @@ def files(tmp_path):
     (tmp_path / "typo.txt").write_text(TYPO)
     ev.to_csv(tmp_path / "ticks.csv", index=False)
     return tmp_path, ev
-
-
-def cli(capsys, *argv) -> tuple[int, str, str]:
-    try:
-        rc = main([str(a) for a in argv])
-    except SystemExit as exc:  # argparse's own checks
-        rc = exc.code
-    out = capsys.readouterr()
-    return rc, out.out, out.err
 
 
 # -- 1. a rule reading an attribute no event has --------------------------------------------------
