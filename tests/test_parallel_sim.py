@@ -237,3 +237,19 @@ def test_auto_batch_grows_with_many_units():
     assert [auto_batch(32_768, 4, u) for u in (1, 2, 4)] == [1024, 1024, 512]
     # from 5 units: at least 64 per unit (fewer tasks: their Python runs one at a time)
     assert auto_batch(16_384, 4, 8) == 512 and auto_batch(16_384, 4, 24) == 1536
+
+
+def test_data_parallel_pieces_cost_what_two_units_measured(small_trace):
+    """RIP/LLSF units from k = 2 pay a piece's fixed cost as measured with two units running
+    pieces at once (the GIL contended: about twice its cost alone); one unit pays it alone."""
+    import dataclasses
+
+    tr = small_trace[0].split or small_trace[0]  # (the trace the data-parallel replay reads)
+    assert tr.t_piece > 0 and tr.t_piece2 is not None and tr.t_piece2 > 0
+    cheap = dataclasses.replace(tr, t_piece2=tr.t_piece, split=None)
+    dear = dataclasses.replace(tr, t_piece2=tr.t_piece + 1e-3, split=None)
+    for method in ("rip", "llsf"):
+        assert simulate(dear, method, 1).cpu_s == simulate(cheap, method, 1).cpu_s
+        one, more = simulate(cheap, method, 2), simulate(dear, method, 2)
+        pieces = (more.cpu_s - one.cpu_s) / 1e-3  # every piece of every unit, at the dearer cost
+        assert pieces >= 2 and abs(pieces - round(pieces)) < 1e-6

@@ -25,6 +25,7 @@ The model is validated against real 1- and 2-unit runs by ``cep-gpu bench parall
 from __future__ import annotations
 
 import math
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -73,6 +74,7 @@ class Trace:
     chunk: int = 16_384
     t_item: float = 0.0  # per item entering a stage (numbering, appending, output)
     t_piece: float = 0.0  # data-parallel: per piece (the unit's runtime fed, drained and emptied)
+    t_piece2: float | None = None  # the same while two units run pieces at once (None: as t_piece)
     #: the hybrid engine's fixed cost of a run beyond ingestion and output (building the engine,
     #: starting and stopping its threads, the publish's checks, chunk bounds, joining the parts):
     #: charged once per run to the publishing thread (:func:`_run_overhead`)
@@ -247,13 +249,14 @@ def _trace_once(r, events, time_unit, chunk_size, batch_size, stats, fused: bool
     units_gil = float(np.clip(1.0 - nogil_s / units_work, 0.0, 1.0))
     pair_s = float((scanned.sum(axis=0) * c_scan).sum())
     t_piece = _piece_cost(spec, store, strcodes, rows[: min(len(rows), 64)], t_task, t_item, c_scan)
+    t_piece2 = _piece_cost(spec, store, strcodes, rows[: min(len(rows), 64)], t_task, t_item, c_scan, units=2)
     t_route, t_fpush, t_route_owned, t_slice = _feed_costs(spec, store, strcodes, rows, chunk_size)
     ts = store.ts[rows - store.base]
     first_code = store.type_code(spec.types[0])
     pair_work = pair_s
     tr = Trace(
         rule=r.name, n_events=len(rows), length=n, window_ns=spec.window, chunk_events=chunk_events,
-        tasks=tasks, items=items, scanned=scanned, t_item=t_item, t_piece=t_piece,
+        tasks=tasks, items=items, scanned=scanned, t_item=t_item, t_piece=t_piece, t_piece2=t_piece2,
         outputs=np.array([c[3] for c in per_chunk]), t_task=t_task, c_scan=c_scan,
         t_access=t_access, t_push=t_push, t_barrier=barrier_s / max(len(per_chunk), 1),
         serial_s=t_ingest + t_out, output_s=t_out, t_opart=t_opart,
@@ -377,7 +380,6 @@ def _units_serial_share(spec, store, strcodes, rows, chunk: int,
     UTC the replay takes the share accounted directly (``Trace.units_serial``) and this is
     kept as a cross-check. ``(None, None, None)`` where two threads got less than 1.5 cores
     (three tries)."""
-    import threading
 
     n = spec.length
     layout = Layout([[(p,) for p in range(1, n)]], [0] * (n - 1), 1)
@@ -567,34 +569,56 @@ def _call_item_cost(spec, store, strcodes, rows) -> tuple[float, float]:
     return small, max(big - small, 0.0) / 255
 
 
-def _piece_cost(spec, store, strcodes, rows, t_task: np.ndarray, t_item: float, c_scan: np.ndarray) -> float:
+def _piece_cost(spec, store, strcodes, rows, t_task: np.ndarray, t_item: float, c_scan: np.ndarray,
+                units: int = 1) -> float:
     """Seconds of a RIP/LLSF piece beyond its tasks, items and pairs, as ``baselines`` runs one:
     feed a real slice of events to the unit's inline runtime (every stage gets fragments), drain
     it, prune it at its quiescent point, take its results and empty it for the next piece; the
     stage calls, items and scanned pairs it ran are charged at the trace's own costs and taken
     off, since simulate charges them per task, per item and per pair. One warm-up, then the
-    median of 20 (a mean let one slow repetition, another job on the core, count tenfold).
+    median (a mean let one slow repetition, another job on the core, count tenfold).
+
+    ``units`` threads do so at once, each on its own runtime, as that many data-parallel units
+    do: two threads running small pieces contend for the GIL, and each piece then costs about
+    twice its CPU time alone (measured 2026-11-28: 110 against 250 µs a 64-event piece), which the
+    one-thread cost left uncharged (LLSF x2 at W <= 0.5 s, thousands of pieces: -13 to -42%).
     """
     n = spec.length
     layout = Layout([[(p,) for p in range(1, n)]], [0] * (n - 1), 1)
-    rt = Runtime([spec], store, layout, [strcodes], dynamic=False, threads=False)
-    spent = []
-    prev = np.zeros((3, n - 1))
-    for rep in range(21):
-        t0 = time.thread_time()
-        rt.feed(rows, first_only=rows)
-        rt.drain()
-        rt.quiesce()
-        rt.take_results()
-        rt.forget()
-        took = time.thread_time() - t0
-        st = rt.stage_stats()[0]
-        cur = np.array([[st[p].tasks for p in range(1, n)], [st[p].items for p in range(1, n)],
-                        [st[p].scanned for p in range(1, n)]], dtype=np.float64)
-        (calls, items, scanned), prev = cur - prev, cur
-        if rep:  # the first is a warm-up
-            spent.append(took - float((calls * t_task).sum()) - float(items.sum()) * t_item
-                         - float((scanned * c_scan).sum()))
+    reps = 21 if units == 1 else 201  # (threads overlapping for long enough to contend)
+    spent: list[float] = []
+    start = threading.Barrier(units)
+
+    def unit() -> None:
+        rt = Runtime([spec], store, layout, [strcodes], dynamic=False, threads=False)
+        prev = np.zeros((3, n - 1))
+        mine = []
+        start.wait()
+        for rep in range(reps):
+            t0 = time.thread_time()
+            rt.feed(rows, first_only=rows)
+            rt.drain()
+            rt.quiesce()
+            rt.take_results()
+            rt.forget()
+            took = time.thread_time() - t0
+            st = rt.stage_stats()[0]
+            cur = np.array([[st[p].tasks for p in range(1, n)], [st[p].items for p in range(1, n)],
+                            [st[p].scanned for p in range(1, n)]], dtype=np.float64)
+            (calls, items, scanned), prev = cur - prev, cur
+            if rep:  # the first is a warm-up
+                mine.append(took - float((calls * t_task).sum()) - float(items.sum()) * t_item
+                            - float((scanned * c_scan).sum()))
+        spent.extend(mine)
+
+    if units == 1:
+        unit()
+    else:
+        threads = [threading.Thread(target=unit) for _ in range(units)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
     return max(float(np.median(spent)), 0.0)
 
 
@@ -891,7 +915,10 @@ def _sim_data_parallel(tr: Trace, method: str, k: int, rip_batch: int | None, co
     m_items = float(tr.match_items[:, 1:].sum())  # partial matches: follow the owned starts
     item_per_event = ev_items * tr.t_item / max(tr.n_events, 1)
     # what holds the GIL (as in the hybrid: all but the pairs and the routing)
-    held = read * item_per_event + tasks * t_task + pieces * tr.t_piece + owned * m_items * tr.t_item
+    # a piece's fixed cost as measured with as many units running pieces at once (two at most:
+    # beyond, the contention of two units is charged, a lower bound)
+    t_piece = tr.t_piece2 if k >= 2 and tr.t_piece2 is not None else tr.t_piece
+    held = read * item_per_event + tasks * t_task + pieces * t_piece + owned * m_items * tr.t_item
     per_unit = held + read * split_per_event + owned * tr.match_work_s
     # k units on ``cores`` cores: the slowest unit, or the total shared by the cores, or what of
     # it holds the GIL, one unit at a time
