@@ -170,8 +170,8 @@ def _check_aggregate(rule: Rule, agg: Aggregate, table: EventTable, produced) ->
 def text_among_numbers(table: EventTable, name: str, doing: str) -> EventError | None:
     """An :class:`EventError` for a string attribute column whose values are mostly numbers (at
     least as many rows as hold text), naming the column, the first row (or, without row
-    positions, event id) holding text and that text; ``doing`` says what the rule does with it.
-    None for a column of text. Only for error messages: vectorised over the distinct strings."""
+    positions, event id) holding text and that text, or that every value is a number stored as
+    text; ``doing`` says what the rule does with it. None for a column of text. Only for error messages: vectorised over the distinct strings."""
     col = table.columns.get(name)
     if col is None or col.kind != "string" or not col.valid.any():
         return None
@@ -180,6 +180,9 @@ def text_among_numbers(table: EventTable, name: str, doing: str) -> EventError |
     number = pd.to_numeric(texts, errors="coerce").notna().to_numpy()
     if not number.any() or counts[number].sum() < counts[~number].sum():
         return None
+    if number.all():  # numbers stored as text (a Parquet string column, a frame read as str)
+        return EventError(f"column {name!r} holds numbers stored as text, such as {texts[0]!r} ({doing}); "
+                          "store them as numbers")
     rows = np.flatnonzero(col.valid & np.isin(col.values, distinct[~number]))
     first = int(rows[np.argmin(table.ids[rows])])  # the input's first: the smallest id
     text = table.strings.decode(col.values[first:first + 1])[0]

@@ -352,3 +352,30 @@ def test_ids_print_as_python_lists(backend):
     assert "[2, 0]" in pd.concat([out, out]).to_string()
     engine = cep_gpu.Engine([rule], backend="cpu")
     assert "[2, 0]" in engine.publish(events).to_string()
+
+
+def test_numbers_stored_as_text_are_named_as_such():
+    """Every value a number written as text (a Parquet string column, a frame read with dtype=str):
+    the search for the first text row found none and raised a bare ValueError (argmin of an empty
+    sequence), a traceback on the command line."""
+    events = pd.DataFrame({"type": ["A", "B"], "ts": [1.0, 2.0], "x": ["1", "2"]})
+    for rule, doing in (("define R pattern SEQ(A a, B b) where a.x < b.x within 5 s", "compares it with '<'"),
+                        ("define R pattern SEQ(A a, B b) where a.x + 1 = 2 within 5 s", r"computes with it \('\+'\)"),
+                        ("define R from B() as b and m=Max(A() within 5 s from b).x > 1", "takes its Max")):
+        with pytest.raises(EventError, match=rf"^column 'x' holds numbers stored as text, such as '1' "
+                                             rf"\(rule 'R' {doing}\); store them as numbers$"):
+            cep_gpu.detect(events, rule, backend="cpu")
+
+
+def test_the_sequential_baseline_names_the_bad_row_too():
+    """The parallel bench's sequential baseline checks a missing attribute on the frame's columns
+    alone: a stray text in a column of numbers is the engine's error for its row, as detect's."""
+    from cep_gpu.parallel.baselines import run
+
+    events = pd.DataFrame({"type": ["A", "B", "A", "B"], "ts": [1.0, 2.0, 3.0, 4.0], "p": ["10", "11", "oops", "12"]})
+    rule = "define R pattern SEQ(A a, B b) where a.p < b.p within 5 s"
+    for method in ("sequential", "rip"):
+        with pytest.raises(EventError, match=r"^column 'p' holds the text 'oops' (at row|in the event with id) 2 "):
+            run(method, rule, events, 1)
+    with pytest.raises(cep_gpu.RuleError, match=r"reads attribute 'q', which no event in the input has"):
+        run("sequential", rule.replace("a.p", "a.q"), events, 1)
