@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from .errors import MuseError
 from .graph import CENTRAL, Plan, Vertex
-from .network import Network
+from .network import Network, node_rates
 from .placement import ALGORITHMS, place
 from .query import Query, parse_queries
 from .simulate import SimulationResult, generate_streams, simulate
@@ -30,6 +30,7 @@ __all__ = [
     "SimulationResult",
     "Vertex",
     "generate_streams",
+    "node_rates",
     "parse_queries",
     "place",
     "simulate",
