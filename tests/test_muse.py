@@ -135,6 +135,27 @@ def test_network_from_events_errors(frame, kwargs, match):
         muse.Network.from_events(pd.DataFrame(frame), **kwargs)
 
 
+def test_selectivity_from_sample_measures_the_where_conditions():
+    """σ measured on a sample (DecoPa's estimator for pairs, the pass rate for one type's own
+    conditions), in the form parse_queries takes."""
+    text = """define Q1 pattern SEQ(A a, B b) where a.k = b.k and a.v > 0.75 within 1 s
+define Q2 pattern AND(B b, C c) where b.v < c.v within 500 ms
+define Q3 pattern SEQ(A a, C c) within 1 s"""
+    net = muse.Network.from_dict({"nodes": {"a": ["A", "B"], "b": ["B", "C"]},
+                                  "rates": {"A": 2.0, "B": 2.0, "C": 1.0}})
+    ev = muse.generate_streams(net, text, 200, seed=1)  # k uniform in 0..9, v uniform in [0, 1)
+    sel = muse.selectivity_from_sample(text, ev, backend="cpu")
+    assert set(sel) == {"Q1", "Q2"}  # Q3 has no condition
+    assert set(sel["Q1"]) == {"A", ("A", "B")} and set(sel["Q2"]) == {("B", "C")}
+    assert sel["Q1"]["A"] == pytest.approx(0.25, abs=0.05)
+    assert sel["Q1"][("A", "B")] == pytest.approx(0.1, abs=0.03)
+    assert sel["Q2"][("B", "C")] == pytest.approx(0.5, abs=0.05)
+    q1, q2, q3 = muse.parse_queries(text, selectivity=sel)
+    assert q1.sigma() == pytest.approx(sel["Q1"]["A"] * sel["Q1"][("A", "B")]) and q3.sigma() == 1
+    with pytest.raises(muse.MuseError, match="no events"):
+        muse.selectivity_from_sample(text, ev.iloc[:0])
+
+
 # ---------------------------------------------------------------------------- queries
 
 

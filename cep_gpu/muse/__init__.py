@@ -17,7 +17,7 @@ from .errors import MuseError
 from .graph import CENTRAL, Plan, Vertex
 from .network import Network, node_rates
 from .placement import ALGORITHMS, place
-from .query import Query, parse_queries
+from .query import Query, parse_queries, selectivity_from_sample
 from .simulate import SimulationResult, generate_streams, simulate
 
 __all__ = [
@@ -33,5 +33,6 @@ __all__ = [
     "node_rates",
     "parse_queries",
     "place",
+    "selectivity_from_sample",
     "simulate",
 ]
