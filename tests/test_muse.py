@@ -79,6 +79,83 @@ def test_bad_generate_parameters_raise():
         muse.Network.generate(nodes=0)
 
 
+def test_network_from_events_measures_rates_per_node_and_type():
+    """was: no way to derive a network from events; the rates had to be typed into the JSON."""
+    import pandas as pd
+    import pyarrow as pa
+
+    net = muse.Network.from_dict({"nodes": {"a": ["A", "B"], "b": ["B"], "c": ["A", "C"]},
+                                  "rates": {"A": 2.0, "B": 5.0, "C": 1.0}})
+    q = muse.Query.from_pattern("SEQ(A, B, C)", window=1.0)
+    ev = muse.generate_streams(net, [q], 400, seed=3).rename(columns={"node": "host"})
+    got = muse.Network.from_events(ev, node_column="host")
+    assert got.produces == net.produces
+    span = ev["ts"].max() - ev["ts"].min()
+    for t in net.rates:  # events per second per producing node, over the file's span
+        n = int((ev["type"] == t).sum())
+        assert got.rate(t) == pytest.approx(n / span / len(net.nodes_of(t)))
+        assert abs(got.rate(t) - net.rate(t)) < 5 * math.sqrt(net.rate(t) / 400)
+    rates = muse.node_rates(ev, "host")
+    assert list(rates.columns) == ["node", "type", "events", "rate"]
+    assert rates["events"].sum() == len(ev) and rates.attrs["span_s"] == pytest.approx(span)
+    # datetimes, an Arrow table, and numbers in another unit give the same network
+    dated = ev.assign(ts=pd.Timestamp("2024-01-01") + pd.to_timedelta(ev["ts"], unit="s"))
+    ms = ev.assign(ts=ev["ts"] * 1000)
+    for other in (muse.Network.from_events(dated, "host"),
+                  muse.Network.from_events(pa.Table.from_pandas(dated), "host"),
+                  muse.Network.from_events(ms, "host", time_unit="ms")):
+        assert other.produces == got.produces
+        assert other.rates == pytest.approx(got.rates, rel=1e-6)
+    # the mean over a type's nodes: collecting it costs what the file shows
+    uneven = pd.DataFrame({"type": ["A", "A", "A", "B"], "ts": [0.0, 1.0, 2.0, 2.0],
+                           "node": [1, 1, 2, 2]})
+    net2 = muse.Network.from_events(uneven)
+    assert net2.to_dict() == {"nodes": {"1": ["A"], "2": ["A", "B"]}, "rates": {"A": 0.75, "B": 0.5}}
+
+
+@pytest.mark.parametrize(
+    ("frame", "kwargs", "match"),
+    [
+        ({"type": ["A"], "ts": [0.0], "host": ["x"]}, {},
+         r"no node column 'node' .* \(their columns: 'type', 'ts', 'host'\)"),
+        ({"type": [], "ts": [], "node": []}, {}, "no events"),
+        ({"type": ["A", "B"], "ts": [3.0, 3.0], "node": ["x", "y"]}, {},
+         r"all 2 event\(s\) have the same timestamp"),
+        ({"type": ["A", "B", "A"], "ts": [0.0, 1.0, 2.0], "node": ["x", None, None]}, {},
+         "column 'node' is null at row 1: every event needs the node"),
+        ({"type": ["A", "B"], "ts": [0.0, 1.0], "node": ["x", "y"]}, {"time_unit": "parsec"},
+         "unknown time_unit"),
+        ({"ts": [0.0, 1.0], "node": ["x", "y"]}, {}, "no 'type' column"),
+    ],
+)
+def test_network_from_events_errors(frame, kwargs, match):
+    import pandas as pd
+
+    with pytest.raises(muse.MuseError, match=match):
+        muse.Network.from_events(pd.DataFrame(frame), **kwargs)
+
+
+def test_selectivity_from_sample_measures_the_where_conditions():
+    """σ measured on a sample (DecoPa's estimator for pairs, the pass rate for one type's own
+    conditions), in the form parse_queries takes."""
+    text = """define Q1 pattern SEQ(A a, B b) where a.k = b.k and a.v > 0.75 within 1 s
+define Q2 pattern AND(B b, C c) where b.v < c.v within 500 ms
+define Q3 pattern SEQ(A a, C c) within 1 s"""
+    net = muse.Network.from_dict({"nodes": {"a": ["A", "B"], "b": ["B", "C"]},
+                                  "rates": {"A": 2.0, "B": 2.0, "C": 1.0}})
+    ev = muse.generate_streams(net, text, 200, seed=1)  # k uniform in 0..9, v uniform in [0, 1)
+    sel = muse.selectivity_from_sample(text, ev, backend="cpu")
+    assert set(sel) == {"Q1", "Q2"}  # Q3 has no condition
+    assert set(sel["Q1"]) == {"A", ("A", "B")} and set(sel["Q2"]) == {("B", "C")}
+    assert sel["Q1"]["A"] == pytest.approx(0.25, abs=0.05)
+    assert sel["Q1"][("A", "B")] == pytest.approx(0.1, abs=0.03)
+    assert sel["Q2"][("B", "C")] == pytest.approx(0.5, abs=0.05)
+    q1, q2, q3 = muse.parse_queries(text, selectivity=sel)
+    assert q1.sigma() == pytest.approx(sel["Q1"]["A"] * sel["Q1"][("A", "B")]) and q3.sigma() == 1
+    with pytest.raises(muse.MuseError, match="no events"):
+        muse.selectivity_from_sample(text, ev.iloc[:0])
+
+
 # ---------------------------------------------------------------------------- queries
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from cli_helpers import run_cli
 
 from cep_gpu.cli import main
 from cep_gpu.muse import bench
@@ -164,3 +165,138 @@ def test_simulate_duration_must_be_positive(user_files, capsys):
     assert "over 120 s" in capsys.readouterr().out  # the file's duration for the predictions
     assert main(["muse", "simulate", str(d / "q.txt"), str(d / "net.json"), "--out", str(d / "x.txt")]) == 2
     assert "argument --out" in capsys.readouterr().err
+
+
+# -- a network measured on events, selectivities, types no query reads ------------------------------
+
+
+def test_network_from_an_event_file(user_files, capsys):
+    """was: `muse network` only generated random networks; rates were typed in by hand."""
+    from cep_gpu import muse
+    from cep_gpu.io import read_events
+
+    d = user_files
+    (d / "events.csv").write_text((d / "events.csv").read_text().replace(",node,", ",host,", 1))
+    rc, out, err = run_cli(capsys, "muse", "network", d / "events.csv", "--node-column", "host",
+                           "--out", d / "measured.json")
+    assert rc == 0, err
+    assert "network of 3 nodes, 3 types from" in out and "rate (events/s per node)" in out
+    got = json.loads((d / "measured.json").read_text())
+    assert got == muse.Network.from_events(read_events(d / "events.csv"), "host").to_dict()
+    assert got["nodes"] == NET["nodes"]
+    for t, r in NET["rates"].items():
+        assert got["rates"][t] == pytest.approx(r, rel=0.35)
+    # the measured network plans and simulates the file it was measured on
+    rc, out, err = run_cli(capsys, "muse", "simulate", d / "q.txt", d / "measured.json",
+                           d / "events.csv", "--node-column", "host", "--backend", "reference")
+    assert rc == 0, err
+    assert "matches at the sinks" in out
+    # errors: the node column (naming the columns there are), generator options with EVENTS
+    rc, out, err = run_cli(capsys, "muse", "network", d / "events.csv")
+    assert rc == 1 and "no node column 'node'" in err and "'host'" in err
+    rc, out, err = run_cli(capsys, "muse", "network", d / "events.csv", "--nodes", "4")
+    assert rc == 2 and "argument --nodes: generates a random network" in err
+    rc, out, err = run_cli(capsys, "muse", "network", "--node-column", "host")
+    assert rc == 2 and "argument --node-column: reads an event file" in err
+    one = d / "one.csv"
+    one.write_text("type,ts,node\nA,1.0,a\nB,1.0,b\n")
+    rc, out, err = run_cli(capsys, "muse", "network", one)
+    assert rc == 1 and "same timestamp" in err
+
+
+def test_selectivity_option(user_files, capsys):
+    """was: plan and simulate had no way to give σ (the API's selectivity=): every σ was 1."""
+    from cep_gpu import muse
+
+    d = user_files
+    q, net = d / "q.txt", d / "net.json"
+    rc, out, _ = run_cli(capsys, "muse", "plan", q, net, "--json", d / "plain.json")
+    assert rc == 0
+    rc, out, err = run_cli(capsys, "muse", "plan", q, net, "--selectivity", "A,B=0.1", "Q2:C=0.5",
+                           "--json", d / "sel.json")
+    assert rc == 0, err
+    want = muse.place(muse.parse_queries(QUERIES, selectivity={"Q1": {("A", "B"): 0.1},
+                                                               "Q2": {"C": 0.5}}),
+                      muse.Network.from_dict(NET))
+    got = json.loads((d / "sel.json").read_text())
+    assert got["cost"] == pytest.approx(want.cost)
+    assert got["cost"] < json.loads((d / "plain.json").read_text())["cost"]
+    # simulate takes it too (repeated options add up)
+    rc, out, err = run_cli(capsys, "muse", "simulate", q, net, d / "events.csv", "--selectivity",
+                           "A,B=0.1", "--selectivity", "Q2:C=0.5", "--backend", "reference",
+                           "--json", d / "sim.json")
+    assert rc == 0, err
+    assert json.loads((d / "sim.json").read_text())["cost"] == pytest.approx(want.cost)
+    for value, message in [
+        ("A,B=2", "'A,B=2': σ must be a number in (0, 1], got '2'"),
+        ("A,B=x", "'A,B=x': σ must be a number in (0, 1], got 'x'"),
+        ("A,Z=0.5", "'A,Z=0.5': no query has the type(s) A, Z (queries: Q1: A, B; Q2: B, C)"),
+        ("Q2:A,B=0.5", "'Q2:A,B=0.5': query Q2 has no type(s) A (its types: B, C)"),
+        ("Q9:A=0.5", "'Q9:A=0.5': no query named 'Q9' (queries: Q1, Q2)"),
+        ("A,,B=0.5", "'A,,B=0.5': expected distinct type names separated by commas before '='"),
+        ("AB", "expected [QUERY:]TYPE,TYPE=σ (e.g. A,B=0.1), got 'AB'"),
+    ]:
+        rc, out, err = run_cli(capsys, "muse", "plan", q, net, "--selectivity", value)
+        assert rc == 2 and err.strip().splitlines() == [
+            f"cep-gpu muse plan: error: argument --selectivity: {message}"], (value, err)
+
+
+def test_selectivity_from_a_sample(user_files, capsys):
+    from cep_gpu import muse
+    from cep_gpu.io import read_events
+
+    d = user_files
+    rc, out, err = run_cli(capsys, "muse", "plan", d / "q.txt", d / "net.json", "--selectivity-from",
+                           d / "events.csv", "--selectivity", "Q2:B,C=0.5", "--json", d / "plan.json")
+    assert rc == 0, err
+    measured = muse.selectivity_from_sample(QUERIES, read_events(d / "events.csv"))
+    ab, bc = measured["Q1"][("A", "B")], measured["Q2"][("B", "C")]
+    assert f"selectivity of Q1 measured on {d / 'events.csv'}: A,B={ab:.4g}" in err
+    assert f"B,C={bc:.4g} (--selectivity: 0.5)" in err  # given values win
+    want = muse.place(muse.parse_queries(QUERIES, selectivity={"Q1": {("A", "B"): ab},
+                                                               "Q2": {("B", "C"): 0.5}}),
+                      muse.Network.from_dict(NET))
+    assert json.loads((d / "plan.json").read_text())["cost"] == pytest.approx(want.cost)
+
+
+def test_simulate_ignores_types_no_query_reads_with_one_warning(user_files, capsys):
+    """was: exit 1, "node 'c' emits type 'News', which the network says it does not produce"."""
+    import pandas as pd
+
+
+    d = user_files
+    events = pd.read_csv(d / "events.csv")
+    news = pd.DataFrame({"type": ["News"] * 3 + ["Tick"], "ts": [1.0, 2.0, 3.0, 4.0],
+                         "node": ["c", "c", "nyse", "a"]})
+    mixed = pd.concat([events, news]).sort_values("ts", kind="stable")
+    mixed.to_csv(d / "mixed.csv", index=False)
+    rc, out, err = run_cli(capsys, "muse", "simulate", d / "q.txt", d / "net.json", d / "mixed.csv",
+                           "--backend", "reference", "--out", d / "sim.csv")
+    assert rc == 0, err
+    warnings = [line for line in err.splitlines() if "warning" in line]
+    assert warnings == ["cep-gpu muse simulate: warning: ignored 4 event(s) of type(s) that no "
+                        "query reads: News (3), Tick (1)"]
+    assert f"\n{len(events)} events, " in out
+    assert main(["run", str(d / "q.txt"), str(d / "mixed.csv"), "--backend", "reference",
+                 "--out", str(d / "run.csv")]) == 0
+    capsys.readouterr()
+    lines = [line.rsplit(",", 1)[0] for line in (d / "sim.csv").read_text().splitlines()]
+    assert lines == (d / "run.csv").read_text().splitlines()
+    # a type a query reads but the network does not declare at that node: still an error
+    mixed.loc[mixed["type"] == "A", "node"] = "b"
+    mixed.to_csv(d / "bad.csv", index=False)
+    rc, out, err = run_cli(capsys, "muse", "simulate", d / "q.txt", d / "net.json", d / "bad.csv")
+    assert rc == 1 and "node 'b' emits type 'A', which a query reads" in err
+
+
+def test_simulate_warns_of_query_types_absent_from_the_events(user_files, capsys):
+    import pandas as pd
+
+
+    d = user_files
+    events = pd.read_csv(d / "events.csv")
+    events[events["type"] != "C"].to_csv(d / "no_c.csv", index=False)
+    rc, out, err = run_cli(capsys, "muse", "simulate", d / "q.txt", d / "net.json", d / "no_c.csv",
+                           "--backend", "reference")
+    assert rc == 0, err
+    assert "cep-gpu muse simulate: warning: rule 'Q2' reads type 'C', which no event in" in err

@@ -253,3 +253,46 @@ def test_streams_read_by_read_events_give_no_pandas_warning(tmp_path):
         warnings.simplefilter("error")  # was: FutureWarning, groupby's observed=False default
         result = muse.simulate(plan, events, backend="reference")
     assert len(result.matches) > 0
+
+
+def test_events_of_types_no_query_reads_are_ignored():
+    """was: MuseError "node 'b' emits type 'News', which the network says it does not produce"
+    for events that cannot change any match."""
+    import pandas as pd
+
+    net = muse.Network.from_dict(WORKLOAD_NET)
+    plan = muse.place(WORKLOAD, net, "amuse")
+    events = muse.generate_streams(net, plan.queries, duration=30, seed=6).drop(columns=["id"])
+    news = pd.DataFrame({"type": ["News", "News", "Trade"], "ts": [1.5, 2.5, 40.0],
+                         "node": ["b", "nyse", None]})  # an unknown node, no node: ignored too
+    mixed = pd.concat([events, news]).sort_values("ts", kind="stable").reset_index(drop=True)
+    result = muse.simulate(plan, mixed, backend="reference")
+    assert result.ignored == {"News": 2, "Trade": 1}
+    # the composite events of detect on the whole file (ids: its row positions)
+    expected = cep_gpu.detect(mixed.drop(columns=["node"]), WORKLOAD, backend="reference")
+    pd.testing.assert_frame_equal(result.composite_events()[["rule", "ts", "ids"]], expected)
+    assert result.duration == pytest.approx(40.0 - mixed["ts"].min())  # the file's span
+    assert muse.simulate(plan, events, backend="reference").ignored == {}
+    # a type a query reads at a node that does not produce it is still an error
+    bad = mixed.copy()
+    bad.loc[bad["type"] == "A", "node"] = "b"
+    with pytest.raises(muse.MuseError, match="node 'b' emits type 'A', which a query reads"):
+        muse.simulate(plan, bad)
+
+
+def test_streams_with_another_node_column_and_time_unit():
+    import pandas as pd
+
+    net = muse.Network.from_dict(WORKLOAD_NET)
+    plan = muse.place(WORKLOAD, net, "amuse")
+    events = muse.generate_streams(net, plan.queries, duration=30, seed=7)
+    want = muse.simulate(plan, events, backend="reference")
+    ms = events.assign(ts=(events["ts"] * 1000)).rename(columns={"node": "host"})
+    got = muse.simulate(plan, ms, backend="reference", node_column="host", time_unit="ms")
+    assert [list(i) for i in got.matches["ids"]] == [list(i) for i in want.matches["ids"]]
+    assert got.duration == pytest.approx(want.duration)
+    pd.testing.assert_series_equal(got.matches["ts"], want.matches["ts"] * 1000)
+    with pytest.raises(muse.MuseError, match=r"'host' column \(the origin node"):
+        muse.simulate(plan, events, node_column="host")
+    with pytest.raises(muse.MuseError, match="besides the node column"):
+        muse.simulate(plan, ms.assign(node="a"), node_column="host")

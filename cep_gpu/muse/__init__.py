@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from .errors import MuseError
 from .graph import CENTRAL, Plan, Vertex
-from .network import Network
+from .network import Network, node_rates
 from .placement import ALGORITHMS, place
-from .query import Query, parse_queries
+from .query import Query, parse_queries, selectivity_from_sample
 from .simulate import SimulationResult, generate_streams, simulate
 
 __all__ = [
@@ -30,7 +30,9 @@ __all__ = [
     "SimulationResult",
     "Vertex",
     "generate_streams",
+    "node_rates",
     "parse_queries",
     "place",
+    "selectivity_from_sample",
     "simulate",
 ]

@@ -1,12 +1,16 @@
 """``cep-gpu muse`` (wired in by :mod:`cep_gpu.cli`): plan, simulate and benchmark MuSE graphs.
 
     cep-gpu muse network --nodes 20 --types 15 --ratio 0.5 --skew 1.5 --seed 0 --out net.json
-    cep-gpu muse plan QUERIES NETWORK.json [--algorithm amuse] [--json plan.json]
-    cep-gpu muse simulate QUERIES NETWORK.json [EVENTS] [--duration 60] [--backend auto] [--out FILE]
+    cep-gpu muse network EVENTS [--node-column node] [--time-unit s] --out net.json
+    cep-gpu muse plan QUERIES NETWORK.json [--algorithm amuse] [--selectivity [Q:]A,B=0.1 ...]
+        [--selectivity-from SAMPLE] [--json plan.json]
+    cep-gpu muse simulate QUERIES NETWORK.json [EVENTS] [--node-column node] [--time-unit s]
+        [--duration 60] [--backend auto] [--selectivity ...] [--out FILE]
     cep-gpu muse bench [--quick] [--out muse.json] [--plot muse.png]
 
 QUERIES is a file of cep-gpu ``define Q pattern SEQ(...)/AND(...)`` rules; NETWORK.json is
-``{"nodes": {"n1": ["A", "B"]}, "rates": {"A": 10}}`` (see docs/muse.md).
+``{"nodes": {"n1": ["A", "B"]}, "rates": {"A": 10}}`` (see docs/muse.md), generated, written by
+hand or measured on an event file whose events name the node that emitted them.
 """
 
 from __future__ import annotations
@@ -17,12 +21,15 @@ import sys
 from pathlib import Path
 
 from ..benchmarks.save import save_results
-from ..cli import UsageError, argument, at_least, number, set_command
+from ..cli import UsageError, argument, at_least, number, set_command, writable
 from ..errors import is_finite_positive
 
 EPILOG = """examples:
   cep-gpu muse network --nodes 8 --types 4 --ratio 0.5 --skew 1.5 --out net.json
+  cep-gpu muse network events.csv --node-column node --out net.json
   cep-gpu muse plan queries.txt net.json --algorithm amuse
+  cep-gpu muse plan queries.txt net.json --selectivity A,B=0.1 Q2:C=0.5
+  cep-gpu muse plan queries.txt net.json --selectivity-from events.csv
   cep-gpu muse simulate queries.txt net.json --duration 60 --algorithm amuse*
   cep-gpu muse simulate queries.txt net.json events.csv --out matches.csv
   cep-gpu muse bench --quick --out muse.json --plot muse.png
@@ -40,14 +47,24 @@ def add_muse_parser(subparsers) -> argparse.ArgumentParser:
     )
     sub = p.add_subparsers(dest="muse_command")
 
-    net = sub.add_parser("network", help="generate a seeded network (paper §7.1) as JSON")
-    net.add_argument("--nodes", type=at_least(1), default=20)
-    net.add_argument("--types", type=at_least(1), default=15)
-    net.add_argument("--ratio", type=number(lambda v: 0 < v <= 1, "in (0, 1]"), default=0.5,
-                     help="event-node ratio (default 0.5)")
+    net = sub.add_parser(
+        "network", help="a network as JSON: measured on an event file, or seeded (paper §7.1)",
+        description="With EVENTS: the network the events were observed on (each node produces the "
+        "types it emitted; a type's rate is its events per second per producing node over the "
+        "file's time span). Without: a seeded random network as in the paper's simulation (§7.1).")
+    net.add_argument("events", nargs="?", help="events (.csv/.parquet) with type, ts and the "
+                     "node that emitted each (--node-column)")
+    net.add_argument("--node-column", default=None, help="with EVENTS: the column naming each "
+                     "event's node (default: node)")
+    net.add_argument("--time-unit", default=None, help="with EVENTS: unit of numeric ts values "
+                     "(default: s)")
+    net.add_argument("--nodes", type=at_least(1), default=None, help="seeded: nodes (default 20)")
+    net.add_argument("--types", type=at_least(1), default=None, help="seeded: types (default 15)")
+    net.add_argument("--ratio", type=number(lambda v: 0 < v <= 1, "in (0, 1]"), default=None,
+                     help="seeded: event-node ratio (default 0.5)")
     net.add_argument("--skew", type=number(lambda v: is_finite_positive(v) and v > 1, "a finite number > 1"),
-                     default=1.5, help="Zipf rate skew > 1 (default 1.5)")
-    net.add_argument("--seed", type=int, default=0)
+                     default=None, help="seeded: Zipf rate skew > 1 (default 1.5)")
+    net.add_argument("--seed", type=int, default=None, help="seeded: the seed (default 0)")
     net.add_argument("--out", help="write the network here (default: print it)")
     set_command(net, cmd_network)
 
@@ -55,10 +72,12 @@ def add_muse_parser(subparsers) -> argparse.ArgumentParser:
                            ("simulate", "plan, then run the plan event by event on cep-gpu")):
         c = sub.add_parser(name, help=helptext)
         c.add_argument("queries", help="file of SEQ/AND rules")
-        c.add_argument("network", help="network JSON")
+        c.add_argument("network", help="network JSON (cep-gpu muse network writes one)")
         if name == "simulate":
             c.add_argument("events", nargs="?", help="events (.csv/.parquet with type, ts in "
-                           "seconds or datetimes, node); default: Poisson streams from the network's rates")
+                           "--time-unit or datetimes, node); default: Poisson streams from the network's rates")
+            c.add_argument("--node-column", default="node",
+                           help="the column of EVENTS naming each event's node (default: node)")
             c.add_argument("--duration", type=number(is_finite_positive, "a finite number of seconds > 0"),
                            default=None,
                            help="seconds of generated streams (default 60); with EVENTS, the "
@@ -69,6 +88,15 @@ def add_muse_parser(subparsers) -> argparse.ArgumentParser:
                            choices=["auto", "cpu", "aip", "reference", "gpu"])
             c.add_argument("--seed", type=int, default=0)
         c.add_argument("--algorithm", default="amuse", choices=list(ALGORITHMS))
+        c.add_argument("--selectivity", nargs="+", action="extend", default=[], metavar="[Q:]A,B=σ",
+                       help="σ of the where conditions over these types (a pair, or one type for "
+                       "its own conditions), 0 < σ <= 1, for every query that has the types or "
+                       "for query Q only (default 1)")
+        c.add_argument("--selectivity-from", metavar="SAMPLE",
+                       help="measure the selectivities on these events (.csv/.parquet); "
+                       "--selectivity values take precedence")
+        c.add_argument("--time-unit", default="s", help="unit of numeric ts values in the event "
+                       "files (default: s)")
         c.add_argument("--json", help="write the plan (and results) as JSON here")
         set_command(c, cmd_plan if name == "plan" else cmd_simulate)
 
@@ -98,7 +126,6 @@ def add_bench_arguments(b: argparse.ArgumentParser) -> None:
 
 def _load(args):
     from .network import Network
-    from .query import as_queries
 
     qpath, npath = Path(args.queries), Path(args.network)
     if not qpath.exists():
@@ -113,19 +140,144 @@ def _load(args):
         from .errors import MuseError
 
         raise MuseError(f"{args.network}: not JSON ({err})") from None
-    return as_queries(read_text(qpath, "query file")), Network.from_dict(spec)
+    return _queries(args, read_text(qpath, "query file")), Network.from_dict(spec)
+
+
+def _queries(args, text: str):
+    """The queries of ``text`` with the selectivities of ``--selectivity-from`` (measured) and
+    ``--selectivity`` (given; these win)."""
+    from .query import as_queries, parse_queries, selectivity_from_sample
+
+    queries = as_queries(text)
+    given = selectivity_arguments(args.selectivity, queries)
+    sel: dict[str, dict[frozenset[str], float]] = {}
+    if args.selectivity_from:
+        from ..io import read_events
+
+        measured = selectivity_from_sample(queries, read_events(args.selectivity_from),
+                                           time_unit=args.time_unit,
+                                           backend=getattr(args, "backend", "auto"))
+        for q in queries:
+            values = {frozenset([k] if isinstance(k, str) else k): v
+                      for k, v in measured.get(q.name, {}).items()}
+            sel[q.name] = values
+            shown = [f"{','.join(sorted(k))}={v:.4g}" + (f" (--selectivity: {given[q.name][k]:g})"
+                                                        if k in given.get(q.name, {}) else "")
+                     for k, v in values.items()]
+            print(f"{args.prog}: selectivity of {q.name} measured on {args.selectivity_from}: "
+                  f"{', '.join(shown) or 'no condition over one or two types'}", file=sys.stderr)
+    for name, values in given.items():
+        sel.setdefault(name, {}).update(values)
+    if not any(sel.values()):
+        return queries
+    return as_queries(parse_queries(text, selectivity={n: v for n, v in sel.items() if v}))
+
+
+def selectivity_arguments(values, queries) -> dict[str, dict[frozenset[str], float]]:
+    """``--selectivity [QUERY:]TYPE[,TYPE...]=σ ...`` as ``{query name: {types: σ}}``: a value
+    without ``QUERY:`` is for every query that has all its types. A malformed value, σ outside
+    (0, 1], an unknown query or types that no (or not that) query has are a :class:`UsageError`
+    naming the value."""
+    out: dict[str, dict[frozenset[str], float]] = {}
+    names = [q.name for q in queries]
+    for text in values or ():
+        key, sep, value = text.rpartition("=")
+        if not sep or not key.strip():
+            hint = " (the event file goes before --selectivity)" if not sep and "." in text else ""
+            raise UsageError("--selectivity", f"expected [QUERY:]TYPE,TYPE=σ (e.g. A,B=0.1), got {text!r}{hint}")
+        qname, _, type_text = key.rpartition(":")
+        types = [t.strip() for t in type_text.split(",")]
+        if not all(types) or len(set(types)) != len(types):
+            raise UsageError("--selectivity", f"{text!r}: expected distinct type names separated by "
+                             "commas before '='")
+        try:
+            sigma = float(value)
+        except ValueError:
+            sigma = None
+        if sigma is None or not 0 < sigma <= 1:
+            raise UsageError("--selectivity", f"{text!r}: σ must be a number in (0, 1], got {value.strip()!r}")
+        qname = qname.strip()
+        if qname:
+            if qname not in names:
+                raise UsageError("--selectivity", f"{text!r}: no query named {qname!r} (queries: {', '.join(names)})")
+            targets = [q for q in queries if q.name == qname]
+            missing = sorted(set(types) - targets[0].types)
+            if missing:
+                raise UsageError("--selectivity", f"{text!r}: query {qname} has no type(s) {', '.join(missing)} "
+                                 f"(its types: {', '.join(targets[0].order)})")
+        else:
+            targets = [q for q in queries if set(types) <= q.types]
+            if not targets:
+                have = "; ".join(f"{q.name}: {', '.join(q.order)}" for q in queries)
+                raise UsageError("--selectivity", f"{text!r}: no query has the type(s) {', '.join(types)} "
+                                 f"(queries: {have})")
+        for q in targets:
+            out.setdefault(q.name, {})[frozenset(types)] = sigma
+    return out
 
 
 def cmd_network(args) -> int:
     from .network import Network
 
-    net = Network.generate(args.nodes, args.types, args.ratio, args.skew, args.seed)
+    if args.out:
+        writable("--out", args.out)
+    seeded = {"--nodes": args.nodes, "--types": args.types, "--ratio": args.ratio, "--skew": args.skew,
+              "--seed": args.seed}
+    if args.events:
+        for option, value in seeded.items():
+            if value is not None:
+                raise UsageError(option, f"generates a random network, which EVENTS ({args.events}) "
+                                 "does not need: give one or the other")
+        return _network_from_events(args)
+    for option, value in (("--node-column", args.node_column), ("--time-unit", args.time_unit)):
+        if value is not None:
+            raise UsageError(option, "reads an event file: give EVENTS (cep-gpu muse network EVENTS "
+                             f"{option} ...)")
+    net = Network.generate(20 if args.nodes is None else args.nodes,
+                           15 if args.types is None else args.types,
+                           0.5 if args.ratio is None else args.ratio,
+                           1.5 if args.skew is None else args.skew,
+                           0 if args.seed is None else args.seed)
     text = json.dumps(net.to_dict(), indent=2)
     if args.out:
         Path(args.out).write_text(text + "\n")
         print(f"network of {len(net.nodes)} nodes, {len(net.rates)} types -> {args.out}")
     else:
         print(text)
+    return 0
+
+
+def _network_from_events(args) -> int:
+    """``cep-gpu muse network EVENTS``: the network measured on an event file; with ``--out``, a
+    table of the rates per type (mean, least and most over the type's nodes) besides."""
+    import pandas as pd
+
+    from ..cli import print_table
+    from ..io import read_events
+    from .network import Network, node_rates
+
+    node_column = args.node_column or "node"
+    time_unit = args.time_unit or "s"
+    events = read_events(args.events)
+    rates = node_rates(events, node_column, time_unit)
+    net = Network.from_events(events, node_column, time_unit)
+    text = json.dumps(net.to_dict(), indent=2)
+    if not args.out:
+        print(text)
+        return 0
+    Path(args.out).write_text(text + "\n")
+    by_type = rates.groupby("type", sort=True)
+    table = pd.DataFrame({
+        "type": list(by_type.groups),
+        "nodes": by_type.size().to_numpy(),
+        "events": by_type["events"].sum().to_numpy(),
+        "rate (events/s per node)": [f"{net.rate(str(t)):.4g}" for t in by_type.groups],
+        "least": [f"{v:.4g}" for v in by_type["rate"].min()],
+        "most": [f"{v:.4g}" for v in by_type["rate"].max()],
+    })
+    print_table(table, len(table))
+    print(f"network of {len(net.nodes)} nodes, {len(net.rates)} types from {len(events)} events "
+          f"over {rates.attrs['span_s']:g} s -> {args.out}")
     return 0
 
 
@@ -141,7 +293,8 @@ def cmd_plan(args) -> int:
 
 
 def cmd_simulate(args) -> int:
-    from ..cli import writable_output
+    from .. import parse_rules
+    from ..cli import warn_absent_types, writable_output
     from ..io import read_events, write_output
     from .placement import place
     from .simulate import generate_streams, simulate
@@ -153,18 +306,32 @@ def cmd_simulate(args) -> int:
     if args.events:
         streams = read_events(args.events)
         duration = args.duration  # None: the span of the file's ts
+        node_column, time_unit = args.node_column, args.time_unit
+        if "type" in streams.columns:
+            present = [str(t) for t in streams["type"].dropna().unique()]
+            warn_absent_types(args.prog, parse_rules(Path(args.queries).read_text(encoding="utf-8")),
+                              present, args.events)
     else:
         duration = 60.0 if args.duration is None else args.duration
         streams = generate_streams(net, queries, duration, seed=args.seed)
-    res = simulate(plan, streams, backend=args.backend, duration=duration)
+        node_column, time_unit = "node", "s"
+    res = simulate(plan, streams, backend=args.backend, duration=duration, node_column=node_column,
+                   time_unit=time_unit)
+    if res.ignored:
+        n = sum(res.ignored.values())
+        kinds = ", ".join(f"{t} ({c})" for t, c in res.ignored.items())
+        print(f"{args.prog}: warning: ignored {n} event(s) of type(s) that no query reads: {kinds}",
+              file=sys.stderr)
     print(plan.explain())
-    print(f"\n{len(streams)} events, {len(res.matches)} matches at the sinks "
+    simulated = len(streams) - sum(res.ignored.values())
+    print(f"\n{simulated} events, {len(res.matches)} matches at the sinks "
           f"({', '.join(f'{q}: {n}' for q, n in res.matches['query'].value_counts().items())})")
     print(f"messages: {res.total_messages} counted, {res.predicted_messages:.1f} predicted by "
           f"the cost model over {res.duration:g} s")
     if args.json:
         out = plan.to_dict()
-        out["simulation"] = {"events": len(streams), "matches": len(res.matches),
+        out["simulation"] = {"events": simulated, "matches": len(res.matches),
+                             "ignored_events": res.ignored,
                              "messages": res.messages.to_dict("records"),
                              "messages_counted": res.total_messages,
                              "messages_predicted": res.predicted_messages}

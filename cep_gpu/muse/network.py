@@ -12,8 +12,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
+import pandas as pd
 
-from ..errors import is_finite_positive
+from ..errors import CepError, is_finite_positive
 from .errors import MuseError
 
 #: The largest rate :meth:`Network.generate` draws (paper §7.2: skew 1.1 gives rate differences
@@ -105,6 +106,27 @@ class Network:
         return out
 
     @classmethod
+    def from_events(cls, events, node_column: str = "node", time_unit: str = "s") -> Network:
+        """The network ``events`` were observed on: each node produces the types it emitted, and
+        the rate of a type is its events per second per producing node over the events' time span
+        (the latest ``ts`` minus the earliest), ``r(E) = events of E / (span · nodes emitting E)``.
+
+        The paper's model has one rate per type (§2.1); a type emitted at different rates by its
+        nodes gets their mean, so that collecting it costs what the file shows (``k · r(E)``).
+        :func:`node_rates` gives the rate of every (node, type).
+
+        ``events``: a pandas DataFrame or an Arrow table with ``type``, ``ts`` (numbers in
+        ``time_unit`` or datetimes, as :func:`cep_gpu.detect` reads them) and ``node_column``.
+        """
+        rates = node_rates(events, node_column, time_unit)
+        produces: dict[str, set[str]] = {}
+        for node, t in zip(rates["node"], rates["type"], strict=True):
+            produces.setdefault(node, set()).add(t)
+        per_type = rates.groupby("type", sort=True)["rate"].mean()
+        return cls({n: frozenset(ts) for n, ts in produces.items()},
+                   {str(t): float(r) for t, r in per_type.items()})
+
+    @classmethod
     def generate(
         cls,
         nodes: int = 20,
@@ -185,3 +207,55 @@ class Network:
         return Network(
             dict(self.produces), {t: r * factor for t, r in self.rates.items()}, self.links
         )
+
+
+def node_rates(events, node_column: str = "node", time_unit: str = "s") -> pd.DataFrame:
+    """Events per second of each type at each node over the events' time span: one row per
+    (node, type) that occurs, sorted, with the columns ``node``, ``type``, ``events`` (how many)
+    and ``rate`` (``events / span``); ``attrs["span_s"]`` holds the span (the latest ``ts`` minus
+    the earliest) in seconds. What :meth:`Network.from_events` averages per type.
+
+    Raises :class:`MuseError` for a missing ``type``, ``ts`` or ``node_column`` column (naming
+    the columns there are), no events, a null type or node (naming the first such row) and
+    events that all have the same timestamp (no span to measure a rate over)."""
+    import pyarrow as pa
+
+    from ..events import frame_from_arrow
+    from ..events.checks import check_time_unit, null_error
+    from ..events.from_pandas import convert_ts
+
+    if isinstance(events, (pa.Table, pa.RecordBatch)):
+        events = frame_from_arrow(pa.table(events))
+    if not isinstance(events, pd.DataFrame):
+        raise MuseError(f"events must be a pandas DataFrame or an Arrow table, got {type(events).__name__}")
+    if not isinstance(node_column, str) or not node_column:
+        raise MuseError(f"node_column must be a column name, got {node_column!r}")
+    columns = ", ".join(map(repr, map(str, events.columns))) or "none"
+    if node_column not in events.columns:
+        raise MuseError(f"the events have no node column {node_column!r} naming the node that "
+                        f"emitted each event (their columns: {columns})")
+    for col in ("type", "ts"):
+        if col not in events.columns:
+            raise MuseError(f"the events have no {col!r} column (their columns: {columns})")
+    if len(events) == 0:
+        raise MuseError("no events: rates need events over a time span")
+    for col, what in ((node_column, "the node that emitted it"), ("type", "a type")):
+        isna = events[col].isna().to_numpy()
+        if isna.any():
+            raise MuseError(f"{null_error(col, isna)}: every event needs {what}")
+    try:
+        check_time_unit(time_unit)
+        _, ns = convert_ts(events["ts"], time_unit)
+    except CepError as err:
+        raise MuseError(f"events: {err}") from None
+    span = (int(ns.max()) - int(ns.min())) / 1e9
+    if span <= 0:
+        raise MuseError(f"all {len(events)} event(s) have the same timestamp ({events['ts'].iloc[0]}): "
+                        "a rate needs events over a time span")
+    keys = pd.DataFrame({"node": events[node_column].astype(str).to_numpy(),
+                         "type": events["type"].astype(str).to_numpy()})
+    counts = keys.groupby(["node", "type"], sort=True).size().rename("events").reset_index()
+    counts["events"] = counts["events"].astype(np.int64)
+    counts["rate"] = counts["events"] / span
+    counts.attrs["span_s"] = span
+    return counts

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 
+import pandas as pd
 from lark import Tree
 
 from ..errors import ArgumentError, CepError
@@ -435,3 +436,73 @@ def as_queries(queries) -> list[Query]:
     if len(set(names)) != len(names):
         raise MuseError(f"query names must be distinct, got {names}")
     return out
+
+
+def selectivity_from_sample(queries, events, time_unit: str = "s", backend: str = "auto") -> dict[str, dict]:
+    """σ of each query's ``where`` conditions measured on a sample of events, in the form
+    :func:`parse_queries` takes: ``{query name: {type or (type, type): σ}}``.
+
+    * a pair of types: DecoPa's estimator (:meth:`cep_gpu.decopa.Stats.from_sample`): the matches
+      of the two-type sub-pattern with every condition over the two (and their one-type
+      conditions) over the matches with only the one-type conditions;
+    * a single type with conditions of its own: the events of the type that pass them over all
+      events of the type (:func:`cep_gpu.detect` counts the type's projection, ``q.project([E])``).
+
+    No evidence (no event of the type, no pair in the sample) gives no entry (σ = 1); evidence but
+    no match gives half a match over the candidates, so that σ stays in (0, 1] (as DecoPa does).
+    Conditions over three or more types get no σ (the model's independence assumption).
+    ``events``: a pandas DataFrame or Arrow table with ``type``, ``ts`` (numbers in ``time_unit``
+    or datetimes) and the attributes the conditions read.
+    """
+    import pyarrow as pa
+
+    from .. import detect, parse_rule
+    from ..decopa import DecompositionError, Stats
+    from ..events import EventTable, frame_from_arrow
+
+    qs = as_queries(queries)
+    if isinstance(events, (pa.Table, pa.RecordBatch)):
+        events = frame_from_arrow(pa.table(events))
+    if not isinstance(events, pd.DataFrame):
+        raise MuseError(f"the sample must be a pandas DataFrame or an Arrow table, got {type(events).__name__}")
+    if "type" not in events.columns:
+        raise MuseError(f"the sample has no 'type' column (its columns: {list(map(str, events.columns))})")
+    try:
+        table = EventTable.from_pandas(events, time_unit=time_unit)
+    except CepError as err:
+        raise MuseError(f"sample: {err}") from None
+    if not len(table):
+        raise MuseError("the sample has no events to measure selectivities on")
+    per_type = events["type"].astype(str).value_counts()
+    out: dict[str, dict] = {}
+    for q in qs:
+        sel: dict = {}
+        for t in q.order:  # one-type conditions: a filter where the events are produced
+            p = q.project([t])
+            n = int(per_type.get(t, 0))
+            if p.is_plain_primitive or n == 0:
+                continue
+            passed = int(detect(table, p.rule_text(), backend=backend, output="count").get(p.name, 0))
+            sel[t] = passed / n if passed else 0.5 / n
+        if len(q.order) > 1 and any(len(c.types) == 2 for c in q.conjuncts):
+            try:
+                stats = Stats.from_sample(table, parse_rule(_flat_rule(q)), backend=backend)
+            except (DecompositionError, ArgumentError) as err:
+                raise MuseError(f"query {q.name}: cannot measure its selectivities: {err}") from None
+            type_of = {a: t for t, a in q.aliases.items()}
+            for (a, b), s in stats.selectivity.items():
+                sel[(type_of[a], type_of[b])] = s
+        if sel:
+            out[q.name] = sel
+    return out
+
+
+def _flat_rule(q: Query) -> str:
+    """``q`` as one flat SEQ or AND rule with its own conditions only (a nested tree as AND: its
+    order conditions are not conditions whose σ the user gives)."""
+    flat = isinstance(q.tree, str) or all(isinstance(c, str) for c in q.tree[1])
+    kind = q.tree[0] if flat and not isinstance(q.tree, str) else "AND"
+    items = ", ".join(f"{t} {q.aliases[t]}" for t in q.order)
+    where = " and ".join(f"({c.text})" for c in q.conjuncts)
+    return (f"define {q.name} pattern {kind}({items})" + (f" where {where}" if where else "")
+            + f" within {_duration(q.window)}")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -35,12 +35,14 @@ class SimulationResult:
     ``ts`` dtype, as ``detect`` gives it) and ``ids`` (an Arrow ``list<int64>`` of the event ids in
     the query's type order, as in ``detect``'s output); ``messages``: one row per network transfer
     (``vertex``, ``to``, ``count``, ``predicted``: the plan's rate times the stream duration);
-    ``duration``: seconds of event time.
+    ``duration``: seconds of event time; ``ignored``: how many events of each type that no query
+    reads were left out (``{type: count}``, empty when there were none).
     """
 
     matches: pd.DataFrame
     messages: pd.DataFrame
     duration: float
+    ignored: dict[str, int] = field(default_factory=dict)
 
     def composite_events(self) -> pd.DataFrame:
         """The sinks' matches as ``cep_gpu.detect`` returns the queries' composite events: the
@@ -70,12 +72,18 @@ def simulate(
     network: Network | None = None,
     backend: str = "auto",
     duration: float | None = None,
+    node_column: str = "node",
+    time_unit: str = "s",
 ) -> SimulationResult:
-    """Run ``plan`` over ``streams`` (columns ``type``, ``ts`` in seconds or datetimes, ``node``,
-    optional ``id``, attributes) and return the sinks' matches and the counted messages.
+    """Run ``plan`` over ``streams`` (columns ``type``, ``ts`` in ``time_unit`` or datetimes, the
+    origin node in ``node_column``, optional ``id``, attributes) and return the sinks' matches and
+    the counted messages.
 
-    ``network``, when given, must be the plan's network. Events of a type at a node that the
-    network says does not produce it, or at an unknown node, raise :class:`MuseError`.
+    ``network``, when given, must be the plan's network. Events of a type that no query reads
+    cannot change a match: they are left out (``SimulationResult.ignored`` counts them per type).
+    Events of a type a query reads at a node that the network says does not produce it, or at an
+    unknown node, raise :class:`MuseError`. ``duration`` (seconds) defaults to the span of every
+    event's ``ts``.
     """
     if not isinstance(plan, Plan):
         raise MuseError(f"plan must be a muse.Plan, got {type(plan).__name__}")
@@ -84,9 +92,9 @@ def simulate(
     get_backend(backend)  # an unknown name fails here, also when no node has events to match
     if network is not None:
         plan.check_network(network)
-    ev, time, ns = _check_streams(plan, streams)
+    ev, time, ns, span, ignored = _check_streams(plan, streams, node_column, time_unit)
     if duration is None:
-        duration = float(ns.max() - ns.min()) / 1e9 if len(ev) else 0.0
+        duration = span
     matches: dict[Vertex, np.ndarray] = {}
     preds: dict[Vertex, list[Vertex]] = defaultdict(list)
     for w, v in plan.edges:
@@ -102,9 +110,9 @@ def simulate(
             if p.is_plain_primitive:
                 matches[v] = ids.reshape(-1, 1).astype(np.int64)
             else:  # a filtered primitive projection: run its single-event rule
-                matches[v] = _detect(p, ev[ev["id"].isin(ids)], backend)
+                matches[v] = _detect(p, ev[ev["id"].isin(ids)], backend, time_unit)
             continue
-        matches[v] = _combine(plan, v, p, preds[v], matches, ev, backend)
+        matches[v] = _combine(plan, v, p, preds[v], matches, ev, backend, time_unit)
 
     rows = []
     for w, to, rate in plan.sends():
@@ -112,7 +120,8 @@ def simulate(
                      "predicted": rate * duration})
     messages = pd.DataFrame(rows, columns=["vertex", "to", "count", "predicted"])
     sinks = [(q.name, v.node, matches[v]) for q in plan.queries for v in plan.sinks[q.name]]
-    return SimulationResult(_sink_matches(sinks, ev["id"].to_numpy(), ns, time), messages, duration)
+    return SimulationResult(_sink_matches(sinks, ev["id"].to_numpy(), ns, time), messages, duration,
+                            ignored)
 
 
 def _sink_matches(sinks, ids: np.ndarray, ns: np.ndarray, time: TimeFormat) -> pd.DataFrame:
@@ -157,25 +166,51 @@ def _sink_matches(sinks, ids: np.ndarray, ns: np.ndarray, time: TimeFormat) -> p
     })
 
 
-def _check_streams(plan: Plan, streams: pd.DataFrame) -> tuple[pd.DataFrame, TimeFormat, np.ndarray]:
-    """The streams with int64 ids, their time format and each row's time in ns (as ``detect``
-    reads the ``ts`` column: numbers of seconds or datetimes)."""
+def _check_streams(plan: Plan, streams: pd.DataFrame, node_column: str = "node", time_unit: str = "s"):
+    """The events of the types the plan's queries read, with int64 ids (the ``id`` column, else
+    the row positions of all of ``streams``) and their origin in ``node``; their time format, each
+    kept row's time in ns (as ``detect`` reads ``ts``: numbers in ``time_unit`` or datetimes), the
+    span of all events' times in seconds, and ``{type: count}`` of the events left out."""
+    from ..events.checks import check_time_unit, null_error
     from ..events.from_pandas import convert_ts, pandas_ids
 
     if not isinstance(streams, pd.DataFrame):
         raise MuseError(f"streams must be a pandas DataFrame, got {type(streams).__name__}")
-    for col in ("type", "ts", "node"):
+    if not isinstance(node_column, str) or not node_column:
+        raise MuseError(f"node_column must be a column name, got {node_column!r}")
+    for col in ("type", "ts", node_column):
         if col not in streams.columns:
-            raise MuseError(f"streams need a {col!r} column (the origin node is 'node')")
+            what = " (the origin node of each event)" if col == node_column else ""
+            raise MuseError(f"streams need a {col!r} column{what}; their columns: "
+                            f"{', '.join(map(repr, map(str, streams.columns)))}")
+    if node_column != "node" and "node" in streams.columns:
+        raise MuseError(f"streams have a 'node' column besides the node column {node_column!r}: "
+                        "rename one of them")
     try:
-        time, ns = convert_ts(streams["ts"], "s")
+        check_time_unit(time_unit)
+        time, ns = convert_ts(streams["ts"], time_unit)
         ids = pandas_ids(streams["id"]) if "id" in streams.columns else np.arange(len(streams), dtype=np.int64)
+        isna = streams["type"].isna().to_numpy()
+        if isna.any():
+            raise null_error("type", isna, ": every event needs a type")
     except EventError as err:
         raise MuseError(f"streams: {err}") from None
-    ev = streams.copy()
-    ev["id"] = ids
-    if ev["id"].duplicated().any():
+    if len(np.unique(ids)) != len(ids):
         raise MuseError("streams: event ids must be unique")
+    span = float(ns.max() - ns.min()) / 1e9 if len(ns) else 0.0
+    ev = streams.rename(columns={node_column: "node"}) if node_column != "node" else streams.copy()
+    ev["id"] = ids
+    read = {t for q in plan.queries for t in q.types}
+    types = ev["type"].astype(str)
+    keep = types.isin(read).to_numpy()
+    ignored = {str(t): int(n) for t, n in types[~keep].value_counts(sort=False).sort_index().items()}
+    if not keep.all():
+        ev, ns = ev[keep], ns[keep]
+    isna = ev["node"].isna().to_numpy()
+    if isna.any():
+        row = int(np.flatnonzero(keep)[np.flatnonzero(isna)[0]])
+        raise MuseError(f"streams: column {node_column!r} is null at row {row}: every event needs "
+                        "the node that emitted it")
     ev["node"] = ev["node"].astype(str)
     net = plan.network
     unknown = sorted(set(ev["node"]) - set(net.nodes))
@@ -185,19 +220,20 @@ def _check_streams(plan: Plan, streams: pd.DataFrame) -> tuple[pd.DataFrame, Tim
     bad = [(n, t) for n, t in pairs.itertuples(index=False) if t not in net.produces[n]]
     if bad:
         raise MuseError(
-            f"streams: node {bad[0][0]!r} emits type {bad[0][1]!r}, which the network says it "
-            "does not produce (is this plan for another network?)"
+            f"streams: node {bad[0][0]!r} emits type {bad[0][1]!r}, which a query reads and the "
+            "network says it does not produce (is this plan for another network?)"
         )
-    return ev, time, ns
+    return ev, time, ns, span, ignored
 
 
-def _detect(p: Query, events: pd.DataFrame, backend: str) -> np.ndarray:
+def _detect(p: Query, events: pd.DataFrame, backend: str, time_unit: str = "s") -> np.ndarray:
     from .. import detect
 
     k = len(p.order)
     if len(events) == 0:
         return np.empty((0, k), np.int64)
-    out = detect(events.drop(columns=["node"]), p.rule_text(), backend=backend, output="arrow")
+    out = detect(events.drop(columns=["node"]), p.rule_text(), backend=backend, time_unit=time_unit,
+                 output="arrow")
     ids = out.column("ids").combine_chunks()
     flat = np.asarray(ids.flatten(), dtype=np.int64)
     return flat.reshape(-1, k)
@@ -209,7 +245,7 @@ def _rows(a: np.ndarray) -> np.ndarray:
     return a.view(np.dtype((np.void, a.dtype.itemsize * a.shape[1]))).ravel()
 
 
-def _combine(plan, v, p, pred_vertices, matches, ev, backend) -> np.ndarray:
+def _combine(plan, v, p, pred_vertices, matches, ev, backend, time_unit="s") -> np.ndarray:
     groups: dict[tuple[str, ...], list[np.ndarray]] = defaultdict(list)
     for w in pred_vertices:
         groups[plan.projections[w.key].order].append(matches[w])
@@ -220,7 +256,7 @@ def _combine(plan, v, p, pred_vertices, matches, ev, backend) -> np.ndarray:
             return np.empty((0, len(p.order)), np.int64)
         received[order] = np.unique(a, axis=0)
     candidates = np.unique(np.concatenate([a.ravel() for a in received.values()]))
-    found = _detect(p, ev[ev["id"].isin(candidates)], backend)
+    found = _detect(p, ev[ev["id"].isin(candidates)], backend, time_unit)
     keep = np.ones(len(found), bool)
     pos = {t: i for i, t in enumerate(p.order)}
     for order, a in received.items():
