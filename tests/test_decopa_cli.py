@@ -128,6 +128,24 @@ def test_plan_from_json_round_trips_and_executes_to_the_same_rows(strategy):
     assert len(rows) > 100
 
 
+def test_plan_from_json_refuses_malformed_fields_by_name():
+    """Malformed plans escaped as AttributeError/TypeError (a traceback from cep-gpu decopa run)
+    or were taken silently (a unit 0.7 became 0; an unknown strategy)."""
+    stats = decopa.Stats(rates={"a": 1000, "b": 1000, "c": 30},
+                         selectivity={("a", "b"): 0.01, ("a", "c"): 0.01, ("b", "c"): 0.01})
+    good = decopa.optimize(FIG2, stats, decopa.Units(4, 6000, 60000)).to_json()
+    op0 = dict(good["operators"][0])
+    for change, words in (({"operators": [1]}, "operator 1: expected an object"),
+                          ({"stats": [1]}, "'stats'"),
+                          ({"rule_text": None}, "'rule_text' must be the rule's text"),
+                          ({"strategy": "bogus"}, "'strategy' must be one of"),
+                          ({"estimate": "bogus"}, "'estimate' must be one of"),
+                          ({"operators": [{**op0, "units": [0.7]}] + good["operators"][1:]},
+                           "'units' must be whole unit numbers")):
+        with pytest.raises(decopa.DecompositionError, match=words):
+            decopa.Plan.from_json({**good, **change})
+
+
 def test_plan_from_json_of_a_split_of_ones_own():
     plan = decopa.plan_from_split(FIG2, decopa.Stats(rates={"a": 5, "b": 5, "c": 1}), decopa.Units(5, 50, 50),
                                   {"abc": ("ac", "bc"), "ac": ("a", "c"), "bc": ("b", "c")},

@@ -242,6 +242,8 @@ class Plan:
                 "with cep-gpu decompose ... --json PLAN.json")
         from .. import parse_rule
 
+        if not isinstance(obj["rule_text"], str):
+            raise DecompositionError(f"plan JSON: 'rule_text' must be the rule's text, got {obj['rule_text']!r}")
         rule = parse_rule(obj["rule_text"])
         if obj.get("rule", rule.name) != rule.name:
             raise DecompositionError(f"plan JSON: 'rule' is {obj['rule']!r} but 'rule_text' defines {rule.name!r}")
@@ -256,7 +258,11 @@ class Plan:
             field_name = "'operators'"
             ops = []
             for o in obj["operators"]:
+                if not isinstance(o, Mapping):
+                    raise DecompositionError(f"operator {len(ops) + 1}: expected an object, got {o!r}")
                 field_name = f"operator {o.get('name', len(ops) + 1)!r}"
+                if any(u != int(u) for u in o["units"]):
+                    raise DecompositionError(f"'units' must be whole unit numbers, got {o['units']!r}")
                 inputs = tuple(tuple(sorted(pattern.alias_index(a) for a in inp)) for inp in o["inputs"])
                 if len(inputs) != 2:
                     raise DecompositionError(f"{len(inputs)} inputs, expected 2")
@@ -276,11 +282,15 @@ class Plan:
             bottleneck = next((o for o in ops if o.name == obj["bottleneck"]), None)
             if bottleneck is None:
                 raise DecompositionError(f"'bottleneck' {obj['bottleneck']!r} names no operator")
+            if obj["strategy"] not in STRATEGIES:
+                raise DecompositionError(f"'strategy' must be one of {STRATEGIES}, got {obj['strategy']!r}")
+            if obj["estimate"] not in ESTIMATES:
+                raise DecompositionError(f"'estimate' must be one of {ESTIMATES}, got {obj['estimate']!r}")
             plan = cls(rule, str(obj["strategy"]), units, stats, str(obj["estimate"]), tuple(ops),
                        float(obj["c_star"]), bottleneck)
         except KeyError as err:
             raise DecompositionError(f"{field_name}: missing field {err}") from None
-        except (TypeError, ValueError) as err:  # ArgumentError and DecompositionError too
+        except (TypeError, ValueError, AttributeError) as err:  # ArgumentError and DecompositionError too
             raise DecompositionError(f"{field_name}: {err}") from None
         plan.validate()
         return plan

@@ -67,7 +67,6 @@ def cmd_run(args) -> int:
     from rich.console import Console
 
     from ..cli import print_table, read_rules, warn_absent_types, writable, writable_output
-    from ..errors import CepError
     from ..io import read_events, write_output
     from .engine import HybridEngine
 
@@ -78,23 +77,20 @@ def cmd_run(args) -> int:
         writable("--stats", args.stats)
     console = Console(stderr=True)
     t0 = time.perf_counter()
+    # (a file, rule or event error is cep-gpu's one line and exit 1, as for run: cli.run_command)
+    rules = read_rules(args.rules)
+    events = read_events(args.events)
+    if "type" in events.columns:
+        warn_absent_types(args.prog, rules, events["type"].astype(str).unique(), args.events)
+    eng = HybridEngine(rules, units=args.units, allocation=args.allocation, dynamic=not args.no_dynamic,
+                       fusion=not args.no_fusion, time_unit=args.time_unit)
     try:
-        rules = read_rules(args.rules)
-        events = read_events(args.events)
-        if "type" in events.columns:
-            warn_absent_types(args.prog, rules, events["type"].astype(str).unique(), args.events)
-        eng = HybridEngine(rules, units=args.units, allocation=args.allocation, dynamic=not args.no_dynamic,
-                           fusion=not args.no_fusion, time_unit=args.time_unit)
-        try:
-            # the whole input: a rule reading an attribute no event has is detect's error; Arrow
-            # output, as cep-gpu run writes and prints it
-            out = eng.publish(events, output="arrow", complete=True)
-            eng.flush()
-        finally:
-            eng.close()
-    except (CepError, FileNotFoundError, OSError) as exc:
-        print(f"cep-gpu parallel: error: {exc}", file=sys.stderr)
-        return 1
+        # the whole input: a rule reading an attribute no event has is detect's error; Arrow
+        # output, as cep-gpu run writes and prints it
+        out = eng.publish(events, output="arrow", complete=True)
+        eng.flush()
+    finally:
+        eng.close()
     elapsed = time.perf_counter() - t0
     if args.explain:
         print(eng.explain(), file=sys.stderr)

@@ -587,9 +587,17 @@ def _piece_cost(spec, store, strcodes, rows, t_task: np.ndarray, t_item: float, 
     layout = Layout([[(p,) for p in range(1, n)]], [0] * (n - 1), 1)
     reps = 21 if units == 1 else 201  # (threads overlapping for long enough to contend)
     spent: list[float] = []
-    start = threading.Barrier(units)
+    errors: list[BaseException] = []
+    start = threading.Barrier(units, timeout=60)
 
     def unit() -> None:
+        try:
+            measure()
+        except BaseException as exc:  # noqa: BLE001 - re-raised below
+            errors.append(exc)
+            start.abort()  # (the others stop waiting)
+
+    def measure() -> None:
         rt = Runtime([spec], store, layout, [strcodes], dynamic=False, threads=False)
         prev = np.zeros((3, n - 1))
         mine = []
@@ -611,14 +619,14 @@ def _piece_cost(spec, store, strcodes, rows, t_task: np.ndarray, t_item: float, 
                             - float((scanned * c_scan).sum()))
         spent.extend(mine)
 
-    if units == 1:
-        unit()
-    else:
-        threads = [threading.Thread(target=unit) for _ in range(units)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+    threads = [threading.Thread(target=unit) for _ in range(units)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    real = [e for e in errors if not isinstance(e, threading.BrokenBarrierError)]
+    if real or not spent:
+        raise (real or errors or [RuntimeError("piece cost: no measurement")])[0]
     return max(float(np.median(spent)), 0.0)
 
 
@@ -923,7 +931,7 @@ def _sim_data_parallel(tr: Trace, method: str, k: int, rip_batch: int | None, co
     # k units on ``cores`` cores: the slowest unit, or the total shared by the cores, or what of
     # it holds the GIL, one unit at a time
     bound = float(held.sum())
-    # a data-parallel unit's Python is its pieces (a runtime built, fed, drained per piece), not
+    # a data-parallel unit's Python is its pieces (its runtime fed, drained, emptied per piece), not
     # the hybrid's tasks: its share is the spinner's loss over the whole inline run (the splitter
     # and the quiescent points among it), as before 16:30 UTC, else the hybrid's
     share = tr.run_serial if tr.run_serial is not None else serial_share(tr, k)

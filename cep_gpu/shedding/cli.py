@@ -14,7 +14,7 @@ import sys
 
 from ..benchmarks.save import save_results
 from ..cli import UsageError, at_least, number, set_command
-from ..errors import is_finite_positive
+from ..errors import is_finite_nonnegative, is_finite_positive
 
 EPILOG = """examples:
   cep-gpu shedding run rules.txt events.parquet --latency-bound 0.5 --arrival arrival_s --out found.csv
@@ -89,9 +89,9 @@ def add_run_arguments(r: argparse.ArgumentParser) -> None:
     r.add_argument("--mode", choices=["real", "virtual"], default="real",
                    help="real: this engine's measured processing time (default); virtual: the costs "
                         "of --cost and --window-cost (deterministic)")
-    r.add_argument("--cost", type=number(lambda v: v >= 0 and v != float("inf"), "a finite number >= 0"),
+    r.add_argument("--cost", type=number(is_finite_nonnegative, "a finite number >= 0"),
                    default=None, metavar="S", help="virtual time: seconds charged per event (default 0.001)")
-    r.add_argument("--window-cost", type=number(lambda v: v >= 0 and v != float("inf"), "a finite number >= 0"),
+    r.add_argument("--window-cost", type=number(is_finite_nonnegative, "a finite number >= 0"),
                    default=None, metavar="S",
                    help="virtual time: seconds per event a terminator reads (default 0)")
     r.add_argument("--time-unit", default="s", help="unit of numeric ts values (default s)")
