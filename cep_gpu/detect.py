@@ -253,8 +253,9 @@ def composite_events(rule: Rule, table: EventTable, matches: Matches) -> RuleRes
         values = v.values
         if kind == "float":
             values = values.astype(np.float64)
-        elif kind == "int":
-            values = values.astype(np.int64)
+        elif kind == "int":  # (a null's value is NaN in a float column: 0 under its invalid flag)
+            values = np.where(v.valid, values, 0).astype(np.int64) if values.dtype.kind == "f" else \
+                values.astype(np.int64)
         attrs[a.name] = AttributeColumn(kind, values, v.valid.copy())
     return RuleResult(rule, ts, ids, attrs, lengths=lengths, sizes=sizes)
 

@@ -211,3 +211,16 @@ def test_sorted_check_is_lexicographic():
     assert not sorted_by_ts_ids(np.array([5, 5, 5], np.int64), ids[::-1].copy())
     assert sorted_by_ts_ids(np.array([1, 2, 3], np.int64), ids[::-1].copy())  # ts decides first
     assert not sorted_by_ts_ids(np.array([2, 1, 3], np.int64), ids)
+
+
+def test_a_declared_int_from_a_column_with_nulls_casts_without_a_warning():
+    """pandas reads a column of ints with a null as float (NaN): casting NaN to int64 warned
+    'invalid value encountered in cast' to every user; the nulls stay nulls."""
+    import warnings
+
+    ev = pd.DataFrame({"type": ["A", "B", "A", "B"], "ts": [1.0, 2.0, 3.0, 4.0], "x": [None, None, 2, 3]})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        out = cep_gpu.detect(ev, "define R(v: int) pattern SEQ(A a, B b) within 5 s return v := a.x",
+                             backend="cpu")
+    assert out["v"].tolist()[:2] == [pd.NA, pd.NA] and out["v"].tolist()[2] == 2
