@@ -168,3 +168,25 @@ def test_output_paths_are_checked_first_and_absent_types_are_named(tmp_path, cap
     assert main(["shedding", "run", str(tmp_path / "typo.txt"), str(tmp_path / "ev.csv"),
                  "--latency-bound", "1", "--mode", "virtual"]) == 0
     assert "warning: rule 'Up' reads type 'GOGL', which no event in" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("form", ["datetime", "datetime-tz", "int-ms"])
+def test_run_gives_timestamps_in_the_inputs_form(form):
+    """The run's ts came as the engine's raw columns: nanoseconds (ints) for datetimes, floats
+    for integer timestamps; now as detect gives them."""
+    rng = np.random.default_rng(2)
+    n = 300
+    ev = pd.DataFrame({"type": rng.choice(["A", "B", "C"], n), "ts": np.arange(n) * 100,
+                       "price": rng.normal(100, 20, n).round(1)})
+    unit = "ms"
+    if form.startswith("datetime"):
+        ev["ts"] = pd.Timestamp("2026-01-01") + pd.to_timedelta(ev["ts"], unit="ms")
+        if form == "datetime-tz":
+            ev["ts"] = ev["ts"].dt.tz_localize("Europe/Rome")
+    eng = SheddingEngine(RULE, Shedder(10.0, policy="none"), mode="virtual", time_unit=unit)
+    eng.warm_up(ev.iloc[:100])
+    got = eng.run(ev)
+    want = cep_gpu.detect(ev, RULE, backend="cpu", time_unit=unit)
+    assert len(got) == len(want) > 10
+    assert got["ts"].dtype == want["ts"].dtype
+    assert sorted(got["ts"].tolist()) == sorted(want["ts"].tolist())

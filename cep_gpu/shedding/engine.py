@@ -219,8 +219,9 @@ class SheddingEngine:
         """Replay ``events`` arriving at ``arrival`` (seconds; a column name, an array, or None:
         the event timestamps) through the shedder and a fresh engine.
 
-        Returns the composite events found (``rule``, ``ts``, ``ids``: positions in ``events``
-        sorted by timestamp, ``detected_s``, ``latency_s``). ``reference=True`` also runs
+        Returns the composite events found (``rule``, ``ts`` in the form of the input's, as
+        ``detect`` gives it, ``ids``: positions in ``events`` sorted by timestamp, ``detected_s``,
+        ``latency_s``). ``reference=True`` also runs
         :func:`cep_gpu.detect` on every event, for the measured recall in :meth:`stats`.
         ``utilities``: the darling policy's per-event utilities in [0, 1], one per row of
         ``events``, instead of Eq. 11 (a diagnostic hook: ``bench/shedding_ratio.py`` feeds it
@@ -472,6 +473,7 @@ class SheddingEngine:
             lat = det - arr[latest] if latest is not None else 0.0
             rows.append((rule, ts, ids, det, lat))
         out = pd.DataFrame(rows, columns=["rule", "ts", "ids", "detected_s", "latency_s"])
+        out["ts"] = _input_ts(out["ts"], frame["ts"])
         self._found = out
         bound = self.shedder.latency_bound
         lat = out["latency_s"].to_numpy(np.float64)
@@ -553,6 +555,23 @@ def _records(frame: pd.DataFrame, offset: int) -> list[dict]:
             if isinstance(v, float) and math.isnan(v):
                 del r[k]  # absent attribute
     return recs
+
+
+def _input_ts(ts: pd.Series, given: pd.Series) -> pd.Series:
+    """Composite events' timestamps in the form of the input's ``ts``, as ``detect`` gives them:
+    datetimes (with the input's time zone) for datetimes, the input's integer dtype for integers
+    (the engine's columns give nanoseconds and floats)."""
+    if pd.api.types.is_datetime64_any_dtype(given):
+        out = pd.to_datetime(ts)
+        tz = getattr(given.dt, "tz", None)
+        if tz is not None and out.dt.tz is None:
+            out = out.dt.tz_localize("UTC").dt.tz_convert(tz)
+        return out
+    if pd.api.types.is_integer_dtype(given) and len(ts):
+        v = pd.to_numeric(ts)
+        if (v == v.round()).all():
+            return v.astype(given.dtype)
+    return ts
 
 
 def _unshift(ids, offset: int) -> tuple:
