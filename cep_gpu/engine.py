@@ -43,6 +43,7 @@ from .detect import (
 )
 from .errors import ArgumentError, EngineClosedError, EventError, LateEventError
 from .events import UNIT_NS, AttributeColumn, EventTable, StringDictionary, TimeFormat
+from .events.checks import require_columns
 from .model import (
     Rule,
 )
@@ -477,11 +478,13 @@ class Engine:
             events = pd.DataFrame([events])
         if isinstance(events, pa.Table):
             n = events.num_rows
+            require_columns(list(events.column_names))  # (before the ids this adds: the user's columns)
             if "id" not in events.column_names:
                 events = events.append_column("id", pa.array(np.arange(self._next_id, self._next_id + n, dtype=np.int64)))
             new = EventTable.from_arrow(events, time_unit=self._time_unit, strings=self._strings, sort=True)
         elif isinstance(events, pd.DataFrame):
             n = len(events)
+            require_columns([str(c) for c in events.columns])
             if "id" not in events.columns:
                 events = events.assign(id=np.arange(self._next_id, self._next_id + n, dtype=np.int64))
             new = EventTable.from_pandas(events, time_unit=self._time_unit, strings=self._strings, sort=True)
@@ -1046,6 +1049,10 @@ def _is_columnar(events: Mapping) -> bool:
 
 def _arrow_of_columns(columns: Mapping) -> pa.Table:
     """A mapping column name -> NumPy/Arrow array or list as an Arrow table (columnar publish)."""
+    scalar = next((k for k, v in columns.items() if not hasattr(v, "__len__") or isinstance(v, (str, bytes))), None)
+    if scalar is not None:
+        raise EventError(f"publish(columns): column {scalar!r} is one value ({columns[scalar]!r}), not one value "
+                         "per event: give it as an array as long as 'type' (or publish the events as dicts)")
     lengths = {k: len(v) for k, v in columns.items()}
     if len(set(lengths.values())) > 1:
         raise EventError(f"publish(columns): the columns differ in length: {lengths}")

@@ -711,3 +711,17 @@ def test_damaged_checkpoints_are_argument_errors(tmp_path):
             cep_gpu.Engine.restore(data)
     with pytest.raises(cep_gpu.errors.ArgumentError, match="checkpoint: cannot write"):
         engine.checkpoint(tmp_path / "missing" / "c.ckpt")
+
+
+def test_publish_errors_name_the_users_columns_and_scalar_columns():
+    """A user review: a columnar publish with one scalar column raised a bare TypeError (object of
+    type 'int' has no len()); an event without 'type' named an 'id' column the user never gave."""
+    import pyarrow as pa
+
+    eng = cep_gpu.Engine("define P pattern SEQ(B b, C c) within 5 s")
+    with pytest.raises(EventError, match=r"column 'k' is one value \(1\), not one value per event"):
+        eng.publish({"type": np.array(["B", "C"]), "ts": np.array([7.0, 8.0]), "k": 1})
+    for events, columns in (({}, r"\[\]"), (pd.DataFrame({"typ": ["B"], "ts": [1.0]}), r"\['typ', 'ts'\]"),
+                            (pa.table({"typ": ["B"], "ts": [1.0]}), r"\['typ', 'ts'\]")):
+        with pytest.raises(EventError, match=rf"events have no 'type' column \(columns: {columns}\)"):
+            eng.publish(events)

@@ -161,3 +161,13 @@ def test_a_type_no_event_has_is_a_warning(files, capsys):
     assert rc == 0 and "warning: rule 'T' reads type 'GOGL', which no event in" in err
     rc, out, err = cli(capsys, "parallel", "run", d / "rules.txt", d / "ticks.csv")
     assert rc == 0 and "warning" not in err
+
+
+def test_a_second_flush_gives_an_empty_frame_as_engine_does():
+    from cep_gpu.parallel import HybridEngine
+
+    eng = HybridEngine(RULE)
+    eng.publish(pd.DataFrame({"type": ["GOOG", "MSFT"], "ts": [1.0, 2.0], "price": [1.0, 2.0]}))
+    first, again = eng.flush(), eng.flush()  # (the second was None)
+    assert len(first) == 0 and len(again) == 0 and list(again.columns) == list(first.columns)
+    assert HybridEngine(RULE).flush(output="arrow").num_rows == 0

@@ -255,8 +255,13 @@ class HybridEngine:
         """End the input; stop the units. Returns the composite events still held (none for SEQ)."""
         if output not in ("pandas", "arrow"):
             raise ArgumentError(f"output must be 'pandas' or 'arrow', got {output!r}")
-        empty = self.publish(pd.DataFrame({"type": pd.Series([], dtype=str), "ts": pd.Series([], dtype=float)}),
-                             output) if not self._closed and self._rt is not None else None
+        none = pd.DataFrame({"type": pd.Series([], dtype=str), "ts": pd.Series([], dtype=float)})
+        if not self._closed and self._rt is not None:
+            empty = self.publish(none, output)
+        else:  # flushed before, or nothing published: no composite event either (was None)
+            from ..detect import detect
+
+            empty = detect(none, self.rules, backend="reference", time_unit=self.time_unit, output=output)
         self.close()
         return empty
 
