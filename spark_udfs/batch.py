@@ -30,6 +30,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from cep_gpu.analysis import rule_order
+from cep_gpu.backends import check_backend_name
 from cep_gpu.detect import as_rules
 from cep_gpu.errors import ArgumentError, EventError
 
@@ -99,6 +100,7 @@ def plan_job(
     if num_slices is not None and (isinstance(num_slices, bool) or not isinstance(num_slices, numbers.Integral)
                                    or num_slices < 1):
         raise ArgumentError(f"num_slices must be a whole number >= 1 (or None), got {num_slices!r}")
+    check_backend_name(backend)  # the tasks would fail on it, each behind a Java trace
     rule_list = as_rules(rules)
     if not rule_list:
         raise ArgumentError("no rules given")
@@ -167,7 +169,8 @@ def detect_spark(
         On the driver, before any task runs: missing ``type``/``ts``, a ``ts`` of the wrong type,
         rules reading unknown attributes, ``consuming`` rules that cannot be keyed.
     ArgumentError
-        ``num_slices`` not a whole number >= 1, no rules (a ``ValueError`` too).
+        ``num_slices`` not a whole number >= 1, no rules, an unknown ``backend`` name (a
+        ``ValueError`` too).
     """
     if slicing not in ("auto", "parquet", "partitions", "shuffle"):
         raise ValueError(f"slicing must be 'auto', 'parquet', 'partitions' or 'shuffle', not {slicing!r}")

@@ -507,3 +507,18 @@ def test_null_type_fails_as_in_detect(spark):  # noqa: F811
     df = spark.createDataFrame(events, schema="type string, ts long, id long, k long, x long, v double")
     with pytest.raises(Exception, match="column 'type' is null"):
         detect_spark(df, SLICED_RULES, backend=BACKEND, num_slices=1).collect()
+
+
+def test_unknown_backend_fails_on_the_driver_before_any_job(spark, events):  # noqa: F811
+    """It failed inside the Spark tasks, behind a Java trace; now the name is checked as
+    ``detect`` checks it (cep_gpu.backends), before any job."""
+    df = spark.createDataFrame(events).repartition(2)
+    for partition_by in ("k", None):
+        def call(partition_by=partition_by):
+            with pytest.raises(cep_gpu.ArgumentError, match=r"unknown backend 'gpux'"):
+                detect_spark(df, KEYED_RULES, partition_by=partition_by, backend="gpux", num_slices=2)
+
+        assert _no_job_runs(spark, call) == []
+    with pytest.raises(cep_gpu.ArgumentError, match=r"unknown backend 'gpux'"):
+        cep_gpu.detect(events, KEYED_RULES, backend="gpux")  # the same message as detect's
+
