@@ -52,7 +52,9 @@ class RunPlan:
     ``kind``: ``keyed`` (``groupBy(key)``), ``parquet`` (tasks read time-ordered Parquet row
     groups themselves, ``mapInArrow``, no shuffle), ``partitions`` (time-ordered input partitions,
     ``mapInArrow``, no shuffle) or ``shuffle`` (time slices, ``explode`` + ``groupBy(slice)``);
-    ``reason``: why, in words.
+    ``reason``: why, in words (for the time-sliced kinds, ending with ``not keyed: <why>``: the
+    reason :func:`~cep_gpu.spark_udfs.plan.plan_rules` gives, e.g. the rule not tied to
+    ``partition_by``).
     """
 
     kind: str
@@ -179,6 +181,8 @@ def detect_spark(
         out, run = _run_keyed(_engine_events(df, job), job), RunPlan("keyed", f"by {job.plan.key!r}")
     else:
         out, run = _run_time(df, job, slicing)
+        # why not keyed (plan_rules worked it out): a partition_by that did not fit says so here
+        run = RunPlan(run.kind, f"{run.reason}; not keyed: {job.plan.reason}")
     log.info("detect_spark: %s", run.explain())
     out = out.withColumn("ts", job.time.from_engine(F.col("ts")))
     out.cep_plan = run
