@@ -135,6 +135,19 @@ _PROVIDERS = {
 }
 
 
+def check_backend_name(name) -> None:
+    """Raise :class:`~cep_gpu.errors.ArgumentError` (a ``ValueError``) unless ``name`` names a
+    known backend; imports nothing and creates no backend (a driver checks the name its Spark
+    tasks will use without needing their GPU)."""
+    if not isinstance(name, str) or (name not in _REGISTRY and name not in _PROVIDERS):
+        raise _unknown_backend(name)
+
+
+def _unknown_backend(name) -> ArgumentError:
+    known = sorted(set(_REGISTRY) | set(_PROVIDERS))
+    return ArgumentError(f"backend: unknown backend {name!r}; choose one of {known}")
+
+
 def get_backend(name: str) -> Backend:
     """The backend called ``name``; raises :class:`~cep_gpu.errors.ArgumentError` (a ``ValueError``)
     for an unknown name."""
@@ -144,8 +157,7 @@ def get_backend(name: str) -> Backend:
 
             importlib.import_module(_PROVIDERS[name])
         if name not in _REGISTRY:
-            known = sorted(set(_REGISTRY) | set(_PROVIDERS))
-            raise ArgumentError(f"backend: unknown backend {name!r}; choose one of {known}")
+            raise _unknown_backend(name)
         _INSTANCES[name] = _REGISTRY[name]()
     return _INSTANCES[name]
 

@@ -30,6 +30,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from cep_gpu.analysis import rule_order
+from cep_gpu.backends import check_backend_name
 from cep_gpu.detect import as_rules
 from cep_gpu.errors import ArgumentError, EventError
 
@@ -51,7 +52,9 @@ class RunPlan:
     ``kind``: ``keyed`` (``groupBy(key)``), ``parquet`` (tasks read time-ordered Parquet row
     groups themselves, ``mapInArrow``, no shuffle), ``partitions`` (time-ordered input partitions,
     ``mapInArrow``, no shuffle) or ``shuffle`` (time slices, ``explode`` + ``groupBy(slice)``);
-    ``reason``: why, in words.
+    ``reason``: why, in words (for the time-sliced kinds, ending with ``not keyed: <why>``: the
+    reason :func:`~cep_gpu.spark_udfs.plan.plan_rules` gives, e.g. the rule not tied to
+    ``partition_by``).
     """
 
     kind: str
@@ -99,6 +102,7 @@ def plan_job(
     if num_slices is not None and (isinstance(num_slices, bool) or not isinstance(num_slices, numbers.Integral)
                                    or num_slices < 1):
         raise ArgumentError(f"num_slices must be a whole number >= 1 (or None), got {num_slices!r}")
+    check_backend_name(backend)  # the tasks would fail on it, each behind a Java trace
     rule_list = as_rules(rules)
     if not rule_list:
         raise ArgumentError("no rules given")
@@ -167,7 +171,8 @@ def detect_spark(
         On the driver, before any task runs: missing ``type``/``ts``, a ``ts`` of the wrong type,
         rules reading unknown attributes, ``consuming`` rules that cannot be keyed.
     ArgumentError
-        ``num_slices`` not a whole number >= 1, no rules (a ``ValueError`` too).
+        ``num_slices`` not a whole number >= 1, no rules, an unknown ``backend`` name (a
+        ``ValueError`` too).
     """
     if slicing not in ("auto", "parquet", "partitions", "shuffle"):
         raise ValueError(f"slicing must be 'auto', 'parquet', 'partitions' or 'shuffle', not {slicing!r}")
@@ -176,6 +181,8 @@ def detect_spark(
         out, run = _run_keyed(_engine_events(df, job), job), RunPlan("keyed", f"by {job.plan.key!r}")
     else:
         out, run = _run_time(df, job, slicing)
+        # why not keyed (plan_rules worked it out): a partition_by that did not fit says so here
+        run = RunPlan(run.kind, f"{run.reason}; not keyed: {job.plan.reason}")
     log.info("detect_spark: %s", run.explain())
     out = out.withColumn("ts", job.time.from_engine(F.col("ts")))
     out.cep_plan = run

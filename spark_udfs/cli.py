@@ -61,7 +61,8 @@ def spark_readable(events: str, out_dir: Path) -> str:
     CSV. A local CSV file, or local Parquet with ``timestamp[ns]`` columns, is converted once with
     pyarrow to ``out_dir/input_events_us.parquet``, with every timestamp in microseconds; it is removed after the job.
     Sub-microsecond timestamps cannot be kept and are an :class:`~cep_gpu.errors.EventError`
-    (give ``ts`` as numbers with ``--time-unit`` instead). URIs other than ``file://`` go to Spark
+    (give ``ts`` as numbers with ``--time-unit`` instead), and so is a ``ts`` column that is
+    neither numbers nor timestamps (``detect``'s message, naming the first bad value and its row). URIs other than ``file://`` go to Spark
     as given.
     """
     import pyarrow as pa
@@ -84,6 +85,14 @@ def spark_readable(events: str, out_dir: Path) -> str:
         if not any(pa.types.is_timestamp(f.type) and f.type.unit == "ns" for f in schema):
             return events
     table = read_table(path)
+    if "ts" in table.column_names:
+        t = table.schema.field("ts").type
+        if not (pa.types.is_timestamp(t) or pa.types.is_integer(t) or pa.types.is_floating(t)):
+            from cep_gpu.events.from_arrow import arrow_ts
+
+            # text (one 'abc' in a CSV column), booleans...: `cep-gpu run`'s error, naming the
+            # value and its row (Spark would only say the column's type, after starting)
+            arrow_ts(table.column("ts"), "s")
     for f in table.schema:
         if pa.types.is_timestamp(f.type) and f.type.unit == "ns":
             try:

@@ -301,6 +301,30 @@ def chunks_of(groups: list[RowGroup], n: int, lookback: int, horizon: int) -> li
     return chunks
 
 
+def unbalanced_reason(own: tuple[RowGroup, ...], total: int, n: int) -> str:
+    """Why a chunk of row groups ``own`` holds more than :data:`MAX_CHUNK_SHARE` times its share
+    of ``total`` rows in ``n`` chunks: one row group (the plan never splits one), row groups that
+    overlap or touch in time (they must share a chunk), or too few row groups to balance."""
+    rows = _rows(own)
+    limit = f"more than {MAX_CHUNK_SHARE:g} times a chunk's share of {total:,} rows in {n} chunks"
+    if len(own) == 1:
+        return (
+            f"one row group holds {rows:,} of {total:,} rows, {limit} (a row group is never split; "
+            "write smaller row groups, e.g. row_group_size=, or use fewer slices)"
+        )
+    order = sorted(own, key=lambda g: (g.min_ns, g.max_ns))
+    end, one_block = order[0].max_ns, True
+    for g in order[1:]:
+        one_block = one_block and g.min_ns <= end
+        end = max(end, g.max_ns)
+    if one_block:
+        return (
+            f"the row groups overlap in time: one run of overlapping row groups holds {rows:,} "
+            f"of {total:,} rows, {limit}"
+        )
+    return f"a chunk of {len(own)} row groups holds {rows:,} of {total:,} rows, {limit} (too few row groups to balance)"
+
+
 def _rows(groups) -> int:
     return sum(g.rows for g in groups)
 
@@ -326,12 +350,9 @@ def parquet_layout(df: DataFrame, job, forced: bool = False) -> tuple[ParquetLay
     total = _rows(groups)
     n = max(job.n_slices, -(-total // MAX_CHUNK_ROWS))  # a task's table stays a few GB at most
     chunks = chunks_of(groups, n, job.plan.lookback_ns, job.plan.horizon_ns)
-    largest = max(c.rows for c in chunks)
-    if not forced and n > 1 and largest > MAX_CHUNK_SHARE * total / n:
-        return None, (
-            f"the row groups overlap in time: one run of overlapping row groups holds {largest:,} "
-            f"of {total:,} rows"
-        )
+    largest = max(chunks, key=lambda c: c.rows)
+    if not forced and n > 1 and largest.rows > MAX_CHUNK_SHARE * total / n:
+        return None, unbalanced_reason(largest.own, total, n)
     for c in chunks:
         if forced:
             break

@@ -467,3 +467,20 @@ def test_run_on_the_museum_warns_of_nothing(files, capsys):
     rules, pq_path, _, _ = files
     assert main(["run", str(rules), str(pq_path), "--backend", "cpu", "--limit", "0"]) == 0
     assert "warning" not in capsys.readouterr().err
+
+
+def test_spark_names_a_bad_ts_value_and_row_as_run_does(tmp_path, capsys):
+    """`cep-gpu spark r.txt bad.csv` said only "column 'ts' has unsupported type string"; the
+    driver-side read now gives `cep-gpu run`'s message (the value and its row), before Spark
+    starts."""
+    pytest.importorskip("pyspark")
+    rules, bad = tmp_path / "r.txt", tmp_path / "bad.csv"
+    rules.write_text("define R\nfrom B() and last A() within 5 s from B\n")
+    bad.write_text("type,ts,k\nA,1,1\nB,abc,1\nA,3,1\n")
+    assert main(["run", str(rules), str(bad)]) != 0
+    run_err = capsys.readouterr().err
+    assert "column 'ts' holds 'abc' at row 1" in run_err
+    assert main(["spark", str(rules), str(bad), "--out", str(tmp_path / "out")]) != 0
+    spark_err = capsys.readouterr().err
+    assert "column 'ts' holds 'abc' at row 1" in spark_err, spark_err
+    assert spark_err.strip().splitlines()[-1] == run_err.strip().splitlines()[-1]

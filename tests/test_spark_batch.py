@@ -507,3 +507,32 @@ def test_null_type_fails_as_in_detect(spark):  # noqa: F811
     df = spark.createDataFrame(events, schema="type string, ts long, id long, k long, x long, v double")
     with pytest.raises(Exception, match="column 'type' is null"):
         detect_spark(df, SLICED_RULES, backend=BACKEND, num_slices=1).collect()
+
+
+def test_unknown_backend_fails_on_the_driver_before_any_job(spark, events):  # noqa: F811
+    """It failed inside the Spark tasks, behind a Java trace; now the name is checked as
+    ``detect`` checks it (cep_gpu.backends), before any job."""
+    df = spark.createDataFrame(events).repartition(2)
+    for partition_by in ("k", None):
+        def call(partition_by=partition_by):
+            with pytest.raises(cep_gpu.ArgumentError, match=r"unknown backend 'gpux'"):
+                detect_spark(df, KEYED_RULES, partition_by=partition_by, backend="gpux", num_slices=2)
+
+        assert _no_job_runs(spark, call) == []
+    with pytest.raises(cep_gpu.ArgumentError, match=r"unknown backend 'gpux'"):
+        cep_gpu.detect(events, KEYED_RULES, backend="gpux")  # the same message as detect's
+
+
+def test_plan_says_why_partition_by_was_not_keyed(spark, events):  # noqa: F811
+    """The fallback from partition_by to time slices named only the slicing; plan_rules' reason
+    (the rule not tied to the column) was dropped from out.cep_plan."""
+    df = spark.createDataFrame(events).repartition(2)
+    why = plan_job(df, SLICED_RULES, partition_by="k", backend=BACKEND, num_slices=2).plan.reason
+    assert "U1" in why
+    for slicing in ("auto", "shuffle"):
+        out = detect_spark(df, SLICED_RULES, partition_by="k", backend=BACKEND, num_slices=2, slicing=slicing)
+        assert out.cep_plan.kind != "keyed"
+        assert out.cep_plan.reason.endswith(f"not keyed: {why}"), out.cep_plan
+        assert f"not keyed: {why}" in out.cep_plan.explain()
+    out = detect_spark(df, SLICED_RULES, backend=BACKEND, num_slices=2, slicing="shuffle")
+    assert "not keyed: no partition_by column given" in out.cep_plan.explain()

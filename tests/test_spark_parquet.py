@@ -25,6 +25,7 @@ from cep_gpu.spark_udfs.parquet_scan import (  # noqa: E402
     parquet_layout,
     pyarrow_path,
     type_codes,
+    unbalanced_reason,
 )
 from pyspark.sql import functions as F  # noqa: E402
 
@@ -244,6 +245,24 @@ def test_unordered_files_use_another_plan(spark, long_events, tmp_path):  # noqa
     out = detect_spark(df, SLICED_RULES, backend=BACKEND, num_slices=3, slicing="parquet")
     assert out.cep_plan.kind == "parquet" and "1 chunk of" in out.cep_plan.reason
     assert spark_rows(out) == want
+
+
+def test_unbalanced_chunks_say_why(spark, long_events, tmp_path):  # noqa: F811
+    """One row group cannot overlap: the reason was 'the row groups overlap in time' for a file of
+    a single row group; it names the real limit (the chunk balance) now."""
+    ev, want = long_events
+    df = spark.read.parquet(write(ev, tmp_path / "one.parquet", row_group_size=len(ev)))
+    out = detect_spark(df, SLICED_RULES, backend=BACKEND, num_slices=3)
+    reason = out.cep_plan.reason
+    assert out.cep_plan.kind != "parquet"
+    assert "not read as Parquet: one row group holds 3,000 of 3,000 rows" in reason, reason
+    assert "overlap" not in reason.split("not read as Parquet:")[1].split(";")[0]
+    assert spark_rows(out) == want
+    # a few disjoint, large row groups: too few to balance, not overlapping either
+    big = [rg(0, 0, 10, rows=100), rg(1, 20, 30, rows=10), rg(2, 40, 50, rows=10)]
+    why = unbalanced_reason(chunks_of(big, 3, 0, 0)[0].own + (big[1],), 120, 3)
+    assert "too few row groups to balance" in why and "overlap" not in why
+    assert "overlap in time" in unbalanced_reason((rg(0, 0, 10), rg(1, 5, 20)), 40, 4)
 
 
 def test_null_type_fails_as_in_detect(spark, tmp_path):  # noqa: F811
