@@ -25,6 +25,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from cep_gpu.backends import check_backend_name
 from cep_gpu.decopa.errors import DecompositionError
 from cep_gpu.decopa.execute import PlanRules
 from cep_gpu.decopa.optimize import Plan
@@ -52,6 +53,7 @@ def execute_plan_spark(df: DataFrame, plan: Plan, time_unit: str = "s", backend:
         raise DecompositionError(f"expected a cep_gpu.decopa.Plan, got {type(plan).__name__}")
     if not isinstance(slices, int) or isinstance(slices, bool) or slices < 1:
         raise DecompositionError(f"slices must be an int >= 1, got {slices!r}")
+    check_backend_name(backend)  # on the driver: an unknown name failed inside every task
     plan.validate()
     pattern = plan.pattern
     pattern.require_executable()

@@ -55,3 +55,16 @@ def test_spark_rejects_unsupported_rules(spark):  # noqa: F811
     df = spark.createDataFrame(stream(5))
     with pytest.raises(decopa.DecompositionError, match="select first"):
         execute_plan_spark(df, plan)
+
+
+def test_an_unknown_backend_fails_on_the_driver(spark):  # noqa: F811
+    """The name was checked only inside the tasks (one Java trace per task)."""
+    from cep_gpu.spark_udfs import execute_plan_spark
+
+    from cep_gpu.errors import ArgumentError
+
+    plan = decopa.optimize("define Q pattern SEQ(A a, B b) within 1 s", decopa.Stats(rates={"a": 1, "b": 1}),
+                           decopa.Units(2, 10, 10))
+    df = spark.createDataFrame(stream(5))
+    with pytest.raises(ArgumentError, match="unknown backend 'gpux'"):
+        execute_plan_spark(df, plan, backend="gpux")
