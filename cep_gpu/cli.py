@@ -284,7 +284,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     events = read_table(args.events)
     big = events.num_rows > PROGRESS_THRESHOLD
-    with _progress(console, big) as progress, limit_or_default(args.max_matches):
+    with progress_bar(console, big) as progress, limit_or_default(args.max_matches):
         task = progress.add_task("ingest", total=len(rules) + 2)
         table = EventTable.from_arrow(events, time_unit=args.time_unit)
         warn_absent_types(args.prog, rules, table.type_names, args.events)
@@ -327,7 +327,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
     return 0
 
 
-def _progress(console, enabled: bool):
+def progress_bar(console, enabled: bool):
+    """A rich progress bar on ``console`` for long work, or a quiet stand-in with the same calls."""
     from contextlib import nullcontext
 
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn

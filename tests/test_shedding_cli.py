@@ -190,3 +190,29 @@ def test_run_gives_timestamps_in_the_inputs_form(form):
     assert len(got) == len(want) > 10
     assert got["ts"].dtype == want["ts"].dtype
     assert sorted(got["ts"].tolist()) == sorted(want["ts"].tolist())
+
+
+def test_run_reports_progress_off_the_clock():
+    """A long replay reports its progress (the CLI shows a bar from PROGRESS_EVENTS events on):
+    about every 1% and at the end, in order; the run's results are those without it."""
+    ev = _files_frame(2000)
+    calls = []
+    runs = []
+    for progress in (None, lambda done, total: calls.append((done, total))):
+        eng = SheddingEngine(RULE, Shedder(0.05, seed=0), mode="virtual", cost_model=CostModel(default=0.002))
+        eng.warm_up(ev.iloc[:300], "arrival_s")
+        runs.append(eng.run(ev, "arrival_s", progress=progress))
+    pd.testing.assert_frame_equal(runs[0], runs[1])
+    done = [d for d, _ in calls]
+    assert calls[-1] == (2000, 2000) and all(t == 2000 for _, t in calls)
+    assert done == sorted(done) and 50 <= len(calls) <= 120
+
+
+def _files_frame(n: int) -> pd.DataFrame:
+    rng = np.random.default_rng(4)
+    ev = pd.DataFrame({"type": rng.choice(["A", "B", "C", "X"], n), "ts": np.arange(n) * 0.1,
+                       "price": rng.normal(100, 20, n).round(1)})
+    gap = np.full(n, 0.1)
+    gap[n // 2: n // 2 + n // 4] /= 100
+    ev["arrival_s"] = np.cumsum(gap)
+    return ev

@@ -16,6 +16,9 @@ from ..benchmarks.save import save_results
 from ..cli import UsageError, at_least, number, set_command
 from ..errors import is_finite_nonnegative, is_finite_positive
 
+#: a replay of this many events or more shows a progress bar (one event at a time: tens of µs each)
+PROGRESS_EVENTS = 100_000
+
 EPILOG = """examples:
   cep-gpu shedding run rules.txt events.parquet --latency-bound 0.5 --arrival arrival_s --out found.csv
   cep-gpu shedding run rules.txt events.csv --latency-bound 0.02 --speedup 1000 --report report.json
@@ -108,7 +111,14 @@ def cmd_run(args) -> int:
 
     import numpy as np
 
-    from ..cli import argument, read_rules, warn_absent_types, writable, writable_output
+    from ..cli import (
+        argument,
+        progress_bar,
+        read_rules,
+        warn_absent_types,
+        writable,
+        writable_output,
+    )
     from ..events.checks import require_frame
     from ..io import read_events, write_output
     from .engine import SheddingEngine
@@ -162,7 +172,12 @@ def cmd_run(args) -> int:
         order = np.argsort(times_ns(events["ts"], unit_ns), kind="stable")[:n]
         engine.warm_up(events.iloc[order],
                        arr if arr is None or isinstance(arr, str) else np.asarray(arr)[order])
-    found = engine.run(events, arrival_of(events), reference=not args.no_reference)
+    from rich.console import Console
+
+    with progress_bar(Console(stderr=True), len(events) >= PROGRESS_EVENTS) as bar:
+        task = bar.add_task("replay", total=len(events))
+        found = engine.run(events, arrival_of(events), reference=not args.no_reference,
+                           progress=lambda done, total: bar.update(task, completed=done))
     found["ids"] = _input_ids(found["ids"], engine._order, events)
     report = engine.stats()
     print(_summary(report), file=sys.stderr)

@@ -215,7 +215,8 @@ class SheddingEngine:
     # -- runs -------------------------------------------------------------------------------------
 
     def run(self, events: pd.DataFrame, arrival=None, *, reference: bool = True,
-            utilities: np.ndarray | None = None) -> pd.DataFrame:
+            utilities: np.ndarray | None = None,
+            progress: Callable[[int, int], None] | None = None) -> pd.DataFrame:
         """Replay ``events`` arriving at ``arrival`` (seconds; a column name, an array, or None:
         the event timestamps) through the shedder and a fresh engine.
 
@@ -225,7 +226,9 @@ class SheddingEngine:
         :func:`cep_gpu.detect` on every event, for the measured recall in :meth:`stats`.
         ``utilities``: the darling policy's per-event utilities in [0, 1], one per row of
         ``events``, instead of Eq. 11 (a diagnostic hook: ``bench/shedding_ratio.py`` feeds it
-        oracles to bound what any utility could reach).
+        oracles to bound what any utility could reach). ``progress``: called with (events arrived,
+        all events) about every 1% of the run and at its end, between events: off the clock in
+        real time (a progress bar does not delay the engine's measured processing).
         """
         self.shedder._need()
         frame, arr, ts_ns = self._input(events, arrival, "run")
@@ -277,6 +280,8 @@ class SheddingEngine:
         # objects kept per composite event made full collections frequent; resolution 21)
         parts: list[tuple] = []  # (columns, detected, trigger start)
         i = 0  # next arrival
+        report_every = max(n // 100, 1)
+        next_report = report_every
         last_check = 0
         # full collections during the run (real time): on the clock, out of the running means
         full = _FullCollections()
@@ -336,6 +341,9 @@ class SheddingEngine:
                             core.F[_core.F_SHED] = shed_sum / shed_cnt
                         step_pause += full.total - g1
                     i = hi
+                    if progress is not None and i >= next_report:
+                        progress(i, n)
+                        next_report = i + report_every
                     if self.drift_check is not None and i - last_check >= self.drift_every:
                         recent = frame.iloc[last_check:i]
                         if self.drift_check(recent):
@@ -351,6 +359,8 @@ class SheddingEngine:
                     z_sum[t] += max(clock - s - window_part - step_pause, 0.0)
                     z_cnt[t] += 1
                     core.z_est[t] = z_sum[t] / z_cnt[t]
+        if progress is not None:
+            progress(n, n)
         for out, det, trig in parts:  # off the clock: the run is over
             for rule, ts, ids, k in zip(out["rule"].tolist(), out["ts"].tolist(), out["ids"].tolist(),
                                         out["ids_len"].tolist()):
