@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 
 import numpy as np
@@ -16,12 +17,8 @@ RULE = "define Up pattern SEQ(A a, B b, C c) where a.price < b.price and b.price
 
 
 def _files(tmp_path, n: int = 1500, shuffle: bool = False, ids: bool = False):
+    ev = _files_frame(n)
     rng = np.random.default_rng(4)
-    ev = pd.DataFrame({"type": rng.choice(["A", "B", "C", "X"], n), "ts": np.arange(n) * 0.1,
-                       "price": rng.normal(100, 20, n).round(1)})
-    gap = np.full(n, 0.1)
-    gap[n // 2: n // 2 + n // 4] /= 100  # a peak: a quarter of the events at 100x the rate
-    ev["arrival_s"] = np.cumsum(gap)
     if ids:
         ev.insert(0, "id", rng.permutation(10 * n)[:n])
     if shuffle:  # a file need not be in time order: ids still name the file's rows
@@ -102,7 +99,7 @@ def test_statistics_from_a_sample_file(tmp_path):
 ])
 def test_bad_arguments_are_one_line_naming_the_option(tmp_path, capsys, extra, option, words):
     _files(tmp_path, n=300)
-    with pytest.raises(SystemExit) if option == "--buckets" else _nothing():
+    with pytest.raises(SystemExit) if option == "--buckets" else contextlib.nullcontext():
         rc = main(["shedding", "run", str(tmp_path / "rules.txt"), str(tmp_path / "ev.csv"),
                    "--latency-bound", "1", *extra])
         assert rc == 2
@@ -119,14 +116,6 @@ def test_bad_files_are_one_line_errors(tmp_path, capsys):
     assert main(["shedding", "run", str(tmp_path / "nope.txt"), str(tmp_path / "ev.csv"),
                  "--latency-bound", "1"]) == 1
     assert "no such rule file" in capsys.readouterr().err
-
-
-class _nothing:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
 
 def test_bench_quick_fills_only_what_was_not_given(monkeypatch, capsys):

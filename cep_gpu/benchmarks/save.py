@@ -20,3 +20,14 @@ def save_results(result: dict, out: str | None, plot: str | None, plot_fn: Calla
         Path(plot).parent.mkdir(parents=True, exist_ok=True)
         plot_fn(result, plot)
         print(f"plot -> {plot}", file=sys.stderr)
+
+
+def json_default(o):
+    """``json.dump``'s ``default`` for results and reports: NumPy scalars and arrays as Python
+    values, other numbers as floats, anything else as its text."""
+    if hasattr(o, "tolist"):
+        return o.tolist()
+    try:
+        return float(o)
+    except (TypeError, ValueError):
+        return str(o)

@@ -23,6 +23,7 @@ import time
 import numpy as np
 import pandas as pd
 
+from ..benchmarks.save import json_default
 from .baselines import run
 from .engine import HybridEngine
 from .simulate import cores_available, simulate, trace
@@ -557,10 +558,6 @@ def write(result: dict, out: str | None, png: str | None) -> None:
             json.dump(result, f, indent=1, default=json_default)
     if png:
         plot(result, png)
-
-
-def json_default(o):
-    return o.item() if hasattr(o, "item") else float(o)
 
 
 def markdown(result: dict) -> str:

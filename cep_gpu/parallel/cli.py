@@ -13,6 +13,7 @@ import json
 import sys
 import time
 
+from ..benchmarks.save import json_default
 from ..cli import at_least, set_command
 
 EPILOG = """examples:
@@ -96,7 +97,7 @@ def cmd_run(args) -> int:
         print(eng.explain(), file=sys.stderr)
     if args.stats:
         with open(args.stats, "w") as f:
-            json.dump(eng.stats(), f, indent=1, default=float)
+            json.dump(eng.stats(), f, indent=1, default=json_default)
     summary = f"{out.num_rows} composite events from {len(events)} events in {elapsed:.2f} s"
     if args.out:
         write_output(out, args.out)
@@ -110,7 +111,7 @@ def cmd_run(args) -> int:
 def cmd_bench(args) -> int:
     from rich.console import Console
 
-    from .bench import json_default, run_bench, write
+    from .bench import run_bench, write
 
     console = Console(stderr=True)
     if getattr(args, "merge", None):

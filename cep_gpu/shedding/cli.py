@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..benchmarks.save import save_results
+from ..benchmarks.save import json_default, save_results
 from ..cli import UsageError, at_least, number, set_command
 from ..errors import is_finite_nonnegative, is_finite_positive
 
@@ -104,6 +104,8 @@ def add_run_arguments(r: argparse.ArgumentParser) -> None:
     r.add_argument("--out", help="write the composite events here (.csv/.parquet): rule, ts, ids (as "
                                  "cep-gpu run gives them), detected_s, latency_s; default: print")
     r.add_argument("--report", metavar="FILE", help="write the report (stats()) here as JSON")
+    r.add_argument("--limit", type=at_least(0), default=50,
+                   help="composite events printed without --out (default 50), as cep-gpu run")
 
 
 def cmd_run(args) -> int:
@@ -113,6 +115,7 @@ def cmd_run(args) -> int:
 
     from ..cli import (
         argument,
+        print_table,
         progress_bar,
         read_rules,
         warn_absent_types,
@@ -122,7 +125,7 @@ def cmd_run(args) -> int:
     from ..events.checks import require_frame
     from ..io import read_events, write_output
     from .engine import SheddingEngine
-    from .shedder import Shedder
+    from .shedder import UNIT_NS, Shedder
     from .stats import CostModel, times_ns
 
     if args.arrival and args.speedup:
@@ -143,24 +146,26 @@ def cmd_run(args) -> int:
         raise UsageError("events", f"{args.events} holds no event")
     costs = (CostModel(default=1e-3 if args.cost is None else args.cost,
                        window=args.window_cost or 0.0) if args.mode == "virtual" else None)
-    unit_ns = _unit_ns(args.time_unit)
     with argument("--buckets"):
         shedder = Shedder(args.latency_bound, beta=args.beta, buckets=args.buckets, policy=args.policy,
                           seed=args.seed, utility=args.utility)
-    engine = SheddingEngine(rules, shedder, backend=args.backend, time_unit=args.time_unit, mode=args.mode,
-                            cost_model=costs)
+    with argument("--time-unit"):
+        engine = SheddingEngine(rules, shedder, backend=args.backend, time_unit=args.time_unit, mode=args.mode,
+                                cost_model=costs)
 
-    def arrival_of(frame):
+    def arrival_of(frame, ts_ns=None):
         if args.arrival:
             if args.arrival not in frame.columns:
                 raise UsageError("--arrival", f"no column {args.arrival!r} in the events (columns: "
                                               f"{', '.join(map(str, frame.columns))})")
-            return args.arrival
+            return frame[args.arrival].to_numpy()  # (SheddingEngine checks them: numbers of seconds)
         if args.speedup:
-            sec = times_ns(frame["ts"], unit_ns) / 1e9
+            sec = (times_ns(frame["ts"], UNIT_NS[args.time_unit]) if ts_ns is None else ts_ns) / 1e9
             return (sec - sec.min()) / args.speedup
         return None
 
+    ts_ns = times_ns(events["ts"], UNIT_NS[args.time_unit])  # (once: the warm-up's order and the arrivals)
+    arr = arrival_of(events, ts_ns)
     if args.sample:
         sample = require_frame(read_events(args.sample), args.sample)
         engine.warm_up(sample, arrival_of(sample))
@@ -168,35 +173,25 @@ def cmd_run(args) -> int:
         n = args.warmup or max(1, min(len(events) // 10, 10_000))
         if n > len(events):
             raise UsageError("--warmup", f"the events hold {len(events)} events, fewer than {n}")
-        arr = arrival_of(events)
-        order = np.argsort(times_ns(events["ts"], unit_ns), kind="stable")[:n]
-        engine.warm_up(events.iloc[order],
-                       arr if arr is None or isinstance(arr, str) else np.asarray(arr)[order])
+        first = np.argsort(ts_ns, kind="stable")[:n]
+        engine.warm_up(events.iloc[first], None if arr is None else arr[first])
     from rich.console import Console
 
     with progress_bar(Console(stderr=True), len(events) >= PROGRESS_EVENTS) as bar:
         task = bar.add_task("replay", total=len(events))
-        found = engine.run(events, arrival_of(events), reference=not args.no_reference,
+        found = engine.run(events, arr, reference=not args.no_reference,
                            progress=lambda done, total: bar.update(task, completed=done))
-    found["ids"] = _input_ids(found["ids"], engine._order, events)
+    found["ids"] = _input_ids(found["ids"], engine.input_rows, events)
     report = engine.stats()
     print(_summary(report), file=sys.stderr)
     if args.report:
         with open(args.report, "w") as f:
-            json.dump(report, f, indent=1, default=_json_value)
+            json.dump(report, f, indent=1, default=json_default)
     if args.out:
         write_output(found, args.out)
     else:
-        print(found.to_string(index=False) if len(found) else "(no composite events)")
+        print_table(found, args.limit)
     return 0
-
-
-def _unit_ns(unit: str) -> int:
-    from .shedder import UNIT_NS
-
-    if unit not in UNIT_NS:
-        raise UsageError("--time-unit", f"unknown unit {unit!r}; use one of {sorted(UNIT_NS)}")
-    return UNIT_NS[unit]
 
 
 def _input_ids(ids, order, events):
@@ -217,16 +212,6 @@ def _summary(r: dict) -> str:
             f"{r['composites']} composite events, recall {recall} (estimated {r['estimated_recall']:.3f}); "
             f"p99 latency {'-' if p99 is None else f'{p99:.4g} s'}, bound {r['latency_bound_s']:g} s, "
             f"{r['violations']} violations")
-
-
-def _json_value(v):
-    import numpy as np
-
-    if isinstance(v, np.generic):
-        return v.item()
-    if isinstance(v, np.ndarray):
-        return v.tolist()
-    return str(v)
 
 
 def add_bench_arguments(b: argparse.ArgumentParser) -> None:
@@ -268,13 +253,10 @@ def add_bench_arguments(b: argparse.ArgumentParser) -> None:
 def cmd_bench(args) -> int:
     from . import bench
 
-    if args.quick:  # the quick defaults, for what was not given
-        args.lengths = args.lengths if args.lengths is not None else [3, 4, 5]
-        args.factors = args.factors if args.factors is not None else [100, 1000]
-        args.events = args.events if args.events is not None else 4000
-    lengths = args.lengths if args.lengths is not None else [3, 4, 5, 6]
-    factors = args.factors if args.factors is not None else [10, 100, 1000]
-    events = args.events if args.events is not None else 24000
+    # the defaults (--quick: shorter ones), for what was not given
+    default = {"lengths": [3, 4, 5], "factors": [100, 1000], "events": 4000} if args.quick else \
+        {"lengths": [3, 4, 5, 6], "factors": [10, 100, 1000], "events": 24000}
+    lengths, factors, events = (default[k] if getattr(args, k) is None else getattr(args, k) for k in default)
     if not 0 < args.bound_fraction <= 1:
         raise UsageError("--bound-fraction", f"must be in (0, 1], got {args.bound_fraction}")
     if not 0 <= args.noise < 1:

@@ -522,6 +522,12 @@ class SheddingEngine:
         u_kept = {t: float(u[(types == t) & kept].sum()) for t in np.unique(types)}
         return estimated_recall(self.shedder.rules, u_all, u_kept)
 
+    @property
+    def input_rows(self) -> np.ndarray:
+        """The row of the events given to the last :meth:`run` (or :meth:`warm_up`) at each
+        position in timestamp order: the ``ids`` that :meth:`run` returns index these."""
+        return self._order
+
     def stats(self) -> dict:
         """The last run's report: events dropped (in total and per type), composite events found,
         estimated and (with a reference run) measured recall, detection latency percentiles,
