@@ -10,9 +10,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from cep_gpu.cli import UsageError, at_least, set_command, writable
-
-BACKENDS = ["auto", "cpu", "gpu", "aip", "reference"]
+from cep_gpu.cli import BACKENDS, UsageError, at_least, set_command, writable
 
 
 def add_spark_parser(sub) -> argparse.ArgumentParser:
