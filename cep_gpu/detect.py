@@ -73,14 +73,21 @@ def check_schema(rules: Sequence[Rule], table: EventTable, require_attributes: b
     known = set(table.columns) | set(produced)
     require_attributes = require_attributes and len(table) > 0
 
+    attr_kinds: dict[str, str | None] = {}  # (each column's valid.any() once per call: per publish)
+
+    def attr_kind(name: str) -> str | None:
+        if name not in attr_kinds:
+            col = table.columns.get(name)
+            k = col.kind if col is not None and col.valid.any() else produced.get(name)
+            attr_kinds[name] = {"int": "num", "float": "num"}.get(k, k)
+        return attr_kinds[name]
+
     def kind_of(expr) -> str | None:
         if isinstance(expr, Const):
             v = expr.value
             return "string" if isinstance(v, str) else "bool" if isinstance(v, bool) else "num"
         if isinstance(expr, Attr):
-            col = table.columns.get(expr.name)
-            k = col.kind if col is not None and col.valid.any() else produced.get(expr.name)
-            return {"int": "num", "float": "num"}.get(k, k)
+            return attr_kind(expr.name)
         if isinstance(expr, (Arith, Neg)):  # a number, unless an operand is not (an error below)
             kinds = {kind_of(c) for c in children(expr)}
             return "num" if kinds <= {"num", None} else None
