@@ -140,7 +140,8 @@ def _load(args):
         from .errors import MuseError
 
         raise MuseError(f"{args.network}: not JSON ({err})") from None
-    return _queries(args, read_text(qpath, "query file")), Network.from_dict(spec)
+    text = read_text(qpath, "query file")  # (returned too: simulate warns of its types no event has)
+    return _queries(args, text), Network.from_dict(spec), text
 
 
 def _queries(args, text: str):
@@ -260,7 +261,7 @@ def _network_from_events(args) -> int:
     time_unit = args.time_unit or "s"
     events = read_events(args.events)
     rates = node_rates(events, node_column, time_unit)
-    net = Network.from_events(events, node_column, time_unit)
+    net = Network.from_rates(rates)
     text = json.dumps(net.to_dict(), indent=2)
     if not args.out:
         print(text)
@@ -284,7 +285,7 @@ def _network_from_events(args) -> int:
 def cmd_plan(args) -> int:
     from .placement import place
 
-    queries, net = _load(args)
+    queries, net, _ = _load(args)
     plan = place(queries, net, args.algorithm)
     print(plan.explain())
     if args.json:
@@ -301,7 +302,7 @@ def cmd_simulate(args) -> int:
 
     if args.out:  # before any work, as cep-gpu run checks it
         writable_output("--out", args.out)
-    queries, net = _load(args)
+    queries, net, query_text = _load(args)
     plan = place(queries, net, args.algorithm)
     if args.events:
         streams = read_events(args.events)
@@ -309,8 +310,7 @@ def cmd_simulate(args) -> int:
         node_column, time_unit = args.node_column, args.time_unit
         if "type" in streams.columns:
             present = [str(t) for t in streams["type"].dropna().unique()]
-            warn_absent_types(args.prog, parse_rules(Path(args.queries).read_text(encoding="utf-8")),
-                              present, args.events)
+            warn_absent_types(args.prog, parse_rules(query_text), present, args.events)
     else:
         duration = 60.0 if args.duration is None else args.duration
         streams = generate_streams(net, queries, duration, seed=args.seed)

@@ -118,7 +118,12 @@ class Network:
         ``events``: a pandas DataFrame or an Arrow table with ``type``, ``ts`` (numbers in
         ``time_unit`` or datetimes, as :func:`cep_gpu.detect` reads them) and ``node_column``.
         """
-        rates = node_rates(events, node_column, time_unit)
+        return cls.from_rates(node_rates(events, node_column, time_unit))
+
+    @classmethod
+    def from_rates(cls, rates: pd.DataFrame) -> Network:
+        """The network of :func:`node_rates`' table (``node``, ``type``, ``rate``), as
+        :meth:`from_events` builds it."""
         produces: dict[str, set[str]] = {}
         for node, t in zip(rates["node"], rates["type"], strict=True):
             produces.setdefault(node, set()).add(t)
