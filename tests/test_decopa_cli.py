@@ -202,6 +202,8 @@ def test_decopa_run_on_a_file_writes_what_cep_gpu_run_writes(tmp_path, capsys, s
     assert rc == 0, err
     if suffix == "csv":
         assert streamed.read_bytes() == want.read_bytes()
+    else:  # (the streamed Parquet went unchecked)
+        pd.testing.assert_frame_equal(pd.read_parquet(streamed), pd.read_parquet(want))
 
 
 def test_decopa_run_prints_rows_and_reports_errors(tmp_path, capsys):
