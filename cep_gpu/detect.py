@@ -70,7 +70,6 @@ def check_schema(rules: Sequence[Rule], table: EventTable, require_attributes: b
     ``source``: what the message calls the events (``"input"``; DecoPa's statistics say
     ``"sample"``)."""
     produced = {a.name: a.type for r in rules for a in r.attributes}
-    known = set(table.columns) | set(produced)
     require_attributes = require_attributes and len(table) > 0
 
     attr_kinds: dict[str, str | None] = {}  # (each column's valid.any() once per call: per publish)
@@ -103,24 +102,11 @@ def check_schema(rules: Sequence[Rule], table: EventTable, require_attributes: b
                     return err
         return rule.error(message, pos)
 
+    if require_attributes:
+        check_attribute_names(rules, table.columns, source)
     for rule in rules:
-        exprs = list(rule.conditions)
-        for part in list(rule.negations) + list(rule.aggregates):
-            exprs.extend(part.conditions)
-        exprs.extend(a.expr for a in rule.attributes)
-        exprs.extend(kleene_exprs(rule))
-        for agg in rule.aggregates:
-            if agg.attribute is not None:
-                exprs.append(Attr(SELF, agg.attribute, pos=agg.pos))
-        for expr in exprs:
+        for expr in _read_exprs(rule):
             for node in walk(expr):
-                if isinstance(node, Attr) and node.name not in known and require_attributes:
-                    raise rule.error(
-                        f"rule {rule.name!r} reads attribute {node.name!r}, which no event in the "
-                        f"{source} has (the {source}'s attributes: {sorted(table.columns)}"
-                        + (f"; composite events add {sorted(produced)})" if produced else ")"),
-                        node.pos,
-                    )
                 if isinstance(node, (Arith, Neg)):
                     op = node.op if isinstance(node, Arith) else "-"
                     for operand in children(node):
@@ -153,6 +139,37 @@ def check_schema(rules: Sequence[Rule], table: EventTable, require_attributes: b
                             )
         for agg in rule.aggregates:
             _check_aggregate(rule, agg, table, produced)
+
+
+def check_attribute_names(rules: Sequence[Rule], names, source: str = "input") -> None:
+    """Reject a rule that reads an attribute which neither ``names`` (the input's attribute
+    columns) nor any rule's output has: what :func:`check_schema` checks of a whole input, for a
+    caller that knows the columns before the events (a stream published in parts)."""
+    produced = {a.name: a.type for r in rules for a in r.attributes}
+    known = set(names) | set(produced)
+    for rule in rules:
+        for expr in _read_exprs(rule):
+            for node in walk(expr):
+                if isinstance(node, Attr) and node.name not in known:
+                    raise rule.error(
+                        f"rule {rule.name!r} reads attribute {node.name!r}, which no event in the "
+                        f"{source} has (the {source}'s attributes: {sorted(names)}"
+                        + (f"; composite events add {sorted(produced)})" if produced else ")"),
+                        node.pos,
+                    )
+
+
+def _read_exprs(rule: Rule) -> list:
+    """Every expression of ``rule`` that reads attributes (conditions, outputs, aggregates)."""
+    exprs = list(rule.conditions)
+    for part in list(rule.negations) + list(rule.aggregates):
+        exprs.extend(part.conditions)
+    exprs.extend(a.expr for a in rule.attributes)
+    exprs.extend(kleene_exprs(rule))
+    for agg in rule.aggregates:
+        if agg.attribute is not None:
+            exprs.append(Attr(SELF, agg.attribute, pos=agg.pos))
+    return exprs
 
 
 _KIND_WORDS = {"num": "number", "bool": "boolean"}

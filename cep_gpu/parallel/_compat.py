@@ -10,13 +10,13 @@ from __future__ import annotations
 import numpy as np
 
 from ..backends import Matches
-from ..detect import check_schema, composite_events, in_time_units
+from ..detect import check_attribute_names, check_schema, composite_events, in_time_units
 from ..events import AttributeColumn, EventTable, StringDictionary, TimeFormat
 from ..output import OutputSchema, assemble
 from .kernels import order_matches
 
-__all__ = ["EventTable", "StringDictionary", "TimeFormat", "build_output", "build_sorted", "check_schema", "ingest",
-           "match_term", "store_table"]
+__all__ = ["EventTable", "StringDictionary", "TimeFormat", "build_output", "build_sorted", "check_attribute_names",
+           "check_schema", "ingest", "match_term", "store_table"]
 
 
 def ingest(df, time_unit: str, strings: StringDictionary) -> EventTable:

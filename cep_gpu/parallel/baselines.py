@@ -92,14 +92,8 @@ def run(method: str, rules, events: pd.DataFrame, units: int = 1, *, time_unit: 
         import cep_gpu
 
         # an attribute no event has, as detect says it (a stream of chunks could not say that an
-        # attribute never comes): the columns are the frame's, so one event with every attribute
-        # null shows them and nothing else (ingesting the whole input again cost the timed run
-        # 15%); the engine checks the kinds of each publish
-        names = events.iloc[:1].copy()
-        for c in names.columns:
-            if c not in ("type", "ts", "id"):
-                names[c] = pd.Series([None] * len(names), index=names.index, dtype=object)
-        _compat.check_schema(rule_list, _compat.ingest(names, time_unit, _compat.StringDictionary()))
+        # attribute never comes): from the frame's columns; the engine checks the kinds per publish
+        _compat.check_attribute_names(rule_list, [str(c) for c in events.columns if c not in ("type", "ts", "id")])
         eng = cep_gpu.Engine(rule_list, backend="cpu", time_unit=time_unit, max_batch_latency=None)
         step = chunk_size or 16_384
         t0 = time.perf_counter()
