@@ -81,7 +81,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numba
 import numpy as np
@@ -250,6 +250,8 @@ class Chains:
     #: (``A(k=$k)``): its column (slot :func:`agg_slot`) is chained on ``attr[slot]``, and the
     #: aggregate walks that value's bucket instead of its whole span
     aggs: dict
+    #: the rule lowered with the parameter index (what :meth:`unindexed_keys` compares with)
+    indexed: RuleSpec | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def of(cls, rule: Rule, kinds: dict[str, str | None], indexed: RuleSpec | None = None) -> Chains:
@@ -282,15 +284,12 @@ class Chains:
                     attr[q], aggs[k] = pair[0], (pair[1].pred, pair[1].name)
                     floats[q] = kinds[pair[0]] == "float" or kinds[pair[1].name] == "float"
                     break
-        return cls(attr, floats, steps, aggs)
+        return cls(attr, floats, steps, aggs, indexed)
 
-    def unindexed_keys(self, rule: Rule, indexed: RuleSpec | None = None) -> bool:
-        """Whether some step has an equality the batch CDP answers by its index but this does not
-        (``indexed``: as in :meth:`of`)."""
-        if indexed is None:
-            indexed = lower(rule, use_index=True)
+    def unindexed_keys(self) -> bool:
+        """Whether some step has an equality the batch CDP answers by its index but this does not."""
         return any(st.key is not None and (pi, s) not in self.steps
-                   for pi, plan in enumerate(indexed.plans) for s, st in enumerate(plan.steps) if s)
+                   for pi, plan in enumerate(self.indexed.plans) for s, st in enumerate(plan.steps) if s)
 
 
 def agg_slot(rule: Rule, k: int) -> int:
@@ -722,7 +721,7 @@ class StreamMatcher:
         #: the batch CDP's parameter index beats scanning windows for large micro-batches
         every = {a: "int" for a in self.spec.layout.attrs}
         chains = Chains.of(rule, every, self._indexed)
-        self.max_rows = FAST_PATH_MAX_ROWS if chains.unindexed_keys(rule, self._indexed) else None
+        self.max_rows = FAST_PATH_MAX_ROWS if chains.unindexed_keys() else None
         self._store: EventTable | None = None  # the buffer arrays the columns point into
         self._n_cols = -1
         self._n_strings = -1
