@@ -153,6 +153,9 @@ class Check:
         rc, _ = self._py("import cep_gpu.kernels.gpu, cep_gpu.cuda")
         if rc != 0:  # not installed: import it from the tree
             paths.insert(0, str(import_farm(self.out / "_import")))
+            # and keep the steps' working folder (the root) off sys.path: its own cep_gpu/ there,
+            # first on the path, would win over the farm's and lack cep_gpu.kernels (Python 3.11+)
+            self.env["PYTHONSAFEPATH"] = "1"
         missing = [m for m in NEEDED if self._py(f"import {m}")[0] != 0]
         if missing and self.args.wheels is not None:
             site = self.out / "_site"

@@ -263,6 +263,11 @@ class HostRuntime:
     def copy_in(self, buf: np.ndarray, offset: int, host: np.ndarray) -> None:
         buf[int(offset): int(offset) + len(host)] = host
 
+    def rows_by_key(self, rows: np.ndarray, keys: np.ndarray, count: int, width: int) -> np.ndarray:
+        count = int(count)
+        order = np.argsort(keys[:count], kind="stable")
+        return rows[: count * width].reshape(count, width)[order]
+
     def copy_within(self, dst: np.ndarray, dst_offset: int, src: np.ndarray, src_offset: int, n: int) -> None:
         dst[int(dst_offset): int(dst_offset) + int(n)] = src[int(src_offset): int(src_offset) + int(n)]
 

@@ -161,6 +161,9 @@ class FakeArray:
             raise TypeError("the fake supports slices only")
         return FakeArray(self._a[key], self.device, self._base or self)
 
+    def reshape(self, *shape) -> FakeArray:
+        return FakeArray(self._a.reshape(*shape), self.device, self._base or self)
+
     def _stream(self, stream) -> _Stream:
         state = self.device._state
         if state.device is not self.device:
@@ -310,8 +313,25 @@ def make(devices: int = 2) -> types.ModuleType:
         state.device.current_stream.enqueue(lambda: ctypes.memmove(dst, at, n))  # a fill kernel, queued
         return out
 
+    def _queued(out: FakeArray, compute) -> FakeArray:
+        """``out`` filled by ``compute()`` when the current stream runs it (a kernel, queued)."""
+        dst = out._a
+        state.device.current_stream.enqueue(lambda: dst.__setitem__(Ellipsis, compute()))
+        return out
+
+    def argsort(a: FakeArray) -> FakeArray:
+        src = a._a
+        return _queued(_alloc(np.empty(src.shape, np.int64)), lambda: np.argsort(src, kind="stable"))
+
+    def take(a: FakeArray, order: FakeArray, axis: int = 0) -> FakeArray:
+        src, idx = a._a, order._a
+        shape = (len(idx), *src.shape[1:])
+        return _queued(_alloc(np.empty(shape, src.dtype)), lambda: np.take(src, idx, axis=axis))
+
     cupy.empty = empty
     cupy.full = full
+    cupy.argsort = argsort
+    cupy.take = take
     cupy.ascontiguousarray = lambda a: a
     cupy.RawModule = _RawModule
     cupy.get_default_memory_pool = lambda: types.SimpleNamespace(used_bytes=lambda: state.used)

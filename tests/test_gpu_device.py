@@ -16,6 +16,7 @@ from cep_gpu.kernels.gpu import GpuCombiner, gpu_available
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import rules_and_streams
+from test_gpu_host import same  # (here, not in a @given test: hypothesis refuses nested @given)
 
 import cep_gpu
 from cep_gpu.backends import get_backend
@@ -34,8 +35,6 @@ SEQ3 = "define Seq3 from C(k=$k) and {p} B(k=$k) within {w} ms from C and {p} A(
 
 
 def _same(a, b) -> None:
-    from test_gpu_host import same
-
     same(a, b)
 
 
@@ -43,7 +42,10 @@ def _same(a, b) -> None:
 @given(rules_and_streams())
 def test_device_kernels_equal_reference(case):
     text, events = case
-    _same(cep_gpu.detect(events, text, backend="gpu"), cep_gpu.detect(events, text, backend="reference"))
+    ref = cep_gpu.detect(events, text, backend="reference")
+    _same(cep_gpu.detect(events, text, backend="gpu"), ref)
+    counted = cep_gpu.detect(events, text, backend="gpu", output="count")
+    assert {k: v for k, v in counted.items() if v} == ref["rule"].value_counts().to_dict()
 
 
 @pytest.mark.parametrize("policy", ["each", "last", "first"])

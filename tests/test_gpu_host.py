@@ -136,6 +136,25 @@ def test_each_output_is_in_cpu_order():
     assert np.array_equal(got.rows, got.rows[np.lexsort((got.rows[:, 2], got.rows[:, 1], got.rows[:, 0]))])
 
 
+@pytest.mark.parametrize("checked", [False, True])
+def test_count_builds_no_sequences(checked):
+    """``output="count"``: the last ``each`` step is counted on the device (with nothing left to
+    check, as the sum of its ranges), so no output buffer grows and nothing is copied back."""
+    events = seq3_events(400, seed=2)
+    table = EventTable.from_pandas(events, time_unit="ms")
+    text = SEQ3.format(p="each", w=40)
+    if checked:  # a condition across events: the last step runs its checks in the kernel
+        text = text.replace("A(k=$k)", "A(k=$k and v < $v)").replace("B(k=$k)", "B(k=$k and v=$v)")
+    rule = cep_gpu.parse_rule(text)
+    backend = host_backend(initial_capacity=1, block=8, max_blocks=3)
+    want = len(ReferenceBackend().match(rule, table))
+    assert want > 100
+    assert backend.count(rule, table) == want
+    out = backend.combiner._buffers["seqs"]  # (grown for the B step's sequences only)
+    assert out.capacity < want * 3
+    assert len(backend.match(rule, table)) == want and out.capacity >= want * 3
+
+
 def test_out_of_memory_splits_the_batch_and_retries():
     events = seq3_events(300, seed=1)
     table = EventTable.from_pandas(events, time_unit="ms")

@@ -252,4 +252,4 @@ def test_data_parallel_pieces_cost_what_two_units_measured(small_trace):
         assert simulate(dear, method, 1).cpu_s == simulate(cheap, method, 1).cpu_s
         one, more = simulate(cheap, method, 2), simulate(dear, method, 2)
         pieces = (more.cpu_s - one.cpu_s) / 1e-3  # every piece of every unit, at the dearer cost
-        assert pieces >= 2 and abs(pieces - round(pieces)) < 1e-6
+        assert round(pieces) >= 2 and abs(pieces - round(pieces)) < 1e-6  # (a difference of float sums)

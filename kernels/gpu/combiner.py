@@ -90,6 +90,15 @@ class GpuCombiner:
         """Every valid (sequence, candidate) pair, extended, in (sequence, candidate) order."""
         return self._split(self._each, compiled, step)
 
+    def count_each(self, compiled: GpuRule, step: StepInput) -> int:
+        """``len(each(...))`` without building the sequences (``detect(..., output="count")``):
+        nothing to check is the sum of the ranges, as on the CPU; else ``cdp_each`` runs with no
+        room for output, so each valid pair only bumps the atomic index (no writes, no copy back,
+        no sort: the last step of a large ``each`` is most of the output)."""
+        if step.spec.trivial and not step.use_excluded:
+            return _work(step)
+        return int(self._split(self._count_each, compiled, step).sum())
+
     def select(self, compiled: GpuRule, step: StepInput, last: bool) -> np.ndarray:
         """The latest/earliest valid candidate row per sequence, -1 where none."""
         return self._split(lambda k, s: self._select(k, s, last), compiled, step)
@@ -338,18 +347,32 @@ class GpuCombiner:
         np.cumsum(sizes, out=offsets[1:])
         return lo, offsets, int(offsets[-1])
 
+    def _each_args(self, compiled: GpuRule, step: StepInput) -> tuple[tuple, list, int]:
+        """``cdp_each``'s arguments up to ``total``, what must outlive the launch, and ``total``."""
+        seqs = np.ascontiguousarray(step.seqs, np.int64)
+        lo, offsets, total = self._pairs(step)
+        tab, scal, keep = self._context(compiled, step.kernel_args, step.excluded if step.use_excluded else None)
+        args = (
+            tab, scal, step_id(step.plan, step.spec.step), step.spec.pred, self._upload(seqs.ravel()),
+            len(seqs), self._device(step.cand, np.int64), self._upload(lo), self._upload(offsets), total,
+        )
+        return args, keep, total
+
+    def _count_each(self, compiled: GpuRule, step: StepInput) -> np.ndarray:
+        if _work(step) == 0:
+            return np.zeros(1, np.int64)
+        args, _keep, total = self._each_args(compiled, step)
+        counter = self.runtime.full(1, 0, np.uint64)
+        dummy = self._buffer("count_dummy", np.int64, 1)  # never written: the capacity is 0
+        self._launch(compiled, "cdp_each", total, *args, dummy.data, dummy.data, counter, 0)
+        return self.runtime.to_host(counter).astype(np.int64)
+
     def _each(self, compiled: GpuRule, step: StepInput) -> np.ndarray:
         rt = self.runtime
-        seqs = np.ascontiguousarray(step.seqs, np.int64)
-        n, np_ = seqs.shape
-        lo, offsets, total = self._pairs(step)
-        if total == 0:
+        np_ = step.seqs.shape[1]
+        if _work(step) == 0:
             return np.empty((0, np_), np.int64)
-        tab, scal, _keep = self._context(compiled, step.kernel_args, step.excluded if step.use_excluded else None)
-        args = (
-            tab, scal, step_id(step.plan, step.spec.step), step.spec.pred, self._upload(seqs.ravel()), n,
-            self._device(step.cand, np.int64), self._upload(lo), self._upload(offsets), total,
-        )
+        args, _keep, total = self._each_args(compiled, step)
         out = self._buffer("seqs", np.int64, self.initial_capacity * np_)
         keys = self._buffer("keys", np.int64, self.initial_capacity)
         cap = min(out.capacity // np_, keys.capacity)
@@ -366,9 +389,8 @@ class GpuCombiner:
             assert int(rt.to_host(counter)[0]) == count, "a relaunch must find the same pairs"
         if count == 0:
             return np.empty((0, np_), np.int64)
-        rows = rt.to_host(out.data, count * np_).reshape(count, np_)
-        order = np.argsort(rt.to_host(keys.data, count), kind="stable")
-        return rows[order]
+        # the pair keys order the rows as the CPU backend does: (sequence, candidate)
+        return rt.rows_by_key(out.data, keys.data, count, np_)
 
     def _select(self, compiled: GpuRule, step: StepInput, last: bool) -> np.ndarray:
         rt = self.runtime
@@ -548,3 +570,7 @@ class GpuCombiner:
         set_aggs = rt.to_host(values.data, count * width).reshape(count, width)[order, :n_agg]
         return set_seq[order], set_start[order], set_len[order], rt.to_host(flat.data, ecount), set_aggs
 
+
+def _work(step: StepInput) -> int:
+    """The number of (sequence, candidate) pairs of a step: the sum of its range sizes."""
+    return int(np.maximum(np.asarray(step.hi, np.int64) - np.asarray(step.lo, np.int64), 0).sum())

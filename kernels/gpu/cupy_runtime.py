@@ -172,6 +172,16 @@ class CupyRuntime:
         self._inflight.clear()
         return out
 
+    def rows_by_key(self, rows: Any, keys: Any, count: int, width: int) -> np.ndarray:
+        cp, count = self.cupy, int(count)
+
+        def on_device() -> Any:
+            # sorting and gathering on the host cost more than the kernel that found the rows
+            order = cp.argsort(keys[:count])
+            return cp.take(rows[: count * width].reshape(count, width), order, axis=0)
+
+        return self.to_host(self._guard(on_device, count * (width + 1) * 8))
+
     def copy_in(self, buf: Any, offset: int, host: np.ndarray) -> None:
         pinned = self._pinned(np.ascontiguousarray(host))
         with self.device:

@@ -61,6 +61,11 @@ class Runtime(Protocol):
 
     def pointer(self, buf: Any) -> int: ...
 
+    def rows_by_key(self, rows: Any, keys: Any, count: int, width: int) -> np.ndarray:
+        """Host copy of the first ``count`` rows of ``rows`` (``width`` values each, row-major),
+        in ascending order of their ``keys``: sorted where the data lies, then copied once."""
+        ...
+
     def adopt(self, buf: Any) -> Any | None:
         """``buf``, a device array made elsewhere (cuDF), as a buffer of this runtime, or None
         when it cannot use it (another device or kind of memory)."""
