@@ -144,6 +144,41 @@ def test_import_farm_makes_the_uninstalled_tree_importable(tmp_path):
     assert "cdp.cuh" in names and "portable.cuh" in names
 
 
+def test_farm_steps_run_with_the_root_off_sys_path(tmp_path, monkeypatch):
+    """Steps run in the repository root; a ``python -c`` or ``python -m pytest`` there puts the root
+    first on sys.path, where its own cep_gpu/ (without cep_gpu.kernels) would win over the farm's."""
+    mod = _module()
+    chk = mod.Check(mod.parse_args(["--out", str(tmp_path / "out"), "--steps", "env"]))
+    chk.out.mkdir(parents=True)
+    calls: list[str] = []
+
+    def py(code: str, timeout: float = 120) -> tuple[int, str]:
+        calls.append(code)
+        return (1 if len(calls) == 1 else 0), ""  # the tree is not installed; all else imports
+
+    monkeypatch.setattr(chk, "_py", py)
+    chk.make_importable()
+    assert chk.env["PYTHONSAFEPATH"] == "1"
+    farm = chk.env["PYTHONPATH"].split(os.pathsep)[0]
+    proc = subprocess.run([sys.executable, "-c", "import cep_gpu; print(cep_gpu.__file__)"],
+                          capture_output=True, text=True, env=chk.env, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith(farm)
+
+
+def test_the_cuda_folder_does_not_hide_nvidias_cuda_namespace(tmp_path):
+    """From the repository root, ``cuda`` is this project's folder too; NVIDIA's ``cuda`` namespace
+    (cuda.pathfinder, cuda.bindings: CuPy 14 imports them) must still be found beside it."""
+    site = tmp_path / "site"
+    (site / "cuda" / "pathfinder").mkdir(parents=True)  # a namespace portion, as NVIDIA ships it
+    (site / "cuda" / "pathfinder" / "__init__.py").write_text("FOUND = 'nvidia'\n")
+    env = dict(os.environ, PYTHONPATH=str(site))
+    code = "import cuda.pathfinder as p; print(p.FOUND)"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "nvidia"
+
+
 @pytest.mark.skipif(HAVE_GPU, reason="a GPU is usable here")
 def test_sanitize_run_says_why_it_cannot_run():
     proc = subprocess.run([sys.executable, str(ROOT / "bench" / "gpu_sanitize_run.py")],
