@@ -26,9 +26,9 @@ batch of terminators, never per candidate.
 
 Profiles
 --------
-JSON files (format :data:`PROFILE_FORMAT`). The package ships ``profiles/default.json`` (CPU
-coefficients measured on the development machine, GPU coefficients *chosen* so that the GPU wins on
-the seq3 workload from windows of about 4000 events, as in the T-Rex chapter). ``cep-gpu calibrate``
+JSON files (format :data:`PROFILE_FORMAT`). The package ships ``profiles/default.json`` (CPU and
+GPU coefficients both measured by ``cep-gpu calibrate`` on one machine with an NVIDIA H200 and 16
+CPU cores, where the CPU was ahead on seq3 at every window: docs/performance.md). ``cep-gpu calibrate``
 writes a profile measured on the current machine to :func:`user_profile_path`. Lookup order of
 :func:`load_profile`: an explicit path, ``$CEP_GPU_PROFILE``, the user profile, the default. An
 explicit path that is missing or malformed raises :class:`ProfileError`; a malformed *user*
