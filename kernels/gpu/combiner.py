@@ -96,7 +96,7 @@ class GpuCombiner:
         room for output, so each valid pair only bumps the atomic index (no writes, no copy back,
         no sort: the last step of a large ``each`` is most of the output)."""
         if step.spec.trivial and not step.use_excluded:
-            return _work(step)
+            return int(np.maximum(np.asarray(step.hi, np.int64) - np.asarray(step.lo, np.int64), 0).sum())
         return int(self._split(self._count_each, compiled, step).sum())
 
     def select(self, compiled: GpuRule, step: StepInput, last: bool) -> np.ndarray:
@@ -348,9 +348,12 @@ class GpuCombiner:
         return lo, offsets, int(offsets[-1])
 
     def _each_args(self, compiled: GpuRule, step: StepInput) -> tuple[tuple, list, int]:
-        """``cdp_each``'s arguments up to ``total``, what must outlive the launch, and ``total``."""
+        """``cdp_each``'s arguments up to ``total``, what must outlive the launch, and ``total``
+        (nothing is uploaded when ``total`` is 0: there is nothing to launch)."""
         seqs = np.ascontiguousarray(step.seqs, np.int64)
         lo, offsets, total = self._pairs(step)
+        if total == 0:
+            return (), [], 0
         tab, scal, keep = self._context(compiled, step.kernel_args, step.excluded if step.use_excluded else None)
         args = (
             tab, scal, step_id(step.plan, step.spec.step), step.spec.pred, self._upload(seqs.ravel()),
@@ -359,9 +362,9 @@ class GpuCombiner:
         return args, keep, total
 
     def _count_each(self, compiled: GpuRule, step: StepInput) -> np.ndarray:
-        if _work(step) == 0:
-            return np.zeros(1, np.int64)
         args, _keep, total = self._each_args(compiled, step)
+        if total == 0:
+            return np.zeros(1, np.int64)
         counter = self.runtime.full(1, 0, np.uint64)
         dummy = self._buffer("count_dummy", np.int64, 1)  # never written: the capacity is 0
         self._launch(compiled, "cdp_each", total, *args, dummy.data, dummy.data, counter, 0)
@@ -370,9 +373,9 @@ class GpuCombiner:
     def _each(self, compiled: GpuRule, step: StepInput) -> np.ndarray:
         rt = self.runtime
         np_ = step.seqs.shape[1]
-        if _work(step) == 0:
-            return np.empty((0, np_), np.int64)
         args, _keep, total = self._each_args(compiled, step)
+        if total == 0:
+            return np.empty((0, np_), np.int64)
         out = self._buffer("seqs", np.int64, self.initial_capacity * np_)
         keys = self._buffer("keys", np.int64, self.initial_capacity)
         cap = min(out.capacity // np_, keys.capacity)
@@ -569,8 +572,3 @@ class GpuCombiner:
         order = np.argsort(keys, kind="stable")
         set_aggs = rt.to_host(values.data, count * width).reshape(count, width)[order, :n_agg]
         return set_seq[order], set_start[order], set_len[order], rt.to_host(flat.data, ecount), set_aggs
-
-
-def _work(step: StepInput) -> int:
-    """The number of (sequence, candidate) pairs of a step: the sum of its range sizes."""
-    return int(np.maximum(np.asarray(step.hi, np.int64) - np.asarray(step.lo, np.int64), 0).sum())
