@@ -16,6 +16,7 @@ memcheck       GPU    ``compute-sanitizer --tool memcheck`` over ``bench/gpu_san
 racecheck      GPU    ``compute-sanitizer --tool racecheck`` (shared-memory hazards) over the same
 initcheck      GPU    ``compute-sanitizer --tool initcheck`` (reads of uninitialised device memory)
 seq3           GPU    ``bench/seq3_gpu.py``: batched and per-terminator, GPU next to CPU
+profile        GPU    ``bench/gpu_profile.py``: where the GPU path's time goes (cProfile, CuPy floors)
 calibrate      GPU    ``cep-gpu calibrate --quick`` on the GPU: the planner profile (``profile.json``)
 cudf           GPU    ``tests/test_gpu_cudf.py`` against the real cuDF (skipped if not importable)
 =============  =====  =========================================================================
@@ -50,6 +51,7 @@ STEPS: list[tuple[str, bool, int, int]] = [
     ("racecheck", True, 40, 40),
     ("initcheck", True, 50, 45),
     ("seq3", True, 100, 50),
+    ("profile", True, 90, 60),
     ("calibrate", True, 90, 90),
     ("cudf", True, 60, 45),
 ]
@@ -83,7 +85,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--budget", type=float, default=570.0, help="seconds for the whole check (default 570)")
     ap.add_argument("--python", default=None, help="the Python to use (default: .venv/bin/python if it exists, else this one)")
     ap.add_argument("--wheels", type=Path, default=None,
-                    help="a folder of wheels (pip download ...) to install missing packages from, offline")
+                    help="a folder of wheels (pip download ...) to install offline, all of them, ahead "
+                         "of the machine's own packages (missing ones, or other versions: pandas 2 where "
+                         "the machine has pandas 3)")
     ap.add_argument("--allow-no-gpu", action="store_true",
                     help="skip the GPU steps where no GPU is usable instead of failing them (to check the script itself)")
     ap.add_argument("--dry-run", action="store_true", help="print the plan and the commands, run nothing")
@@ -148,7 +152,7 @@ class Check:
         return run([self.python, "-c", code], self.env, timeout)
 
     def make_importable(self) -> None:
-        """Put the project (from the tree) and missing packages (from --wheels) on PYTHONPATH."""
+        """Put the project (from the tree) and the packages of --wheels on PYTHONPATH."""
         paths = [p for p in self.env.get("PYTHONPATH", "").split(os.pathsep) if p]
         rc, _ = self._py("import cep_gpu.kernels.gpu, cep_gpu.cuda")
         if rc != 0:  # not installed: import it from the tree
@@ -156,26 +160,29 @@ class Check:
             # and keep the steps' working folder (the root) off sys.path: its own cep_gpu/ there,
             # first on the path, would win over the farm's and lack cep_gpu.kernels (Python 3.11+)
             self.env["PYTHONSAFEPATH"] = "1"
-        missing = [m for m in NEEDED if self._py(f"import {m}")[0] != 0]
-        if missing and self.args.wheels is not None:
+        wheels = sorted(self.args.wheels.glob("*.whl")) if self.args.wheels is not None else []
+        if wheels:
+            # every wheel given, without its dependencies (bring those too): what is missing, and
+            # versions the project needs instead of the machine's own
             site = self.out / "_site"
-            rc, text = run([self.python, "-m", "pip", "install", "--no-index", "--find-links",
-                            str(self.args.wheels), "--target", str(site), *missing], self.env, 300,
-                           self.out / "wheels.log")
+            run([self.python, "-m", "pip", "install", "--no-index", "--no-deps", "--no-compile",
+                 "--target", str(site), *map(str, wheels)], self.env, 300, self.out / "wheels.log")
             paths.insert(0, str(site))
         self.env["PYTHONPATH"] = os.pathsep.join(paths)
-        missing = [m for m in (*NEEDED, "cep_gpu.kernels.gpu") if self._py(f"import {m}")[0] != 0]
+        tried = {m: self._py(f"import {m}") for m in (*NEEDED, "cep_gpu.kernels.gpu")}
+        missing = {m: _last_line(text) for m, (rc, text) in tried.items() if rc != 0}
         if missing:
             self.setup_error = (
-                f"cannot import {', '.join(missing)} with {self.python}: bring the wheels along "
-                "(pip download lark hypothesis -d wheels/ on a machine with internet; then "
+                f"cannot import {', '.join(missing)} with {self.python} "
+                f"({'; '.join(f'{m}: {why}' for m, why in missing.items())}): bring the wheels "
+                "along (pip download lark hypothesis -d wheels/ on a machine with internet; then "
                 "--wheels wheels/)"
             )
         rc, text = self._py(
             "from cep_gpu.kernels.gpu import gpu_available\nok, why = gpu_available()\nprint(why)\n"
             "raise SystemExit(0 if ok else 1)")
         if rc != 0:
-            self.gpu_error = (text.strip().splitlines() or ["no usable GPU"])[-1]
+            self.gpu_error = _last_line(text) or "no usable GPU"
         rc, text = self._py("import cudf")
         if rc != 0:
             self.cudf_error = "cudf is not importable (pip install cudf-cu12, or bring its wheels along)"
@@ -201,6 +208,8 @@ class Check:
             return [py, "bench/seq3_gpu.py", "--events", "50000" if q else "200000",
                     "--windows", "100,4000,40000" if q else "100,1000,4000,10000,40000",
                     "--policies", "each,last", "--sample", "100" if q else "200"]
+        if step == "profile":
+            return [py, "bench/gpu_profile.py", "--events", "50000" if q else "200000"]
         if step == "calibrate":
             # --quick: the full calibration takes longer than the check's budget allows; run
             # `cep-gpu calibrate` on its own for the profile to keep
@@ -232,7 +241,7 @@ class Check:
         t0 = time.monotonic()
         rc, text = run(cmd, env, min(limit, left), log)
         secs = time.monotonic() - t0
-        copy = {"seq3": "seq3_gpu.txt", "env": "env.txt"}.get(step)
+        copy = {"seq3": "seq3_gpu.txt", "env": "env.txt", "profile": "profile.txt"}.get(step)
         if copy:
             (self.out / copy).write_text(text)
         if rc == 0:
@@ -277,6 +286,12 @@ class Check:
             "gpu": self.gpu_error or "usable", "cudf": self.cudf_error or "importable",
             "steps": [asdict(r) for r in self.results],
         }, indent=2) + "\n")
+
+
+def _last_line(text: str) -> str:
+    """The last non-blank line of a program's output (where Python puts the error), shortened."""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return lines[-1][:200] if lines else ""
 
 
 def import_farm(dest: Path) -> Path:

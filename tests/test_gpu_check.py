@@ -115,6 +115,68 @@ def test_a_python_that_cannot_import_the_project_fails_every_step_with_advice(tm
     assert all(s["status"] == "FAILED" and "--wheels" in s["reason"] for s in steps)
 
 
+def test_a_failed_import_says_why(tmp_path):
+    """The reason names each module that failed and the error Python gave for it."""
+    fake = tmp_path / "python"
+    fake.write_text("#!/bin/sh\necho 'ModuleNotFoundError: No module named cuda.pathfinder' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    proc = check("--out", str(tmp_path / "c"), "--steps", "seq3", "--python", str(fake))
+    assert proc.returncode == 1
+    (step,) = json.loads((tmp_path / "c" / "summary.json").read_text())["steps"]
+    assert "cep_gpu.kernels.gpu: ModuleNotFoundError: No module named cuda.pathfinder" in step["reason"]
+
+
+def _wheel(folder: Path, module: str, version: str) -> Path:
+    """A minimal pure-Python wheel holding ``module`` (``VERSION = version``)."""
+    import zipfile
+
+    dist = f"{module}-{version}.dist-info"
+    path = folder / f"{module}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr(f"{module}.py", f"VERSION = {version!r}\n")
+        z.writestr(f"{dist}/METADATA", f"Metadata-Version: 2.1\nName: {module}\nVersion: {version}\n")
+        z.writestr(f"{dist}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        z.writestr(f"{dist}/RECORD", "")
+    return path
+
+
+def test_wheels_are_all_installed_ahead_of_the_machines_packages(tmp_path):
+    """--wheels installs every wheel in the folder (a missing package, or another version of one the
+    machine has, as pandas 2 where it has pandas 3) first on the steps' PYTHONPATH."""
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    _wheel(wheels, "cep_probe_pkg", "2.0")
+    mod = _module()
+    chk = mod.Check(mod.parse_args(["--out", str(tmp_path / "out"), "--steps", "env", "--wheels", str(wheels),
+                                    "--python", sys.executable]))
+    chk.out.mkdir(parents=True)
+    chk.make_importable()
+    assert chk.env["PYTHONPATH"].split(os.pathsep)[0] == str(chk.out / "_site")
+    rc, text = chk._py("import cep_probe_pkg; print(cep_probe_pkg.VERSION, cep_probe_pkg.__file__)")
+    assert rc == 0, text
+    version, where = text.split()
+    assert version == "2.0" and where.startswith(str(chk.out / "_site"))
+
+
+def test_profile_script_prints_where_the_time_goes():
+    """bench/gpu_profile.py (the check's ``profile`` step) on the host build: both policies,
+    batched next to the CPU, and per terminator with the combiner's counters."""
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "gpu_profile.py"), "--backend", "gpu-host",
+                           "--events", "3000", "--window", "500", "--terminator-window", "500",
+                           "--terminators", "5", "--top", "3"], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert out.startswith("# host build of the GPU kernels: NOT a GPU measurement")
+    for policy in ("each", "last"):
+        assert f"== batched {policy}, window 500 ms, 3000 events, gpu-host:" in out
+        assert f"== batched {policy}, window 500 ms, 3000 events, cpu:" in out
+        assert f"== per terminator {policy}, window 500 ms, gpu-host:" in out
+    assert out.count("'launches': ") == 2 and "ncalls" in out
+    bad = subprocess.run([sys.executable, str(ROOT / "bench" / "gpu_profile.py"), "--events", "0"],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "--events must be at least 1" in bad.stderr
+
+
 def test_the_budget_stops_the_check(tmp_path):
     proc = check("--out", str(tmp_path / "d"), "--steps", "env,compile", "--budget", "0.5")
     assert proc.returncode == 1
