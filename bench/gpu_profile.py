@@ -4,8 +4,8 @@
 
 Prints, for ``each`` and ``last``:
 
-* the floor of the CuPy calls a launch makes (a small host-to-device copy, a small device-to-host
-  read, a one-element fill), in microseconds (GPU only);
+* the floor of the small runtime calls a launch makes (a host-to-device copy, a synchronising
+  device-to-host read, a one-element fill), in microseconds (GPU only);
 * one batched ``detect(..., output="count")`` under cProfile, GPU next to CPU, the functions
   with the most time of their own (host work shared by both backends shows in both);
 * ``match`` per terminator under cProfile (GPU), with the combiner's launch and transfer counters.
@@ -34,18 +34,20 @@ from cep_gpu.errors import BackendUnavailableError
 from cep_gpu.events import EventTable
 
 
-def cupy_floor(calls: int = 2000) -> None:
-    import cupy  # type: ignore[import-not-found]
+def runtime_floor(calls: int = 2000) -> None:
+    """Microseconds of the three small calls every launch makes, through the combiner's own
+    runtime (``CupyRuntime``: pinned staging, its stream, a synchronising read)."""
+    from cep_gpu.kernels.gpu import CupyRuntime
 
+    rt = CupyRuntime()
     x = np.arange(64, dtype=np.int64)
-    d = cupy.asarray(x)
-    cupy.cuda.runtime.deviceSynchronize()
-    for name, fn in (("to device, 512 B", lambda: cupy.asarray(x)), ("to host, 512 B", d.get),
-                     ("fill, 1 element", lambda: cupy.zeros(1, np.uint64))):
+    d = rt.to_device(x)
+    for name, fn in (("to device, 512 B", lambda: rt.to_device(x)), ("to host, 512 B", lambda: rt.to_host(d)),
+                     ("fill, 1 element", lambda: rt.full(1, 0, np.uint64))):
         t0 = time.perf_counter()
         for _ in range(calls):
             fn()
-        cupy.cuda.runtime.deviceSynchronize()
+        rt.to_host(d)  # (waits for the stream)
         print(f"floor {name}: {(time.perf_counter() - t0) / calls * 1e6:.1f} us")
 
 
@@ -87,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gpu_profile: not run: {err}", file=sys.stderr)
         return 2
     if args.backend == "gpu":
-        cupy_floor()
+        runtime_floor()
     else:
         print("# host build of the GPU kernels: NOT a GPU measurement")
     events = seq3_events(args.events)

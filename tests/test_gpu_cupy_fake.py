@@ -214,9 +214,9 @@ def _run_fake(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_gpu_only_tests_and_scripts_run_against_the_fake():
-    """The device tests, the sanitizer's run and the seq3 GPU sweep have never run on a device:
-    here they run against the fake CuPy, so that the first GPU run fails only on what a GPU
-    changes, not on a broken test or script. (The figures of such a run mean nothing.)"""
+    """The device tests, the sanitizer's run, the seq3 GPU sweep and the profile script also run
+    against the fake CuPy, so that a GPU run fails only on what a GPU changes, not on a broken
+    test or script. (The figures of such a run mean nothing.)"""
     proc = _run_fake("pytest", "-p", "no:cacheprovider", "tests/test_gpu_device.py", "-k", "not equal_reference and not grid_stride")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "skipped" not in proc.stdout and "passed" in proc.stdout
@@ -226,3 +226,7 @@ def test_gpu_only_tests_and_scripts_run_against_the_fake():
     proc = _run_fake("bench/seq3_gpu.py", "--events", "4000", "--windows", "100", "--policies", "last", "--sample", "5")
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
     assert "fake-cupy device" in proc.stdout and proc.stdout.strip().splitlines()[-1].startswith("last")
+    proc = _run_fake("bench/gpu_profile.py", "--events", "3000", "--window", "200", "--terminator-window", "200",
+                     "--terminators", "3", "--top", "2")
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    assert proc.stdout.count("floor ") == 3 and "== per terminator last, window 200 ms, gpu:" in proc.stdout
