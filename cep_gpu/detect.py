@@ -7,6 +7,7 @@ events (which re-enter the table as input events of later rules), and assembles 
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -17,7 +18,7 @@ import pyarrow as pa
 
 from .analysis import rule_order
 from .backends import Matches, count_matches
-from .errors import EventError
+from .errors import CepWarning, EventError
 from .evaluate import Values, evaluate
 from .events import AttributeColumn, EventTable, TimeFormat
 from .jit import cached_njit
@@ -139,6 +140,17 @@ def check_schema(rules: Sequence[Rule], table: EventTable, require_attributes: b
                             )
         for agg in rule.aggregates:
             _check_aggregate(rule, agg, table, produced)
+        for a in rule.attributes:
+            # a declared type that the value's kind cannot fill: known from the input's kinds, so
+            # it is refused before any match (a stream's publish then changes nothing)
+            have = kind_of(a.expr)
+            if a.type is not None and have is not None and _DECLARED_FITS.get(a.type) != have:
+                word = table.columns[a.expr.name].kind if isinstance(a.expr, Attr) and a.expr.name in table.columns \
+                    else _KIND_WORDS.get(have, have)
+                raise rule.error(
+                    f"rule {rule.name!r}: attribute {a.name!r} is declared {a.type} but its value is {word}",
+                    a.pos,
+                )
 
 
 def check_attribute_names(rules: Sequence[Rule], names, source: str = "input") -> None:
@@ -173,6 +185,8 @@ def _read_exprs(rule: Rule) -> list:
 
 
 _KIND_WORDS = {"num": "number", "bool": "boolean"}
+#: the coarse kind (check_schema's kind_of) of the values each declared type takes
+_DECLARED_FITS = {"int": "num", "float": "num", "string": "string", "bool": "bool"}
 
 
 def _check_aggregate(rule: Rule, agg: Aggregate, table: EventTable, produced) -> None:
@@ -277,10 +291,12 @@ def composite_events(rule: Rule, table: EventTable, matches: Matches) -> RuleRes
         values = v.values
         if kind == "float":
             values = values.astype(np.float64)
-        elif kind == "int":  # (a null's value is NaN in a float column: 0 under its invalid flag)
-            values = np.where(v.valid, values, 0).astype(np.int64) if values.dtype.kind == "f" else \
-                values.astype(np.int64)
-        attrs[a.name] = AttributeColumn(kind, values, v.valid.copy())
+        valid = v.valid.copy()
+        if kind == "int" and values.dtype.kind == "f":
+            values, valid = _whole_numbers(values, valid, rule, a)
+        elif kind == "int":
+            values = values.astype(np.int64)
+        attrs[a.name] = AttributeColumn(kind, values, valid)
     return RuleResult(rule, ts, ids, attrs, lengths=lengths, sizes=sizes)
 
 
@@ -342,6 +358,22 @@ def _untyped(expr, table: EventTable) -> bool:
         return False
     col = table.columns.get(expr.name)
     return col is None or not bool(col.valid.any())
+
+
+def _whole_numbers(values: np.ndarray, valid: np.ndarray, rule: Rule, attr) -> tuple[np.ndarray, np.ndarray]:
+    """Float values of an attribute declared ``int``, as int64: whole numbers in the int64 range
+    keep their value (an int column with nulls reaches here as floats); any other value (a
+    fraction, an infinity, NaN, beyond int64) is null, with a warning naming the first one, as a
+    division by zero is null (docs/language.md, "Types")."""
+    fits = valid & np.isfinite(values) & (np.trunc(values) == values) & (np.abs(values) < 2.0**63)
+    bad = valid & ~fits
+    if bad.any():
+        warnings.warn(
+            f"rule {rule.name!r}: attribute {attr.name!r} is declared int but {int(bad.sum())} of its "
+            f"values are not whole numbers in the int64 range (e.g. {float(values[bad][0])!r}): those are null",
+            CepWarning, stacklevel=3,
+        )
+    return np.where(fits, values, 0).astype(np.int64), fits
 
 
 def _declared_kind(declared, actual, rule: Rule, attr):

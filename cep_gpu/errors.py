@@ -106,6 +106,11 @@ class UnsupportedFeatureError(CepError, NotImplementedError):
     feature and the backends that do."""
 
 
+class CepWarning(UserWarning):
+    """Something in the input that cep-gpu handled by a documented rule the user may not expect
+    (a value that its declared type cannot hold becomes null, say); the message names it."""
+
+
 def is_finite_nonnegative(value: object) -> bool:
     """A real number (a bool is not one) that is finite and >= 0: what every duration, cost and
     rate argument takes. One test for all of them, so that they accept the same values (NumPy

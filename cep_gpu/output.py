@@ -34,8 +34,17 @@ class OutputSchema:
     def of(cls, rules: Sequence[Rule]) -> OutputSchema:
         seen: dict[str, str] = {}
         declared = {a.name for r in rules for a in r.attributes if a.type is not None}
+        first: dict[str, tuple[Rule, str]] = {}  # attribute -> the rule that first declared it
         for r in rules:
             for a in r.attributes:
+                if a.type is not None:
+                    other = first.setdefault(a.name, (r, a.type))
+                    if other[1] != a.type and {other[1], a.type} != {"int", "float"}:
+                        # one output column cannot hold both: int and float join as float
+                        raise r.error(
+                            f"rule {r.name!r} declares attribute {a.name!r} as {a.type}, but rule "
+                            f"{other[0].name!r} declares it as {other[1]}: one output column holds "
+                            "every rule's values (int and float join as float)", a.pos)
                 t = a.type or "float"
                 if a.name in seen and seen[a.name] != t:
                     if {seen[a.name], t} == {"int", "float"}:

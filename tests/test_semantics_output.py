@@ -86,3 +86,41 @@ def test_timestamp_reference_is_in_the_input_unit(backend):
     ev = E(("A", 1), ("B", 2), ("B", 3.5))
     out = cep_gpu.detect(ev, rule, backend=backend)
     assert rows(out, "d") == [("Ts", 3.5, (0, 2), 2.5)]
+
+
+# =================================================================================================
+# Declared attribute types (docs/language.md, "Types")
+# =================================================================================================
+
+def test_float_values_of_an_int_attribute_keep_whole_numbers_and_null_the_rest(backend):
+    # an int column with a null reaches the rule as floats: its whole numbers keep their value;
+    # a fraction, an infinity or a value beyond int64 cannot be an int: null, with a warning
+    ev = pd.DataFrame({"type": ["C"] * 5, "ts": [1.0, 2.0, 3.0, 4.0, 5.0],
+                       "f": [3.0, None, -1.7, 1e30, float("inf")]})
+    with pytest.warns(cep_gpu.CepWarning, match=r"'z' is declared int but 3 of its values .*e\.g\. -1\.7"):
+        out = cep_gpu.detect(ev, "define Q(z: int) from C() where z = C.f", backend=backend)
+    assert out["z"].tolist()[0] == 3 and out["z"].isna().tolist() == [False, True, True, True, True]
+    assert str(out["z"].dtype) == "Int64"
+
+
+def test_a_declared_type_the_value_cannot_fill_is_refused_before_matching(backend):
+    # known from the input's kinds: refused even where no value is built (output="count")
+    rules = ("define Good(v: float) from B() and each A() within 5 s from B where v = A.y\n"
+             "define Bad(w: bool) from B() and each A() within 5 s from B where w = A.y")
+    ev = pd.DataFrame({"type": ["A", "B"], "ts": [1.0, 2.0], "y": [0.5, 0.25]})
+    with pytest.raises(cep_gpu.RuleError, match=r"rule 'Bad': attribute 'w' is declared bool but its value is float"):
+        cep_gpu.detect(ev, rules, backend=backend, output="count")
+
+
+def test_two_rules_declaring_one_attribute_with_clashing_types_is_a_rule_error():
+    ev = pd.DataFrame({"type": ["A", "B", "C"], "ts": [1.0, 2.0, 3.0], "x": [1, 2, 3]})
+    for other in ("string", "bool"):
+        rules = (f"define P(v: int) from B() and last A() within 5 s from B where v = A.x\n"
+                 f"define Q(v: {other}) from C() where v = {'true' if other == 'bool' else chr(39) + 'hi' + chr(39)}")
+        with pytest.raises(cep_gpu.RuleError, match=rf"rule 'Q' declares attribute 'v' as {other}, but rule 'P' declares it as int"):
+            cep_gpu.detect(ev, rules, backend="reference")
+    # int and float join as float
+    rules = ("define P(v: int) from B() and last A() within 5 s from B where v = A.x\n"
+             "define Q(v: float) from C() where v = C.x * 0.5")
+    out = cep_gpu.detect(ev, rules, backend="reference")
+    assert out["v"].tolist() == [1.0, 1.5]
