@@ -41,7 +41,13 @@ from .detect import (
     composite_table,
     in_time_units,
 )
-from .errors import ArgumentError, EngineClosedError, EventError, LateEventError
+from .errors import (
+    ArgumentError,
+    EngineClosedError,
+    EventError,
+    LateEventError,
+    is_finite_nonnegative,
+)
 from .events import UNIT_NS, AttributeColumn, EventTable, StringDictionary, TimeFormat
 from .events.checks import require_columns
 from .model import (
@@ -249,10 +255,10 @@ class Engine:
             released = new
         else:
             released = self._admit_late(new)
-        self._next_id += n_rows
         self._published += n_rows
         if len(new):
             self._max_id = max(self._max_id, int(new.ids.max()))
+        self._next_id = max(self._next_id + n_rows, self._max_id + 1)
         return self._process(released, final=False, output=output)
 
     def flush(self, output: str = "pandas") -> pd.DataFrame | pa.Table | dict | list[dict] | list[tuple]:
@@ -440,12 +446,11 @@ class Engine:
         if events is None:
             return None
         if isinstance(events, Mapping):
-            bad = {k: v for k, v in events.items()
-                   if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0}
+            bad = {k: v for k, v in events.items() if not is_finite_nonnegative(v)}
             if bad:
                 raise ArgumentError(
                     "explain(events): a mapping must give events per second for each event type "
-                    f"(numbers >= 0), got {bad}; pass sample events as a DataFrame"
+                    f"(finite numbers >= 0), got {bad}; pass sample events as a DataFrame"
                 )
             return dict(events)
         if isinstance(events, pa.Table):
@@ -467,7 +472,7 @@ class Engine:
         if isinstance(events, Mapping) and _is_columnar(events):
             fast = table_from_columns(events, self._next_id, self._time_unit, self._strings)
             if fast is not None:  # plain NumPy columns: no Arrow, no pandas
-                self._check_time(fast.time)
+                self._check_time(fast.time, len(fast))
                 return self._checked(fast), len(fast)
             events = _arrow_of_columns(events)
         if isinstance(events, dict):
@@ -490,27 +495,41 @@ class Engine:
             new = EventTable.from_pandas(events, time_unit=self._time_unit, strings=self._strings, sort=True)
         else:
             raise EventError(
-                f"publish() takes a dict (one event), a DataFrame or an Arrow table, "
-                f"got {type(events).__name__}"
+                f"publish() takes a dict (one event), a dict of columns (column name -> array), a "
+                f"DataFrame or an Arrow table, got {type(events).__name__}"
+                + (": publish a list of events as pandas.DataFrame(events)" if isinstance(events, list) else "")
             )
-        self._check_time(new.time)
+        self._check_time(new.time, len(new))
         return self._checked(new), n
 
     def _checked(self, new: EventTable) -> EventTable:
-        """``new`` after the duplicate-id check, in the stream's time format."""
-        if len(new) and int(new.ids.min()) <= self._max_id:  # ids that may repeat: look them up
+        """``new`` after the checks that need the stream (duplicate ids, attribute kinds), in the
+        stream's time format: what would fail once the rows are in goes wrong here, before any
+        counter or buffer changes."""
+        ids = new.ids
+        if len(ids) > 1 and not (ids[1:] > ids[:-1]).all():  # (rising ids cannot repeat)
+            seen, counts = np.unique(ids, return_counts=True)
+            if (counts > 1).any():
+                raise EventError(f"column 'id' has duplicate id {int(seen[counts > 1][0])}")
+        if len(new) and int(ids.min()) <= self._max_id:  # ids that may repeat: look them up
             for other in (self._buf.table(), self._late_buffer):
                 if other is not None:
-                    dup = np.isin(new.ids, other.ids)
+                    dup = np.isin(ids, other.ids)
                     if dup.any():
-                        raise EventError(f"duplicate event id {int(new.ids[dup][0])}: already published")
+                        raise EventError(f"duplicate event id {int(ids[dup][0])}: already published")
         # the kinds a publish brings (a string compared with '<', Avg of strings) are rule errors,
         # as in detect; rows of known kinds take the record path and skip this
         check_schema(self.rules, new, require_attributes=False)
-        new.time = self._time
+        for other in (self._buf.table(), self._late_buffer):
+            if other is not None:
+                other.check_joinable(new)  # an attribute that changes kind (only int and float mix)
+        if self._time is not None:
+            new.time = self._time
         return new
 
-    def _check_time(self, fmt: TimeFormat) -> None:
+    def _check_time(self, fmt: TimeFormat, rows: int = 1) -> None:
+        if not rows:
+            return  # no timestamp to speak of: an empty publish leaves the stream's kind open
         if self._time is None:
             self._time = fmt
             return
@@ -518,6 +537,13 @@ class Engine:
             raise EventError(
                 f"column 'ts' holds {fmt.kind} values, but earlier events had {self._time.kind} "
                 "timestamps: use one kind for the whole stream"
+            )
+        if fmt.kind == "datetime" and (fmt.tz is None) != (self._time.tz is None):
+            # (as pandas: a naive time has no place on a time zone's line, nor the reverse)
+            now, then = (f"time-zone-aware ({fmt.tz})", "naive") if fmt.tz else ("naive", f"time-zone-aware ({self._time.tz})")
+            raise EventError(
+                f"column 'ts' holds {now} datetimes, but earlier events had {then} ones: use one "
+                "for the whole stream"
             )
         if fmt.kind == "numeric" and fmt.dtype == "float64" and self._time.dtype != "float64":
             self._time = fmt  # int then float timestamps: report as float, like a batch would
@@ -589,7 +615,9 @@ class Engine:
 
     def _appended(self, n: int, max_id: int, newest: int) -> None:
         """The counters after ``n`` rows went straight into the buffer (published and released)."""
-        self._next_id += n
+        # an event without an id gets its position in the stream, or, once a given id went past
+        # that, the next id after the largest: never an id already published
+        self._next_id = max(self._next_id + n, max_id + 1)
         self._published += n
         self._released += n
         self._max_id = max_id
@@ -1044,7 +1072,8 @@ def _type_names_of(table: EventTable) -> set[str]:
 
 def _is_columnar(events: Mapping) -> bool:
     """A mapping of columns (arrays or lists), not one event: its ``type`` is not a scalar."""
-    return isinstance(events.get("type"), (np.ndarray, list, tuple, pa.Array, pa.ChunkedArray, pd.Series))
+    return isinstance(events.get("type"), (np.ndarray, list, tuple, pa.Array, pa.ChunkedArray, pd.Series, pd.Index,
+                                           pd.api.extensions.ExtensionArray))
 
 
 def _arrow_of_columns(columns: Mapping) -> pa.Table:
@@ -1056,11 +1085,16 @@ def _arrow_of_columns(columns: Mapping) -> pa.Table:
     lengths = {k: len(v) for k, v in columns.items()}
     if len(set(lengths.values())) > 1:
         raise EventError(f"publish(columns): the columns differ in length: {lengths}")
-    try:
-        return pa.table({str(k): (v if isinstance(v, (pa.Array, pa.ChunkedArray)) else pa.array(v))
-                         for k, v in columns.items()})
-    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError) as exc:
-        raise EventError(f"publish(columns): cannot read the columns as arrays: {exc}") from None
+    arrays = {}
+    for k, v in columns.items():
+        if getattr(getattr(v, "dtype", None), "kind", "") == "c":
+            raise EventError(f"publish(columns): column {k!r} holds complex numbers; attributes are strings, "
+                             "integers, floats or booleans")
+        try:
+            arrays[str(k)] = v if isinstance(v, (pa.Array, pa.ChunkedArray)) else pa.array(v)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, ValueError) as exc:
+            raise EventError(f"publish(columns): column {k!r} cannot be read as one array: {exc}") from None
+    return pa.table(arrays)
 
 
 def _runs(ready: np.ndarray, is_term: np.ndarray) -> list[tuple[int, int]]:

@@ -83,8 +83,8 @@ def _put_rows_py(ts, mult, lim, ids, next_id, codes, st_ts, st_ids, st_types, s,
             return -1
         t = x * mult
         r = ids[i] if own else next_id + i
-        if r <= max_id or (i == 0 and t < newest) or t < pt or (t == pt and r <= pr):
-            return -1
+        if r <= max_id or r <= top or (i == 0 and t < newest) or t < pt or (t == pt and r <= pr):
+            return -1  # (ids not rising through the batch may repeat: the general path checks)
         pt = t
         pr = r
         if r > top:

@@ -725,3 +725,88 @@ def test_publish_errors_name_the_users_columns_and_scalar_columns():
                             (pa.table({"typ": ["B"], "ts": [1.0]}), r"\['typ', 'ts'\]")):
         with pytest.raises(EventError, match=rf"events have no 'type' column \(columns: {columns}\)"):
             eng.publish(events)
+
+
+# -- a rejected publish leaves no trace; ids, timestamps and column forms at the edges ---------------
+
+PAIR = "define P from B() as b and each A() as a within 5 s from b"
+
+
+def test_a_declared_type_the_value_cannot_fill_is_refused_before_any_state_changes():
+    rules = ("define Good(v: float) from B() as b and each A() as a within 5 s from b where v = a.y\n"
+             "define Bad(w: bool) from B() as b and each A() as a within 5 s from b where w = a.y")
+    e = Engine(rules, backend="cpu")
+    with pytest.raises(cep_gpu.RuleError, match="attribute 'w' is declared bool but its value is float"):
+        e.publish({"type": "A", "ts": 1.0, "y": 0.5})
+    st = e.stats()
+    assert st["events"] == 0 and st["composites"] == {"Good": 0, "Bad": 0}
+
+
+@pytest.mark.parametrize("backend", ["cpu", "reference"])
+def test_events_with_and_without_ids_mix(backend):
+    e = Engine(PAIR, backend=backend)
+    e.publish({"type": "A", "ts": 1.0, "id": 3})
+    got = [e.publish({"type": "B", "ts": 2.0 + i}, output="records") for i in range(3)]
+    assert [r[0]["ids"] for r in got] == [(4, 3), (5, 3), (6, 3)]  # the next id after the largest
+    with pytest.raises(EventError, match="duplicate event id 5: already published"):
+        e.publish({"type": "A", "ts": 9.0, "id": 5})
+
+
+@pytest.mark.parametrize("form", ["columns", "frame"])
+def test_an_id_used_twice_in_one_publish_is_an_error_in_every_form(form):
+    cols = {"type": np.array(["A", "A", "B"]), "ts": np.array([1.0, 1.2, 2.0]), "id": np.array([3, 3, 4])}
+    e = Engine(PAIR, backend="cpu")
+    with pytest.raises(EventError, match="column 'id' has duplicate id 3"):
+        e.publish(cols if form == "columns" else pd.DataFrame(cols))
+    assert e.stats()["events"] == 0
+    assert e.publish({"type": "B", "ts": 3.0}, output="records") == []
+
+
+def test_an_attribute_that_changes_kind_is_refused_without_using_ids():
+    e = Engine("define P from B(x = $k) as b and each A(x = $k) as a within 5 s from b", backend="cpu")
+    e.publish({"type": "A", "ts": 1.0, "x": 1, "y": 0.5})
+    with pytest.raises(EventError, match="attribute 'y' holds string values .* but float values"):
+        e.publish(pd.DataFrame({"type": ["A", "A"], "ts": [2.0, 2.5], "x": [1, 1], "y": ["oops", "x"]}))
+    assert e.publish({"type": "B", "ts": 3.0, "x": 1}, output="records")[0]["ids"] == (1, 0)
+    assert e.stats()["events"] == 2
+
+
+@pytest.mark.parametrize("empty", [pd.DataFrame({"type": [], "ts": []}),
+                                   {"type": np.array([], dtype=object), "ts": np.array([])}],
+                         ids=["frame", "columns"])
+def test_an_empty_publish_fixes_no_timestamp_kind(empty):
+    e = Engine("define S pattern SEQ(A a, B b) within 5 s", backend="cpu")
+    e.publish(empty)
+    e.publish({"type": "A", "ts": pd.Timestamp("2024-01-01")})
+    out = e.publish({"type": "B", "ts": pd.Timestamp("2024-01-01 00:00:01")})
+    assert out["ts"].tolist() == [pd.Timestamp("2024-01-01 00:00:01")]
+
+
+def test_naive_and_zoned_datetimes_do_not_mix_in_a_stream():
+    e = Engine("define S pattern SEQ(A a, B b) within 5 s", backend="cpu")
+    e.publish({"type": "A", "ts": pd.Timestamp("2024-01-01")})
+    with pytest.raises(EventError, match=r"time-zone-aware \(Europe/Berlin\) datetimes, but earlier events had naive"):
+        e.publish({"type": "B", "ts": pd.Timestamp("2024-01-01 00:00:01", tz="Europe/Berlin")})
+    e = Engine("define S pattern SEQ(A a, B b) within 5 s", backend="cpu")
+    e.publish({"type": "A", "ts": pd.Timestamp("2024-01-01", tz="UTC")})
+    with pytest.raises(EventError, match=r"naive datetimes, but earlier events had time-zone-aware \(UTC\)"):
+        e.publish({"type": "B", "ts": pd.Timestamp("2024-01-01 00:00:01")})
+    # zones may differ
+    out = e.publish({"type": "B", "ts": pd.Timestamp("2024-01-01 01:00:01", tz="Europe/Berlin")})
+    assert out["ts"].tolist() == [pd.Timestamp("2024-01-01 00:00:01", tz="UTC")]
+
+
+def test_column_forms_at_the_edges():
+    rule = "define S pattern SEQ(A a, B b) within 5 s"
+    out = Engine(rule, backend="cpu").publish({"type": pd.Categorical(["A", "B"]), "ts": np.array([1.0, 2.0])},
+                                              output="records")
+    assert out == [{"rule": "S", "ts": 2.0, "ids": (0, 1)}]
+    two = {"type": np.array(["A", "B"]), "ts": np.array([1.0, 2.0])}
+    with pytest.raises(EventError, match="column 'x' holds complex numbers"):
+        Engine(rule, backend="cpu").publish({**two, "x": np.array([1j, 2j])})
+    with pytest.raises(EventError, match="column 'x' cannot be read as one array"):
+        Engine(rule, backend="cpu").publish({**two, "x": np.array([1, "1"], dtype=object)})
+    with pytest.raises(EventError, match=r"got list: publish a list of events as pandas.DataFrame\(events\)"):
+        Engine(rule, backend="cpu").publish([{"type": "A", "ts": 1.0}])
+    with pytest.raises(cep_gpu.ArgumentError, match=r"finite numbers >= 0\), got \{'A': nan\}"):
+        Engine(rule, backend="cpu").explain({"A": float("nan"), "B": 1.0})

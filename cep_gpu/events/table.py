@@ -237,6 +237,14 @@ class EventTable:
         merged.lineage = concat_lineage(self, merged, kept)
         return merged
 
+    def check_joinable(self, other: EventTable) -> None:
+        """Raise the :class:`EventError` that :meth:`concat` would raise for an attribute whose
+        kind ``other`` changes (only int and float mix), without building anything."""
+        for name, b in other.columns.items():
+            a = self.columns.get(name)
+            if a is not None:
+                merge_kind(name, a, b, _first_event(other, b))
+
     def _order(self) -> np.ndarray | None:
         """The (ts, id) sort permutation, or None when the rows are already in that order."""
         if len(self) < 2:
