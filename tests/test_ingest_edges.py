@@ -379,3 +379,10 @@ def test_the_sequential_baseline_names_the_bad_row_too():
             run(method, rule, events, 1)
     with pytest.raises(cep_gpu.RuleError, match=r"reads attribute 'q', which no event in the input has"):
         run("sequential", rule.replace("a.p", "a.q"), events, 1)
+
+
+def test_strings_with_a_nul_character_stay_distinct(backend):
+    # pandas' object hash table cuts strings at a NUL: 'a\x00b' and 'a' must not get one code
+    df = pd.DataFrame({"type": ["A", "B", "B"], "ts": [1.0, 2.0, 3.0], "s": ["a\x00b", "a", "a\x00b"]})
+    same = cep_gpu.detect(df, "define Q pattern SEQ(A a, B b) where a.s = b.s within 5 s", backend=backend)
+    assert id_tuples(same) == [(0, 2)]

@@ -8,6 +8,7 @@ from typing import Literal
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from ..errors import EventError
 
@@ -55,6 +56,16 @@ class StringDictionary:
 
 
 def _unique_objects(values: np.ndarray) -> tuple[list, np.ndarray]:
+    try:
+        # Arrow first: pandas' object hash table cuts strings at a NUL character ('a\x00b' and
+        # 'a' would get one code); Arrow's strings carry their length
+        enc = pa.array(values, type=pa.string(), from_pandas=True).dictionary_encode()
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        enc = None  # not all strings: pandas' factorize, which takes any hashable
+    if enc is not None:
+        uniq_list = enc.dictionary.to_pylist() + [None]
+        codes = enc.indices.fill_null(len(uniq_list) - 1).to_numpy(zero_copy_only=False).astype(np.int64)
+        return uniq_list, codes
     codes, uniq = pd.factorize(pd.Series(values, dtype=object), use_na_sentinel=True)
     uniq_list = list(uniq) + [None]
     codes = np.where(codes < 0, len(uniq_list) - 1, codes)
