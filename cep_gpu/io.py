@@ -30,8 +30,8 @@ def read_table(path: str | Path) -> pa.Table:
     table, which ``detect`` and ``EventTable.from_arrow`` read without a pandas frame.
 
     Parquet string columns are read dictionary-encoded, as they are stored: the engine takes
-    their codes, with no Python string per row. A ``ts`` column of dates is read as datetimes at
-    midnight.
+    their codes, with no Python string per row. The files of a directory are joined column by
+    column (:func:`_joined_schema`). A ``ts`` column of dates is read as datetimes at midnight.
     """
     path = Path(path)
     if not path.exists():
@@ -39,6 +39,11 @@ def read_table(path: str | Path) -> pa.Table:
     if not path.is_dir() and file_format(path) == "csv":
         return _dates_as_datetimes(_read_csv(path))
     try:
+        if path.is_dir():
+            dataset = pq.ParquetDataset(path)
+            if not dataset.fragments:
+                raise EventError(f"{path}: the folder holds no Parquet file")
+            return _dates_as_datetimes(pq.read_table(path, schema=_joined_schema(path, dataset)))
         schema = pq.ParquetDataset(path).schema
         strings = [f.name for f in schema if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)]
         return _dates_as_datetimes(pq.read_table(path, read_dictionary=strings))
@@ -114,6 +119,58 @@ def _dates_as_datetimes(table: pa.Table) -> pa.Table:
             unit = "s" if pa.types.is_date32(t) else "ms"
             table = table.set_column(i, "ts", table.column(i).cast(pa.timestamp(unit)))
     return table
+
+
+def _is_text(t: pa.DataType) -> bool:
+    if pa.types.is_dictionary(t):
+        t = t.value_type
+    return pa.types.is_string(t) or pa.types.is_large_string(t)
+
+
+def _type_name(t: pa.DataType) -> str:
+    return "string" if _is_text(t) else str(t)
+
+
+def _joined_type(a: pa.DataType, b: pa.DataType) -> pa.DataType | None:
+    """The type of a column that is ``a`` in one file and ``b`` in another (None: none), as
+    cep-gpu joins kinds elsewhere: integers and floats give a float."""
+    if a == b or pa.types.is_null(b):
+        return a
+    if pa.types.is_null(a):
+        return b
+    def number(t: pa.DataType) -> bool:
+        return pa.types.is_integer(t) or pa.types.is_floating(t)
+
+    if number(a) and number(b):
+        return pa.int64() if pa.types.is_integer(a) and pa.types.is_integer(b) else pa.float64()
+    return None
+
+
+def _joined_schema(path: Path, dataset: pq.ParquetDataset) -> pa.Schema:
+    """The schema of a directory of Parquet files: every file's columns (null in the files
+    without them), strings dictionary-encoded, and a column's types joined by
+    :func:`_joined_type`; any other difference is an error naming the column, files and types.
+    (pyarrow takes the first file's schema: the others' extra columns were dropped, and their
+    values cast to the first file's types, a text "1" to the integer 1.)"""
+    dictionary = pa.dictionary(pa.int32(), pa.string())
+    fields: dict[str, tuple[pa.DataType, str]] = {}  # name -> (type, a file that has it)
+    for fragment in dataset.fragments:
+        for f in fragment.physical_schema:
+            t = dictionary if _is_text(f.type) else f.type
+            if f.name not in fields:
+                fields[f.name] = (t, fragment.path)
+                continue
+            known, where = fields[f.name]
+            joined = _joined_type(known, t)
+            if joined is None:
+                raise EventError(f"{path}: column {f.name!r} is {_type_name(known)} in {where} but "
+                                 f"{_type_name(t)} in {fragment.path}; give it one type in every file")
+            if joined != known:
+                fields[f.name] = (joined, fragment.path)
+    # hive keys (k=v folders), given as plain values: a scan with a schema has no dictionary for them
+    partitions = [pa.field(f.name, f.type.value_type if pa.types.is_dictionary(f.type) else f.type)
+                  for f in dataset.schema if f.name not in fields]
+    return pa.schema([pa.field(n, t) for n, (t, _) in fields.items()] + partitions)
 
 
 def read_events(path: str | Path) -> pd.DataFrame:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 import cep_gpu
@@ -97,3 +98,55 @@ def test_the_csv_emptiness_check_reads_only_the_first_bytes(tmp_path, monkeypatc
     assert read_table(_csv(tmp_path, b"type,ts\nA,1\n")).num_rows == 1
     with pytest.raises(EventError, match="the CSV file is empty"):
         read_table(_csv(tmp_path, b" \n\n"))
+
+
+def _folder(tmp_path, *tables):
+    folder = tmp_path / "d"
+    folder.mkdir()
+    for name, columns in zip("ab", tables):
+        pq.write_table(pa.table(columns), folder / f"{name}.parquet")
+    return folder
+
+
+def test_a_parquet_folder_has_the_columns_of_all_its_files(tmp_path):
+    """The first file's schema was taken: z was dropped ("no event in the input has attribute z")."""
+    folder = _folder(tmp_path, {"type": ["A"], "ts": [1], "x": [1]},
+                     {"type": ["B"], "ts": [2], "x": [2], "z": ["u"]})
+    table = read_table(folder)
+    assert table.column("z").to_pylist() == [None, "u"]
+    assert pa.types.is_dictionary(table.column("z").type) and pa.types.is_dictionary(table.column("type").type)
+    out = cep_gpu.detect(table, "define Q(z: string) pattern SEQ(A a, B b) within 5 s return z := b.z",
+                         backend="reference")
+    assert out["z"].tolist() == ["u"]
+
+
+@pytest.mark.parametrize("first, second", [([1.7], [2]), ([2], [1.7])])
+def test_a_parquet_folder_joins_int_and_float_to_float(tmp_path, first, second):
+    """One order gave "Float value 1.700000 was truncated converting to int64", the other ints."""
+    folder = _folder(tmp_path, {"type": ["A"], "ts": [1], "x": first}, {"type": ["B"], "ts": [2], "x": second})
+    table = read_table(folder)
+    assert table.column("x").type == pa.float64()
+    assert table.column("x").to_pylist() == [float(first[0]), float(second[0])]
+
+
+def test_a_parquet_folder_with_a_column_of_two_types_is_an_error_naming_them(tmp_path):
+    """The text "1" was silently converted to the integer 1."""
+    folder = _folder(tmp_path, {"type": ["A"], "ts": [1], "x": [1]}, {"type": ["B"], "ts": [2], "x": ["1"]})
+    with pytest.raises(EventError, match=re.escape(
+            f"column 'x' is int64 in {folder / 'a.parquet'} but string in {folder / 'b.parquet'}; "
+            "give it one type in every file")):
+        read_table(folder)
+
+
+def test_an_empty_parquet_folder_says_so(tmp_path):
+    """It was "events have no 'type' column (columns: [])"."""
+    (tmp_path / "d").mkdir()
+    with pytest.raises(EventError, match="the folder holds no Parquet file"):
+        read_table(tmp_path / "d")
+
+
+def test_a_partitioned_parquet_folder_keeps_its_keys(tmp_path):
+    for key in ("n1", "n2"):
+        (tmp_path / f"node={key}").mkdir()
+        pq.write_table(pa.table({"type": ["A"], "ts": [1], "x": [1]}), tmp_path / f"node={key}" / "p.parquet")
+    assert read_table(tmp_path).column("node").to_pylist() == ["n1", "n2"]
