@@ -97,6 +97,24 @@ def number(check: Callable[[float], bool], expected: str) -> Callable[[str], flo
     return parse
 
 
+def time_unit(text: str) -> str:
+    """An argparse type: a unit of numeric timestamps (``--time-unit``), checked while parsing:
+    a typo was found only after the whole events file was read."""
+    from .events.values import UNIT_NS
+
+    if text not in UNIT_NS:
+        units = ", ".join(sorted(UNIT_NS))
+        raise argparse.ArgumentTypeError(f"unknown unit {text!r}; use one of {units}")
+    return text
+
+
+def nonempty_path(text: str) -> str:
+    """An argparse type: a path that is not empty (``--out ''`` was taken as no ``--out``)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"expected a path, got {text!r}")
+    return text
+
+
 def writable(option: str, path: str | Path, *, folder: bool = False) -> Path:
     """``path``, the value of ``option``, once it is known that it can be written; a
     :class:`UsageError` naming ``option`` otherwise. For the output of a subcommand, checked
@@ -131,14 +149,22 @@ def writable(option: str, path: str | Path, *, folder: bool = False) -> Path:
     return p
 
 
-def writable_output(option: str, path: str | Path) -> Path:
+def writable_output(option: str, path: str | Path, events: str | Path | None = None) -> Path:
     """:func:`writable`, for a file of composite events: its suffix names a format
-    (``cep_gpu.io.FORMATS``: .csv or .parquet)."""
+    (``cep_gpu.io.FORMATS``: .csv or .parquet), and it is not the input ``events`` file nor in
+    the input's folder of Parquet files (the input would be overwritten, or grow)."""
     from .io import FORMATS
 
     p = writable(option, path)
     if p.suffix.lower() not in FORMATS:
         raise UsageError(option, f"unknown file type {p.suffix!r} in {path}; use .csv or .parquet")
+    if events is not None and Path(events).exists():
+        source, target = Path(events).resolve(), p.resolve()
+        if target == source:
+            raise UsageError(option, f"{path} is the events file {events}: it would be overwritten")
+        if source.is_dir() and source in target.parents:
+            raise UsageError(option, f"{path} is in the events folder {events}: it would be read "
+                             "as events")
     return p
 
 
@@ -150,8 +176,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("rules", help="rule file (TESLA or SEQ patterns)")
     run.add_argument("events", help="events as .csv or .parquet")
     run.add_argument("--backend", default="auto", choices=BACKENDS + ["gpu-host"])
-    run.add_argument("--out", help="write composite events to this .csv or .parquet file")
-    run.add_argument("--time-unit", default="s", help="unit of numeric ts values (default: s)")
+    run.add_argument("--out", type=nonempty_path,
+                     help="write composite events to this .csv or .parquet file")
+    run.add_argument("--time-unit", type=time_unit, default="s",
+                     help="unit of numeric ts values (default: s)")
     run.add_argument("--limit", type=at_least(0), default=50, help="rows to print when no --out is given")
     run.add_argument(
         "--max-batch-latency", type=_latency, default=None, metavar="SECONDS",
@@ -168,7 +196,8 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_argument("rules")
     explain.add_argument("events", nargs="?", help="optional events, for window sizes and planner decisions")
     explain.add_argument("--backend", default="auto", choices=BACKENDS)
-    explain.add_argument("--time-unit", default="s")
+    explain.add_argument("--time-unit", type=time_unit, default="s",
+                         help="unit of numeric ts values (default: s)")
     explain.add_argument(
         "--max-batch-latency", type=_latency, default=None, metavar="SECONDS",
         help="as for run (default: unbounded, one batch per rule, which is what run does)",
@@ -277,7 +306,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .planner import backend_for
 
     if args.out:  # before any work: a typo in the output's name must not cost a whole run
-        writable_output("--out", args.out)
+        writable_output("--out", args.out, args.events)
     console = Console(stderr=True)
     rules = read_rules(args.rules)
     backend = backend_for(args.backend, args.max_batch_latency, private=True)

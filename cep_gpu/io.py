@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
@@ -28,24 +30,147 @@ def read_table(path: str | Path) -> pa.Table:
     table, which ``detect`` and ``EventTable.from_arrow`` read without a pandas frame.
 
     Parquet string columns are read dictionary-encoded, as they are stored: the engine takes
-    their codes, with no Python string per row.
+    their codes, with no Python string per row. The files of a directory are joined column by
+    column (:func:`_joined_schema`). A ``ts`` column of dates is read as datetimes at midnight.
     """
     path = Path(path)
     if not path.exists():
         raise EventError(f"{path}: no such file")
     if not path.is_dir() and file_format(path) == "csv":
-        if path.stat().st_size == 0 or not path.read_bytes()[:4096].strip():
-            raise EventError(f"{path}: the CSV file is empty; it needs a header row naming at least 'type' and 'ts'")
-        try:
-            return pacsv.read_csv(path)
-        except pa.ArrowInvalid as exc:
-            raise EventError(f"{path}: cannot read the CSV file: {exc}") from None
+        return _dates_as_datetimes(_read_csv(path))
     try:
+        if path.is_dir():
+            dataset = pq.ParquetDataset(path)
+            if not dataset.fragments:
+                raise EventError(f"{path}: the folder holds no Parquet file")
+            return _dates_as_datetimes(pq.read_table(path, schema=_joined_schema(path, dataset)))
         schema = pq.ParquetDataset(path).schema
         strings = [f.name for f in schema if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)]
-        return pq.read_table(path, read_dictionary=strings)
+        return _dates_as_datetimes(pq.read_table(path, read_dictionary=strings))
     except pa.ArrowInvalid as exc:
         raise EventError(f"{path}: cannot read the Parquet data: {exc}") from None
+
+
+def _read_csv(path: Path) -> pa.Table:
+    with path.open("rb") as f:  # the first bytes only, not the whole file
+        head = f.read(4096)
+    if not head.strip():
+        raise EventError(f"{path}: the CSV file is empty; it needs a header row naming at least 'type' and 'ts'")
+    try:
+        table = pacsv.read_csv(path)
+    except pa.ArrowInvalid as exc:
+        raise EventError(f"{path}: cannot read the CSV file: {exc}") from None
+    for name, col in zip(table.column_names, table.columns):
+        if pa.types.is_binary(col.type):  # pyarrow's inference for a column with a non-UTF-8 cell
+            row = _first_not_utf8(col)
+            raise EventError(f"{path}: column {name!r} is not UTF-8 text: row {row} holds "
+                             f"{col[row].as_py()!r}; save the file as UTF-8")
+        if pa.types.is_floating(col.type):
+            _check_integers(path, name, col)
+    if "type" in table.column_names and pa.types.is_string(table.schema.field("type").type):
+        # an empty field of a text column is "" (a number column's is null): no type name
+        row = pc.index(table.column("type"), "").as_py()
+        if row >= 0:
+            raise EventError(f"{path}: column 'type' is empty at row {row}: every event needs a type")
+    return table
+
+
+def _first_not_utf8(col: pa.ChunkedArray) -> int:
+    """The first row of a binary column that is not valid UTF-8 (on the error path only: halves
+    the rows, casting each half in Arrow)."""
+    arr = col.combine_chunks()
+    lo, hi = 0, len(arr)  # arr[lo:hi] holds a bad value
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        try:
+            arr.slice(lo, mid - lo).cast(pa.string())
+            lo = mid
+        except pa.ArrowInvalid:
+            hi = mid
+    return lo
+
+
+def _check_integers(path: Path, name: str, col: pa.ChunkedArray) -> None:
+    """pyarrow reads a CSV column with an integer beyond int64 as float64, where distinct values
+    become equal: an error naming it. One min/max pass in the common case; only a column holding
+    a number of magnitude >= 2**63 is read again, as text, for its integer literals."""
+    low, high = (v.as_py() for v in pc.min_max(col).values())
+    if (high is None or high < 2.0**63) and (low is None or low > -(2.0**63)):
+        return
+    values = col.to_numpy()
+    with np.errstate(invalid="ignore"):
+        rows = np.flatnonzero(np.abs(values) >= 2.0**63)
+    options = pacsv.ConvertOptions(include_columns=[name], column_types={name: pa.string()})
+    text = pacsv.read_csv(path, convert_options=options).column(0).take(pa.array(rows))
+    literal = pc.match_substring_regex(text, r"^\s*[+-]?[0-9]+\s*$").to_numpy(zero_copy_only=False)
+    for row, cell in zip(rows[literal], text.filter(literal).to_pylist()):
+        if not -(2**63) <= int(cell) < 2**63:  # 2**63 - 1 reads as 2.0**63
+            raise EventError(f"{path}: column {name!r} holds integers outside the int64 range "
+                             f"(e.g. {cell!r} at row {row})")
+
+
+def _dates_as_datetimes(table: pa.Table) -> pa.Table:
+    """A ``ts`` column of dates (a CSV column of 2024-01-01 values) as datetimes at midnight."""
+    names = table.column_names
+    if names.count("ts") == 1:
+        i = names.index("ts")
+        t = table.schema.field(i).type
+        if pa.types.is_date32(t) or pa.types.is_date64(t):
+            unit = "s" if pa.types.is_date32(t) else "ms"
+            table = table.set_column(i, "ts", table.column(i).cast(pa.timestamp(unit)))
+    return table
+
+
+def _is_text(t: pa.DataType) -> bool:
+    if pa.types.is_dictionary(t):
+        t = t.value_type
+    return pa.types.is_string(t) or pa.types.is_large_string(t)
+
+
+def _type_name(t: pa.DataType) -> str:
+    return "string" if _is_text(t) else str(t)
+
+
+def _joined_type(a: pa.DataType, b: pa.DataType) -> pa.DataType | None:
+    """The type of a column that is ``a`` in one file and ``b`` in another (None: none), as
+    cep-gpu joins kinds elsewhere: integers and floats give a float."""
+    if a == b or pa.types.is_null(b):
+        return a
+    if pa.types.is_null(a):
+        return b
+    def number(t: pa.DataType) -> bool:
+        return pa.types.is_integer(t) or pa.types.is_floating(t)
+
+    if number(a) and number(b):
+        return pa.int64() if pa.types.is_integer(a) and pa.types.is_integer(b) else pa.float64()
+    return None
+
+
+def _joined_schema(path: Path, dataset: pq.ParquetDataset) -> pa.Schema:
+    """The schema of a directory of Parquet files: every file's columns (null in the files
+    without them), strings dictionary-encoded, and a column's types joined by
+    :func:`_joined_type`; any other difference is an error naming the column, files and types.
+    (pyarrow takes the first file's schema: the others' extra columns were dropped, and their
+    values cast to the first file's types, a text "1" to the integer 1.)"""
+    dictionary = pa.dictionary(pa.int32(), pa.string())
+    fields: dict[str, tuple[pa.DataType, str]] = {}  # name -> (type, a file that has it)
+    for fragment in dataset.fragments:
+        for f in fragment.physical_schema:
+            t = dictionary if _is_text(f.type) else f.type
+            if f.name not in fields:
+                fields[f.name] = (t, fragment.path)
+                continue
+            known, where = fields[f.name]
+            joined = _joined_type(known, t)
+            if joined is None:
+                raise EventError(f"{path}: column {f.name!r} is {_type_name(known)} in {where} but "
+                                 f"{_type_name(t)} in {fragment.path}; give it one type in every file")
+            if joined != known:
+                fields[f.name] = (joined, fragment.path)
+    # hive keys (k=v folders), given as plain values: a scan with a schema has no dictionary for them
+    partitions = [pa.field(f.name, f.type.value_type if pa.types.is_dictionary(f.type) else f.type)
+                  for f in dataset.schema if f.name not in fields]
+    return pa.schema([pa.field(n, t) for n, (t, _) in fields.items()] + partitions)
 
 
 def read_events(path: str | Path) -> pd.DataFrame:

@@ -10,7 +10,15 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from cep_gpu.cli import BACKENDS, UsageError, at_least, set_command, writable
+from cep_gpu.cli import (
+    BACKENDS,
+    UsageError,
+    at_least,
+    nonempty_path,
+    set_command,
+    time_unit,
+    writable,
+)
 
 
 def add_spark_parser(sub) -> argparse.ArgumentParser:
@@ -20,13 +28,15 @@ def add_spark_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("events", help="Parquet events: a file or a directory, local or a URI Spark reads (s3a://...); "
                    "a local CSV file, or local Parquet with nanosecond timestamps, is converted first")
     p.add_argument("--master", default="local[2]", help="Spark master URL (default: local[2])")
-    p.add_argument("--out", required=True, help="output directory (composite_events.parquet, detections.png)")
+    p.add_argument("--out", type=nonempty_path, required=True,
+                   help="output directory (composite_events.parquet, detections.png)")
     p.add_argument("--backend", default="auto", choices=BACKENDS, help="engine backend inside the tasks")
     p.add_argument("--partition-by", help="column every rule is tied to (keyed plan); else time slices")
     p.add_argument("--slices", type=at_least(1), help="number of time slices (default: the cluster's parallelism)")
     p.add_argument("--slicing", default="auto", choices=["auto", "parquet", "partitions", "shuffle"],
                    help="how time-sliced runs cut time (docs/spark.md; default: auto)")
-    p.add_argument("--time-unit", default="s", help="unit of numeric ts values (default: s)")
+    p.add_argument("--time-unit", type=time_unit, default="s",
+                   help="unit of numeric ts values (default: s)")
     p.add_argument("--rapids", action="store_true", help="configure RAPIDS GPU executors (rapids_conf())")
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark settings")
     p.add_argument("--no-plot", action="store_true", help="skip the PNG of detections over time")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
+from cli_helpers import run_cli
 
 import cep_gpu
 from cep_gpu.cli import main
@@ -332,6 +333,29 @@ R = "define Q pattern SEQ(A a, B b) where a.x < b.x within 1 s\n"
     (["shedding", "bench", "--noise", "1.5"], "--noise"),
     (["shedding", "bench", "--factors", "0"], "--factors"),
     (["shedding", "bench", "--latency-bound", "-1"], "--latency-bound"),
+    # --time-unit: checked while parsing (run read the whole events file first, then exit 1)
+    (["run", "{rules}", "{ev}", "--time-unit", "bogus"], "--time-unit"),
+    (["explain", "{rules}", "--time-unit", "bogus"], "--time-unit"),
+    (["spark", "{rules}", "{ev}", "--out", "{tmp}", "--time-unit", "bogus"], "--time-unit"),
+    (["decompose", "{rules}", "--time-unit", "bogus"], "--time-unit"),
+    (["decopa", "run", "{net}", "{ev}", "--time-unit", "bogus"], "--time-unit"),
+    (["muse", "network", "{ev}", "--time-unit", "bogus"], "--time-unit"),
+    (["muse", "plan", "{rules}", "{net}", "--time-unit", "bogus"], "--time-unit"),
+    (["muse", "simulate", "{rules}", "{net}", "--time-unit", "bogus"], "--time-unit"),
+    (["parallel", "run", "{rules}", "{ev}", "--time-unit", "bogus"], "--time-unit"),
+    (["shedding", "run", "{rules}", "{ev}", "--latency-bound", "1", "--time-unit", "bogus"], "--time-unit"),
+    # an empty path was taken as no --out (the table printed, exit 0)
+    (["run", "{rules}", "{ev}", "--out", ""], "--out"),
+    (["spark", "{rules}", "{ev}", "--out", ""], "--out"),
+    (["muse", "network", "--out", ""], "--out"),
+    (["parallel", "run", "{rules}", "{ev}", "--stats", ""], "--stats"),
+    (["bench", "seq3", "--out", ""], "--out"),
+    # --out naming the input overwrote it
+    (["run", "{rules}", "{ev}", "--out", "{ev}"], "--out"),
+    (["decopa", "run", "{net}", "{ev}", "--out", "{ev}"], "--out"),
+    (["muse", "simulate", "{rules}", "{net}", "{ev}", "--out", "{ev}"], "--out"),
+    (["parallel", "run", "{rules}", "{ev}", "--out", "{ev}"], "--out"),
+    (["shedding", "run", "{rules}", "{ev}", "--latency-bound", "1", "--out", "{ev}"], "--out"),
 ])
 def test_bad_argument_is_one_line_naming_it_and_exit_2(tmp_path, capsys, argv, option):
     """Checked while parsing (argparse raises SystemExit) or after it (main returns): the same line,
@@ -409,6 +433,29 @@ def test_an_unwritable_out_is_a_usage_error_before_any_work(tmp_path, capsys, mo
     monkeypatch.undo()
     assert main(["run", str(tmp_path / "r.txt"), str(tmp_path / "ev.csv"), "--out", str(out)]) == 0
     assert out.exists()
+
+
+def test_time_unit_and_out_are_checked_before_the_events_are_read(tmp_path, capsys):
+    (tmp_path / "r.txt").write_text(R)
+    ev = tmp_path / "ev.csv"
+    ev.write_text("type,ts,x\nA,0,1\nB,0.5,2\n")
+    # no such events file: the argument is the error
+    rc, _, err = run_cli(capsys, "run", tmp_path / "r.txt", tmp_path / "none.csv", "--time-unit", "bogus")
+    assert rc == 2 and err.splitlines()[-1] == ("cep-gpu run: error: argument --time-unit: unknown unit 'bogus'; "
+                                       "use one of h, min, ms, ns, s, sec, us")
+    for out in (ev, tmp_path / "." / "ev.csv"):
+        rc, _, err = run_cli(capsys, "run", tmp_path / "r.txt", ev, "--out", out)
+        assert rc == 2 and err.strip() == (f"cep-gpu run: error: argument --out: {out} is the events "
+                                           f"file {ev}: it would be overwritten")
+    assert ev.read_text() == "type,ts,x\nA,0,1\nB,0.5,2\n"
+    rc, _, err = run_cli(capsys, "run", tmp_path / "r.txt", ev, "--out", "")
+    assert rc == 2 and err.splitlines()[-1] == "cep-gpu run: error: argument --out: expected a path, got ''"
+    # a folder of Parquet files: an output inside it would be read as events the next time
+    (tmp_path / "d").mkdir()
+    pd.DataFrame({"type": ["A", "B"], "ts": [0.0, 0.5], "x": [1, 2]}).to_parquet(tmp_path / "d" / "a.parquet")
+    rc, _, err = run_cli(capsys, "run", tmp_path / "r.txt", tmp_path / "d", "--out", tmp_path / "d" / "o.csv")
+    assert rc == 2 and "is in the events folder" in err
+    assert run_cli(capsys, "run", tmp_path / "r.txt", ev, "--out", tmp_path / "o.csv", "--time-unit", "ms")[0] == 0
 
 
 def test_writable_is_one_check_for_files_and_folders(tmp_path):

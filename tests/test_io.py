@@ -1,11 +1,18 @@
-"""``cep_gpu.io``: writing composite events."""
+"""``cep_gpu.io``: reading events, writing composite events."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
 
 import cep_gpu
-from cep_gpu.io import write_output
+from cep_gpu.errors import EventError
+from cep_gpu.io import read_table, write_output
 
 
 def test_a_pandas_output_written_to_parquet_reads_back_with_pandas(tmp_path):
@@ -20,3 +27,126 @@ def test_a_pandas_output_written_to_parquet_reads_back_with_pandas(tmp_path):
     assert [list(i) for i in back["ids"]] == [[0, 1], [2, 3]]
     write_output(out, tmp_path / "out.csv")
     assert (tmp_path / "out.csv").read_text().splitlines()[1] == '"Q",1,"0 1"'
+
+
+# -- reading events: what CSV inference and a folder of Parquet files make of bad input ------------
+
+
+def _csv(tmp_path, data: bytes):
+    path = tmp_path / "ev.csv"
+    path.write_bytes(data)
+    return path
+
+
+@pytest.mark.parametrize("cell", ["99999999999999999999", "-99999999999999999999", "9223372036854775808"])
+def test_a_csv_integer_beyond_int64_is_an_error_naming_it(tmp_path, cell):
+    """pyarrow read the column as float64: 99999999999999999999 and ...98 compared equal."""
+    path = _csv(tmp_path, f"type,ts,x\nA,1,5\nB,2,{cell}\n".encode())
+    with pytest.raises(EventError, match=re.escape(
+            f"column 'x' holds integers outside the int64 range (e.g. '{cell}' at row 1)")):
+        read_table(path)
+    # the id column too (it became float64: "must hold integers, got dtype float64")
+    path = _csv(tmp_path, f"type,ts,id\nA,1,5\nB,2,{cell}\n".encode())
+    with pytest.raises(EventError, match="column 'id' holds integers outside the int64 range"):
+        read_table(path)
+
+
+def test_csv_numbers_near_the_int64_bounds_that_are_no_error(tmp_path):
+    # the int64 extremes in a float column (float64 rounds them to +-2**63), and float literals
+    path = _csv(tmp_path, b"type,ts,x,y\nA,1,9223372036854775807,1e20\nB,2,-9223372036854775808,inf\nA,3,0.5,\n")
+    table = read_table(path)
+    assert table.column("x").type == pa.float64() and table.column("y").to_pylist()[:2] == [1e20, float("inf")]
+    path = _csv(tmp_path, b"type,ts,x\nA,1,9223372036854775807\nB,2,-9223372036854775808\n")
+    assert read_table(path).column("x").to_pylist() == [2**63 - 1, -(2**63)]
+
+
+@pytest.mark.parametrize("data, message", [
+    (b"type,ts,x,y\nA,1,1,0.5\nB,2,1,\xff\n", r"column 'y' is not UTF-8 text: row 1 holds b'\xff'"),
+    (b"type,ts,x\nA,1,1\nB,2,1\nC\xe9,3,1\n", r"column 'type' is not UTF-8 text: row 2 holds b'C\xe9'"),
+])
+def test_a_csv_cell_that_is_not_utf8_is_named(tmp_path, data, message):
+    """It was "holds bytes values (e.g. b'0.5')", a valid value, and for type a pandas hint."""
+    with pytest.raises(EventError, match=re.escape(message) + "; save the file as UTF-8"):
+        read_table(_csv(tmp_path, data))
+    # the first bad row of many, whatever chunk it is in
+    rows = b"".join(b"A,%d,1\n" % i for i in range(100_000))
+    with pytest.raises(EventError, match=r"column 'x' is not UTF-8 text: row 77777 holds b'\\xff'"):
+        read_table(_csv(tmp_path, b"type,ts,x\n" + rows.replace(b"A,77777,1", b"A,77777,\xff")))
+
+
+def test_an_empty_type_in_a_csv_is_an_error_naming_its_row(tmp_path):
+    """It was the event type "" (a warning then listed "(types: , B)")."""
+    with pytest.raises(EventError, match=r"column 'type' is empty at row 1: every event needs a type"):
+        read_table(_csv(tmp_path, b'type,ts,x\nB,1,1\n"",2,1\nB,3,1\n'))
+    with pytest.raises(EventError, match=r"column 'type' is empty at row 0"):
+        read_table(_csv(tmp_path, b"type,ts,x\n,1,1\nB,2,1\n"))
+
+
+def test_a_csv_ts_of_dates_is_datetimes_at_midnight(tmp_path):
+    """It was "column 'ts' holds date values ... convert it first"."""
+    table = read_table(_csv(tmp_path, b"type,ts,x\nA,2024-01-01,1\nB,2024-01-02,1\n"))
+    out = cep_gpu.detect(table, "define Q pattern SEQ(A a, B b) within 25 h", backend="reference")
+    assert out["ts"].tolist() == [pd.Timestamp("2024-01-02")]
+    assert str(out["ts"].dtype) == "datetime64[ns]"
+
+
+def test_the_csv_emptiness_check_reads_only_the_first_bytes(tmp_path, monkeypatch):
+    def whole_file(self):
+        raise AssertionError("read the whole file")
+
+    monkeypatch.setattr(Path, "read_bytes", whole_file)
+    assert read_table(_csv(tmp_path, b"type,ts\nA,1\n")).num_rows == 1
+    with pytest.raises(EventError, match="the CSV file is empty"):
+        read_table(_csv(tmp_path, b" \n\n"))
+
+
+def _folder(tmp_path, *tables):
+    folder = tmp_path / "d"
+    folder.mkdir()
+    for name, columns in zip("ab", tables):
+        pq.write_table(pa.table(columns), folder / f"{name}.parquet")
+    return folder
+
+
+def test_a_parquet_folder_has_the_columns_of_all_its_files(tmp_path):
+    """The first file's schema was taken: z was dropped ("no event in the input has attribute z")."""
+    folder = _folder(tmp_path, {"type": ["A"], "ts": [1], "x": [1]},
+                     {"type": ["B"], "ts": [2], "x": [2], "z": ["u"]})
+    table = read_table(folder)
+    assert table.column("z").to_pylist() == [None, "u"]
+    assert pa.types.is_dictionary(table.column("z").type) and pa.types.is_dictionary(table.column("type").type)
+    out = cep_gpu.detect(table, "define Q(z: string) pattern SEQ(A a, B b) within 5 s return z := b.z",
+                         backend="reference")
+    assert out["z"].tolist() == ["u"]
+
+
+@pytest.mark.parametrize("first, second", [([1.7], [2]), ([2], [1.7])])
+def test_a_parquet_folder_joins_int_and_float_to_float(tmp_path, first, second):
+    """One order gave "Float value 1.700000 was truncated converting to int64", the other ints."""
+    folder = _folder(tmp_path, {"type": ["A"], "ts": [1], "x": first}, {"type": ["B"], "ts": [2], "x": second})
+    table = read_table(folder)
+    assert table.column("x").type == pa.float64()
+    assert table.column("x").to_pylist() == [float(first[0]), float(second[0])]
+
+
+def test_a_parquet_folder_with_a_column_of_two_types_is_an_error_naming_them(tmp_path):
+    """The text "1" was silently converted to the integer 1."""
+    folder = _folder(tmp_path, {"type": ["A"], "ts": [1], "x": [1]}, {"type": ["B"], "ts": [2], "x": ["1"]})
+    with pytest.raises(EventError, match=re.escape(
+            f"column 'x' is int64 in {folder / 'a.parquet'} but string in {folder / 'b.parquet'}; "
+            "give it one type in every file")):
+        read_table(folder)
+
+
+def test_an_empty_parquet_folder_says_so(tmp_path):
+    """It was "events have no 'type' column (columns: [])"."""
+    (tmp_path / "d").mkdir()
+    with pytest.raises(EventError, match="the folder holds no Parquet file"):
+        read_table(tmp_path / "d")
+
+
+def test_a_partitioned_parquet_folder_keeps_its_keys(tmp_path):
+    for key in ("n1", "n2"):
+        (tmp_path / f"node={key}").mkdir()
+        pq.write_table(pa.table({"type": ["A"], "ts": [1], "x": [1]}), tmp_path / f"node={key}" / "p.parquet")
+    assert read_table(tmp_path).column("node").to_pylist() == ["n1", "n2"]

@@ -13,7 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-from ..cli import UsageError, argument, at_least, run_command, set_command
+from ..cli import UsageError, argument, at_least, nonempty_path, run_command, set_command
 
 EPILOG = """examples:
   cep-gpu bench seq3 --backend cpu,auto,gpu --sizes 100,1000,4000 --out seq3.json --plot seq3.png
@@ -99,8 +99,8 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
                    help="--stream: timed one-event publishes per window (default 5000)")
     p.add_argument("--micro-batch", type=at_least(1), default=1000,
                    help="--stream: events per micro-batch publish (default 1000)")
-    p.add_argument("--out", help="write the results as JSON here")
-    p.add_argument("--plot", help="draw the figure (PNG) here")
+    p.add_argument("--out", type=nonempty_path, help="write the results as JSON here")
+    p.add_argument("--plot", type=nonempty_path, help="draw the figure (PNG) here")
     set_command(p, bench_main)
     return p
 
@@ -114,7 +114,8 @@ def add_calibrate_parser(subparsers) -> argparse.ArgumentParser:
         description="Time the CPU kernels (and the GPU kernels where a device exists) on generated "
         "data and write the planner's cost profile (JSON).",
     )
-    p.add_argument("--out", help=f"profile path (default: {user_profile_path()})")
+    p.add_argument("--out", type=nonempty_path,
+                   help=f"profile path (default: {user_profile_path()})")
     p.add_argument("--quick", action="store_true", help="fewer, smaller inputs (about 10 s)")
     p.add_argument("--events", type=at_least(1000), default=60_000, help="events per calibration input")
     p.add_argument("--seed", type=int, default=0)

@@ -18,7 +18,16 @@ import sys
 from pathlib import Path
 
 from ..benchmarks.save import save_results
-from ..cli import UsageError, argument, at_least, number, set_command, writable
+from ..cli import (
+    UsageError,
+    argument,
+    at_least,
+    nonempty_path,
+    number,
+    set_command,
+    time_unit,
+    writable,
+)
 from ..errors import is_finite_positive
 from .errors import DecompositionError
 
@@ -71,7 +80,8 @@ def add_decompose_parser(subparsers) -> argparse.ArgumentParser:
                    help="alias:alias=s, comma-separated (0 < s <= 1; pairs left out: 1)")
     p.add_argument("--sample", help="measure rates and selectivities on these events (CSV/Parquet) "
                    "instead of --rates/--selectivity")
-    p.add_argument("--time-unit", default="s", help="unit of numeric ts in --sample (default s)")
+    p.add_argument("--time-unit", type=time_unit, default="s",
+                   help="unit of numeric ts in --sample (default s)")
     p.add_argument("--units", type=at_least(1), required=True, help="number of processing units")
     p.add_argument("--iota", type=_capacity, required=True, help="events a unit ingests per window")
     p.add_argument("--kappa", type=_capacity, required=True, help="comparisons a unit makes per window")
@@ -79,7 +89,7 @@ def add_decompose_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--estimate", default="paper", choices=["paper", "order"],
                    help="rate estimate: the paper's (default) or order-aware for SEQ")
     p.add_argument("--compare", action="store_true", help="also print c* of the other strategies")
-    p.add_argument("--json", help="write the plan as JSON here")
+    p.add_argument("--json", type=nonempty_path, help="write the plan as JSON here")
     set_command(p, cmd_decompose)
     return p
 
@@ -96,9 +106,11 @@ def add_decopa_parser(subparsers) -> argparse.ArgumentParser:
         epilog=RUN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     r.add_argument("plan", help="plan JSON written by cep-gpu decompose --json")
     r.add_argument("events", help="events as .csv or .parquet")
-    r.add_argument("--out", help="write the composite events to this .csv or .parquet file")
+    r.add_argument("--out", type=nonempty_path,
+                   help="write the composite events to this .csv or .parquet file")
     r.add_argument("--backend", default="auto", help="backend of the operator units (default auto)")
-    r.add_argument("--time-unit", default="s", help="unit of numeric ts values (default: s)")
+    r.add_argument("--time-unit", type=time_unit, default="s",
+                   help="unit of numeric ts values (default: s)")
     r.add_argument("--chunk", type=at_least(1), default=None, metavar="N",
                    help="run as a stream: one Engine per unit, about N events per chunk")
     r.add_argument("--report", action="store_true",
@@ -118,8 +130,8 @@ def _bench_args(b) -> None:
     b.add_argument("--draws", type=at_least(1), help="rate draws per query (default 20)")
     b.add_argument("--seed", type=int, default=0)
     b.add_argument("--backend", default="cpu", help="backend of the executed runs (default cpu)")
-    b.add_argument("--out", help="write the results as JSON here")
-    b.add_argument("--plot", help="draw the figure (PNG) here")
+    b.add_argument("--out", type=nonempty_path, help="write the results as JSON here")
+    b.add_argument("--plot", type=nonempty_path, help="draw the figure (PNG) here")
 
 
 def _load_rule(args):
@@ -204,7 +216,7 @@ def cmd_run(args) -> int:
     if args.report and args.chunk is not None:
         raise UsageError("--report", "is measured by the batch run: leave out --chunk")
     if args.out:  # before any work, as cep-gpu run checks it
-        writable_output("--out", args.out)
+        writable_output("--out", args.out, args.events)
     with argument("--backend"):
         get_backend(args.backend)
     path = Path(args.plan)

@@ -21,7 +21,16 @@ import sys
 from pathlib import Path
 
 from ..benchmarks.save import save_results
-from ..cli import UsageError, argument, at_least, number, set_command, writable
+from ..cli import (
+    UsageError,
+    argument,
+    at_least,
+    nonempty_path,
+    number,
+    set_command,
+    time_unit,
+    writable,
+)
 from ..errors import is_finite_positive
 
 EPILOG = """examples:
@@ -56,7 +65,8 @@ def add_muse_parser(subparsers) -> argparse.ArgumentParser:
                      "node that emitted each (--node-column)")
     net.add_argument("--node-column", default=None, help="with EVENTS: the column naming each "
                      "event's node (default: node)")
-    net.add_argument("--time-unit", default=None, help="with EVENTS: unit of numeric ts values "
+    net.add_argument("--time-unit", type=time_unit, default=None,
+                     help="with EVENTS: unit of numeric ts values "
                      "(default: s)")
     net.add_argument("--nodes", type=at_least(1), default=None, help="seeded: nodes (default 20)")
     net.add_argument("--types", type=at_least(1), default=None, help="seeded: types (default 15)")
@@ -65,7 +75,7 @@ def add_muse_parser(subparsers) -> argparse.ArgumentParser:
     net.add_argument("--skew", type=number(lambda v: is_finite_positive(v) and v > 1, "a finite number > 1"),
                      default=None, help="seeded: Zipf rate skew > 1 (default 1.5)")
     net.add_argument("--seed", type=int, default=None, help="seeded: the seed (default 0)")
-    net.add_argument("--out", help="write the network here (default: print it)")
+    net.add_argument("--out", type=nonempty_path, help="write the network here (default: print it)")
     set_command(net, cmd_network)
 
     for name, helptext in (("plan", "plan queries over a network and explain the plan"),
@@ -82,7 +92,8 @@ def add_muse_parser(subparsers) -> argparse.ArgumentParser:
                            default=None,
                            help="seconds of generated streams (default 60); with EVENTS, the "
                            "streams' duration for the predicted messages (default: the span of ts)")
-            c.add_argument("--out", help="write the sinks' matches to this .csv or .parquet file: "
+            c.add_argument("--out", type=nonempty_path,
+                           help="write the sinks' matches to this .csv or .parquet file: "
                            "cep-gpu run's columns (rule, ts, ids) and node, the sink")
             c.add_argument("--backend", default="auto",
                            choices=["auto", "cpu", "aip", "reference", "gpu"])
@@ -95,9 +106,11 @@ def add_muse_parser(subparsers) -> argparse.ArgumentParser:
         c.add_argument("--selectivity-from", metavar="SAMPLE",
                        help="measure the selectivities on these events (.csv/.parquet); "
                        "--selectivity values take precedence")
-        c.add_argument("--time-unit", default="s", help="unit of numeric ts values in the event "
+        c.add_argument("--time-unit", type=time_unit, default="s",
+                       help="unit of numeric ts values in the event "
                        "files (default: s)")
-        c.add_argument("--json", help="write the plan (and results) as JSON here")
+        c.add_argument("--json", type=nonempty_path,
+                       help="write the plan (and results) as JSON here")
         set_command(c, cmd_plan if name == "plan" else cmd_simulate)
 
     b = sub.add_parser("bench", help="transmission ratios vs the paper's simulation (§7.2)")
@@ -120,8 +133,8 @@ def add_bench_arguments(b: argparse.ArgumentParser) -> None:
                    help="run only this sweep (repeatable; default all)")
     b.add_argument("--max-rate", type=float, default=None,
                    help="clip of generated rates (default 1e6; docs/muse.md, Networks)")
-    b.add_argument("--out", help="write JSON here")
-    b.add_argument("--plot", help="write a PNG here")
+    b.add_argument("--out", type=nonempty_path, help="write JSON here")
+    b.add_argument("--plot", type=nonempty_path, help="write a PNG here")
 
 
 def _load(args):
@@ -301,7 +314,7 @@ def cmd_simulate(args) -> int:
     from .simulate import generate_streams, simulate
 
     if args.out:  # before any work, as cep-gpu run checks it
-        writable_output("--out", args.out)
+        writable_output("--out", args.out, args.events)
     queries, net, query_text = _load(args)
     plan = place(queries, net, args.algorithm)
     if args.events:

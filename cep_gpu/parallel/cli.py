@@ -14,7 +14,7 @@ import sys
 import time
 
 from ..benchmarks.save import json_default
-from ..cli import at_least, set_command
+from ..cli import at_least, nonempty_path, set_command, time_unit
 
 EPILOG = """examples:
   cep-gpu parallel run rules.txt events.csv --units 2 --explain
@@ -37,11 +37,12 @@ def add_parallel_parser(subparsers) -> argparse.ArgumentParser:
     r.add_argument("--allocation", default="cost-model", choices=["cost-model", "equal"])
     r.add_argument("--no-dynamic", action="store_true", help="static roles and agents")
     r.add_argument("--no-fusion", action="store_true", help="no agent fusion (Algorithm 2)")
-    r.add_argument("--time-unit", default="s")
-    r.add_argument("--out", help="write the composite events here (.csv/.parquet); default: print them")
+    r.add_argument("--time-unit", type=time_unit, default="s")
+    r.add_argument("--out", type=nonempty_path,
+                   help="write the composite events here (.csv/.parquet); default: print them")
     r.add_argument("--limit", type=at_least(0), default=50, help="rows to print when no --out is given (default 50)")
     r.add_argument("--explain", action="store_true", help="print the cost model and the allocation")
-    r.add_argument("--stats", help="write the engine's stats() as JSON here")
+    r.add_argument("--stats", type=nonempty_path, help="write the engine's stats() as JSON here")
     set_command(r, cmd_run)
     b = sub.add_parser("bench", help="hybrid vs state-parallel, RIP, LLSF; real and simulated")
     add_bench_arguments(b)
@@ -55,8 +56,9 @@ def add_bench_arguments(b: argparse.ArgumentParser) -> None:
     b.add_argument("--repeat", type=at_least(1), default=2, help="measured runs per method (best kept)")
     b.add_argument("--seed", type=int, default=0)
     b.add_argument("--quick", action="store_true", help="one workload, two points, few events")
-    b.add_argument("--out", help="write the results (JSON, with a summary) here")
-    b.add_argument("--plot", help="draw the figure (PNG) here")
+    b.add_argument("--out", type=nonempty_path,
+                   help="write the results (JSON, with a summary) here")
+    b.add_argument("--plot", type=nonempty_path, help="draw the figure (PNG) here")
     b.add_argument("--workloads", nargs="+", choices=["stock", "sensor"], default=["stock", "sensor"])
     b.add_argument("--no-real", action="store_true", help="leave out the real points (simulated Figure 10 only)")
     b.add_argument("--no-figure10", action="store_true", help="leave out both simulated Figure 10 sweeps")
@@ -73,7 +75,7 @@ def cmd_run(args) -> int:
 
     # before any work: a path that cannot be written was found only after the whole run
     if args.out:
-        writable_output("--out", args.out)
+        writable_output("--out", args.out, args.events)
     if args.stats:
         writable("--stats", args.stats)
     console = Console(stderr=True)

@@ -13,7 +13,7 @@ import argparse
 import sys
 
 from ..benchmarks.save import json_default, save_results
-from ..cli import UsageError, at_least, number, set_command
+from ..cli import UsageError, at_least, nonempty_path, number, set_command, time_unit
 from ..errors import is_finite_nonnegative, is_finite_positive
 
 #: a replay of this many events or more shows a progress bar (one event at a time: tens of µs each)
@@ -97,13 +97,16 @@ def add_run_arguments(r: argparse.ArgumentParser) -> None:
     r.add_argument("--window-cost", type=number(is_finite_nonnegative, "a finite number >= 0"),
                    default=None, metavar="S",
                    help="virtual time: seconds per event a terminator reads (default 0)")
-    r.add_argument("--time-unit", default="s", help="unit of numeric ts values (default s)")
+    r.add_argument("--time-unit", type=time_unit, default="s",
+                   help="unit of numeric ts values (default s)")
     r.add_argument("--backend", default="cpu", help="the engine's backend (default cpu)")
     r.add_argument("--no-reference", action="store_true",
                    help="skip the run of detect on every event (no measured recall; the estimate stays)")
-    r.add_argument("--out", help="write the composite events here (.csv/.parquet): rule, ts, ids (as "
+    r.add_argument("--out", type=nonempty_path,
+                   help="write the composite events here (.csv/.parquet): rule, ts, ids (as "
                                  "cep-gpu run gives them), detected_s, latency_s; default: print")
-    r.add_argument("--report", metavar="FILE", help="write the report (stats()) here as JSON")
+    r.add_argument("--report", type=nonempty_path, metavar="FILE",
+                   help="write the report (stats()) here as JSON")
     r.add_argument("--limit", type=at_least(0), default=50,
                    help="composite events printed without --out (default 50), as cep-gpu run")
 
@@ -136,7 +139,7 @@ def cmd_run(args) -> int:
         raise UsageError("--cost" if args.cost is not None else "--window-cost",
                          "is for --mode virtual; real time measures this engine")
     if args.out:
-        writable_output("--out", args.out)
+        writable_output("--out", args.out, args.events)
     if args.report:
         writable("--report", args.report)
     rules = read_rules(args.rules)
@@ -246,8 +249,9 @@ def add_bench_arguments(b: argparse.ArgumentParser) -> None:
                         "docs/shedding.md, resolution 22)")
     b.add_argument("--quick", action="store_true",
                    help="lengths 3,4,5; factors 100,1000; 4000 events (each unless given)")
-    b.add_argument("--out", help="write the results (JSON, with a 'summary') here")
-    b.add_argument("--plot", help="write the figure (PNG) here")
+    b.add_argument("--out", type=nonempty_path,
+                   help="write the results (JSON, with a 'summary') here")
+    b.add_argument("--plot", type=nonempty_path, help="write the figure (PNG) here")
 
 
 def cmd_bench(args) -> int:
