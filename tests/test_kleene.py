@@ -86,6 +86,10 @@ def test_same_aggregate_is_computed_once():
         ("define R pattern SEQ(A a, NOT(X x), KL(B b), C c) where x.v = b.v within 5 s", "NOT condition", 57),
         ("define R pattern SEQ(A a, KL(B b), C c) where b.v < b[i+1].v within 5 s", "b[i]", 47),
         ("define R pattern SEQ(A a, KL(B b), C c) where b[i].v < b[i+2].v within 5 s", "consecutive", 56),
+        # b[i-1] with b[i+1] is two apart too (it was read as b[i] with b[i+1], or crashed)
+        ("define R pattern SEQ(A a, KL(B b), C c) where b[i-1].v < b[i+1].v within 5 s", "two apart", 58),
+        ("define R pattern SEQ(A a, KL(B b), C c) where b[i-1].v + b[i+1].v < b[i].v * 2 within 5 s",
+         "two apart", 58),
         ("define R pattern SEQ(A a, KL(B b), C c) where b.v > avg(b.v) within 5 s", "mix", 47),
         ("define R pattern SEQ(A a, KL(B b), C c) where min(b.ts) > 1 within 5 s", "timestamps", 47),
     ],
