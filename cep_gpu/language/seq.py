@@ -444,6 +444,13 @@ def _kleene_kind(src: Source, conj: Tree, res: _SeqResolver) -> tuple[str, int] 
     """Whether a ``where`` operand is a per-element ("element") or consecutive ("pair") condition
     of a Kleene position (and whose), or None (a condition of the match, or of a NOT)."""
     touched = set(res.elements) | set(res.offsets)
+    if res.negated and res.aggregated:
+        sets = ", ".join(sorted(res.aggregated))
+        raise src.error(
+            f"a NOT condition may not read an aggregate over a Kleene set (over {sets}); "
+            "only the match's conditions may",
+            conj,
+        )
     if not touched:
         return None
     if res.negated:
