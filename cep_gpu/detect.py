@@ -24,6 +24,7 @@ from .jit import cached_njit
 from .model import (
     SELF,
     Aggregate,
+    AggValue,
     Arith,
     Attr,
     Compare,
@@ -87,6 +88,8 @@ def check_schema(rules: Sequence[Rule], table: EventTable, require_attributes: b
             return "string" if isinstance(v, str) else "bool" if isinstance(v, bool) else "num"
         if isinstance(expr, Attr):
             return attr_kind(expr.name)
+        if isinstance(expr, AggValue):  # Count/Sum/Avg/Min/Max: numeric attributes only (below)
+            return "num"
         if isinstance(expr, (Arith, Neg)):  # a number, unless an operand is not (an error below)
             kinds = {kind_of(c) for c in children(expr)}
             return "num" if kinds <= {"num", None} else None
@@ -105,6 +108,8 @@ def check_schema(rules: Sequence[Rule], table: EventTable, require_attributes: b
     if require_attributes:
         check_attribute_names(rules, table.columns, source)
     for rule in rules:
+        for agg in rule.aggregates:  # first: Max(...).s = 'x' is about Max, not about the '='
+            _check_aggregate(rule, agg, table, produced)
         for expr in _read_exprs(rule):
             for node in walk(expr):
                 if isinstance(node, (Arith, Neg)):
@@ -137,8 +142,6 @@ def check_schema(rules: Sequence[Rule], table: EventTable, require_attributes: b
                                 f"(not {node.op!r})",
                                 node.pos,
                             )
-        for agg in rule.aggregates:
-            _check_aggregate(rule, agg, table, produced)
 
 
 def check_attribute_names(rules: Sequence[Rule], names, source: str = "input") -> None:

@@ -220,7 +220,9 @@ class _Rule:
         if test is not None:  # compiled before the name exists: `v = ...).x > v` is an error
             op, rhs = test.children
             value = compile_expr(self.src, rhs, _OuterResolver(self, n_before))
-            self.conditions.append(Compare(str(op.children[0]), AggValue(index), value))
+            self.conditions.append(
+                Compare(str(op.children[0]), AggValue(index), value, pos=pos_of(test))
+            )
         self.agg_names[name] = index
 
 
