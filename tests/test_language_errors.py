@@ -391,6 +391,36 @@ def test_hostile_structure_is_rejected():
         parse_rule(b"define R from X()")  # type: ignore[arg-type]
 
 
+def test_long_expression_chains_are_rejected_with_position():
+    """A long chain a + b + ... parsed, then every backend died with a RecursionError; past about
+    1100 terms the parser said "rule nested too deeply" without a position."""
+    chain = " + ".join(["a.x"] * 101)
+    with pytest.raises(RuleError, match="expression too deep or too long") as err:
+        parse_rule(f"define Q pattern SEQ(A a, B b) where {chain} > b.x within 5 s")
+    assert (err.value.line, err.value.column) == (1, 38)
+    with pytest.raises(RuleError, match="expression too deep or too long") as err:
+        parse_rule("define Q\nfrom C(x > " + "-" * 3000 + "x)")
+    assert err.value.line == 2 and err.value.column is not None
+    with pytest.raises(RuleError, match="expression too deep or too long"):
+        parse_rule("define Q from C(x > 1) where z = " + " * ".join(["C.x"] * 1200))
+    # grouped with parentheses, as the message says, the same terms are fine
+    half = " + ".join(["a.x"] * 60)
+    parse_rule(f"define Q pattern SEQ(A a, B b) where ({half}) + ({half}) > b.x within 5 s")
+
+
+@pytest.mark.parametrize("backend", ["reference", "cpu"])
+def test_the_longest_chain_accepted_runs(backend):
+    import pandas as pd
+
+    import cep_gpu
+
+    chain = " + ".join(["a.x"] * 100)
+    events = pd.DataFrame({"type": ["A", "B"], "ts": [1.0, 2.0], "x": [1, 2]})
+    out = cep_gpu.detect(events, f"define Q pattern SEQ(A a, B b) where {chain} > b.x within 5 s",
+                         backend=backend)
+    assert out["ids"].tolist() == [[0, 1]]
+
+
 def test_text_size_limit(monkeypatch):
     monkeypatch.setattr(parser_module, "MAX_TEXT_CHARS", 100)
     with pytest.raises(RuleSyntaxError, match="rule text too long"):
