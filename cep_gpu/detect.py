@@ -7,7 +7,7 @@ events (which re-enter the table as input events of later rules), and assembles 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from .analysis import rule_order
 from .backends import Matches, count_matches
-from .errors import EventError
+from .errors import ArgumentError, EventError
 from .evaluate import Values, evaluate
 from .events import AttributeColumn, EventTable, TimeFormat
 from .jit import cached_njit
@@ -41,18 +41,37 @@ from .output import OutputSchema, assemble
 
 
 def as_rules(rules) -> list[Rule]:
-    """Accept a Rule, a list of Rules, or rule text."""
-    if isinstance(rules, Rule):
-        return [rules]
-    if isinstance(rules, str):
-        from .language import parse_rules
+    """Accept a Rule, rule text, or a list (any iterable) of Rules and rule texts, each text
+    holding any number of rules; anything else is an :class:`ArgumentError` naming ``rules``."""
+    from .language import parse_rules
 
-        return parse_rules(rules)
-    out = list(rules)
-    for r in out:
-        if not isinstance(r, Rule):
-            raise TypeError(f"rules must be Rule objects or rule text, got {type(r).__name__}")
+    if isinstance(rules, (Rule, str)):
+        items = [rules]
+    elif isinstance(rules, (bytes, bytearray, memoryview, Mapping)) or not isinstance(rules, Iterable):
+        raise ArgumentError(
+            f"rules must be a Rule, rule text (a str) or a list of them, got "
+            f"{type(rules).__name__} {_short(rules)}"
+            + (" (decode the rule text first)" if isinstance(rules, (bytes, bytearray)) else "")
+        )
+    else:
+        items = list(rules)
+    out: list[Rule] = []
+    for k, r in enumerate(items):
+        if isinstance(r, Rule):
+            out.append(r)
+        elif isinstance(r, str):
+            out.extend(parse_rules(r))
+        else:
+            raise ArgumentError(
+                f"rules must be a Rule, rule text (a str) or a list of them, but item {k} of the "
+                f"list is {type(r).__name__} {_short(r)}"
+            )
     return out
+
+
+def _short(value: object, width: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= width else text[: width - 3] + "..."
 
 
 def check_schema(rules: Sequence[Rule], table: EventTable, require_attributes: bool = True,
@@ -505,7 +524,10 @@ def detect(
         ``time_unit``), optional ``id`` (int64; else the row position) and attribute columns; or
         an :class:`~cep_gpu.events.EventTable` already ingested (its own time unit applies).
     rules:
-        A :class:`~cep_gpu.model.Rule`, a list of them, or rule text (see ``parse_rules``).
+        A :class:`~cep_gpu.model.Rule`, rule text (see ``parse_rules``), or a list of Rules and
+        rule texts (each text may hold several rules). Anything else (``None``, ``bytes``, a
+        number) is an :class:`~cep_gpu.errors.ArgumentError`, as are a ``backend`` that is not
+        a str and an unknown ``output``.
     backend:
         ``"auto"``, ``"cpu"``, ``"gpu"``, ``"reference"`` or ``"aip"``. All return the same rows.
     time_unit:
@@ -539,8 +561,10 @@ def detect(
       rule   ts  x
     0   AB  2.0  1
     """
-    if output not in ("pandas", "arrow", "count"):
-        raise ValueError(f"output must be 'pandas', 'arrow' or 'count', not {output!r}")
+    if not isinstance(output, str) or output not in ("pandas", "arrow", "count"):
+        raise ArgumentError(f"output must be 'pandas', 'arrow' or 'count', not {_short(output)}")
+    if not isinstance(backend, str) and not hasattr(backend, "match"):
+        raise ArgumentError(f"backend must be a backend name (a str), got {_short(backend)}")
     rule_list = as_rules(rules)
     if isinstance(events, pa.Table):
         table = EventTable.from_arrow(events, time_unit=time_unit)
