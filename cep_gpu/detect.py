@@ -7,6 +7,7 @@ events (which re-enter the table as input events of later rules), and assembles 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -66,7 +67,33 @@ def as_rules(rules) -> list[Rule]:
                 f"rules must be a Rule, rule text (a str) or a list of them, but item {k} of the "
                 f"list is {type(r).__name__} {_short(r)}"
             )
+    _check_distinct_names(out)
     return out
+
+
+def _check_distinct_names(rules: list[Rule]) -> None:
+    """Two rules of one name (from separate texts, or one Rule given twice) would report each
+    composite event twice with one id, and feed both into the rules that read that type: a
+    :class:`RuleError`, as for two ``define`` of one name in one text."""
+    first: dict[str, int] = {}
+    for k, rule in enumerate(rules):
+        if rule.name in first:
+            raise rule.error(
+                f"rule {rule.name!r} is defined twice (rules {first[rule.name] + 1} and {k + 1} "
+                f"of the {len(rules)} given); give each rule its own name",
+                _name_pos(rule),
+            )
+        first[rule.name] = k
+
+
+def _name_pos(rule: Rule) -> tuple[int, int] | None:
+    """The (line, column) of the name after ``define`` in the rule's source text, if known."""
+    start = rule.source.find(rule.text) if rule.text and rule.source else -1
+    if start < 0:
+        return None
+    m = re.match(r"define\s+", rule.text, re.IGNORECASE)
+    at = start + (m.end() if m else 0)
+    return rule.source.count("\n", 0, at) + 1, at - (rule.source.rfind("\n", 0, at) + 1) + 1
 
 
 def _short(value: object, width: int = 60) -> str:

@@ -258,3 +258,22 @@ def test_a_declared_int_from_a_column_with_nulls_casts_without_a_warning():
         out = cep_gpu.detect(ev, "define R(v: int) pattern SEQ(A a, B b) within 5 s return v := a.x",
                              backend="cpu")
     assert out["v"].tolist()[:2] == [pd.NA, pd.NA] and out["v"].tolist()[2] == 2
+
+
+def test_duplicate_rule_names_across_rule_objects_are_a_rule_error():
+    """One text rejects a second `define Q`; Rule objects (one given twice, or two parse_rules
+    calls) were not checked, and every Q match came out twice with one composite id."""
+    ev = pd.DataFrame({"type": ["A", "B", "C"], "ts": [1.0, 2.0, 3.0]})
+    q = cep_gpu.parse_rules("define Q pattern SEQ(A a, B b) within 5 s")
+    d = cep_gpu.parse_rules("define D pattern SEQ(Q q, C c) within 5 s")
+    for rules in (q + q + d, q + d + cep_gpu.parse_rules("\n  define   Q from C()"),
+                  ["define Q pattern SEQ(A a, B b) within 5 s", "define Q from C()"]):
+        with pytest.raises(RuleError, match=r"rule 'Q' is defined twice \(rules \d and \d of the \d given\)") as err:
+            cep_gpu.detect(ev, rules, backend="reference")
+        assert err.value.line is not None and err.value.column is not None
+        with pytest.raises(RuleError, match="defined twice"):
+            cep_gpu.Engine(rules, backend="reference")
+    with pytest.raises(RuleError) as err:
+        cep_gpu.detect(ev, q + d + cep_gpu.parse_rules("\n  define   Q from C()"), backend="reference")
+    assert (err.value.line, err.value.column) == (2, 12)
+    assert len(cep_gpu.detect(ev, q + d, backend="reference")) == 2
