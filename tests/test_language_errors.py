@@ -304,6 +304,22 @@ def test_parse_rule_wants_exactly_one():
             65,
         ),
         ("define A pattern SEQ(X a) within 1 s within 2 s", RuleError, "within given twice", 1, 38),
+        # timestamps: parameters bind attributes only, and aggregates take no ts (both said
+        # "no event in the input has attribute 'ts'" when detecting)
+        (
+            "define Q from C(ts = $t) and each A(ts < $t) within 10 s from C",
+            RuleError,
+            "a parameter binds an attribute, not a timestamp (ts = $t)",
+            1,
+            17,
+        ),
+        (
+            "define Q(z: float) from C() and n = Max(A() within 10 s from C).ts where z = n",
+            RuleError,
+            "aggregates over timestamps are not supported",
+            1,
+            65,
+        ),
         # hostile / limits
         ("define __import__ from X()", RuleError, "rule name '__import__' is reserved", 1, 8),
         ("define A from __class__()", RuleError, "event type '__class__' is reserved", 1, 15),

@@ -144,6 +144,13 @@ class _Rule:
                 and str(right.children[0])[1:] not in self.params
             ):
                 attr = self.src.name(left.children[0], "attribute name")
+                if attr == "ts":
+                    raise self.src.error(
+                        f"a parameter binds an attribute, not a timestamp (ts = {right.children[0]}): "
+                        "compare timestamps directly: ts inside X(...) is X's timestamp and Y.ts "
+                        "Y's, as in A(ts < C.ts)",
+                        left.children[0],
+                    )
                 pname = self.src.name(
                     right.children[0].update(value=str(right.children[0])[1:]), "parameter name"
                 )
@@ -205,6 +212,11 @@ class _Rule:
             if func == "count":
                 raise self.src.error(
                     "Count takes no attribute (write Count(...) without .attr)", attr_tok
+                )
+            if attr == "ts":
+                raise self.src.error(
+                    "aggregates over timestamps are not supported; aggregate an attribute",
+                    attr_tok,
                 )
         elif func != "count":
             raise self.src.error(
