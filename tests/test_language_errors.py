@@ -116,6 +116,28 @@ def test_parse_rule_wants_exactly_one():
             53,
         ),
         ("define A from X(v > X.v)", RuleError, "refers to itself", 1, 21),
+        # a negation or aggregate naming the predicate declared right after it: not "itself"
+        (
+            "define Q from C() and not Z() between C and Y and each Y() within 1 s from C",
+            RuleError,
+            "between refers to 'Y', which is declared later",
+            1,
+            45,
+        ),
+        (
+            "define Q from C() and n = Sum(B() within 5 s from C).x = A.s and last A() within 5 s from C",
+            RuleError,
+            "reference refers to 'A', which is declared later",
+            1,
+            58,
+        ),
+        (
+            "define Q from C() and not Z(v > Y.v) within 1 s from C and each Y() within 1 s from C",
+            RuleError,
+            "reference refers to 'Y', which is declared later",
+            1,
+            33,
+        ),
         (
             "define A from X() and each Y(v > Z.v) within 1 s from X and each Z() within 1 s from X",
             RuleError,
