@@ -174,6 +174,10 @@ def check_schema(rules: Sequence[Rule], table: EventTable, require_attributes: b
                     kl, kr = kind_of(node.left), kind_of(node.right)
                     if "string" in (kl, kr):
                         if kl and kr and kl != kr:
+                            conflict = _kind_conflict(rule, (node.left, node.right), rules, table,
+                                                      source, node.pos)
+                            if conflict is not None:
+                                raise conflict
                             other = kl if kr == "string" else kr
                             raise string_error(
                                 rule, (node.left, node.right), f"compares it with {node.op!r}",
@@ -188,6 +192,31 @@ def check_schema(rules: Sequence[Rule], table: EventTable, require_attributes: b
                                 f"(not {node.op!r})",
                                 node.pos,
                             )
+
+
+def _kind_conflict(rule: Rule, operands, rules: Sequence[Rule], table: EventTable, source: str,
+                   pos) -> Exception | None:
+    """The error for a comparison of an attribute whose declared kind in a rule's output (``P(x:
+    string)``) is not its kind in the input's events (``x`` of numbers): it holds both, which is
+    the mistake, not the comparison (that reads the input's kind). None when there is none."""
+    num = {"int": "num", "float": "num"}
+    for operand in operands:
+        if not isinstance(operand, Attr):
+            continue
+        col = table.columns.get(operand.name)
+        if col is None or not col.valid.any():
+            continue
+        for maker in rules:
+            for a in maker.attributes:
+                if a.name == operand.name and a.type is not None \
+                        and num.get(a.type, a.type) != num.get(col.kind, col.kind):
+                    return rule.error(
+                        f"rule {rule.name!r} compares attribute {a.name!r}, which holds {col.kind} "
+                        f"values in the {source} but is declared {a.type} by rule {maker.name!r}: "
+                        f"an attribute has one kind in every event; rename one of them",
+                        pos,
+                    )
+    return None
 
 
 def check_attribute_names(rules: Sequence[Rule], names, source: str = "input") -> None:
