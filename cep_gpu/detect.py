@@ -7,8 +7,9 @@ events (which re-enter the table as input events of later rules), and assembles 
 
 from __future__ import annotations
 
+import re
 import warnings
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -18,13 +19,14 @@ import pyarrow as pa
 
 from .analysis import rule_order
 from .backends import Matches, count_matches
-from .errors import CepWarning, EventError
+from .errors import ArgumentError, CepWarning, EventError
 from .evaluate import Values, evaluate
 from .events import AttributeColumn, EventTable, TimeFormat
 from .jit import cached_njit
 from .model import (
     SELF,
     Aggregate,
+    AggValue,
     Arith,
     Attr,
     Compare,
@@ -41,18 +43,63 @@ from .output import OutputSchema, assemble
 
 
 def as_rules(rules) -> list[Rule]:
-    """Accept a Rule, a list of Rules, or rule text."""
-    if isinstance(rules, Rule):
-        return [rules]
-    if isinstance(rules, str):
-        from .language import parse_rules
+    """Accept a Rule, rule text, or a list (any iterable) of Rules and rule texts, each text
+    holding any number of rules; anything else is an :class:`ArgumentError` naming ``rules``."""
+    from .language import parse_rules
 
-        return parse_rules(rules)
-    out = list(rules)
-    for r in out:
-        if not isinstance(r, Rule):
-            raise TypeError(f"rules must be Rule objects or rule text, got {type(r).__name__}")
+    if isinstance(rules, (Rule, str)):
+        items = [rules]
+    elif isinstance(rules, (bytes, bytearray, memoryview, Mapping)) or not isinstance(rules, Iterable):
+        raise ArgumentError(
+            f"rules must be a Rule, rule text (a str) or a list of them, got "
+            f"{type(rules).__name__} {_short(rules)}"
+            + (" (decode the rule text first)" if isinstance(rules, (bytes, bytearray)) else "")
+        )
+    else:
+        items = list(rules)
+    out: list[Rule] = []
+    for k, r in enumerate(items):
+        if isinstance(r, Rule):
+            out.append(r)
+        elif isinstance(r, str):
+            out.extend(parse_rules(r))
+        else:
+            raise ArgumentError(
+                f"rules must be a Rule, rule text (a str) or a list of them, but item {k} of the "
+                f"list is {type(r).__name__} {_short(r)}"
+            )
+    _check_distinct_names(out)
     return out
+
+
+def _check_distinct_names(rules: list[Rule]) -> None:
+    """Two rules of one name (from separate texts, or one Rule given twice) would report each
+    composite event twice with one id, and feed both into the rules that read that type: a
+    :class:`RuleError`, as for two ``define`` of one name in one text."""
+    first: dict[str, int] = {}
+    for k, rule in enumerate(rules):
+        if rule.name in first:
+            raise rule.error(
+                f"rule {rule.name!r} is defined twice (rules {first[rule.name] + 1} and {k + 1} "
+                f"of the {len(rules)} given); give each rule its own name",
+                _name_pos(rule),
+            )
+        first[rule.name] = k
+
+
+def _name_pos(rule: Rule) -> tuple[int, int] | None:
+    """The (line, column) of the name after ``define`` in the rule's source text, if known."""
+    start = rule.source.find(rule.text) if rule.text and rule.source else -1
+    if start < 0:
+        return None
+    m = re.match(r"define\s+", rule.text, re.IGNORECASE)
+    at = start + (m.end() if m else 0)
+    return rule.source.count("\n", 0, at) + 1, at - (rule.source.rfind("\n", 0, at) + 1) + 1
+
+
+def _short(value: object, width: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= width else text[: width - 3] + "..."
 
 
 def check_schema(rules: Sequence[Rule], table: EventTable, require_attributes: bool = True,
@@ -88,6 +135,8 @@ def check_schema(rules: Sequence[Rule], table: EventTable, require_attributes: b
             return "string" if isinstance(v, str) else "bool" if isinstance(v, bool) else "num"
         if isinstance(expr, Attr):
             return attr_kind(expr.name)
+        if isinstance(expr, AggValue):  # Count/Sum/Avg/Min/Max: numeric attributes only (below)
+            return "num"
         if isinstance(expr, (Arith, Neg)):  # a number, unless an operand is not (an error below)
             kinds = {kind_of(c) for c in children(expr)}
             return "num" if kinds <= {"num", None} else None
@@ -106,6 +155,8 @@ def check_schema(rules: Sequence[Rule], table: EventTable, require_attributes: b
     if require_attributes:
         check_attribute_names(rules, table.columns, source)
     for rule in rules:
+        for agg in rule.aggregates:  # first: Max(...).s = 'x' is about Max, not about the '='
+            _check_aggregate(rule, agg, table, produced)
         for expr in _read_exprs(rule):
             for node in walk(expr):
                 if isinstance(node, (Arith, Neg)):
@@ -124,6 +175,10 @@ def check_schema(rules: Sequence[Rule], table: EventTable, require_attributes: b
                     kl, kr = kind_of(node.left), kind_of(node.right)
                     if "string" in (kl, kr):
                         if kl and kr and kl != kr:
+                            conflict = _kind_conflict(rule, (node.left, node.right), rules, table,
+                                                      source, node.pos)
+                            if conflict is not None:
+                                raise conflict
                             other = kl if kr == "string" else kr
                             raise string_error(
                                 rule, (node.left, node.right), f"compares it with {node.op!r}",
@@ -138,8 +193,6 @@ def check_schema(rules: Sequence[Rule], table: EventTable, require_attributes: b
                                 f"(not {node.op!r})",
                                 node.pos,
                             )
-        for agg in rule.aggregates:
-            _check_aggregate(rule, agg, table, produced)
         for a in rule.attributes:
             # a declared type that the value's kind cannot fill: known from the input's kinds, so
             # it is refused before any match (a stream's publish then changes nothing)
@@ -151,6 +204,31 @@ def check_schema(rules: Sequence[Rule], table: EventTable, require_attributes: b
                     f"rule {rule.name!r}: attribute {a.name!r} is declared {a.type} but its value is {word}",
                     a.pos,
                 )
+
+
+def _kind_conflict(rule: Rule, operands, rules: Sequence[Rule], table: EventTable, source: str,
+                   pos) -> Exception | None:
+    """The error for a comparison of an attribute whose declared kind in a rule's output (``P(x:
+    string)``) is not its kind in the input's events (``x`` of numbers): it holds both, which is
+    the mistake, not the comparison (that reads the input's kind). None when there is none."""
+    num = {"int": "num", "float": "num"}
+    for operand in operands:
+        if not isinstance(operand, Attr):
+            continue
+        col = table.columns.get(operand.name)
+        if col is None or not col.valid.any():
+            continue
+        for maker in rules:
+            for a in maker.attributes:
+                if a.name == operand.name and a.type is not None \
+                        and num.get(a.type, a.type) != num.get(col.kind, col.kind):
+                    return rule.error(
+                        f"rule {rule.name!r} compares attribute {a.name!r}, which holds {col.kind} "
+                        f"values in the {source} but is declared {a.type} by rule {maker.name!r}: "
+                        f"an attribute has one kind in every event; rename one of them",
+                        pos,
+                    )
+    return None
 
 
 def check_attribute_names(rules: Sequence[Rule], names, source: str = "input") -> None:
@@ -534,7 +612,10 @@ def detect(
         ``time_unit``), optional ``id`` (int64; else the row position) and attribute columns; or
         an :class:`~cep_gpu.events.EventTable` already ingested (its own time unit applies).
     rules:
-        A :class:`~cep_gpu.model.Rule`, a list of them, or rule text (see ``parse_rules``).
+        A :class:`~cep_gpu.model.Rule`, rule text (see ``parse_rules``), or a list of Rules and
+        rule texts (each text may hold several rules). Anything else (``None``, ``bytes``, a
+        number) is an :class:`~cep_gpu.errors.ArgumentError`, as are a ``backend`` that is not
+        a str and an unknown ``output``.
     backend:
         ``"auto"``, ``"cpu"``, ``"gpu"``, ``"reference"`` or ``"aip"``. All return the same rows.
     time_unit:
@@ -568,8 +649,10 @@ def detect(
       rule   ts  x
     0   AB  2.0  1
     """
-    if output not in ("pandas", "arrow", "count"):
-        raise ValueError(f"output must be 'pandas', 'arrow' or 'count', not {output!r}")
+    if not isinstance(output, str) or output not in ("pandas", "arrow", "count"):
+        raise ArgumentError(f"output must be 'pandas', 'arrow' or 'count', not {_short(output)}")
+    if not isinstance(backend, str) and not hasattr(backend, "match"):
+        raise ArgumentError(f"backend must be a backend name (a str), got {_short(backend)}")
     rule_list = as_rules(rules)
     if isinstance(events, pa.Table):
         table = EventTable.from_arrow(events, time_unit=time_unit)

@@ -87,7 +87,7 @@ class Engine:
     Parameters
     ----------
     rules:
-        A Rule, a list of Rules, or rule text.
+        A Rule, rule text, or a list of Rules and rule texts (as :func:`cep_gpu.detect`).
     backend:
         ``"auto"``, ``"cpu"``, ``"gpu"``, ``"reference"`` or ``"aip"``.
     allowed_lateness:

@@ -180,10 +180,44 @@ def test_bad_output_backend_and_events():
         cep_gpu.detect(EVENTS, AB, backend="quantum")
     with pytest.raises(EventError, match="pandas DataFrame or a pyarrow Table"):
         cep_gpu.detect([{"type": "A", "ts": 1}], AB, backend="reference")
-    with pytest.raises(TypeError, match="Rule objects or rule text"):
-        cep_gpu.detect(EVENTS, [AB], backend="reference")
     with pytest.raises(EventError, match="no 'ts' column"):
         cep_gpu.detect(EVENTS.drop(columns=["ts"]), AB, backend="reference")
+
+
+@pytest.mark.parametrize(
+    "kwargs, words",
+    [
+        ({"backend": None}, "backend must be a backend name (a str), got None"),
+        ({"backend": 3}, "backend must be a backend name (a str), got 3"),
+        ({"output": "numpy"}, "output must be 'pandas', 'arrow' or 'count', not 'numpy'"),
+        ({"output": None}, "output must be 'pandas', 'arrow' or 'count', not None"),
+        ({"rules": None}, "rules must be a Rule, rule text (a str) or a list of them, got NoneType None"),
+        ({"rules": 7}, "got int 7"),
+        ({"rules": AB.encode()}, "got bytes b'define AB"),
+        ({"rules": [AB, None]}, "item 1 of the list is NoneType None"),
+        ({"rules": {"AB": AB}}, "got dict"),
+    ],
+)
+def test_bad_arguments_are_argument_errors_naming_them(kwargs, words):
+    """They leaked an AttributeError (backend=None), a plain ValueError (output) and TypeErrors
+    whose message misled (bytes: "got int")."""
+    args = {"rules": AB, "backend": "reference"} | kwargs
+    with pytest.raises(cep_gpu.ArgumentError) as err:
+        cep_gpu.detect(EVENTS, **args)
+    assert words in str(err.value)
+
+
+def test_rules_may_be_a_list_of_rule_texts_and_rules():
+    ab = cep_gpu.detect(EVENTS, AB, backend="reference")
+    both = cep_gpu.detect(EVENTS, [AB, cep_gpu.parse_rule(C1)], backend="reference")
+    assert both.equals(cep_gpu.detect(EVENTS, AB + ";" + C1, backend="reference"))
+    assert both[both["rule"] == "AB"]["ids"].tolist() == ab["ids"].tolist()
+    two_in_one = cep_gpu.detect(EVENTS, (AB + "\n\n" + C1,), backend="reference")
+    assert two_in_one.equals(both)
+    engine = cep_gpu.Engine([AB, C1], backend="reference")
+    assert [r.name for r in engine.rules] == ["AB", "One"]
+    with pytest.raises(cep_gpu.ArgumentError, match="rules must be"):
+        cep_gpu.Engine(None, backend="reference")
 
 
 def test_cycle_in_hierarchy_is_a_rule_error():
@@ -224,3 +258,22 @@ def test_a_declared_int_from_a_column_with_nulls_casts_without_a_warning():
         out = cep_gpu.detect(ev, "define R(v: int) pattern SEQ(A a, B b) within 5 s return v := a.x",
                              backend="cpu")
     assert out["v"].tolist()[:2] == [pd.NA, pd.NA] and out["v"].tolist()[2] == 2
+
+
+def test_duplicate_rule_names_across_rule_objects_are_a_rule_error():
+    """One text rejects a second `define Q`; Rule objects (one given twice, or two parse_rules
+    calls) were not checked, and every Q match came out twice with one composite id."""
+    ev = pd.DataFrame({"type": ["A", "B", "C"], "ts": [1.0, 2.0, 3.0]})
+    q = cep_gpu.parse_rules("define Q pattern SEQ(A a, B b) within 5 s")
+    d = cep_gpu.parse_rules("define D pattern SEQ(Q q, C c) within 5 s")
+    for rules in (q + q + d, q + d + cep_gpu.parse_rules("\n  define   Q from C()"),
+                  ["define Q pattern SEQ(A a, B b) within 5 s", "define Q from C()"]):
+        with pytest.raises(RuleError, match=r"rule 'Q' is defined twice \(rules \d and \d of the \d given\)") as err:
+            cep_gpu.detect(ev, rules, backend="reference")
+        assert err.value.line is not None and err.value.column is not None
+        with pytest.raises(RuleError, match="defined twice"):
+            cep_gpu.Engine(rules, backend="reference")
+    with pytest.raises(RuleError) as err:
+        cep_gpu.detect(ev, q + d + cep_gpu.parse_rules("\n  define   Q from C()"), backend="reference")
+    assert (err.value.line, err.value.column) == (2, 12)
+    assert len(cep_gpu.detect(ev, q + d, backend="reference")) == 2

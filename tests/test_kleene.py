@@ -84,8 +84,17 @@ def test_same_aggregate_is_computed_once():
         ("define R pattern SEQ(A a, KL(B b), C c) where med(b.v) > 1 within 5 s", "unknown function", 47),
         ("define R pattern SEQ(A a, KL(B b), C c) within 5 s return v := b.v", "return an aggregate", 64),
         ("define R pattern SEQ(A a, NOT(X x), KL(B b), C c) where x.v = b.v within 5 s", "NOT condition", 57),
+        # an aggregate over a set in a NOT condition (was a raw ValueError on every backend)
+        ("define R pattern SEQ(A a, KL(B b), C c, NOT(D n)) where n.x < sum(b.x) within 5 s",
+         "NOT condition may not read an aggregate", 57),
+        ("define R pattern SEQ(A a, NOT(D n), KL(B b), C c) where a.x > 1 and (n.ts - a.ts < 2 or count(b) > 3) "
+         "within 5 s", "NOT condition may not read an aggregate", 70),
         ("define R pattern SEQ(A a, KL(B b), C c) where b.v < b[i+1].v within 5 s", "b[i]", 47),
         ("define R pattern SEQ(A a, KL(B b), C c) where b[i].v < b[i+2].v within 5 s", "consecutive", 56),
+        # b[i-1] with b[i+1] is two apart too (it was read as b[i] with b[i+1], or crashed)
+        ("define R pattern SEQ(A a, KL(B b), C c) where b[i-1].v < b[i+1].v within 5 s", "two apart", 58),
+        ("define R pattern SEQ(A a, KL(B b), C c) where b[i-1].v + b[i+1].v < b[i].v * 2 within 5 s",
+         "two apart", 58),
         ("define R pattern SEQ(A a, KL(B b), C c) where b.v > avg(b.v) within 5 s", "mix", 47),
         ("define R pattern SEQ(A a, KL(B b), C c) where min(b.ts) > 1 within 5 s", "timestamps", 47),
     ],

@@ -116,6 +116,28 @@ def test_parse_rule_wants_exactly_one():
             53,
         ),
         ("define A from X(v > X.v)", RuleError, "refers to itself", 1, 21),
+        # a negation or aggregate naming the predicate declared right after it: not "itself"
+        (
+            "define Q from C() and not Z() between C and Y and each Y() within 1 s from C",
+            RuleError,
+            "between refers to 'Y', which is declared later",
+            1,
+            45,
+        ),
+        (
+            "define Q from C() and n = Sum(B() within 5 s from C).x = A.s and last A() within 5 s from C",
+            RuleError,
+            "reference refers to 'A', which is declared later",
+            1,
+            58,
+        ),
+        (
+            "define Q from C() and not Z(v > Y.v) within 1 s from C and each Y() within 1 s from C",
+            RuleError,
+            "reference refers to 'Y', which is declared later",
+            1,
+            33,
+        ),
         (
             "define A from X() and each Y(v > Z.v) within 1 s from X and each Z() within 1 s from X",
             RuleError,
@@ -304,6 +326,22 @@ def test_parse_rule_wants_exactly_one():
             65,
         ),
         ("define A pattern SEQ(X a) within 1 s within 2 s", RuleError, "within given twice", 1, 38),
+        # timestamps: parameters bind attributes only, and aggregates take no ts (both said
+        # "no event in the input has attribute 'ts'" when detecting)
+        (
+            "define Q from C(ts = $t) and each A(ts < $t) within 10 s from C",
+            RuleError,
+            "a parameter binds an attribute, not a timestamp (ts = $t)",
+            1,
+            17,
+        ),
+        (
+            "define Q(z: float) from C() and n = Max(A() within 10 s from C).ts where z = n",
+            RuleError,
+            "aggregates over timestamps are not supported",
+            1,
+            65,
+        ),
         # hostile / limits
         ("define __import__ from X()", RuleError, "rule name '__import__' is reserved", 1, 8),
         ("define A from __class__()", RuleError, "event type '__class__' is reserved", 1, 15),
@@ -389,6 +427,36 @@ def test_hostile_structure_is_rejected():
         parse_rule("define R from X(a = 1) where b = X.a; import os")
     with pytest.raises(TypeError):
         parse_rule(b"define R from X()")  # type: ignore[arg-type]
+
+
+def test_long_expression_chains_are_rejected_with_position():
+    """A long chain a + b + ... parsed, then every backend died with a RecursionError; past about
+    1100 terms the parser said "rule nested too deeply" without a position."""
+    chain = " + ".join(["a.x"] * 101)
+    with pytest.raises(RuleError, match="expression too deep or too long") as err:
+        parse_rule(f"define Q pattern SEQ(A a, B b) where {chain} > b.x within 5 s")
+    assert (err.value.line, err.value.column) == (1, 38)
+    with pytest.raises(RuleError, match="expression too deep or too long") as err:
+        parse_rule("define Q\nfrom C(x > " + "-" * 3000 + "x)")
+    assert err.value.line == 2 and err.value.column is not None
+    with pytest.raises(RuleError, match="expression too deep or too long"):
+        parse_rule("define Q from C(x > 1) where z = " + " * ".join(["C.x"] * 1200))
+    # grouped with parentheses, as the message says, the same terms are fine
+    half = " + ".join(["a.x"] * 60)
+    parse_rule(f"define Q pattern SEQ(A a, B b) where ({half}) + ({half}) > b.x within 5 s")
+
+
+@pytest.mark.parametrize("backend", ["reference", "cpu"])
+def test_the_longest_chain_accepted_runs(backend):
+    import pandas as pd
+
+    import cep_gpu
+
+    chain = " + ".join(["a.x"] * 100)
+    events = pd.DataFrame({"type": ["A", "B"], "ts": [1.0, 2.0], "x": [1, 2]})
+    out = cep_gpu.detect(events, f"define Q pattern SEQ(A a, B b) where {chain} > b.x within 5 s",
+                         backend=backend)
+    assert out["ids"].tolist() == [[0, 1]]
 
 
 def test_text_size_limit(monkeypatch):

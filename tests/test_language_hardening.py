@@ -147,6 +147,19 @@ EVENTS = pd.DataFrame({"type": ["X", "Y"], "ts": [1, 2], "v": [1.0, 2.0], "s": [
         ("define A pattern SEQ(X a) where 'x' = a.v", 1, 33, "compares a string with a number"),
         ("define A pattern SEQ(X a) where a.s < 'x'", 1, 33, "only be compared with = and !="),
         ("define A from X() and v=Avg(Y() within 1 s from X).s > 1", 1, 52, "Avg needs a numeric"),
+        # an aggregate is a number: comparing it with a string is refused like an attribute
+        ("define A from X() and n = Count(Y() within 1 s from X) = 'x'", 1, 56,
+         "compares a string with a number"),
+        ("define A from X() and n = Count(Y() within 1 s from X) > X.s", 1, 56,
+         "compares a string with a number"),
+        ("define A pattern SEQ(X a, KL(Y b), X c) where count(b) != 'x' within 1 s", 1, 47,
+         "compares a string with a number"),
+        ("define A from X() and n = Max(Y() within 1 s from X).s = 'x'", 1, 54, "Max needs a numeric"),
+        # a composite's string attribute named like the input's float one: the conflict, not
+        # "compares a string with a number" of a comparison of two strings
+        ("define P(v: string) from X() where v = 'hi'\n"
+         "define Q pattern SEQ(P p, Y b) where p.v = 'hi' within 50 s", 2, 38,
+         "holds float values in the input but is declared string by rule 'P'"),
         ("define B from Y()\n\ndefine A(k: string) from X() where k = X.v", 3, 36,
          "declared string but its value is float"),
     ],

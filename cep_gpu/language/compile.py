@@ -12,6 +12,15 @@ from .parser import parse_tree, strip_bom
 from .seq import compile_seq
 from .tesla import compile_tesla
 
+#: The deepest nesting of operations in one expression: ``a + b + ... + z`` nests one level per
+#: operator (so does a chain of unary minus signs or of ``not``). Every backend walks and generates
+#: code for expressions recursively; this keeps them far from Python's recursion limit.
+MAX_EXPR_DEPTH = 100
+_EXPR_NODES = frozenset(
+    {"arith", "neg", "unary", "comparison", "or_expr", "and_expr", "not_expr"}
+)
+_WRAPPERS = frozenset({"or_expr", "and_expr"})
+
 
 def compile_tree(src: Source, tree: Tree) -> Rule:
     """Compile one ``tesla_rule`` or ``seq_rule`` tree."""
@@ -32,6 +41,7 @@ def compile_rules_text(text: str) -> list[Rule]:
     src = Source(text)
     tree = parse_tree(text)
     _check_unique_names(src, tree)
+    _check_expression_depth(src, tree)
     try:
         rules = [compile_tree(src, t) for t in tree.children if isinstance(t, Tree)]
     except RecursionError:
@@ -68,6 +78,26 @@ def _check_unique_names(src: Source, tree: Tree) -> None:
                 tok,
             )
         seen[name] = (tok.line, tok.column)
+
+
+def _check_expression_depth(src: Source, tree: Tree) -> None:
+    """Reject an expression nested deeper than :data:`MAX_EXPR_DEPTH` operations (a very long
+    chain ``a + b + ...``), pointing at the operation that goes over; without recursion, as the
+    tree may be deeper than Python's limit."""
+    stack = [(tree, 0)]
+    while stack:
+        node, depth = stack.pop()
+        # an or/and of one operand is only the grammar's wrapper, not an operation
+        if node.data in _EXPR_NODES and (len(node.children) > 1 or node.data not in _WRAPPERS):
+            depth += 1
+            if depth > MAX_EXPR_DEPTH:
+                raise src.error(
+                    f"expression too deep or too long: more than {MAX_EXPR_DEPTH} nested "
+                    "operations (a chain a + b + c + ... nests one per operator); "
+                    "group a long chain with parentheses, (a + b + c) + (d + e + f)",
+                    node,
+                )
+        stack.extend((c, depth) for c in node.children if isinstance(c, Tree))
 
 
 def _check_hierarchy(src: Source, tree: Tree, rules: list[Rule]) -> None:

@@ -130,8 +130,17 @@ class _SeqResolver(Resolver):
                 raise self.src.error(
                     "only consecutive elements can be related: write b[i] and b[i+1]", tree
                 )
-        self.offsets.setdefault(item.alias, set()).add(offset)
+        seen = self.offsets.setdefault(item.alias, set())
+        seen.add(offset)
         self.index_vars.add(str(var_tok))
+        if len(self.index_vars) == 1 and max(seen) - min(seen) > 1:
+            # b[i-1] with b[i+1]: two apart, as b[i] with b[i+2]
+            var = str(var_tok)
+            raise self.src.error(
+                f"only consecutive elements can be related: {item.alias}[{var}-1] and "
+                f"{item.alias}[{var}+1] are two apart; write b[i] and b[i+1] (or b[i-1] and b[i])",
+                tree,
+            )
         attr_name = self.src.name(attr_tok, "attribute name")
         if attr_name == "ts":
             return Timestamp(_INDEXED + offset)
@@ -435,6 +444,13 @@ def _kleene_kind(src: Source, conj: Tree, res: _SeqResolver) -> tuple[str, int] 
     """Whether a ``where`` operand is a per-element ("element") or consecutive ("pair") condition
     of a Kleene position (and whose), or None (a condition of the match, or of a NOT)."""
     touched = set(res.elements) | set(res.offsets)
+    if res.negated and res.aggregated:
+        sets = ", ".join(sorted(res.aggregated))
+        raise src.error(
+            f"a NOT condition may not read an aggregate over a Kleene set (over {sets}); "
+            "only the match's conditions may",
+            conj,
+        )
     if not touched:
         return None
     if res.negated:

@@ -91,8 +91,10 @@ class _Rule:
                     aliases[d.alias],
                 )
 
-    def lookup(self, tok: Token, before: int | None, what: str) -> int:
-        """The declaration index that ``tok`` names; with ``before``, it must be declared earlier."""
+    def lookup(self, tok: Token, before: int | None, what: str, itself: bool = True) -> int:
+        """The declaration index that ``tok`` names; with ``before``, it must be declared earlier.
+        ``itself``: predicate ``before`` is the one referring (a selection), not the next one
+        (for a negation or aggregate, ``before`` is the number of predicates declared so far)."""
         name = str(tok)
         found = [i for i, d in enumerate(self.decls) if d.alias == name]
         if not found:
@@ -110,7 +112,7 @@ class _Rule:
             )
         idx = found[0]
         if before is not None and idx >= before:
-            which = "itself" if idx == before else f"{name!r}, which is declared later"
+            which = "itself" if itself and idx == before else f"{name!r}, which is declared later"
             raise self.src.error(
                 f"{what} refers to {which}; a predicate can only refer to those declared before it",
                 tok,
@@ -144,6 +146,13 @@ class _Rule:
                 and str(right.children[0])[1:] not in self.params
             ):
                 attr = self.src.name(left.children[0], "attribute name")
+                if attr == "ts":
+                    raise self.src.error(
+                        f"a parameter binds an attribute, not a timestamp (ts = {right.children[0]}): "
+                        "compare timestamps directly: ts inside X(...) is X's timestamp and Y.ts "
+                        "Y's, as in A(ts < C.ts)",
+                        left.children[0],
+                    )
                 pname = self.src.name(
                     right.children[0].update(value=str(right.children[0])[1:]), "parameter name"
                 )
@@ -156,11 +165,11 @@ class _Rule:
         if tree.data == "within_from":
             dur, ref = tree.children
             window = duration(self.src, dur)
-            y = self.lookup(ref, before, "from")
+            y = self.lookup(ref, before, "from", itself=False)
             return Span(y, -window, True, y, 0, False)
         y_tok, z_tok = tree.children
-        y = self.lookup(y_tok, before, "between")
-        z = self.lookup(z_tok, before, "between")
+        y = self.lookup(y_tok, before, "between", itself=False)
+        z = self.lookup(z_tok, before, "between", itself=False)
         return Span(y, 0, False, z, 0, False)
 
     def positive(self, item: Tree, idx: int) -> None:
@@ -206,6 +215,11 @@ class _Rule:
                 raise self.src.error(
                     "Count takes no attribute (write Count(...) without .attr)", attr_tok
                 )
+            if attr == "ts":
+                raise self.src.error(
+                    "aggregates over timestamps are not supported; aggregate an attribute",
+                    attr_tok,
+                )
         elif func != "count":
             raise self.src.error(
                 f"{str(func_tok)} needs the attribute to aggregate: {str(func_tok)}(...).attr",
@@ -220,7 +234,9 @@ class _Rule:
         if test is not None:  # compiled before the name exists: `v = ...).x > v` is an error
             op, rhs = test.children
             value = compile_expr(self.src, rhs, _OuterResolver(self, n_before))
-            self.conditions.append(Compare(str(op.children[0]), AggValue(index), value))
+            self.conditions.append(
+                Compare(str(op.children[0]), AggValue(index), value, pos=pos_of(test))
+            )
         self.agg_names[name] = index
 
 
@@ -235,8 +251,9 @@ class _PredResolver(Resolver):
         return Timestamp(self.me) if name == "ts" else Attr(self.me, name, pos=pos_of(tok))
 
     def qualified(self, name: Token, attr: Token) -> Expr:
-        before = self.me if self.me != SELF else len(self.rule.predicates)
-        return _qualified(self.rule, name, attr, before)
+        if self.me != SELF:
+            return _qualified(self.rule, name, attr, self.me)
+        return _qualified(self.rule, name, attr, len(self.rule.predicates), itself=False)
 
     def param(self, tok: Token) -> Expr:
         return self.rule.param(tok)
@@ -259,14 +276,16 @@ class _OuterResolver(Resolver):
         return AggValue(self.rule.agg_names[name])
 
     def qualified(self, name: Token, attr: Token) -> Expr:
-        return _qualified(self.rule, name, attr, self.before)
+        return _qualified(self.rule, name, attr, self.before, itself=False)
 
     def param(self, tok: Token) -> Expr:
         return self.rule.param(tok)
 
 
-def _qualified(rule: _Rule, name: Token, attr: Token, before: int | None) -> Expr:
-    idx = rule.lookup(name, before, "reference")
+def _qualified(
+    rule: _Rule, name: Token, attr: Token, before: int | None, itself: bool = True
+) -> Expr:
+    idx = rule.lookup(name, before, "reference", itself)
     attr_name = rule.src.name(attr, "attribute name")
     if attr_name == "ts":
         return Timestamp(idx)
