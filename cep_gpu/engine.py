@@ -143,6 +143,8 @@ class Engine:
         if on_late is not None and not callable(on_late):
             raise ArgumentError(f"on_late must be callable or None, got {on_late!r}")
         self.rules: list[Rule] = as_rules(rules)
+        if not self.rules:  # (batch detect of no rule is an empty result; a stream of none is a mistake)
+            raise ArgumentError(f"rules: {rules!r} holds no rule; an Engine needs at least one")
         self.backend_name = backend
         # an engine of its own for "auto" (its setting and its statistics), shared for the others
         self._backend = backend_for(backend, max_batch_latency, private=True)

@@ -810,3 +810,9 @@ def test_column_forms_at_the_edges():
         Engine(rule, backend="cpu").publish([{"type": "A", "ts": 1.0}])
     with pytest.raises(cep_gpu.ArgumentError, match=r"finite numbers >= 0\), got \{'A': nan\}"):
         Engine(rule, backend="cpu").explain({"A": float("nan"), "B": 1.0})
+
+
+@pytest.mark.parametrize("rules", ["", "  \n", []])
+def test_an_engine_of_no_rule_is_an_argument_error(rules):
+    with pytest.raises(cep_gpu.ArgumentError, match="holds no rule; an Engine needs at least one"):
+        Engine(rules, backend="cpu")
