@@ -525,3 +525,15 @@ def test_chain_utility_is_the_exact_match_probability_and_eq11_stays_the_default
     np.testing.assert_allclose(got.utilities(probe), ref.utilities(probe), atol=1e-12)
     with pytest.raises(ArgumentError, match="utility"):
         Shedder(1.0, utility="oracle")
+
+
+def test_rules_are_taken_as_detect_takes_them():
+    """A list of rule texts works as for detect; rules that hold none are an ArgumentError."""
+    sample = pd.DataFrame({"type": ["A", "B"] * 20, "ts": np.arange(40.0), "price": np.arange(40.0)})
+    texts = ["define P pattern SEQ(A a, B b) where a.price < b.price within 1 min",
+             "define Q pattern SEQ(B b, A a) within 1 min"]
+    sh = Shedder(1.0).fit(texts, sample, costs=CostModel())
+    assert [r.name for r in sh.rules] == ["P", "Q"]
+    for empty in ("", []):
+        with pytest.raises(ArgumentError, match="the rules given hold no rule"):
+            Shedder(1.0).fit(empty, sample, costs=CostModel())

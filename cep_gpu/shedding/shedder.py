@@ -316,19 +316,13 @@ class Shedder:
 
 
 def as_rules(rules) -> list[Rule]:
-    """A Rule, a list of Rules, or rule text, as a list of Rules."""
-    if isinstance(rules, Rule):
-        return [rules]
-    if isinstance(rules, str):
-        from .. import parse_rules
+    """A Rule, rule text, or a list of Rules and rule texts, as a list of Rules (what ``detect``
+    takes), of at least one rule."""
+    from ..detect import as_rules as detect_rules
 
-        out = parse_rules(rules)
-        if not out:
-            raise ArgumentError("rules: the rule text defines no rule")
-        return out
-    out = list(rules) if isinstance(rules, (list, tuple)) else None
-    if not out or not all(isinstance(r, Rule) for r in out):
-        raise ArgumentError(f"rules must be a Rule, a non-empty list of Rules or rule text, got {rules!r:.80}")
+    out = detect_rules(rules)
+    if not out:
+        raise ArgumentError("rules: the rules given hold no rule")
     return out
 
 
