@@ -6,6 +6,7 @@ How the cases are written (worked out by hand first, every backend): tests/seman
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 from semantics_cases import SEQ_AB, TESLA_AGG_EVENTS, E, ids, rows
 
@@ -300,3 +301,28 @@ def test_consumption_only_by_produced_composite_events(backend):
     """
     ev = E(("X", 1, {"v": 1}), ("Y", 2, {"v": 0}), ("T", 3), ("Y", 4, {"v": 5}), ("T", 5))
     assert ids(ev, rule, backend) == [(4, 0, 3)]
+
+
+# Spans near the ends of the timestamp range: `ts(Y) - D` (and `ts(first) + W`) lie outside int64
+# nanoseconds; they saturate there, so every span still holds what its definition says.
+_EARLY = E(("A", pd.Timestamp("1680-01-01")), ("B", pd.Timestamp("1680-06-01")), ("C", pd.Timestamp("1680-07-01")))
+_LATE = E(("A", pd.Timestamp("2260-01-01")), ("B", pd.Timestamp("2260-06-01")), ("C", pd.Timestamp("2260-07-01")))
+_LOW = E(("A", -9.2e9), ("B", -9.2e9 + 1), ("C", -9.2e9 + 2))  # seconds: about -9.2e18 ns
+_HIGH = E(("A", 9.2e9), ("B", 9.2e9 + 1), ("C", 9.2e9 + 2))
+
+
+@pytest.mark.parametrize("events", [_EARLY, _LATE, _LOW, _HIGH], ids=["1680", "2260", "low", "high"])
+@pytest.mark.parametrize("rule,expected", [
+    # A (before B, well inside the ten years) is counted: n = 1
+    ("define EC(n: int) from B() and n = Count(A() within 87600 h from B) where n = n", [(1,)]),
+    # the C is after B: outside both [ts(B) - 10 y, ts(A)) and [ts(B) - 10 y, ts(B))
+    ("define EL pattern SEQ(NOT(C n), A a, B b) within 87600 h", [(0, 1)]),
+    ("define EN from B() and not C() within 87600 h from B", [(1,)]),
+    # the C lies in (ts(B), ts(A) + 10 y]: no match
+    ("define ET pattern SEQ(A a, B b, NOT(C n)) within 87600 h", []),
+])
+def test_spans_near_the_ends_of_the_timestamp_range(backend, events, rule, expected):
+    out = cep_gpu.detect(events, rule, backend=backend)
+    assert [tuple(int(i) for i in r) for r in out["ids"]] == expected
+    if "n" in out:
+        assert out["n"].tolist() == [1]

@@ -43,6 +43,7 @@ from ..model import (
     aggregate_inputs,
     negation_inputs,
 )
+from ..ranges import shift_limit
 from .spec import Layout, RuleSpec
 
 _CMP = {"=": "==", "!=": "!=", "<": "<", "<=": "<=", ">": ">", ">=": ">="}
@@ -186,11 +187,20 @@ def prologue(layout: Layout, kinds: dict[str, str | None]) -> list[str]:
     return lines
 
 
+def _shifted(ts: str, offset: int) -> str:
+    """Source of ``ts + offset`` saturated at the int64 range (:func:`cep_gpu.ranges.shift_limit`)."""
+    offset = int(offset)
+    if offset == 0:
+        return ts
+    clamp = "max" if offset < 0 else "min"
+    return f"{clamp}({ts}, {literal(shift_limit(offset))}) + {literal(offset)}"
+
+
 def span_bounds(span) -> tuple[list[str], str, str]:
     """Lines setting ``lo``/``hi`` to a negation's or aggregate's span (ordered), and the names of
     the binary searches (``lower_bound``/``upper_bound``) of its first and its end entry."""
-    lines = [f"    lo = ts[p{span.lo_ref}] + {literal(int(span.lo_offset))}",
-             f"    hi = ts[p{span.hi_ref}] + {literal(int(span.hi_offset))}",
+    lines = [f"    lo = {_shifted(f'ts[p{span.lo_ref}]', span.lo_offset)}",
+             f"    hi = {_shifted(f'ts[p{span.hi_ref}]', span.hi_offset)}",
              "    if lo > hi:",
              "        lo, hi = hi, lo"]
     return (lines, "lower_bound" if span.lo_inclusive else "upper_bound",
