@@ -326,3 +326,32 @@ def test_spans_near_the_ends_of_the_timestamp_range(backend, events, rule, expec
     assert [tuple(int(i) for i in r) for r in out["ids"]] == expected
     if "n" in out:
         assert out["n"].tolist() == [1]
+
+
+# Integer arithmetic wraps around in int64 (docs/language.md, "Integer arithmetic"): 2^62 + 2^62
+# is -2^63, on every backend, in conditions (SEQ `where`, predicate and negation conditions) and in
+# `return` values.
+_BIG = E(("A", 1, {"x": 2**62, "y": -(2**63)}), ("B", 2, {"x": 2**62, "y": 1}), ("C", 3, {"x": 2**63 - 1, "y": 0}),
+         ("D", 4, {"x": 3, "y": 0}))
+
+
+@pytest.mark.parametrize("rule,expected", [
+    ("define W1 pattern SEQ(A a, B b) where a.x + b.x < 0 within 5 s", [(0, 1)]),
+    ("define W1 pattern SEQ(A a, B b) where a.x * 2 < 0 and a.x * 4 = 0 within 5 s", [(0, 1)]),
+    ("define W1 pattern SEQ(A a, B b) where -a.y = a.y and a.x - a.y < 0 within 5 s", [(0, 1)]),
+    ("define W1 pattern SEQ(A a, B b) where 9223372036854775807 + b.y < 0 within 5 s", [(0, 1)]),
+    ("define W1 pattern SEQ(A a, B b) where 9223372036854775807 + 1 < 0 within 5 s", [(0, 1)]),
+    ("define W2 from D() and last A() within 5 s from D and each B(x + A.x < 0) within 5 s from D",
+     [(3, 0, 1)]),
+    # C.x + B.x = 2^63 - 1 + 2^62 wraps to a negative number: C blocks B
+    ("define W3 from D() and each B() within 5 s from D and not C(x + B.x < 0) within 5 s from D", []),
+    ("define W3 from D() and each B() within 5 s from D and not C(x + B.x > 0) within 5 s from D",
+     [(3, 1)]),
+])
+def test_integer_arithmetic_wraps_around(backend, rule, expected):
+    assert ids(_BIG, rule, backend) == expected
+
+
+def test_integer_return_values_wrap_around(backend):
+    rule = "define W4(z: int, m: int) pattern SEQ(A a, B b) within 5 s return z := a.x + b.x, m := -a.y"
+    assert rows(cep_gpu.detect(_BIG, rule, backend=backend), "z", "m") == [("W4", 2.0, (0, 1), -(2**63), -(2**63))]

@@ -125,7 +125,11 @@ class Body:
             return t, k, "float"
         if isinstance(expr, Neg):
             a, ok, kind = self.emit(expr.arg, depth)
-            return f"(-{a})", ok, "int" if kind == "bool" else kind
+            if kind == "float":
+                return f"(-{a})", ok, kind
+            t, _ = self.tmp()
+            self.add(f"{t} = {_wrapping('0', '-', a)}", depth)
+            return t, ok, "int"
         if isinstance(expr, Arith):
             a, oka, ka = self.emit(expr.left, depth)
             b, okb, kb = self.emit(expr.right, depth)
@@ -136,7 +140,7 @@ class Body:
                 return t, k, "float"
             op = _ARITH[expr.op]
             if {ka, kb} <= {"int", "bool"}:
-                self.add(f"{t} = {a} {op} {b}", depth)
+                self.add(f"{t} = {_wrapping(a, op, b)}", depth)
                 kind = "int"
             else:
                 self.add(f"{t} = float({a}) {op} float({b})", depth)
@@ -171,6 +175,13 @@ class Body:
         v, ok, kind = self.emit(expr, depth)
         self.add(f"if not ({ok} and {_truth((v, ok, kind))}):", depth)
         self.add(fail, depth + 1)
+
+
+def _wrapping(a: str, op: str, b: str) -> str:
+    """int64 ``a op b`` that wraps around on overflow (docs/language.md, "Integer arithmetic"):
+    computed in uint64, since Numba's signed arithmetic lets LLVM assume that it never overflows
+    (an overflowing ``a + b < 0`` could then come out either way)."""
+    return f"np.int64(np.uint64({a}) {op} np.uint64({b}))"
 
 
 def _truth(part: tuple[str, str, str]) -> str:
@@ -363,7 +374,7 @@ def check_source(source: str) -> None:
             if keyword.iskeyword(name) or name.startswith("__"):
                 raise CodegenError(f"generated source uses a reserved name {name!r}")
         elif isinstance(node, ast.Attribute):
-            if node.attr not in {"njit", "nan", "inf", "isnan", "shape"}:
+            if node.attr not in {"njit", "nan", "inf", "isnan", "shape", "int64", "uint64"}:
                 raise CodegenError(f"generated source uses an unexpected attribute {node.attr!r}")
         elif isinstance(node, ast.FunctionDef):
             if not _FUNC.match(node.name):
