@@ -18,6 +18,8 @@ from .jit import cached_njit
 
 #: The smallest timestamp (a window with no lower bound).
 MIN_TS = np.iinfo(np.int64).min
+#: The largest timestamp.
+MAX_TS = np.iinfo(np.int64).max
 
 
 def edge_index(col_ts: np.ndarray, bound: np.ndarray, inclusive: bool, upper: bool) -> np.ndarray:
@@ -48,13 +50,35 @@ def window_ranges(
     return lo, np.maximum(hi, lo)
 
 
+def shift_limit(offset: int) -> int:
+    """The timestamp at which ``ts + offset`` reaches an end of the int64 range.
+
+    A span or window edge ``ts + offset`` is computed saturated, as ``max(ts, limit) + offset`` for
+    a negative offset and ``min(ts, limit) + offset`` for a positive one (``MIN_TS``/``MAX_TS``
+    instead of a wrapped-around value: an edge past the range keeps every timestamp on its side).
+    Every backend computes its edges this way (the generated kernels with this limit as a literal).
+    """
+    offset = int(offset)
+    return int(MIN_TS) - offset if offset < 0 else int(MAX_TS) - offset
+
+
+def shifted_ts(ts: np.ndarray, offset: int) -> np.ndarray:
+    """``ts + offset`` saturated at the ends of the int64 range (see :func:`shift_limit`)."""
+    ts = np.asarray(ts, np.int64)
+    offset = int(offset)
+    if offset < 0:
+        return np.maximum(ts, np.int64(shift_limit(offset))) + np.int64(offset)
+    if offset > 0:
+        return np.minimum(ts, np.int64(shift_limit(offset))) + np.int64(offset)
+    return ts
+
+
 def lower_window_bound(anchor_ts: np.ndarray, window: int | None) -> np.ndarray:
     """``anchor_ts - window`` without overflow (``MIN_TS`` when there is no window)."""
     anchor_ts = np.asarray(anchor_ts, np.int64)
     if window is None:
         return np.full(anchor_ts.shape, MIN_TS, np.int64)
-    floor = MIN_TS + int(window)
-    return np.where(anchor_ts < floor, MIN_TS, anchor_ts - np.int64(window))
+    return shifted_ts(anchor_ts, -int(window))
 
 
 def as_keys(uniq: np.ndarray, values: np.ndarray, valid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

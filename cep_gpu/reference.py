@@ -331,7 +331,7 @@ class _Context:
             return None if v is None else float(v)
         if isinstance(expr, Neg):
             a = self.value(expr.arg, binding, self_row, nr)
-            return None if a is None else -a
+            return None if a is None else _wrap(-a)
         if isinstance(expr, Arith):
             a = self.value(expr.left, binding, self_row, nr)
             b = self.value(expr.right, binding, self_row, nr)
@@ -341,7 +341,7 @@ class _Context:
                 return None if b == 0 else float(a) / float(b)
             if not (_is_int(a) and _is_int(b)):
                 a, b = float(a), float(b)
-            return a + b if expr.op == "+" else a - b if expr.op == "-" else a * b
+            return _wrap(a + b if expr.op == "+" else a - b if expr.op == "-" else a * b)
         if isinstance(expr, Compare):
             a = self.value(expr.left, binding, self_row, nr)
             b = self.value(expr.right, binding, self_row, nr)
@@ -359,6 +359,17 @@ class _Context:
             a = self.value(expr.arg, binding, self_row, nr)
             return None if a is None else not bool(a)
         raise TypeError(f"not an expression: {expr!r}")
+
+
+def _wrap(v):
+    """An int result in int64 two's-complement arithmetic, as every backend computes it (overflow
+    wraps around; docs/language.md, "Integer arithmetic"); floats pass unchanged."""
+    if _is_int(v) and not _INT64_MIN <= v <= _INT64_MAX:
+        return (v - _INT64_MIN) % 2**64 + _INT64_MIN
+    return v
+
+
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
 def _is_int(v) -> bool:

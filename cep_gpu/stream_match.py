@@ -179,7 +179,7 @@ def _check_own(source: str) -> None:
             if not (node.id in {"numba", "np", "range", "float", "int", "min", "max", "True", "False"} or _OWN_LOCAL.match(node.id)
                     or _OWN_FUNC.match(node.id) or re.match(r"^valid_\d+_\d+$", node.id)):
                 raise ValueError(f"stream kernel source uses an unexpected name {node.id!r}")
-        elif isinstance(node, ast.Attribute) and node.attr not in {"njit", "nan", "isnan", "inf", "shape"}:
+        elif isinstance(node, ast.Attribute) and node.attr not in {"njit", "nan", "isnan", "inf", "shape", "int64", "uint64"}:
             raise ValueError(f"stream kernel source uses an unexpected attribute {node.attr!r}")
         elif isinstance(node, ast.Constant) and isinstance(node.value, (str, bytes)):
             if node.value != "always":

@@ -8,10 +8,12 @@ from hypothesis import strategies as st
 
 from cep_gpu import ranges
 from cep_gpu.ranges import (
+    MAX_TS,
     MIN_TS,
     as_keys,
     keyed_ranges_numpy,
     lower_window_bound,
+    shifted_ts,
     step_keyed_ranges,
     step_ranges,
     window_ranges,
@@ -49,6 +51,14 @@ def test_lower_window_bound_saturates():
     assert lower_window_bound(np.array([MIN_TS + 5]), 10)[0] == MIN_TS
     assert lower_window_bound(np.array([100]), 10)[0] == 90
     assert lower_window_bound(np.array([100]), None)[0] == MIN_TS
+
+
+def test_shifted_ts_saturates_at_both_ends():
+    ts = np.array([MIN_TS, MIN_TS + 5, 0, MAX_TS - 5, MAX_TS], np.int64)
+    assert shifted_ts(ts, -10).tolist() == [MIN_TS, MIN_TS, -10, MAX_TS - 15, MAX_TS - 10]
+    assert shifted_ts(ts, 10).tolist() == [MIN_TS + 10, MIN_TS + 15, 10, MAX_TS, MAX_TS]
+    assert shifted_ts(ts, MAX_TS).tolist() == [-1, 4, MAX_TS, MAX_TS, MAX_TS]
+    assert shifted_ts(ts, 0).tolist() == ts.tolist()
 
 
 @settings(max_examples=60, deadline=None)

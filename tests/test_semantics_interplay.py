@@ -6,6 +6,7 @@ How the cases are written (worked out by hand first, every backend): tests/seman
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 from semantics_cases import SEQ_AB, TESLA_AGG_EVENTS, E, ids, rows
 
@@ -300,3 +301,57 @@ def test_consumption_only_by_produced_composite_events(backend):
     """
     ev = E(("X", 1, {"v": 1}), ("Y", 2, {"v": 0}), ("T", 3), ("Y", 4, {"v": 5}), ("T", 5))
     assert ids(ev, rule, backend) == [(4, 0, 3)]
+
+
+# Spans near the ends of the timestamp range: `ts(Y) - D` (and `ts(first) + W`) lie outside int64
+# nanoseconds; they saturate there, so every span still holds what its definition says.
+_EARLY = E(("A", pd.Timestamp("1680-01-01")), ("B", pd.Timestamp("1680-06-01")), ("C", pd.Timestamp("1680-07-01")))
+_LATE = E(("A", pd.Timestamp("2260-01-01")), ("B", pd.Timestamp("2260-06-01")), ("C", pd.Timestamp("2260-07-01")))
+_LOW = E(("A", -9.2e9), ("B", -9.2e9 + 1), ("C", -9.2e9 + 2))  # seconds: about -9.2e18 ns
+_HIGH = E(("A", 9.2e9), ("B", 9.2e9 + 1), ("C", 9.2e9 + 2))
+
+
+@pytest.mark.parametrize("events", [_EARLY, _LATE, _LOW, _HIGH], ids=["1680", "2260", "low", "high"])
+@pytest.mark.parametrize("rule,expected", [
+    # A (before B, well inside the ten years) is counted: n = 1
+    ("define EC(n: int) from B() and n = Count(A() within 87600 h from B) where n = n", [(1,)]),
+    # the C is after B: outside both [ts(B) - 10 y, ts(A)) and [ts(B) - 10 y, ts(B))
+    ("define EL pattern SEQ(NOT(C n), A a, B b) within 87600 h", [(0, 1)]),
+    ("define EN from B() and not C() within 87600 h from B", [(1,)]),
+    # the C lies in (ts(B), ts(A) + 10 y]: no match
+    ("define ET pattern SEQ(A a, B b, NOT(C n)) within 87600 h", []),
+])
+def test_spans_near_the_ends_of_the_timestamp_range(backend, events, rule, expected):
+    out = cep_gpu.detect(events, rule, backend=backend)
+    assert [tuple(int(i) for i in r) for r in out["ids"]] == expected
+    if "n" in out:
+        assert out["n"].tolist() == [1]
+
+
+# Integer arithmetic wraps around in int64 (docs/language.md, "Integer arithmetic"): 2^62 + 2^62
+# is -2^63, on every backend, in conditions (SEQ `where`, predicate and negation conditions) and in
+# `return` values.
+_BIG = E(("A", 1, {"x": 2**62, "y": -(2**63)}), ("B", 2, {"x": 2**62, "y": 1}), ("C", 3, {"x": 2**63 - 1, "y": 0}),
+         ("D", 4, {"x": 3, "y": 0}))
+
+
+@pytest.mark.parametrize("rule,expected", [
+    ("define W1 pattern SEQ(A a, B b) where a.x + b.x < 0 within 5 s", [(0, 1)]),
+    ("define W1 pattern SEQ(A a, B b) where a.x * 2 < 0 and a.x * 4 = 0 within 5 s", [(0, 1)]),
+    ("define W1 pattern SEQ(A a, B b) where -a.y = a.y and a.x - a.y < 0 within 5 s", [(0, 1)]),
+    ("define W1 pattern SEQ(A a, B b) where 9223372036854775807 + b.y < 0 within 5 s", [(0, 1)]),
+    ("define W1 pattern SEQ(A a, B b) where 9223372036854775807 + 1 < 0 within 5 s", [(0, 1)]),
+    ("define W2 from D() and last A() within 5 s from D and each B(x + A.x < 0) within 5 s from D",
+     [(3, 0, 1)]),
+    # C.x + B.x = 2^63 - 1 + 2^62 wraps to a negative number: C blocks B
+    ("define W3 from D() and each B() within 5 s from D and not C(x + B.x < 0) within 5 s from D", []),
+    ("define W3 from D() and each B() within 5 s from D and not C(x + B.x > 0) within 5 s from D",
+     [(3, 1)]),
+])
+def test_integer_arithmetic_wraps_around(backend, rule, expected):
+    assert ids(_BIG, rule, backend) == expected
+
+
+def test_integer_return_values_wrap_around(backend):
+    rule = "define W4(z: int, m: int) pattern SEQ(A a, B b) within 5 s return z := a.x + b.x, m := -a.y"
+    assert rows(cep_gpu.detect(_BIG, rule, backend=backend), "z", "m") == [("W4", 2.0, (0, 1), -(2**63), -(2**63))]

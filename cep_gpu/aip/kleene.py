@@ -33,6 +33,7 @@ from ..backends import Matches
 from ..evaluate import condition_mask, evaluate
 from ..events import EventTable
 from ..model import NEXT, SELF, Attr, Expr, Plan, Rule, Timestamp, map_expr
+from ..ranges import lower_window_bound
 
 
 @dataclass(frozen=True)
@@ -130,7 +131,7 @@ def bind_sets(run, plan: Plan, step: KleeneStep, sets: KleeneSets, rows: np.ndar
     # the span: ts(anchor) - window <= ts < ts(before), and after the previous position
     a = np.zeros(m, np.int64)
     if pred.window is not None:
-        a = np.searchsorted(cts, ts[rows[:, pred.anchor]] - pred.window, "left")
+        a = np.searchsorted(cts, lower_window_bound(ts[rows[:, pred.anchor]], pred.window), "left")
     if kl.after is not None:
         a = np.maximum(a, np.searchsorted(cts, ts[rows[:, kl.after]], "right"))
     b = np.maximum(np.searchsorted(cts, ts[rows[:, pred.before]], "left"), a)

@@ -19,6 +19,7 @@ from ..model import (
     Span,
     inputs,
 )
+from ..ranges import lower_window_bound, shifted_ts
 from .automaton import Automaton, FastCompare, read_attributes
 from .kleene import KleeneSets, bind_sets, group_aggregate
 from .trace import InstanceView, TraceStep
@@ -29,7 +30,7 @@ _NEVER = np.iinfo(np.int64).max  # deadline of instances that cannot expire
 
 def _deadline(ts: np.ndarray, window: int) -> np.ndarray:
     """``ts + window``, saturated at ``_NEVER`` (no wrap-around for timestamps near the int64 end)."""
-    return np.where(ts > _NEVER - np.int64(window), _NEVER, ts + np.int64(window))
+    return shifted_ts(ts, window)
 
 
 
@@ -263,7 +264,7 @@ class AipRun:
             return now if x == x_new else ts[parents[:, x]]
 
         for x, a, w in tr.lower:
-            ok &= time_of(x) >= time_of(a) - w
+            ok &= time_of(x) >= lower_window_bound(time_of(a), w)
         def row_of(x: int):
             return r if x == x_new else parents[:, x]
 
@@ -519,8 +520,8 @@ class AipRun:
         """(instance index, stored row) pairs: the stored events inside each instance's span."""
         cand, cts, _ = store
         ts = self.ts
-        lo = ts[rows[:, span.lo_ref]] + span.lo_offset
-        hi = ts[rows[:, span.hi_ref]] + span.hi_offset
+        lo = shifted_ts(ts[rows[:, span.lo_ref]], span.lo_offset)
+        hi = shifted_ts(ts[rows[:, span.hi_ref]], span.hi_offset)
         swap = lo > hi  # `between Y and Z` with Z before Y; the flags stay as they are
         lo, hi = np.where(swap, hi, lo), np.where(swap, lo, hi)
         a = np.searchsorted(cts, lo, "left" if span.lo_inclusive else "right")

@@ -44,6 +44,7 @@ from ..model import (
     Span,
     Timestamp,
 )
+from ..ranges import shift_limit
 from .spec import RuleSpec
 
 #: Steps per plan in ``step_id = plan * MAX_STEPS + step`` (``CEP_MAX_STEPS`` in cdp.cuh).
@@ -231,10 +232,21 @@ def _row(pred: int) -> str:
     return f"s[{int(pred)}]"
 
 
+def _shifted(ts: str, offset: int) -> str:
+    """``ts + offset`` saturated at the int64 range (:func:`cep_gpu.ranges.shift_limit`): no wrap-around
+    (nor signed overflow) for timestamps near the range's ends."""
+    offset = int(offset)
+    if offset == 0:
+        return ts
+    lim = _int_literal(shift_limit(offset))
+    past = "<" if offset < 0 else ">"
+    return f"(({ts}) {past} {lim} ? {lim} : ({ts})) + {_int_literal(offset)}"
+
+
 def _span_code(span: Span) -> str:
     return (
-        f"cep_ts(c, s[{int(span.lo_ref)}]) + {_int_literal(span.lo_offset)}, {str(bool(span.lo_inclusive)).lower()}, "
-        f"cep_ts(c, s[{int(span.hi_ref)}]) + {_int_literal(span.hi_offset)}, {str(bool(span.hi_inclusive)).lower()}"
+        f"{_shifted(f'cep_ts(c, s[{int(span.lo_ref)}])', span.lo_offset)}, {str(bool(span.lo_inclusive)).lower()}, "
+        f"{_shifted(f'cep_ts(c, s[{int(span.hi_ref)}])', span.hi_offset)}, {str(bool(span.hi_inclusive)).lower()}"
     )
 
 

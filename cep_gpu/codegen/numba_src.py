@@ -43,6 +43,7 @@ from ..model import (
     aggregate_inputs,
     negation_inputs,
 )
+from ..ranges import shift_limit
 from .spec import Layout, RuleSpec
 
 _CMP = {"=": "==", "!=": "!=", "<": "<", "<=": "<=", ">": ">", ">=": ">="}
@@ -124,7 +125,11 @@ class Body:
             return t, k, "float"
         if isinstance(expr, Neg):
             a, ok, kind = self.emit(expr.arg, depth)
-            return f"(-{a})", ok, "int" if kind == "bool" else kind
+            if kind == "float":
+                return f"(-{a})", ok, kind
+            t, _ = self.tmp()
+            self.add(f"{t} = {_wrapping('0', '-', a)}", depth)
+            return t, ok, "int"
         if isinstance(expr, Arith):
             a, oka, ka = self.emit(expr.left, depth)
             b, okb, kb = self.emit(expr.right, depth)
@@ -135,7 +140,7 @@ class Body:
                 return t, k, "float"
             op = _ARITH[expr.op]
             if {ka, kb} <= {"int", "bool"}:
-                self.add(f"{t} = {a} {op} {b}", depth)
+                self.add(f"{t} = {_wrapping(a, op, b)}", depth)
                 kind = "int"
             else:
                 self.add(f"{t} = float({a}) {op} float({b})", depth)
@@ -172,6 +177,13 @@ class Body:
         self.add(fail, depth + 1)
 
 
+def _wrapping(a: str, op: str, b: str) -> str:
+    """int64 ``a op b`` that wraps around on overflow (docs/language.md, "Integer arithmetic"):
+    computed in uint64, since Numba's signed arithmetic lets LLVM assume that it never overflows
+    (an overflowing ``a + b < 0`` could then come out either way)."""
+    return f"np.int64(np.uint64({a}) {op} np.uint64({b}))"
+
+
 def _truth(part: tuple[str, str, str]) -> str:
     v, _, kind = part
     return f"({v})" if kind == "bool" else f"({v} != 0)"
@@ -186,11 +198,20 @@ def prologue(layout: Layout, kinds: dict[str, str | None]) -> list[str]:
     return lines
 
 
+def _shifted(ts: str, offset: int) -> str:
+    """Source of ``ts + offset`` saturated at the int64 range (:func:`cep_gpu.ranges.shift_limit`)."""
+    offset = int(offset)
+    if offset == 0:
+        return ts
+    clamp = "max" if offset < 0 else "min"
+    return f"{clamp}({ts}, {literal(shift_limit(offset))}) + {literal(offset)}"
+
+
 def span_bounds(span) -> tuple[list[str], str, str]:
     """Lines setting ``lo``/``hi`` to a negation's or aggregate's span (ordered), and the names of
     the binary searches (``lower_bound``/``upper_bound``) of its first and its end entry."""
-    lines = [f"    lo = ts[p{span.lo_ref}] + {literal(int(span.lo_offset))}",
-             f"    hi = ts[p{span.hi_ref}] + {literal(int(span.hi_offset))}",
+    lines = [f"    lo = {_shifted(f'ts[p{span.lo_ref}]', span.lo_offset)}",
+             f"    hi = {_shifted(f'ts[p{span.hi_ref}]', span.hi_offset)}",
              "    if lo > hi:",
              "        lo, hi = hi, lo"]
     return (lines, "lower_bound" if span.lo_inclusive else "upper_bound",
@@ -353,7 +374,7 @@ def check_source(source: str) -> None:
             if keyword.iskeyword(name) or name.startswith("__"):
                 raise CodegenError(f"generated source uses a reserved name {name!r}")
         elif isinstance(node, ast.Attribute):
-            if node.attr not in {"njit", "nan", "inf", "isnan", "shape"}:
+            if node.attr not in {"njit", "nan", "inf", "isnan", "shape", "int64", "uint64"}:
                 raise CodegenError(f"generated source uses an unexpected attribute {node.attr!r}")
         elif isinstance(node, ast.FunctionDef):
             if not _FUNC.match(node.name):
