@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from language_cases import TOUCH, S
 
+import cep_gpu
 from cep_gpu.errors import RuleError, RuleSyntaxError
 from cep_gpu.language import parse_rule, parse_rules
 from cep_gpu.language import parser as parser_module
@@ -425,8 +426,10 @@ def test_hostile_structure_is_rejected():
     parse_rule("define R from X(a = '" + "(" * 100 + "')")
     with pytest.raises(RuleSyntaxError, match="unexpected"):
         parse_rule("define R from X(a = 1) where b = X.a; import os")
-    with pytest.raises(TypeError):
+    with pytest.raises(cep_gpu.ArgumentError, match=r"rule text must be a str, got bytes: decode it first"):
         parse_rule(b"define R from X()")  # type: ignore[arg-type]
+    with pytest.raises(cep_gpu.ArgumentError, match="rule text must be a str, got NoneType"):
+        cep_gpu.parse_rules(None)  # type: ignore[arg-type]
 
 
 def test_long_expression_chains_are_rejected_with_position():

@@ -13,7 +13,7 @@ from pathlib import Path
 from lark import Lark, Tree
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 
-from ..errors import RuleSyntaxError
+from ..errors import ArgumentError, RuleSyntaxError
 
 #: The largest rule text accepted by one call (characters). A thousand typical rules take ~300 kB.
 MAX_TEXT_CHARS = 10_000_000
@@ -74,7 +74,8 @@ def strip_bom(text: str) -> str:
 def parse_tree(text: str) -> Tree:
     """Parse ``text`` (zero or more rules) into a lark tree; raise :class:`RuleSyntaxError`."""
     if not isinstance(text, str):
-        raise TypeError(f"rule text must be a str, got {type(text).__name__}")
+        hint = ": decode it first, e.g. text.decode('utf-8')" if isinstance(text, (bytes, bytearray)) else ""
+        raise ArgumentError(f"rule text must be a str, got {type(text).__name__}{hint}")
     text = strip_bom(text)
     if len(text) > MAX_TEXT_CHARS:
         raise RuleSyntaxError(
