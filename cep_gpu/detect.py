@@ -204,6 +204,21 @@ def check_schema(rules: Sequence[Rule], table: EventTable, require_attributes: b
                     f"rule {rule.name!r}: attribute {a.name!r} is declared {a.type} but its value is {word}",
                     a.pos,
                 )
+    # one output column per attribute: every rule must give it values of one kind (numbers,
+    # strings or booleans); declared clashes are refused by OutputSchema.of, these by the input
+    given: dict[str, tuple[Rule, str, bool]] = {}
+    for rule in rules:
+        for a in rule.attributes:
+            have = _DECLARED_FITS.get(a.type) if a.type is not None else kind_of(a.expr)
+            if have is None:
+                continue
+            first, kind, declared = given.setdefault(a.name, (rule, have, a.type is not None))
+            if kind != have and not (declared and a.type is not None):  # (both declared: OutputSchema.of says it)
+                words = {"num": "numeric", "bool": "boolean"}
+                raise rule.error(
+                    f"rule {rule.name!r} gives attribute {a.name!r} {words.get(have, have)} values, "
+                    f"but rule {first.name!r} gives it {words.get(kind, kind)} values: the output "
+                    "has one column per attribute; rename one of them", a.pos)
 
 
 def _kind_conflict(rule: Rule, operands, rules: Sequence[Rule], table: EventTable, source: str,

@@ -124,3 +124,16 @@ def test_two_rules_declaring_one_attribute_with_clashing_types_is_a_rule_error()
              "define Q(v: float) from C() where v = C.x * 0.5")
     out = cep_gpu.detect(ev, rules, backend="reference")
     assert out["v"].tolist() == [1.0, 1.5]
+
+
+def test_two_rules_giving_one_undeclared_attribute_different_kinds_is_a_rule_error(backend):
+    # known from the input's kinds, before any match (was a raw TypeError once the output was built)
+    ev = pd.DataFrame({"type": ["A", "B", "C"], "ts": [1.0, 2.0, 3.0], "x": [1, 2, 3], "s": ["a", "b", "c"]})
+    rules = ("define P from B() and last A() within 5 s from B where v = A.s\n"
+             "define Q from C() and last A() within 5 s from C where v = A.x")
+    with pytest.raises(cep_gpu.RuleError, match="rule 'Q' gives attribute 'v' numeric values, but rule 'P' gives it string"):
+        cep_gpu.detect(ev, rules, backend=backend)
+    engine = cep_gpu.Engine(rules, backend=backend if backend != "gpu-host" else "cpu")
+    with pytest.raises(cep_gpu.RuleError, match="gives attribute 'v' numeric values"):
+        engine.publish(ev)
+    assert engine.stats()["events"] == 0
