@@ -57,10 +57,9 @@ class TimeSpec:
         the job with the message of :func:`cep_gpu.events.check_ts_range` (Spark cannot name a row
         position, so the message names the value)."""
         if self.kind == "timestamp":
-            if isinstance(self.spark_type, T.TimestampNTZType):
-                # NTZ values are wall-clock readings: read them as if in UTC
-                col = F.to_utc_timestamp(col.cast("timestamp"), F.current_timezone())
-            engine = F.unix_micros(col)
+            # NTZ values are wall-clock readings: microseconds as if in UTC, from their fields (a
+            # conversion through the session's time zone moves them across a DST change)
+            engine = _ntz_micros(col) if isinstance(self.spark_type, T.TimestampNTZType) else F.unix_micros(col)
         else:
             engine = col.cast("long") if self.kind == "integral" else col.cast("double")
         return self._in_range(engine, col)
@@ -84,10 +83,7 @@ class TimeSpec:
     def from_engine(self, col: Column) -> Column:
         """Engine ``ts`` (as returned by the UDFs) back to the input's type."""
         if self.kind == "timestamp":
-            ts = F.timestamp_micros(col)
-            if isinstance(self.spark_type, T.TimestampNTZType):
-                ts = F.from_utc_timestamp(ts, F.current_timezone()).cast("timestamp_ntz")
-            return ts
+            return _micros_ntz(col) if isinstance(self.spark_type, T.TimestampNTZType) else F.timestamp_micros(col)
         return col.cast(self.spark_type)
 
     def nanos(self, engine_ts: Column) -> Column:
@@ -234,3 +230,24 @@ def output_struct(
 
 
 __all__ = ["SLICE", "T_NS", "TimeSpec", "engine_columns", "output_struct", "time_spec"]
+
+
+_DAY_US = 86_400_000_000
+
+
+def _ntz_micros(col: Column) -> Column:
+    """A TIMESTAMP_NTZ as microseconds since 1970-01-01 00:00 read as UTC, from its date and
+    time fields, which no time zone touches."""
+    return (F.unix_date(F.to_date(col)).cast("long") * F.lit(_DAY_US)
+            + (F.hour(col) * 3600 + F.minute(col) * 60).cast("long") * F.lit(1_000_000)
+            + (F.extract(F.lit("SECOND"), col) * 1_000_000).cast("long"))
+
+
+def _micros_ntz(micros: Column) -> Column:
+    """The inverse of :func:`_ntz_micros`: a TIMESTAMP_NTZ made from its fields."""
+    days = F.floor(micros / F.lit(_DAY_US))
+    rem = micros - days * F.lit(_DAY_US)
+    date = F.date_from_unix_date(days.cast("int"))
+    return F.make_timestamp_ntz(
+        F.year(date), F.month(date), F.dayofmonth(date), (rem / 3_600_000_000).cast("int"),
+        ((rem % 3_600_000_000) / 60_000_000).cast("int"), ((rem % 60_000_000) / F.lit(1_000_000)).cast("decimal(16,6)"))

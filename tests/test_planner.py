@@ -59,6 +59,25 @@ def test_profile_round_trip(tmp_path):
     assert dict(back.cpu) == dict(prof.cpu) and dict(back.gpu) == dict(prof.gpu)
 
 
+def test_malformed_profiles_are_profile_errors_and_a_user_profile_falls_back(tmp_path, monkeypatch):
+    good = pl.default_profile()
+    huge = {"format": pl.PROFILE_FORMAT, "cpu": {"pairs": 10**400}, "gpu": {}}
+    (tmp_path / "huge.json").write_text(json.dumps(huge))
+    (tmp_path / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(pl.ProfileError, match=r"huge.json: malformed \(OverflowError"):
+        pl.read_profile(tmp_path / "huge.json")
+    with pytest.raises(pl.ProfileError, match=r"deep.json: not valid JSON \(RecursionError"):
+        pl.read_profile(tmp_path / "deep.json")
+    with pytest.raises(pl.ProfileError, match="a folder, not a profile file"):
+        pl.read_profile(tmp_path)
+    # as the user profile: a warning, and the default
+    monkeypatch.delenv("CEP_GPU_PROFILE", raising=False)
+    monkeypatch.setattr(pl.profile, "user_profile_path", lambda: tmp_path / "huge.json")
+    with pytest.warns(UserWarning, match="using the default profile instead"):
+        prof = pl.load_profile()
+    assert dict(prof.cpu) == dict(good.cpu)
+
+
 def test_missing_profile_is_a_clear_error(tmp_path):
     with pytest.raises(pl.ProfileError, match="no such file"):
         pl.load_profile(tmp_path / "nope.json")

@@ -262,6 +262,29 @@ def test_timestamps_and_float_seconds(spark, events):  # noqa: F811
     assert _spark_rows(out) == rows(cep_gpu.detect(ev, SLICED_RULES, backend=BACKEND, time_unit="ms"))
 
 
+def test_timestamp_ntz_is_wall_clock_whatever_the_session_time_zone(spark):  # noqa: F811
+    # across a DST change of the session's zone: 01:59 and 03:00 are 61 minutes apart as wall-clock
+    # readings (was: converted through the zone, 1 minute apart, a match detect does not find)
+    rule = ("define Touch(painting: string) from Vibration(painting=$p) and each PeopleNear(painting=$p) "
+            "within 2 min. from Vibration where painting=Vibration.painting")
+    pdf = pd.DataFrame({"type": ["PeopleNear", "Vibration", "PeopleNear", "Vibration"],
+                        "ts": pd.to_datetime(["2024-03-10 01:59:00", "2024-03-10 03:00:00",
+                                              "2024-03-10 03:10:00.250000", "2024-03-10 03:11:00"], format="ISO8601"),
+                        "painting": ["Mona", "Mona", "Mona", "Mona"]})
+    before = spark.conf.get("spark.sql.session.timeZone")
+    spark.conf.set("spark.sql.session.timeZone", "America/New_York")
+    try:
+        df = spark.createDataFrame(pdf, schema="type string, ts timestamp_ntz, painting string")
+        out = detect_spark(df, rule, backend=BACKEND, num_slices=1)
+        assert dict(out.dtypes)["ts"] == "timestamp_ntz"
+        got = out.toPandas()
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", before)
+    want = cep_gpu.detect(pdf, rule, backend="reference")
+    assert rows(got) == rows(want) and len(want) == 1
+    assert got["ts"].tolist() == [pd.Timestamp("2024-03-10 03:11:00")]
+
+
 def test_output_schema_comes_from_rules(spark, events):  # noqa: F811
     df = spark.createDataFrame(events)
     out = detect_spark(df, SLICED_RULES, backend=BACKEND)

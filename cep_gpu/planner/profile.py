@@ -117,13 +117,20 @@ def default_profile() -> Profile:
 def read_profile(path: str | os.PathLike) -> Profile:
     """Read a profile file; :class:`ProfileError` if it is missing or malformed."""
     p = Path(path)
+    if p.is_dir():
+        raise ProfileError(f"profile {p}: a folder, not a profile file")
     if not p.is_file():
         raise ProfileError(f"profile {p}: no such file (run `cep-gpu calibrate --out {p}` to write one)")
     try:
         data = json.loads(p.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ProfileError(f"profile {p}: not valid JSON ({exc})") from None
-    return Profile.from_json(data, str(p))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise ProfileError(f"profile {p}: not valid JSON ({type(exc).__name__}: {str(exc)[:120]})") from None
+    try:
+        return Profile.from_json(data, str(p))
+    except ProfileError:
+        raise
+    except (TypeError, ValueError, OverflowError, RecursionError) as exc:  # (a 400-digit coefficient)
+        raise ProfileError(f"profile {p}: malformed ({type(exc).__name__}: {str(exc)[:120]})") from None
 
 
 
