@@ -350,6 +350,9 @@ R = "define Q pattern SEQ(A a, B b) where a.x < b.x within 1 s\n"
     (["muse", "network", "--out", ""], "--out"),
     (["parallel", "run", "{rules}", "{ev}", "--stats", ""], "--stats"),
     (["bench", "seq3", "--out", ""], "--out"),
+    (["bench", "seq3", "--seed", "-1"], "--seed"),
+    (["bench", "seq3", "--policy", ""], "--policy"),
+    (["calibrate", "--seed", "-2"], "--seed"),
     # --out naming the input overwrote it
     (["run", "{rules}", "{ev}", "--out", "{ev}"], "--out"),
     (["decopa", "run", "{net}", "{ev}", "--out", "{ev}"], "--out"),

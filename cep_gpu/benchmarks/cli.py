@@ -87,7 +87,7 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
                                                "windows; rules1000: 200000; museum: --sizes)")
     p.add_argument("--repeat", type=at_least(1), default=3, help="measured repetitions (default 3)")
     p.add_argument("--warmup", type=at_least(0), default=1, help="unmeasured warm-up runs (default 1)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=at_least(0), default=0)
     p.add_argument("--output", choices=["count", "arrow"], default="count",
                    help="count composite events only, or also build the Arrow output")
     p.add_argument("--peers", type=_name_list, action="extend", default=[],
@@ -118,7 +118,7 @@ def add_calibrate_parser(subparsers) -> argparse.ArgumentParser:
                    help=f"profile path (default: {user_profile_path()})")
     p.add_argument("--quick", action="store_true", help="fewer, smaller inputs (about 10 s)")
     p.add_argument("--events", type=at_least(1000), default=60_000, help="events per calibration input")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=at_least(0), default=0)
     set_command(p, calibrate_main)
     return p
 
@@ -164,6 +164,8 @@ def bench_main(args: argparse.Namespace) -> int:
         check_peers(args.peers)
     # checked here so that no run starts and fails half-way with a traceback
     bad_policies = [x for x in args.policy if x not in ("each", "last", "first")]
+    if not args.policy and args.workload != "museum":
+        raise UsageError("--policy", "expected each, last or first, got nothing")
     if bad_policies and args.workload != "museum":
         raise UsageError("--policy", f"expected each, last or first, got {', '.join(map(repr, bad_policies))}")
     if args.workload == "rules1000" and min(sizes) < 2:
