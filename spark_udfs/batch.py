@@ -113,6 +113,7 @@ def plan_job(
     attrs = engine_columns(df, rule_list, extra=[partition_by] if partition_by else [])
     if num_slices is None:
         num_slices = max(df.sparkSession.sparkContext.defaultParallelism, 1)
+    num_slices = int(num_slices)  # (a NumPy integer is one too; plans and plan texts take an int)
     plan = plan_rules(rule_list, partition_by, num_slices)
     return SparkJob(tuple(rule_list), plan, df.schema, spec, tuple(attrs), num_slices, backend)
 

@@ -125,6 +125,11 @@ def spark_main(args: argparse.Namespace) -> int:
     extra_conf = parse_conf(args.conf)  # a bad argument before any file is read
     if "://" not in args.out:  # a local folder, made with its parents (job.run_job)
         writable("--out", args.out, folder=True)
+        if "://" not in args.events:
+            out, events = Path(args.out).resolve(), Path(args.events).resolve()
+            if out == events or events in out.parents:
+                raise UsageError("--out", f"{args.out} is inside the events {args.events}: the composite "
+                                 "events would be read as input by the next run")
     from rich.console import Console
 
     from cep_gpu.cli import read_rules
@@ -157,6 +162,9 @@ def spark_main(args: argparse.Namespace) -> int:
     except Exception as err:  # Spark's own reader errors come as long Py4J traces: one line instead
         if "TIMESTAMP(NANOS" in str(err) or "PARQUET_TYPE_ILLEGAL" in str(err):
             raise EventError(f"{events_path}: {NANOS_HINT}") from None
+        ours = _engine_error(str(err))
+        if ours is not None:  # a cep_gpu error raised in a task, behind Spark's trace: its one line
+            raise ours from None
         raise
     finally:
         if readable != events_path:
@@ -167,3 +175,23 @@ def spark_main(args: argparse.Namespace) -> int:
     if result.plot_path:
         console.print(f"plot: {result.plot_path}")
     return 0
+
+
+def _engine_error(text: str):
+    """The last ``cep_gpu.errors.<Name>: message`` line of a Spark failure's text, as that error
+    (an :class:`~cep_gpu.errors.EventError` for a name this process does not know), or None."""
+    import re
+
+    from cep_gpu import errors
+
+    found = re.findall(r"cep_gpu\.errors\.(\w+): ([^\n]+)", text)
+    if not found:
+        return None
+    name, message = found[-1]
+    cls = getattr(errors, name, None)
+    if not (isinstance(cls, type) and issubclass(cls, errors.CepError)):
+        cls = errors.EventError
+    try:
+        return cls(message.strip())
+    except TypeError:  # (an error made with more than its message: the text is what counts)
+        return errors.EventError(message.strip())

@@ -534,3 +534,27 @@ def test_spark_names_a_bad_ts_value_and_row_as_run_does(tmp_path, capsys):
     spark_err = capsys.readouterr().err
     assert "column 'ts' holds 'abc' at row 1" in spark_err, spark_err
     assert spark_err.strip().splitlines()[-1] == run_err.strip().splitlines()[-1]
+
+
+def test_spark_out_inside_the_events_folder_is_refused_before_spark_starts(tmp_path, capsys):
+    folder = tmp_path / "events"
+    folder.mkdir()
+    pd.DataFrame({"type": ["A", "B"], "ts": [0.0, 0.5], "x": [1, 2]}).to_parquet(folder / "p0.parquet")
+    (tmp_path / "r.txt").write_text(R)
+    for out in (folder, folder / "out"):
+        rc = main(["spark", str(tmp_path / "r.txt"), str(folder), "--out", str(out), "--no-plot"])
+        last = capsys.readouterr().err.strip().splitlines()[-1]
+        assert rc == 2 and "argument --out" in last and "is inside the events" in last
+    assert sorted(p.name for p in folder.iterdir()) == ["p0.parquet"]
+
+
+def test_a_cep_gpu_error_inside_a_spark_task_is_reported_as_its_one_line():
+    from cep_gpu.spark_udfs.cli import _engine_error
+
+    trace = ("py4j.protocol.Py4JJavaError: An error occurred\norg.apache.spark.api.python.PythonException: "
+             "Traceback (most recent call last):\n  File \"x.py\", line 1\ncep_gpu.errors.EventError: "
+             "column 'value' holds numbers stored as text, such as '2.22'; store them as numbers\n\tat org.apache")
+    err = _engine_error(trace)
+    assert isinstance(err, cep_gpu.EventError) and str(err).startswith("column 'value' holds numbers stored as text")
+    assert isinstance(_engine_error("cep_gpu.errors.RuleError: rule 'R' ..."), cep_gpu.RuleError)
+    assert _engine_error("java.lang.OutOfMemoryError") is None

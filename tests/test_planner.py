@@ -617,3 +617,11 @@ def test_detect_count_with_auto_equals_cpu():
     got = cep_gpu.detect(events, rules, backend="auto", time_unit="ms", output="count")
     assert got == cep_gpu.detect(events, rules, backend="cpu", time_unit="ms", output="count")
     assert got["Seq3"] > 0 and got["Last3"] > 0
+
+
+def test_explain_plan_refuses_rates_that_are_not_finite_numbers():
+    rule = cep_gpu.parse_rule(wl.seq3_rule(100))
+    for rates in ({"A": -1.0, "B": 1.0, "C": 1.0}, {"A": float("nan")}, {"A": "fast"}):
+        with pytest.raises(cep_gpu.ArgumentError, match="finite numbers >= 0"):
+            pl.explain_plan(rule, rates)
+    assert "expected 0.2 events per window" in pl.explain_plan(rule, {"A": 1.0, "B": 2.0, "C": 3.0})

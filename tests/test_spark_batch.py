@@ -285,6 +285,12 @@ def test_timestamp_ntz_is_wall_clock_whatever_the_session_time_zone(spark):  # n
     assert got["ts"].tolist() == [pd.Timestamp("2024-03-10 03:11:00")]
 
 
+def test_num_slices_may_be_a_numpy_integer(spark, events):  # noqa: F811
+    df = spark.createDataFrame(events).repartition(2)
+    got = _spark_rows(detect_spark(df, SLICED_RULES, backend=BACKEND, num_slices=np.int64(3)))
+    assert got == _spark_rows(detect_spark(df, SLICED_RULES, backend=BACKEND, num_slices=3)) and got
+
+
 def test_output_schema_comes_from_rules(spark, events):  # noqa: F811
     df = spark.createDataFrame(events)
     out = detect_spark(df, SLICED_RULES, backend=BACKEND)

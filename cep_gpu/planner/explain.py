@@ -9,6 +9,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from ..backends import gpu_usable
+from ..errors import ArgumentError, is_finite_nonnegative
 from ..events import EventTable
 from ..model import Rule, static_conditions, step_checks
 from ..rule_text import duration
@@ -51,6 +52,9 @@ def explain_plan(
     if isinstance(table_or_rates, EventTable):
         work = estimate_work(rule, table_or_rates)
     elif table_or_rates is not None:
+        bad = {k: v for k, v in dict(table_or_rates).items() if not is_finite_nonnegative(v)}
+        if bad:
+            raise ArgumentError(f"rates must be events per second, finite numbers >= 0, got {bad}")
         work = _work_from_rates(rule, table_or_rates)
     steps = {s.pred: s for s in work.steps} if work is not None else {}
     for k, plan in enumerate(rule.plans):
