@@ -20,6 +20,19 @@ from cep_gpu.cli import (
     writable,
 )
 
+#: Spark's master URL forms (a bad one kills the JVM gateway with a 40-line trace)
+_MASTER = r"local(\[(\*|\d+)(,\s*\d+)?\])?|local-cluster\[.+\]|yarn|(spark|k8s|mesos)://.+"
+
+
+def master_url(text: str) -> str:
+    """An argparse type: a Spark master URL of a form Spark knows."""
+    import re
+
+    if not re.fullmatch(_MASTER, text.strip()):
+        raise argparse.ArgumentTypeError(
+            f"expected local, local[N], local[*], spark://HOST:PORT, yarn or k8s://URL, got {text!r}")
+    return text.strip()
+
 
 def add_spark_parser(sub) -> argparse.ArgumentParser:
     """Register ``spark`` on the ``cep-gpu`` subparsers (called by ``cep_gpu.cli``)."""
@@ -27,7 +40,7 @@ def add_spark_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("rules", help="rule file (TESLA or SEQ patterns)")
     p.add_argument("events", help="Parquet events: a file or a directory, local or a URI Spark reads (s3a://...); "
                    "a local CSV file, or local Parquet with nanosecond timestamps, is converted first")
-    p.add_argument("--master", default="local[2]", help="Spark master URL (default: local[2])")
+    p.add_argument("--master", type=master_url, default="local[2]", help="Spark master URL (default: local[2])")
     p.add_argument("--out", type=nonempty_path, required=True,
                    help="output directory (composite_events.parquet, detections.png)")
     p.add_argument("--backend", default="auto", choices=BACKENDS, help="engine backend inside the tasks")

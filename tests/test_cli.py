@@ -353,6 +353,9 @@ R = "define Q pattern SEQ(A a, B b) where a.x < b.x within 1 s\n"
     (["bench", "seq3", "--seed", "-1"], "--seed"),
     (["bench", "seq3", "--policy", ""], "--policy"),
     (["calibrate", "--seed", "-2"], "--seed"),
+    (["calibrate", "--quick", "--out", "{ev}/p.json"], "--out"),
+    (["bench", "seq3", "--sizes", "10", "--events", "50", "--repeat", "1", "--out", "{ev}/r.json"], "--out"),
+    (["spark", "{rules}", "{ev}", "--out", "{tmp}", "--master", "bogus://x"], "--master"),
     # --out naming the input overwrote it
     (["run", "{rules}", "{ev}", "--out", "{ev}"], "--out"),
     (["decopa", "run", "{net}", "{ev}", "--out", "{ev}"], "--out"),
@@ -558,3 +561,11 @@ def test_a_cep_gpu_error_inside_a_spark_task_is_reported_as_its_one_line():
     assert isinstance(err, cep_gpu.EventError) and str(err).startswith("column 'value' holds numbers stored as text")
     assert isinstance(_engine_error("cep_gpu.errors.RuleError: rule 'R' ..."), cep_gpu.RuleError)
     assert _engine_error("java.lang.OutOfMemoryError") is None
+
+
+def test_bench_and_calibrate_refuse_a_folder_as_out_before_any_work(tmp_path, capsys):
+    for argv in (["bench", "seq3", "--sizes", "10", "--events", "50", "--repeat", "1", "--out", str(tmp_path)],
+                 ["calibrate", "--quick", "--out", str(tmp_path)]):
+        rc = main(argv)
+        last = capsys.readouterr().err.strip().splitlines()[-1]
+        assert rc == 2 and "argument --out" in last and "is a folder: give a file name" in last
