@@ -158,14 +158,23 @@ def writable_output(option: str, path: str | Path, events: str | Path | None = N
     p = writable(option, path)
     if p.suffix.lower() not in FORMATS:
         raise UsageError(option, f"unknown file type {p.suffix!r} in {path}; use .csv or .parquet")
-    if events is not None and Path(events).exists():
-        source, target = Path(events).resolve(), p.resolve()
-        if target == source:
-            raise UsageError(option, f"{path} is the events file {events}: it would be overwritten")
-        if source.is_dir() and source in target.parents:
-            raise UsageError(option, f"{path} is in the events folder {events}: it would be read "
-                             "as events")
+    if events is not None:
+        outside_events(option, p, events)
     return p
+
+
+def outside_events(option: str, path: str | Path, events: str | Path) -> None:
+    """A :class:`UsageError` naming ``option`` when the output ``path`` is the input ``events``
+    (a file it would overwrite, a folder it would write into) or lies in the events folder (the
+    next run would read it as events)."""
+    if not Path(events).exists():
+        return
+    source, target = Path(events).resolve(), Path(path).resolve()
+    if source.is_dir() and (target == source or source in target.parents):
+        raise UsageError(option, f"{path} is in the events folder {events}: it is inside the events, "
+                         "and the next run would read it as events")
+    if target == source:
+        raise UsageError(option, f"{path} is the events file {events}: it would be overwritten")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -41,13 +41,7 @@ from .detect import (
     composite_table,
     in_time_units,
 )
-from .errors import (
-    ArgumentError,
-    EngineClosedError,
-    EventError,
-    LateEventError,
-    is_finite_nonnegative,
-)
+from .errors import ArgumentError, EngineClosedError, EventError, LateEventError
 from .events import UNIT_NS, AttributeColumn, EventTable, StringDictionary, TimeFormat
 from .events.checks import require_columns
 from .model import (
@@ -448,13 +442,9 @@ class Engine:
         if events is None:
             return None
         if isinstance(events, Mapping):
-            bad = {k: v for k, v in events.items() if not is_finite_nonnegative(v)}
-            if bad:
-                raise ArgumentError(
-                    "explain(events): a mapping must give events per second for each event type "
-                    f"(finite numbers >= 0), got {bad}; pass sample events as a DataFrame"
-                )
-            return dict(events)
+            from .planner.explain import check_rates
+
+            return check_rates(events, "explain(events)")
         if isinstance(events, pa.Table):
             return EventTable.from_arrow(events, time_unit=self._time_unit, sort=True)
         if not isinstance(events, pd.DataFrame):
@@ -513,18 +503,17 @@ class Engine:
             seen, counts = np.unique(ids, return_counts=True)
             if (counts > 1).any():
                 raise EventError(f"column 'id' has duplicate id {int(seen[counts > 1][0])}")
+        held = [t for t in (self._buf.table(), self._late_buffer) if t is not None]
         if len(new) and int(ids.min()) <= self._max_id:  # ids that may repeat: look them up
-            for other in (self._buf.table(), self._late_buffer):
-                if other is not None:
-                    dup = np.isin(ids, other.ids)
-                    if dup.any():
-                        raise EventError(f"duplicate event id {int(ids[dup][0])}: already published")
+            for other in held:
+                dup = np.isin(ids, other.ids)
+                if dup.any():
+                    raise EventError(f"duplicate event id {int(ids[dup][0])}: already published")
         # the kinds a publish brings (a string compared with '<', Avg of strings) are rule errors,
         # as in detect; rows of known kinds take the record path and skip this
         check_schema(self.rules, new, require_attributes=False)
-        for other in (self._buf.table(), self._late_buffer):
-            if other is not None:
-                other.check_joinable(new)  # an attribute that changes kind (only int and float mix)
+        for other in held:
+            other.check_joinable(new)  # an attribute that changes kind (only int and float mix)
         if self._time is not None:
             new.time = self._time
         return new

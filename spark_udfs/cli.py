@@ -15,6 +15,7 @@ from cep_gpu.cli import (
     UsageError,
     at_least,
     nonempty_path,
+    outside_events,
     set_command,
     time_unit,
     writable,
@@ -139,10 +140,7 @@ def spark_main(args: argparse.Namespace) -> int:
     if "://" not in args.out:  # a local folder, made with its parents (job.run_job)
         writable("--out", args.out, folder=True)
         if "://" not in args.events:
-            out, events = Path(args.out).resolve(), Path(args.events).resolve()
-            if out == events or events in out.parents:
-                raise UsageError("--out", f"{args.out} is inside the events {args.events}: the composite "
-                                 "events would be read as input by the next run")
+            outside_events("--out", args.out, args.events)
     from rich.console import Console
 
     from cep_gpu.cli import read_rules

@@ -52,10 +52,7 @@ def explain_plan(
     if isinstance(table_or_rates, EventTable):
         work = estimate_work(rule, table_or_rates)
     elif table_or_rates is not None:
-        bad = {k: v for k, v in dict(table_or_rates).items() if not is_finite_nonnegative(v)}
-        if bad:
-            raise ArgumentError(f"rates must be events per second, finite numbers >= 0, got {bad}")
-        work = _work_from_rates(rule, table_or_rates)
+        work = _work_from_rates(rule, check_rates(table_or_rates, "rates"))
     steps = {s.pred: s for s in work.steps} if work is not None else {}
     for k, plan in enumerate(rule.plans):
         if len(rule.plans) > 1:
@@ -103,6 +100,16 @@ def explain_plan(
     lines.append(f"  profile: {prof.source}")
     return "\n".join(lines)
 
+
+
+def check_rates(rates: Mapping[str, float], what: str) -> dict[str, float]:
+    """``rates`` (event type -> events per second) as a dict, or an :class:`ArgumentError` naming
+    ``what`` and the values that are not finite numbers >= 0."""
+    bad = {k: v for k, v in dict(rates).items() if not is_finite_nonnegative(v)}
+    if bad:
+        raise ArgumentError(f"{what}: a mapping must give events per second for each event type "
+                            f"(finite numbers >= 0), got {bad}; or pass sample events")
+    return dict(rates)
 
 
 def _work_from_rates(rule: Rule, rates: Mapping[str, float]) -> RuleWork:

@@ -96,7 +96,7 @@ class GpuCombiner:
         room for output, so each valid pair only bumps the atomic index (no writes, no copy back,
         no sort: the last step of a large ``each`` is most of the output)."""
         if step.spec.trivial and not step.use_excluded:
-            return int(np.maximum(np.asarray(step.hi, np.int64) - np.asarray(step.lo, np.int64), 0).sum())
+            return int(_range_sizes(step).sum())
         return int(self._split(self._count_each, compiled, step).sum())
 
     def select(self, compiled: GpuRule, step: StepInput, last: bool) -> np.ndarray:
@@ -342,7 +342,7 @@ class GpuCombiner:
     def _pairs(self, step: StepInput) -> tuple[np.ndarray, np.ndarray, int]:
         """Range starts, exclusive prefix sum of range sizes (n + 1), and the number of pairs."""
         lo = np.ascontiguousarray(step.lo, np.int64)
-        sizes = np.maximum(np.asarray(step.hi, np.int64) - lo, 0)
+        sizes = _range_sizes(step)
         offsets = np.zeros(len(lo) + 1, np.int64)
         np.cumsum(sizes, out=offsets[1:])
         return lo, offsets, int(offsets[-1])
@@ -572,3 +572,8 @@ class GpuCombiner:
         order = np.argsort(keys, kind="stable")
         set_aggs = rt.to_host(values.data, count * width).reshape(count, width)[order, :n_agg]
         return set_seq[order], set_start[order], set_len[order], rt.to_host(flat.data, ecount), set_aggs
+
+
+def _range_sizes(step: StepInput) -> np.ndarray:
+    """Candidates per sequence of a step: its window ranges' sizes."""
+    return np.maximum(np.asarray(step.hi, np.int64) - np.asarray(step.lo, np.int64), 0)
