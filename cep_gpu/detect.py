@@ -226,7 +226,6 @@ def _kind_conflict(rule: Rule, operands, rules: Sequence[Rule], table: EventTabl
     """The error for a comparison of an attribute whose declared kind in a rule's output (``P(x:
     string)``) is not its kind in the input's events (``x`` of numbers): it holds both, which is
     the mistake, not the comparison (that reads the input's kind). None when there is none."""
-    num = {"int": "num", "float": "num"}
     for operand in operands:
         if not isinstance(operand, Attr):
             continue
@@ -236,7 +235,7 @@ def _kind_conflict(rule: Rule, operands, rules: Sequence[Rule], table: EventTabl
         for maker in rules:
             for a in maker.attributes:
                 if a.name == operand.name and a.type is not None \
-                        and num.get(a.type, a.type) != num.get(col.kind, col.kind):
+                        and _DECLARED_FITS[a.type] != _DECLARED_FITS[col.kind]:
                     return rule.error(
                         f"rule {rule.name!r} compares attribute {a.name!r}, which holds {col.kind} "
                         f"values in the {source} but is declared {a.type} by rule {maker.name!r}: "
@@ -278,7 +277,7 @@ def _read_exprs(rule: Rule) -> list:
 
 
 _KIND_WORDS = {"num": "number", "bool": "boolean"}
-#: the coarse kind (check_schema's kind_of) of the values each declared type takes
+#: the coarse kind (check_schema's kind_of) of the values each declared type (or column kind) takes
 _DECLARED_FITS = {"int": "num", "float": "num", "string": "string", "bool": "bool"}
 
 
@@ -457,7 +456,7 @@ def _whole_numbers(values: np.ndarray, valid: np.ndarray, rule: Rule, attr) -> t
     """Float values of an attribute declared ``int``, as int64: whole numbers in the int64 range
     keep their value (an int column with nulls reaches here as floats); any other value (a
     fraction, an infinity, NaN, beyond int64) is null, with a warning naming the first one, as a
-    division by zero is null (docs/language.md, "Types")."""
+    division by zero is null (docs/language.md, "Header")."""
     fits = valid & np.isfinite(values) & (np.trunc(values) == values) & (np.abs(values) < 2.0**63)
     bad = valid & ~fits
     if bad.any():
