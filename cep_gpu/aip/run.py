@@ -19,19 +19,12 @@ from ..model import (
     Span,
     inputs,
 )
-from ..ranges import lower_window_bound, shifted_ts
+from ..ranges import MAX_TS, lower_window_bound, shifted_ts
 from .automaton import Automaton, FastCompare, read_attributes
 from .kleene import KleeneSets, bind_sets, group_aggregate
 from .trace import InstanceView, TraceStep
 
-_NEVER = np.iinfo(np.int64).max  # deadline of instances that cannot expire
-
-
-
-def _deadline(ts: np.ndarray, window: int) -> np.ndarray:
-    """``ts + window``, saturated at ``_NEVER`` (no wrap-around for timestamps near the int64 end)."""
-    return shifted_ts(ts, window)
-
+_NEVER = MAX_TS  # deadline of instances that cannot expire
 
 
 _OPS = {
@@ -300,9 +293,9 @@ class AipRun:
             return
         if len(tr.expiry) == 1:
             x, w = tr.expiry[0]
-            deadline = _deadline(ts[rows[:, x]], w)
+            deadline = shifted_ts(ts[rows[:, x]], w)  # (saturated at _NEVER: no wrap-around)
         elif tr.expiry:
-            deadline = np.min(np.stack([_deadline(ts[rows[:, x]], w) for x, w in tr.expiry]), axis=0)
+            deadline = np.min(np.stack([shifted_ts(ts[rows[:, x]], w) for x, w in tr.expiry]), axis=0)
         else:
             deadline = np.full(rows.shape[0], _NEVER, np.int64)
         self.states[m][i + 1].append(rows, deadline, names)
