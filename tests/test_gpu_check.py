@@ -105,24 +105,26 @@ def test_gpu_steps_fail_without_a_gpu_unless_allowed(tmp_path):
     assert {s["status"] for s in json.loads((tmp_path / "b" / "summary.json").read_text())["steps"]} == {"skipped"}
 
 
-def test_a_python_that_cannot_import_the_project_fails_every_step_with_advice(tmp_path):
+def _failing_python(tmp_path: Path, steps: str, say: str = "") -> tuple[subprocess.CompletedProcess, list]:
+    """The check run with a "python" that fails every call (printing ``say`` to stderr first);
+    the finished process and the summary's steps."""
     fake = tmp_path / "python"
-    fake.write_text("#!/bin/sh\nexit 1\n")
+    fake.write_text("#!/bin/sh\n" + (f"echo '{say}' >&2\n" if say else "") + "exit 1\n")
     fake.chmod(0o755)
-    proc = check("--out", str(tmp_path / "c"), "--steps", "compile,seq3", "--python", str(fake))
+    proc = check("--out", str(tmp_path / "c"), "--steps", steps, "--python", str(fake))
+    return proc, json.loads((tmp_path / "c" / "summary.json").read_text())["steps"]
+
+
+def test_a_python_that_cannot_import_the_project_fails_every_step_with_advice(tmp_path):
+    proc, steps = _failing_python(tmp_path, "compile,seq3")
     assert proc.returncode == 1
-    steps = json.loads((tmp_path / "c" / "summary.json").read_text())["steps"]
     assert all(s["status"] == "FAILED" and "--wheels" in s["reason"] for s in steps)
 
 
 def test_a_failed_import_says_why(tmp_path):
     """The reason names each module that failed and the error Python gave for it."""
-    fake = tmp_path / "python"
-    fake.write_text("#!/bin/sh\necho 'ModuleNotFoundError: No module named cuda.pathfinder' >&2\nexit 1\n")
-    fake.chmod(0o755)
-    proc = check("--out", str(tmp_path / "c"), "--steps", "seq3", "--python", str(fake))
+    proc, (step,) = _failing_python(tmp_path, "seq3", "ModuleNotFoundError: No module named cuda.pathfinder")
     assert proc.returncode == 1
-    (step,) = json.loads((tmp_path / "c" / "summary.json").read_text())["steps"]
     assert "cep_gpu.kernels.gpu: ModuleNotFoundError: No module named cuda.pathfinder" in step["reason"]
 
 
