@@ -9,6 +9,7 @@ four choices of the victim:
 
 * ``random``: random input shedding under DARLING's constraints;
 * ``darling``: Eq. 11 utilities;
+* ``support``: the optional ``support`` utility (docs/shedding.md, resolution 23; reads time);
 * ``value-oracle``: the best utility that reads only an event's type and value: the mean number of
   reference matches of the events of its type in its value bin (20 quantile bins, computed on the
   run itself, so an upper bound for any value-based utility such as Eq. 11);
@@ -75,9 +76,10 @@ def diagnose(length: int, setting: str = "default", seed: int = 0, window: int |
     oracles = {"value-oracle": value / max(value.max(), 1), "oracle": part / max(part.max(), 1)}
     out = {"length": length, "latency_bound_s": bound, "matches": len(ref),
            "base_share": float((where == "base").mean()) if len(ref) else float("nan")}
-    for name in ("random", "darling", "value-oracle", "oracle"):
+    for name in ("random", "darling", "support", "value-oracle", "oracle"):
         eng = SheddingEngine(rule, Shedder(bound, policy="random" if name == "random" else "darling",
-                                           seed=seed), mode="virtual", cost_model=costs)
+                                           seed=seed, utility="support" if name == "support" else "eq11"),
+                             mode="virtual", cost_model=costs)
         eng.warm_up(warm)
         found = eng.run(main, arr, utilities=oracles.get(name))
         s = eng.stats()
@@ -105,8 +107,8 @@ def main() -> None:
     ap.add_argument("--factor-c", type=float, default=None,
                     help="C of a{i}.attr > a{i-1}.attr * C (default: stock 1, nasdaq 1.5)")
     args = ap.parse_args()
-    print("length | matches (share outside peaks) | random | darling | value-oracle | oracle "
-          "(recall: all / in peaks) | darling/random | oracle/random")
+    print("length | matches (share outside peaks) | random | darling | support | value-oracle | oracle "
+          "(recall: all / in peaks) | darling/random | support/random | oracle/random")
     for length in (int(x) for x in args.lengths.split(",")):
         d = diagnose(length, args.setting, window=args.window, factor_c=args.factor_c,
                      workload=args.workload, n_run=args.events)
@@ -114,10 +116,11 @@ def main() -> None:
             print(f"{length} | 0 | (no reference match in this run: nothing to compare)")
             continue
         cells = " | ".join(f"{d[k]['recall']:.3f} / " + ("-" if d[k]["peak"] is None else f"{d[k]['peak']:.3f}")
-                           for k in ("random", "darling", "value-oracle", "oracle"))
+                           for k in ("random", "darling", "support", "value-oracle", "oracle"))
         rnd = d["random"]["recall"]
         print(f"{length} | {d['matches']} ({d['base_share']:.2f}) | {cells} | "
-              f"{_over(d['darling']['recall'], rnd)} | {_over(d['oracle']['recall'], rnd)}")
+              f"{_over(d['darling']['recall'], rnd)} | {_over(d['support']['recall'], rnd)} | "
+              f"{_over(d['oracle']['recall'], rnd)}")
         assert d["darling"]["violations"] == 0
 
 

@@ -76,8 +76,9 @@ def add_run_arguments(r: argparse.ArgumentParser) -> None:
     r.add_argument("--beta", type=number(lambda v: 0 < v <= 1, "in (0, 1]"), default=0.8,
                    help="share of the input constraint the local constraints fill (default 0.8)")
     r.add_argument("--buckets", type=at_least(1), default=100, help="utility buckets per type (default 100)")
-    r.add_argument("--utility", choices=["eq11", "chain"], default="eq11",
-                   help="darling's utility: eq11 (the paper's, default) or chain (resolution 22)")
+    r.add_argument("--utility", choices=["eq11", "chain", "support"], default="eq11",
+                   help="darling's utility: eq11 (the paper's, default), or the extensions chain "
+                        "(resolution 22) and support (resolution 23; reads time too)")
     r.add_argument("--seed", type=int, default=0, help="seed of the random choices (default 0)")
     r.add_argument("--arrival", metavar="COLUMN",
                    help="column of arrival times in seconds (default: the events arrive at their timestamps)")
@@ -244,9 +245,9 @@ def add_bench_arguments(b: argparse.ArgumentParser) -> None:
                         "(default: the warm-up size; 0: never)")
     b.add_argument("--guard", type=float, default=None,
                    help="the hard guard's share of L_max (default: beta in real time, 1 in virtual time)")
-    b.add_argument("--utility", choices=["eq11", "chain"], default="eq11",
-                   help="darling's utility: eq11 (the paper's, default) or chain (an extension: "
-                        "docs/shedding.md, resolution 22)")
+    b.add_argument("--utility", choices=["eq11", "chain", "support"], default="eq11",
+                   help="darling's utility: eq11 (the paper's, default), or the extensions chain "
+                        "(docs/shedding.md, resolution 22) and support (resolution 23; reads time too)")
     b.add_argument("--quick", action="store_true",
                    help="lengths 3,4,5; factors 100,1000; 4000 events (each unless given)")
     b.add_argument("--out", type=nonempty_path,

@@ -428,7 +428,7 @@ class SheddingEngine:
         buckets (they are linked in them)."""
         sh = self.shedder
         if sh.policy == "darling" and i < len(frame):
-            core.bkt[i:] = sh.buckets_of(sh.utilities(frame.iloc[i:]))
+            core.bkt[i:] = sh.buckets_of(sh.utilities(frame.iloc[i:], context=frame.iloc[:i]))
         core.nt[:] = [sh.n_t.get(t, 0.0) for t in core.type_names]
         core.gamma[:] = [sh.gamma_t.get(t, 0.0) for t in core.type_names]
         core.F[_core.F_KEST] = sh.stats.window_cost

@@ -62,6 +62,7 @@ class ShedGate:
         self.u_all: dict[str, float] = {}
         self.u_kept: dict[str, float] = {}
         self.latencies: deque = deque(maxlen=LATENCY_WINDOW)  # (seconds, composites) per publish
+        self.recent: pd.DataFrame | None = None  # the support utility's context (all arrivals)
 
     def publish(self, engine, events, output: str):
         """Shed ``events`` (one batch arriving now), publish the kept rows through ``engine``."""
@@ -76,7 +77,7 @@ class ShedGate:
         sh = self.shedder
         keep = u = None
         if n:
-            u = sh.utility.compute(frame)
+            u = sh.utility.compute(frame, context=self.recent)
             keep = sh.keep_mask(frame, time_unit=self.time_unit, utilities=u)
         self.inside = True
         try:
@@ -85,6 +86,8 @@ class ShedGate:
             self.inside = False
         # counted once the engine took the batch: a batch it refused (late, bad ts) is not published
         self.next_id += n
+        if n and sh.utility.kind == "support":
+            self.recent = self._recent(frame)
         if n:
             types = frame["type"].astype(str).to_numpy()
             for t in np.unique(types):
@@ -103,6 +106,16 @@ class ShedGate:
             if lat > sh.latency_bound:
                 self.violations += k
         return out
+
+    def _recent(self, frame: pd.DataFrame) -> pd.DataFrame:
+        """The arrivals within the rules' lookback of the newest one, this batch included: what
+        the ``support`` utility of the next batch counts as earlier events."""
+        from .shedder import UNIT_NS
+        from .stats import times_ns
+
+        both = frame if self.recent is None else pd.concat([self.recent, frame], ignore_index=True)
+        ts = times_ns(both["ts"], UNIT_NS[self.time_unit])
+        return both[ts >= ts.max() - self.shedder._lookback_ns].reset_index(drop=True)
 
     def stats(self) -> dict:
         """Events published, kept and dropped (per type), composite events, the estimated recall,

@@ -55,8 +55,11 @@ class Shedder:
     utility_samples:
         Value tuples of the Monte-Carlo utility estimate for conditions without a closed form.
     utility:
-        ``"eq11"`` (the paper's Eq. 11, default) or ``"chain"``, an optional extension that
-        also counts the conditions between the other roles (docs/shedding.md, resolution 22).
+        ``"eq11"`` (the paper's Eq. 11, default); ``"chain"``, an optional extension that
+        also counts the conditions between the other roles (docs/shedding.md, resolution 22);
+        ``"support"``, an optional extension that also reads time: the partial matches an event
+        ends among the events before it, times the chain messages of the later roles
+        (resolution 23).
     """
 
     def __init__(
@@ -157,7 +160,8 @@ class Shedder:
                 raise ArgumentError(f"window_cost must be a finite number of seconds >= 0, got {window_cost!r}")
             stats.window_cost = float(window_cost)
         self.stats = stats
-        self.utility = UtilityModel(self.rules, stats, self.utility_samples, self.seed, self.utility_kind)
+        self.utility = UtilityModel(self.rules, stats, self.utility_samples, self.seed, self.utility_kind,
+                                    time_unit_ns=UNIT_NS[time_unit])
         self._constraints()
         return self
 
@@ -199,10 +203,12 @@ class Shedder:
 
     # -- runs -------------------------------------------------------------------------------------
 
-    def utilities(self, events: pd.DataFrame) -> np.ndarray:
-        """U_T(e) of every row of ``events`` (Eq. 11; max over roles and rules)."""
+    def utilities(self, events: pd.DataFrame, context: pd.DataFrame | None = None) -> np.ndarray:
+        """U_T(e) of every row of ``events`` (Eq. 11 or the chosen extension; max over roles and
+        rules). ``context``: the events that arrived before them, which the ``support`` utility
+        reads."""
         self._need()
-        return self.utility.compute(require_frame(events, "utilities", ("type",)))
+        return self.utility.compute(require_frame(events, "utilities", ("type",)), context)
 
     def buckets_of(self, utilities: np.ndarray) -> np.ndarray:
         """The auxiliary array of each utility: 0 for u = 0 (the event can be in no match), else

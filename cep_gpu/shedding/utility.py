@@ -43,11 +43,14 @@ from ..model import (
     walk,
 )
 from .stats import Empirical, Normal, Statistics, fit
+from .support import chain_roles, support
 
 _FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "=": "=", "!=": "!="}
 #: ``"eq11"``: the paper's Eq. 11 (default); ``"chain"``: the optional extension of
-#: docs/shedding.md, resolution 22 (every condition of the rule, not only those that read T)
-UTILITIES = ("eq11", "chain")
+#: docs/shedding.md, resolution 22 (every condition of the rule, not only those that read T);
+#: ``"support"``: the extension of resolution 23 (the partial matches an event ends, times the
+#: chain messages of the later roles; cep_gpu/shedding/support.py)
+UTILITIES = ("eq11", "chain", "support")
 _CHUNK = 1 << 20  # values per Monte-Carlo evaluation chunk
 
 
@@ -55,12 +58,16 @@ class UtilityModel:
     """Utility functions of ``rules`` under ``stats``; :meth:`compute` scores a batch of events."""
 
     def __init__(self, rules: list[Rule], stats: Statistics, samples: int = 256, seed: int = 0,
-                 kind: str = "eq11") -> None:
+                 kind: str = "eq11", time_unit_ns: int = 1_000_000_000) -> None:
         if not isinstance(samples, int) or samples < 1:
             raise ArgumentError(f"utility samples must be an int >= 1, got {samples!r}")
         if kind not in UTILITIES:
             raise ArgumentError(f"utility must be one of {', '.join(UTILITIES)}; got {kind!r}")
         self.kind = kind
+        self.time_unit_ns = time_unit_ns
+        self._roles: dict[int, list[int] | None] = {}  # the support utility's chain per rule
+        self._support_scale: dict[tuple[int, int], float] = {}
+        self._forward_msgs: dict[tuple[int, int], list | None] = {}
         self._incoming_cache: dict[tuple[int, int], list | None] = {}
         self._chain_top: dict[tuple[int, int], float] = {}  # the chain utility's scale per role
         self.rules = rules
@@ -81,8 +88,12 @@ class UtilityModel:
         """|C_type(T)|: the condition factors evaluated for an event of this type (for α_T)."""
         return sum(len(self._conditions(ri, pi)) for ri, pi in self.roles.get(event_type, []))
 
-    def compute(self, events: pd.DataFrame) -> np.ndarray:
-        """U_T(e) in [0, 1] for every row of ``events`` (a DataFrame with a ``type`` column)."""
+    def compute(self, events: pd.DataFrame, context: pd.DataFrame | None = None) -> np.ndarray:
+        """U_T(e) in [0, 1] for every row of ``events`` (a DataFrame with a ``type`` column).
+
+        ``context``: the events that arrived before ``events`` (within the rules' lookback); only
+        the ``support`` utility reads it (an event's support counts earlier events)."""
+        sup = self._support(events, context) if self.kind == "support" else {}
         # rows per type by hashing (factorize) and one integer sort: sorting the type strings
         # (np.unique) and comparing them once per type cost more than Eq. 11 itself
         codes, names = pd.factorize(events["type"].astype(str).to_numpy())
@@ -100,7 +111,8 @@ class UtilityModel:
             sub = events.iloc[rows]
             best = np.zeros(len(rows))
             for ri, pi in roles:
-                u = self._chain(ri, pi, sub) if self.kind == "chain" else None
+                u = sup[ri, pi][rows] if (ri, pi) in sup else \
+                    self._chain(ri, pi, sub) if self.kind in ("chain", "support") else None
                 if u is None:  # Eq. 11
                     u = np.ones(len(rows))
                     for c in self._conditions(ri, pi):
@@ -287,6 +299,69 @@ class UtilityModel:
         m = max(len(vals), 1)
         cum = np.concatenate([[0.0], np.cumsum(w[order])]) / m
         return (ra[1], a, b, lin.get(None, 0.0), op if a > 0 else _FLIP[op], vals[order], cum)
+
+    # -- the "support" extension (docs/shedding.md, resolution 23) ------------------------------
+
+    def _support(self, events: pd.DataFrame, context: pd.DataFrame | None) -> dict:
+        """(rule, role) -> the support utility of every row of ``events``, for the rules whose
+        roles form a chain (the others fall back to ``chain``)."""
+        from .stats import times_ns
+
+        chains = {ri: self._chain_of(ri) for ri in range(len(self.rules))}
+        if not any(r is not None for r in chains.values()) or not len(events):
+            return {}
+        frame = events if context is None or not len(context) else \
+            pd.concat([context, events], ignore_index=True)
+        m = len(frame) - len(events)
+        ts = times_ns(frame["ts"], self.time_unit_ns)
+        order = np.argsort(ts, kind="stable")
+        fr = frame.iloc[order].reset_index(drop=True)
+        ts, types = ts[order], frame["type"].astype(str).to_numpy()[order]
+        out = {}
+        for ri, roles in chains.items():
+            if roles is None:
+                continue
+            s = support(self.rules[ri], roles, fr, ts, types, _eval)
+            for k, r in enumerate(roles):
+                v = s[r]
+                idx = np.flatnonzero(v > 0)
+                if len(idx):
+                    v[idx] *= self._forward(ri, r, roles[k + 1:], fr.iloc[idx])
+                back = np.empty(len(frame))
+                back[order] = v
+                v = back[m:]
+                scale = self._support_scale.get((ri, r))
+                if scale is None:
+                    pos = v[v > 0]
+                    scale = float(np.median(pos)) if len(pos) else 1.0
+                    if len(pos):  # kept from the first batch with support, so batches compare
+                        self._support_scale[ri, r] = scale
+                out[ri, r] = v / (v + scale)
+        return out
+
+    def _chain_of(self, ri: int) -> list[int] | None:
+        if ri not in self._roles:
+            self._roles[ri] = chain_roles(self.rules[ri])
+        return self._roles[ri]
+
+    def _forward(self, ri: int, r: int, later: list[int], sub: pd.DataFrame) -> np.ndarray:
+        """F: the probability that the rows of ``sub`` (role ``r``) pass the conditions towards
+        the ``later`` roles: the chain messages from them, or Eq. 11's factors of those
+        conditions when the rule's conditions are not a forest of order comparisons."""
+        key = (ri, r)
+        if key not in self._forward_msgs:
+            edges = self._edges(ri)
+            self._forward_msgs[key] = None if edges is None else \
+                [self._message(ri, q, r, e, edges) for q, e in _neighbours(edges, r) if q in later]
+        msgs = self._forward_msgs[key]
+        if msgs is not None:
+            return self._messages(msgs, sub)
+        u = np.ones(len(sub))
+        for c in self._conditions(ri, r):
+            others = inputs(c, self.rules[ri]) - {r}
+            if others and others <= set(later):
+                u *= self._factor(ri, r, c, sub)
+        return u
 
     # -- distributions --------------------------------------------------------------------------
 
