@@ -60,7 +60,10 @@ def read_table(path: str | Path) -> pa.Table:
 def _read_csv(path: Path) -> pa.Table:
     with path.open("rb") as f:  # the first bytes only, not the whole file
         head = f.read(4096)
-    if not head.strip():
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")):  # pyarrow reads UTF-8 only: "Expected 2 columns, got 1"
+        raise EventError(f"{path}: the CSV file is UTF-16 (or UTF-32) text, by its byte order mark; "
+                         "save it as UTF-8")
+    if not head.removeprefix(b"\xef\xbb\xbf").strip():  # (a UTF-8 byte order mark alone is empty too)
         raise EventError(f"{path}: the CSV file is empty; it needs a header row naming at least 'type' and 'ts'")
     try:
         table = pacsv.read_csv(path)

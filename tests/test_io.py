@@ -219,3 +219,25 @@ def test_a_damaged_parquet_file_is_an_error_naming_it(tmp_path):
     (tmp_path / "half.parquet").write_bytes(bytes(data[: len(data) // 2]))
     with pytest.raises(EventError, match=re.escape(f"{tmp_path / 'half.parquet'}: cannot read the Parquet data: ")):
         read_table(tmp_path / "half.parquet")
+
+
+@pytest.mark.parametrize(("data", "message"), [
+    ("type,ts\nA,0\n".encode("utf-16"), "the CSV file is UTF-16 (or UTF-32) text, by its byte order mark; save it as UTF-8"),
+    ("type,ts\nA,0\n".encode("utf-32"), "the CSV file is UTF-16 (or UTF-32) text, by its byte order mark; save it as UTF-8"),
+    (b"\xef\xbb\xbf\n", "the CSV file is empty; it needs a header row naming at least 'type' and 'ts'"),
+])
+def test_a_csv_file_that_is_not_utf8_or_only_a_byte_order_mark_says_so(tmp_path, data, message):
+    """A UTF-16 file was "CSV parse error: Expected 2 columns, got 1"; a byte order mark alone
+    was pyarrow's "Empty CSV file" rather than the reader's own message."""
+    path = tmp_path / "e.csv"
+    path.write_bytes(data)
+    with pytest.raises(EventError, match=re.escape(f"{path}: {message}")):
+        read_table(path)
+
+
+def test_a_csv_file_with_a_byte_order_mark_and_quoted_header_reads_as_plain_csv(tmp_path):
+    plain = tmp_path / "plain.csv"
+    plain.write_text("type,ts,x\nA,0,1\nB,0.5,2\n")
+    odd = tmp_path / "odd.csv"
+    odd.write_bytes(b'\xef\xbb\xbf"type","ts","x"\n"A",0,1\n"B",0.5,2\n')
+    assert read_table(odd).equals(read_table(plain))
