@@ -645,3 +645,42 @@ def test_a_hard_link_to_the_events_is_the_events(tmp_path, capsys):
     rc, _, err = run_cli(capsys, "run", tmp_path / "q.txt", ev, "--out", tmp_path / "link.csv")
     assert rc == 2 and "is the events file" in err
     assert ev.read_text() == EVENTS_CSV
+
+
+def _bad_event_files(tmp_path):
+    import numpy as np
+
+    good = tmp_path / "good.parquet"
+    pd.DataFrame({"type": ["A", "B"] * 500, "ts": np.arange(1000) / 10, "x": np.arange(1000)}).to_parquet(
+        good, compression=None)
+    data = good.read_bytes()
+    (tmp_path / "half.parquet").write_bytes(data[: len(data) // 2])
+    (tmp_path / "pages.parquet").write_bytes(data[:100] + b"\xff" * 2900 + data[3000:])
+    (tmp_path / "text.parquet").write_text("type,ts\nA,0\n")
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "folder" / "a.parquet").write_bytes(data[: len(data) // 2])
+    (tmp_path / "dir.csv").mkdir()
+    (tmp_path / "ev.jsonl").write_text('{"type": "A", "ts": 0}\n{bad\n')
+    (tmp_path / "u16.csv").write_bytes("type,ts\nA,0\n".encode("utf-16"))
+    (tmp_path / "ragged.csv").write_text("type,ts,x\nA,0,1\nB,0.5\n")
+
+
+@pytest.mark.parametrize(("name", "message"), [
+    ("none.csv", "none.csv: no such file"),
+    ("half.parquet", "half.parquet: cannot read the Parquet data: "),
+    ("pages.parquet", "pages.parquet: cannot read the Parquet data: "),
+    ("text.parquet", "text.parquet: cannot read the Parquet data: "),
+    ("folder", "folder: cannot read the Parquet data: "),
+    ("dir.csv", "dir.csv: the folder holds no Parquet file"),
+    ("ev.jsonl", "ev.jsonl: unknown file type '.jsonl'; use .csv or .parquet"),
+    ("u16.csv", "u16.csv: the CSV file is UTF-16 (or UTF-32) text"),
+    ("ragged.csv", "ragged.csv: cannot read the CSV file: CSV parse error: Expected 3 columns, got 2"),
+])
+@pytest.mark.parametrize("command", [["run"], ["explain"], ["parallel", "run"]])
+def test_a_bad_event_file_is_one_line_naming_it(tmp_path, capsys, name, message, command):
+    """Damaged Parquet pages were 'cep-gpu: error: Unexpected end of stream', naming no file."""
+    _bad_event_files(tmp_path)
+    (tmp_path / "q.txt").write_text(SEQ_AB)
+    rc, _, err = run_cli(capsys, *command, tmp_path / "q.txt", tmp_path / name)
+    assert rc == 1 and len(err.strip().splitlines()) == 1, err
+    assert err.startswith(f"cep-gpu: error: {tmp_path / message.split(':')[0]}:{message.split(':', 1)[1]}"), err
