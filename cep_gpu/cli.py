@@ -171,8 +171,9 @@ def check_outputs(outputs: dict[str, str | Path | None],
     of the ``inputs`` (``{what: path}``, e.g. ``{"events": ..., "rule": ...}``, or a list of such
     pairs) or lie in an input
     folder (:func:`outside_input`: the user's data would be overwritten), and no two options may
-    name the same file (the second would overwrite the first). A :class:`UsageError` naming the
-    option otherwise. ``make_folders``: the subcommand makes the missing folders above its
+    name the same file (the second would overwrite the first); a ``--plot`` must name an image
+    format that matplotlib writes (``.txt`` failed after the whole benchmark). A
+    :class:`UsageError` naming the option otherwise. ``make_folders``: the subcommand makes the missing folders above its
     outputs (the benchmarks), so only the nearest folder that exists must be writable."""
     given: dict[Path, tuple[str, str | Path]] = {}
     for option, path in outputs.items():
@@ -185,6 +186,8 @@ def check_outputs(outputs: dict[str, str | Path | None],
             writable(option, p.parent, folder=True)
         else:
             p = writable_output(option, path) if option in tables else writable(option, path)
+        if option == "--plot":
+            _image_format(option, p)
         for what, source in (inputs.items() if isinstance(inputs, dict) else inputs or ()):
             if source is not None:
                 outside_input(option, p, source, what)
@@ -194,6 +197,21 @@ def check_outputs(outputs: dict[str, str | Path | None],
             raise UsageError(option, f"{path} is also the file of {first} ({first_path}): give each "
                              "output its own file")
         given[key] = (option, path)
+
+
+def _image_format(option: str, path: Path) -> None:
+    """A :class:`UsageError` when matplotlib cannot write ``path``'s suffix (none is PNG)."""
+    suffix = path.suffix.lower().lstrip(".")
+    if suffix in ("", "png"):
+        return
+    try:
+        from matplotlib.backend_bases import FigureCanvasBase
+    except ImportError:  # no matplotlib: the plot fails on its own, with its own message
+        return
+    formats = FigureCanvasBase.get_supported_filetypes()
+    if suffix not in formats:
+        raise UsageError(option, f"unknown image type {path.suffix!r} in {path}; use one of "
+                         f"{', '.join('.' + f for f in sorted(formats))}")
 
 
 def outside_events(option: str, path: str | Path, events: str | Path) -> None:

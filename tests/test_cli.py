@@ -684,3 +684,12 @@ def test_a_bad_event_file_is_one_line_naming_it(tmp_path, capsys, name, message,
     rc, _, err = run_cli(capsys, *command, tmp_path / "q.txt", tmp_path / name)
     assert rc == 1 and len(err.strip().splitlines()) == 1, err
     assert err.startswith(f"cep-gpu: error: {tmp_path / message.split(':')[0]}:{message.split(':', 1)[1]}"), err
+
+
+@pytest.mark.parametrize("command", [["bench", "seq3"], ["muse", "bench"], ["decopa", "bench"],
+                                     ["shedding", "bench"], ["parallel", "bench"]])
+def test_a_plot_of_an_unknown_image_type_is_refused_before_the_benchmark(tmp_path, capsys, command):
+    """matplotlib's ValueError (Format 'txt' is not supported) came after the whole run, as a traceback."""
+    rc, _, err = run_cli(capsys, *command, "--plot", tmp_path / "fig.txt")
+    assert rc == 2 and f"argument --plot: unknown image type '.txt' in {tmp_path / 'fig.txt'}; use one of" in err
+    assert ".png" in err and not (tmp_path / "fig.txt").exists()
