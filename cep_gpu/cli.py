@@ -163,18 +163,76 @@ def writable_output(option: str, path: str | Path, events: str | Path | None = N
     return p
 
 
-def outside_events(option: str, path: str | Path, events: str | Path) -> None:
-    """A :class:`UsageError` naming ``option`` when the output ``path`` is the input ``events``
-    (a file it would overwrite, a folder it would write into) or lies in the events folder (the
-    next run would read it as events)."""
-    if not Path(events).exists():
+def check_outputs(outputs: dict[str, str | Path | None],
+                  inputs: dict[str, str | Path | None] | list[tuple[str, str | Path]] | None = None, *, tables: tuple[str, ...] = (), make_folders: bool = False) -> None:
+    """The one check of a subcommand's output paths, before any work: ``outputs`` maps each
+    output option to its value (None: not given). Each must be writable (:func:`writable`; the
+    options in ``tables`` are files of composite events: :func:`writable_output`), none may be one
+    of the ``inputs`` (``{what: path}``, e.g. ``{"events": ..., "rule": ...}``, or a list of such
+    pairs) or lie in an input
+    folder (:func:`outside_input`: the user's data would be overwritten), and no two options may
+    name the same file (the second would overwrite the first); a ``--plot`` must name an image
+    format that matplotlib writes (``.txt`` failed after the whole benchmark). A
+    :class:`UsageError` naming the option otherwise. ``make_folders``: the subcommand makes the missing folders above its
+    outputs (the benchmarks), so only the nearest folder that exists must be writable."""
+    given: dict[Path, tuple[str, str | Path]] = {}
+    for option, path in outputs.items():
+        if path is None:
+            continue
+        if make_folders:
+            p = Path(path)
+            if p.is_dir():
+                raise UsageError(option, f"{path} is a folder: give a file name")
+            writable(option, p.parent, folder=True)
+        else:
+            p = writable_output(option, path) if option in tables else writable(option, path)
+        if option == "--plot":
+            _image_format(option, p)
+        for what, source in (inputs.items() if isinstance(inputs, dict) else inputs or ()):
+            if source is not None:
+                outside_input(option, p, source, what)
+        key = p.resolve()
+        if key in given:
+            first, first_path = given[key]
+            raise UsageError(option, f"{path} is also the file of {first} ({first_path}): give each "
+                             "output its own file")
+        given[key] = (option, path)
+
+
+def _image_format(option: str, path: Path) -> None:
+    """A :class:`UsageError` when matplotlib cannot write ``path``'s suffix (none is PNG)."""
+    suffix = path.suffix.lower().lstrip(".")
+    if suffix in ("", "png"):
         return
-    source, target = Path(events).resolve(), Path(path).resolve()
-    if source.is_dir() and (target == source or source in target.parents):
-        raise UsageError(option, f"{path} is in the events folder {events}: it is inside the events, "
-                         "and the next run would read it as events")
-    if target == source:
-        raise UsageError(option, f"{path} is the events file {events}: it would be overwritten")
+    try:
+        from matplotlib.backend_bases import FigureCanvasBase
+    except ImportError:  # no matplotlib: the plot fails on its own, with its own message
+        return
+    formats = FigureCanvasBase.get_supported_filetypes()
+    if suffix not in formats:
+        raise UsageError(option, f"unknown image type {path.suffix!r} in {path}; use one of "
+                         f"{', '.join('.' + f for f in sorted(formats))}")
+
+
+def outside_events(option: str, path: str | Path, events: str | Path) -> None:
+    """:func:`outside_input` for the input events."""
+    outside_input(option, path, events, "events")
+
+
+def outside_input(option: str, path: str | Path, source: str | Path, what: str) -> None:
+    """A :class:`UsageError` naming ``option`` when the output ``path`` is the input ``source``
+    (``what``: ``"events"``, ``"rule"``, ...; a file it would overwrite, a folder it would write
+    into) or lies in the ``source`` folder (the next run would read it as input)."""
+    src = Path(source)
+    if not src.exists():
+        return
+    resolved, target = src.resolve(), Path(path).resolve()
+    if resolved.is_dir() and (target == resolved or resolved in target.parents):
+        raise UsageError(option, f"{path} is in the {what} folder {source}: it is inside the {what}, "
+                         f"and the next run would read it as {what}")
+    # samefile: a hard link, or another spelling on a case-insensitive file system, is the input too
+    if target == resolved or (target.exists() and os.path.samefile(target, resolved)):
+        raise UsageError(option, f"{path} is the {what} file {source}: it would be overwritten")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -314,8 +372,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .output import OutputSchema, assemble
     from .planner import backend_for
 
-    if args.out:  # before any work: a typo in the output's name must not cost a whole run
-        writable_output("--out", args.out, args.events)
+    # before any work: a typo in the output's name must not cost a whole run
+    check_outputs({"--out": args.out}, {"events": args.events, "rule": args.rules}, tables=("--out",))
     console = Console(stderr=True)
     rules = read_rules(args.rules)
     backend = backend_for(args.backend, args.max_batch_latency, private=True)

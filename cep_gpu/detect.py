@@ -137,6 +137,8 @@ def check_schema(rules: Sequence[Rule], table: EventTable, require_attributes: b
             return attr_kind(expr.name)
         if isinstance(expr, AggValue):  # Count/Sum/Avg/Min/Max: numeric attributes only (below)
             return "num"
+        if isinstance(expr, Timestamp):  # X.ts: a number, whether ts are numbers or datetimes
+            return "num"
         if isinstance(expr, (Arith, Neg)):  # a number, unless an operand is not (an error below)
             kinds = {kind_of(c) for c in children(expr)}
             return "num" if kinds <= {"num", None} else None

@@ -43,18 +43,27 @@ def read_table(path: str | Path) -> pa.Table:
             dataset = pq.ParquetDataset(path)
             if not dataset.fragments:
                 raise EventError(f"{path}: the folder holds no Parquet file")
-            return _dates_as_datetimes(pq.read_table(path, schema=_joined_schema(path, dataset)))
+            schema = _joined_schema(path, dataset)
+            try:
+                table = pq.read_table(path, schema=schema)
+            except pa.ArrowInvalid as exc:  # a value that the joined type cannot hold
+                raise _cast_error(path, dataset, schema) or exc from None
+            return _dates_as_datetimes(table)
         schema = pq.ParquetDataset(path).schema
         strings = [f.name for f in schema if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)]
         return _dates_as_datetimes(pq.read_table(path, read_dictionary=strings))
-    except pa.ArrowInvalid as exc:
+    except (pa.ArrowException, OSError) as exc:
+        # a damaged file (its footer or its pages): pyarrow's message names neither file nor folder
         raise EventError(f"{path}: cannot read the Parquet data: {exc}") from None
 
 
 def _read_csv(path: Path) -> pa.Table:
     with path.open("rb") as f:  # the first bytes only, not the whole file
         head = f.read(4096)
-    if not head.strip():
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")):  # pyarrow reads UTF-8 only: "Expected 2 columns, got 1"
+        raise EventError(f"{path}: the CSV file is UTF-16 (or UTF-32) text, by its byte order mark; "
+                         "save it as UTF-8")
+    if not head.removeprefix(b"\xef\xbb\xbf").strip():  # (a UTF-8 byte order mark alone is empty too)
         raise EventError(f"{path}: the CSV file is empty; it needs a header row naming at least 'type' and 'ts'")
     try:
         table = pacsv.read_csv(path)
@@ -131,9 +140,16 @@ def _type_name(t: pa.DataType) -> str:
     return "string" if _is_text(t) else str(t)
 
 
+_TIME_UNITS = ("s", "ms", "us", "ns")  # coarse to fine
+
+
 def _joined_type(a: pa.DataType, b: pa.DataType) -> pa.DataType | None:
     """The type of a column that is ``a`` in one file and ``b`` in another (None: none), as
-    cep-gpu joins kinds elsewhere: integers and floats give a float."""
+    cep-gpu joins kinds elsewhere: integers and floats give a float. Timestamps of one time zone
+    (or none) in different units give the finer unit (no value loses precision; one beyond its
+    range is an error naming the file, :func:`_cast_error`); dates join timestamps without a time
+    zone (dates are datetimes at midnight, :func:`_dates_as_datetimes`). A time zone in one file
+    and none, or another, in the other is no join: which one the output shows is not known."""
     if a == b or pa.types.is_null(b):
         return a
     if pa.types.is_null(a):
@@ -143,6 +159,34 @@ def _joined_type(a: pa.DataType, b: pa.DataType) -> pa.DataType | None:
 
     if number(a) and number(b):
         return pa.int64() if pa.types.is_integer(a) and pa.types.is_integer(b) else pa.float64()
+    if pa.types.is_date(a) and pa.types.is_date(b):
+        return pa.date64()
+    if pa.types.is_date(a) or pa.types.is_date(b):
+        a, b = (a, b) if pa.types.is_timestamp(a) else (b, a)
+        return a if pa.types.is_timestamp(a) and a.tz is None else None
+    if pa.types.is_timestamp(a) and pa.types.is_timestamp(b) and a.tz == b.tz:
+        return pa.timestamp(max(a.unit, b.unit, key=_TIME_UNITS.index), tz=a.tz)
+    return None
+
+
+def _cast_error(path: Path, dataset: pq.ParquetDataset, schema: pa.Schema) -> EventError | None:
+    """The error naming the file and column whose values the joined ``schema`` cannot hold (an
+    integer beyond a float's exact range, a uint64 beyond int64, a timestamp beyond the finer
+    unit's range); only on the error path: each file's columns are cast one by one."""
+    for fragment in dataset.fragments:
+        for f in fragment.physical_schema:
+            target = schema.field(f.name).type
+            if pa.types.is_dictionary(target):
+                continue  # strings: read as strings in every file
+            try:
+                fragment.to_table(columns=[f.name]).column(0).cast(target)
+            except pa.ArrowInvalid as exc:
+                other = next((g.path, g.physical_schema.field(f.name).type) for g in dataset.fragments
+                             if f.name in g.physical_schema.names
+                             and g.physical_schema.field(f.name).type != f.type)
+                return EventError(f"{path}: column {f.name!r} is {_type_name(f.type)} in {fragment.path} "
+                                  f"but {_type_name(other[1])} in {other[0]}, and not every value can be "
+                                  f"read as {_type_name(target)} ({exc}); give it one type in every file")
     return None
 
 

@@ -569,3 +569,127 @@ def test_bench_and_calibrate_refuse_a_folder_as_out_before_any_work(tmp_path, ca
         rc = main(argv)
         last = capsys.readouterr().err.strip().splitlines()[-1]
         assert rc == 2 and "argument --out" in last and "is a folder: give a file name" in last
+
+
+SEQ_AB = "define Q pattern SEQ(A a, B b) within 1s\n"
+EVENTS_CSV = "type,ts,x,node\nA,0,1,n1\nB,0.5,2,n2\nA,1,1,n1\nB,1.2,2,n1\n"
+
+
+@pytest.mark.parametrize(("command", "option", "target"), [
+    (["parallel", "run", "{rules}", "{events}"], "--stats", "{events}"),
+    (["parallel", "run", "{rules}", "{events}"], "--stats", "{rules}"),
+    (["shedding", "run", "{rules}", "{events}", "--latency-bound", "1"], "--report", "{events}"),
+    (["shedding", "run", "{rules}", "{events}", "--latency-bound", "1", "--sample", "{sample}"],
+     "--out", "{sample}"),
+    (["muse", "plan", "{rules}", "{network}"], "--json", "{network}"),
+    (["muse", "simulate", "{rules}", "{network}", "{events}"], "--json", "{events}"),
+    (["muse", "network", "{events}"], "--out", "{events}"),
+    (["decompose", "{rules}", "--units", "2", "--iota", "10", "--kappa", "10", "--rates", "a=1,b=1"],
+     "--json", "{rules}"),
+    (["decompose", "{rules}", "--units", "2", "--iota", "10", "--kappa", "10", "--sample", "{sample}"],
+     "--json", "{sample}"),
+    (["run", "{rules}", "{folder}"], "--out", "{folder}/o.csv"),
+])
+def test_no_output_option_overwrites_an_input(tmp_path, capsys, command, option, target):
+    """Every output option of every subcommand is checked against the inputs before any work
+    (only --out against the events was: --stats, --report and --json overwrote the events)."""
+    paths = {"rules": tmp_path / "q.txt", "events": tmp_path / "ev.csv", "sample": tmp_path / "sample.csv",
+             "network": tmp_path / "net.json", "folder": tmp_path / "parts"}
+    paths["rules"].write_text(SEQ_AB)
+    for p in (paths["events"], paths["sample"]):
+        p.write_text(EVENTS_CSV)
+    paths["network"].write_text('{"nodes": {"n1": {"A": 1.0, "B": 1.0}}}')
+    paths["folder"].mkdir()
+    pd.DataFrame({"type": ["A", "B"], "ts": [0.0, 0.5]}).to_parquet(paths["folder"] / "a.parquet")
+    before = {p: p.read_bytes() for p in paths.values() if p.is_file()}
+    argv = [a.format(**paths) for a in command] + [option, target.format(**paths)]
+    rc, _, err = run_cli(capsys, *argv)
+    assert rc == 2, err
+    assert f"error: argument {option}: " in err
+    assert ("it would be overwritten" in err) or ("is in the events folder" in err), err
+    assert {p: p.read_bytes() for p in before} == before
+    assert sorted(q.name for q in paths["folder"].iterdir()) == ["a.parquet"]
+
+
+def test_two_outputs_may_not_name_one_file(tmp_path, capsys):
+    (tmp_path / "q.txt").write_text(SEQ_AB)
+    (tmp_path / "ev.csv").write_text(EVENTS_CSV)
+    out = tmp_path / "o.csv"
+    rc, _, err = run_cli(capsys, "parallel", "run", tmp_path / "q.txt", tmp_path / "ev.csv", "--out", out,
+                         "--stats", out)
+    assert rc == 2 and err.strip() == (f"cep-gpu parallel run: error: argument --stats: {out} is also the "
+                                       f"file of --out ({out}): give each output its own file")
+    assert not out.exists()
+    # the benchmarks too, before any run (their --plot was not checked at all)
+    rc, _, err = run_cli(capsys, "bench", "seq3", "--out", tmp_path / "r.json", "--plot", tmp_path / "r.json")
+    assert rc == 2 and "argument --plot: " in err and "is also the file of --out" in err
+    rc, _, err = run_cli(capsys, "muse", "bench", "--plot", tmp_path)
+    assert rc == 2 and err.strip() == f"cep-gpu muse bench: error: argument --plot: {tmp_path} is a folder: give a file name"
+
+
+def test_merged_results_are_inputs_of_parallel_bench(tmp_path, capsys):
+    merged = tmp_path / "a.json"
+    merged.write_text('{"points": []}')
+    rc, _, err = run_cli(capsys, "parallel", "bench", "--merge", merged, "--out", merged)
+    assert rc == 2 and f"argument --out: {merged} is the merged result file {merged}: it would be overwritten" in err
+    assert merged.read_text() == '{"points": []}'
+
+
+def test_a_hard_link_to_the_events_is_the_events(tmp_path, capsys):
+    import os
+
+    (tmp_path / "q.txt").write_text(SEQ_AB)
+    ev = tmp_path / "ev.csv"
+    ev.write_text(EVENTS_CSV)
+    os.link(ev, tmp_path / "link.csv")
+    rc, _, err = run_cli(capsys, "run", tmp_path / "q.txt", ev, "--out", tmp_path / "link.csv")
+    assert rc == 2 and "is the events file" in err
+    assert ev.read_text() == EVENTS_CSV
+
+
+def _bad_event_files(tmp_path):
+    import numpy as np
+
+    good = tmp_path / "good.parquet"
+    pd.DataFrame({"type": ["A", "B"] * 500, "ts": np.arange(1000) / 10, "x": np.arange(1000)}).to_parquet(
+        good, compression=None)
+    data = good.read_bytes()
+    (tmp_path / "half.parquet").write_bytes(data[: len(data) // 2])
+    (tmp_path / "pages.parquet").write_bytes(data[:100] + b"\xff" * 2900 + data[3000:])
+    (tmp_path / "text.parquet").write_text("type,ts\nA,0\n")
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "folder" / "a.parquet").write_bytes(data[: len(data) // 2])
+    (tmp_path / "dir.csv").mkdir()
+    (tmp_path / "ev.jsonl").write_text('{"type": "A", "ts": 0}\n{bad\n')
+    (tmp_path / "u16.csv").write_bytes("type,ts\nA,0\n".encode("utf-16"))
+    (tmp_path / "ragged.csv").write_text("type,ts,x\nA,0,1\nB,0.5\n")
+
+
+@pytest.mark.parametrize(("name", "message"), [
+    ("none.csv", "none.csv: no such file"),
+    ("half.parquet", "half.parquet: cannot read the Parquet data: "),
+    ("pages.parquet", "pages.parquet: cannot read the Parquet data: "),
+    ("text.parquet", "text.parquet: cannot read the Parquet data: "),
+    ("folder", "folder: cannot read the Parquet data: "),
+    ("dir.csv", "dir.csv: the folder holds no Parquet file"),
+    ("ev.jsonl", "ev.jsonl: unknown file type '.jsonl'; use .csv or .parquet"),
+    ("u16.csv", "u16.csv: the CSV file is UTF-16 (or UTF-32) text"),
+    ("ragged.csv", "ragged.csv: cannot read the CSV file: CSV parse error: Expected 3 columns, got 2"),
+])
+@pytest.mark.parametrize("command", [["run"], ["explain"], ["parallel", "run"]])
+def test_a_bad_event_file_is_one_line_naming_it(tmp_path, capsys, name, message, command):
+    """Damaged Parquet pages were 'cep-gpu: error: Unexpected end of stream', naming no file."""
+    _bad_event_files(tmp_path)
+    (tmp_path / "q.txt").write_text(SEQ_AB)
+    rc, _, err = run_cli(capsys, *command, tmp_path / "q.txt", tmp_path / name)
+    assert rc == 1 and len(err.strip().splitlines()) == 1, err
+    assert err.startswith(f"cep-gpu: error: {tmp_path / message.split(':')[0]}:{message.split(':', 1)[1]}"), err
+
+
+@pytest.mark.parametrize("command", [["bench", "seq3"], ["muse", "bench"], ["decopa", "bench"],
+                                     ["shedding", "bench"], ["parallel", "bench"]])
+def test_a_plot_of_an_unknown_image_type_is_refused_before_the_benchmark(tmp_path, capsys, command):
+    """matplotlib's ValueError (Format 'txt' is not supported) came after the whole run, as a traceback."""
+    rc, _, err = run_cli(capsys, *command, "--plot", tmp_path / "fig.txt")
+    assert rc == 2 and f"argument --plot: unknown image type '.txt' in {tmp_path / 'fig.txt'}; use one of" in err
+    assert ".png" in err and not (tmp_path / "fig.txt").exists()

@@ -386,3 +386,99 @@ def test_strings_with_a_nul_character_stay_distinct(backend):
     df = pd.DataFrame({"type": ["A", "B", "B"], "ts": [1.0, 2.0, 3.0], "s": ["a\x00b", "a", "a\x00b"]})
     same = cep_gpu.detect(df, "define Q pattern SEQ(A a, B b) where a.s = b.s within 5 s", backend=backend)
     assert id_tuples(same) == [(0, 2)]
+
+
+def _empty_type_inputs(tmp_path):
+    """The same events, with an empty type at row 1, through every entry point."""
+    import pyarrow.parquet as pq
+
+    df = pd.DataFrame({"type": ["A", "", "B"], "ts": [0.0, 0.2, 0.5]})
+    pq.write_table(pa.Table.from_pandas(df, preserve_index=False), tmp_path / "e.parquet")
+    return {
+        "pandas": df,
+        "pandas categorical": df.astype({"type": "category"}),
+        "arrow": pa.Table.from_pandas(df, preserve_index=False),
+        "arrow dictionary": pa.table({"type": pa.array(df["type"]).dictionary_encode(), "ts": df["ts"]}),
+        "parquet": read_table(tmp_path / "e.parquet"),
+        "dict of columns": df.to_dict("list"),
+    }
+
+
+@pytest.mark.parametrize("source", ["pandas", "pandas categorical", "arrow", "arrow dictionary", "parquet",
+                                    "dict of columns"])
+@pytest.mark.parametrize("call", ["detect", "publish"])
+def test_an_empty_type_is_refused_by_every_entry_point(tmp_path, source, call):
+    """An empty event type was refused only in CSV input; Parquet, pandas and Arrow accepted it."""
+    events = _empty_type_inputs(tmp_path)[source]
+    rules = cep_gpu.parse_rules("define Q pattern SEQ(A a, B b) within 1s")
+    with pytest.raises(EventError, match=r"^column 'type' is empty at row 1: every event needs a type$"):
+        if call == "detect":
+            cep_gpu.detect(events if source != "dict of columns" else pd.DataFrame(events), rules, backend="reference")
+        else:
+            cep_gpu.Engine(rules, backend="cpu").publish(events)
+    # the CSV reader says the same, after the file's name
+    (tmp_path / "e.csv").write_text("type,ts\nA,0\n,0.2\nB,0.5\n")
+    with pytest.raises(EventError, match=r"e\.csv: column 'type' is empty at row 1: every event needs a type$"):
+        read_table(tmp_path / "e.csv")
+
+
+def test_an_unused_empty_type_in_a_dictionary_is_no_error():
+    col = pa.DictionaryArray.from_arrays(pa.array([1, 2], pa.int32()), pa.array(["", "A", "B"]))
+    out = cep_gpu.detect(pa.table({"type": col, "ts": [0.0, 0.5]}),
+                         "define Q pattern SEQ(A a, B b) within 1s", backend="reference")
+    assert len(out) == 1
+
+
+DATES_RULE = "define Q pattern SEQ(A a, B b) within 72 h"
+
+
+def _dates_inputs(tmp_path):
+    import datetime as dt
+
+    import pyarrow.parquet as pq
+
+    days = [dt.date(2024, 1, 1), dt.date(2024, 1, 2), dt.date(2024, 1, 3), dt.date(2024, 1, 5)]
+    types = ["A", "B", "A", "B"]
+    pq.write_table(pa.table({"type": types, "ts": pa.array(days, pa.date32())}), tmp_path / "d.parquet")
+    (tmp_path / "d.csv").write_text("type,ts\n" + "".join(f"{t},{d}\n" for t, d in zip(types, days)))
+    frame = pd.DataFrame({"type": types, "ts": days})
+    return {
+        "parquet file": read_table(tmp_path / "d.parquet"),
+        "csv file": read_table(tmp_path / "d.csv"),
+        "pandas dates": frame,
+        "pandas arrow date": frame.astype({"ts": pd.ArrowDtype(pa.date32())}),
+        "arrow date32": pa.table({"type": types, "ts": pa.array(days, pa.date32())}),
+        "arrow date64": pa.table({"type": types, "ts": pa.array(days, pa.date64())}),
+    }
+
+
+@pytest.mark.parametrize("source", ["pandas dates", "pandas arrow date", "arrow date32", "arrow date64"])
+@pytest.mark.parametrize("call", ["detect", "publish"])
+def test_dates_as_ts_read_as_the_file_reader_reads_them(tmp_path, source, call):
+    """Dates were read (as datetimes at midnight) only by the file reader: detect and publish
+    refused a date32/date64 column or datetime.date values."""
+    inputs = _dates_inputs(tmp_path)
+    expected = cep_gpu.detect(inputs["parquet file"], DATES_RULE, backend="reference")
+    assert len(expected) == 2 and str(expected["ts"].dtype) == "datetime64[ns]"
+    pd.testing.assert_frame_equal(cep_gpu.detect(inputs["csv file"], DATES_RULE, backend="reference"), expected)
+    if call == "detect":
+        got = cep_gpu.detect(inputs[source], DATES_RULE, backend="cpu")
+    else:
+        got = cep_gpu.Engine(DATES_RULE, backend="cpu").publish(inputs[source])
+    pd.testing.assert_frame_equal(got.reset_index(drop=True), expected)
+
+
+def test_dates_mixed_with_datetimes_are_not_truncated():
+    import datetime as dt
+
+    events = pd.DataFrame({"type": ["A", "B"], "ts": [dt.date(2024, 1, 1), dt.datetime(2024, 1, 1, 5)]})
+    with pytest.raises(EventError, match="column 'ts' holds date values"):
+        cep_gpu.detect(events, DATES_RULE, backend="reference")
+
+
+def test_dates_beyond_the_datetime_range_name_the_row():
+    import datetime as dt
+
+    events = pd.DataFrame({"type": ["A", "B"], "ts": [dt.date(2024, 1, 1), dt.date(2300, 1, 1)]})
+    with pytest.raises(EventError, match="column 'ts' at row 1 holds 2300-01-01"):
+        cep_gpu.detect(events, DATES_RULE, backend="reference")

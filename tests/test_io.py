@@ -150,3 +150,94 @@ def test_a_partitioned_parquet_folder_keeps_its_keys(tmp_path):
         (tmp_path / f"node={key}").mkdir()
         pq.write_table(pa.table({"type": ["A"], "ts": [1], "x": [1]}), tmp_path / f"node={key}" / "p.parquet")
     assert read_table(tmp_path).column("node").to_pylist() == ["n1", "n2"]
+
+
+MS = pa.array([1_700_000_000_123], pa.timestamp("ms"))
+US = pa.array([1_700_000_000_123_456], pa.timestamp("us"))
+NS = pa.array([1_700_000_000_123_456_789], pa.timestamp("ns"))
+
+
+@pytest.mark.parametrize(("first", "second", "joined"), [
+    (MS, US, pa.timestamp("us")),
+    (US, MS, pa.timestamp("us")),
+    (MS, NS, pa.timestamp("ns")),
+    (MS.cast(pa.timestamp("ms", "UTC")), US.cast(pa.timestamp("us", "UTC")), pa.timestamp("us", "UTC")),
+    (pa.array([19675], pa.date32()), US, pa.timestamp("us")),
+])
+def test_a_parquet_folder_joins_timestamp_units_to_the_finer_one(tmp_path, first, second, joined):
+    """A ts in ms in one file and in us in another was refused ("give it one type in every
+    file"): every value is kept, in the finer unit."""
+    folder = _folder(tmp_path, {"type": ["A"], "ts": first}, {"type": ["B"], "ts": second})
+    table = read_table(folder)
+    assert table.column("ts").type == joined
+    if pa.types.is_date(first.type):  # a date is the datetime at midnight
+        first = first.cast(pa.timestamp("s"))
+    both = pa.table({"type": ["A", "B"], "ts": pa.concat_arrays([first.cast(joined), second.cast(joined)])})
+    assert table.column("ts").to_pylist() == both.column("ts").to_pylist()  # (safe casts: nothing lost)
+    # and the engine reads them as the one file of both would be read
+    rule = "define Q pattern SEQ(A a, B b) within 10000 h"
+    assert cep_gpu.detect(table, rule, backend="reference").equals(cep_gpu.detect(both, rule, backend="reference"))
+
+
+@pytest.mark.parametrize("zones", [("UTC", None), (None, "UTC"), ("UTC", "Europe/Paris")])
+def test_a_parquet_folder_with_ts_in_two_time_zones_names_both_files(tmp_path, zones):
+    folder = _folder(tmp_path, {"type": ["A"], "ts": MS.cast(pa.timestamp("ms", zones[0]))},
+                     {"type": ["B"], "ts": MS.cast(pa.timestamp("ms", zones[1]))})
+    with pytest.raises(EventError, match=re.escape(f"column 'ts' is timestamp[ms{', tz=' + zones[0] if zones[0] else ''}] "
+                                                   f"in {folder / 'a.parquet'} but timestamp[ms")) as info:
+        read_table(folder)
+    assert str(folder / "b.parquet") in str(info.value)
+
+
+@pytest.mark.parametrize(("first", "second", "shown"), [
+    (pa.array([-(10**12)], pa.timestamp("s")), NS, "timestamp[ns]"),  # year -29719 in ns: out of range
+    (pa.array([2**60 + 1]), pa.array([0.5]), "double"),  # not exact as a float
+    (pa.array([1]), pa.array([2**64 - 1], pa.uint64()), "int64"),
+])
+def test_a_parquet_folder_value_the_joined_type_cannot_hold_names_the_files(tmp_path, first, second, shown):
+    """It was "cannot read the Parquet data: Integer value 1152921504606846977 not in range",
+    naming neither the column nor a file."""
+    folder = _folder(tmp_path, {"type": ["A"], "ts": first}, {"type": ["B"], "ts": second})
+    with pytest.raises(EventError, match=re.escape(f"not every value can be read as {shown}")) as info:
+        read_table(folder)
+    message = str(info.value)
+    assert "column 'ts'" in message and "a.parquet" in message and "b.parquet" in message
+
+
+def test_a_damaged_parquet_file_is_an_error_naming_it(tmp_path):
+    """Damaged pages (the footer intact) gave "cep-gpu: error: Unexpected end of stream"."""
+    import numpy as np
+
+    path = tmp_path / "big.parquet"
+    pd.DataFrame({"type": ["A", "B"] * 500, "ts": np.arange(1000) / 10, "x": np.arange(1000)}).to_parquet(
+        path, compression=None)
+    data = bytearray(path.read_bytes())
+    data[100:3000] = b"\xff" * 2900
+    path.write_bytes(bytes(data))
+    with pytest.raises(EventError, match=re.escape(f"{path}: cannot read the Parquet data: ")):
+        read_table(path)
+    (tmp_path / "half.parquet").write_bytes(bytes(data[: len(data) // 2]))
+    with pytest.raises(EventError, match=re.escape(f"{tmp_path / 'half.parquet'}: cannot read the Parquet data: ")):
+        read_table(tmp_path / "half.parquet")
+
+
+@pytest.mark.parametrize(("data", "message"), [
+    ("type,ts\nA,0\n".encode("utf-16"), "the CSV file is UTF-16 (or UTF-32) text, by its byte order mark; save it as UTF-8"),
+    ("type,ts\nA,0\n".encode("utf-32"), "the CSV file is UTF-16 (or UTF-32) text, by its byte order mark; save it as UTF-8"),
+    (b"\xef\xbb\xbf\n", "the CSV file is empty; it needs a header row naming at least 'type' and 'ts'"),
+])
+def test_a_csv_file_that_is_not_utf8_or_only_a_byte_order_mark_says_so(tmp_path, data, message):
+    """A UTF-16 file was "CSV parse error: Expected 2 columns, got 1"; a byte order mark alone
+    was pyarrow's "Empty CSV file" rather than the reader's own message."""
+    path = tmp_path / "e.csv"
+    path.write_bytes(data)
+    with pytest.raises(EventError, match=re.escape(f"{path}: {message}")):
+        read_table(path)
+
+
+def test_a_csv_file_with_a_byte_order_mark_and_quoted_header_reads_as_plain_csv(tmp_path):
+    plain = tmp_path / "plain.csv"
+    plain.write_text("type,ts,x\nA,0,1\nB,0.5,2\n")
+    odd = tmp_path / "odd.csv"
+    odd.write_bytes(b'\xef\xbb\xbf"type","ts","x"\n"A",0,1\n"B",0.5,2\n')
+    assert read_table(odd).equals(read_table(plain))

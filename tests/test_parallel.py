@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from unittest import mock
 
@@ -537,3 +538,65 @@ def test_many_units_with_their_default_batches(units):
         finally:
             eng.close()
         pd.testing.assert_frame_equal(got, expected)
+
+
+def _first_line(call) -> str:
+    try:
+        out = call()
+    except RuleError as err:
+        return f"RuleError: {err}"
+    return f"{len(out)} matches"
+
+
+_KIND_FRAMES = {
+    "numbers": pd.DataFrame({"type": ["A", "B", "A", "B"], "ts": [0.0, 0.5, 1.0, 1.2], "s": ["x", "y", "x", "y"],
+                             "n": [1, 2, 3, 4]}),
+    "datetimes": pd.DataFrame({"type": ["A", "B"], "ts": pd.to_datetime([0, 5 * 10**8]), "s": ["x", "y"],
+                               "n": [1, 2]}),
+}
+
+
+@pytest.mark.parametrize("ts", list(_KIND_FRAMES))
+@pytest.mark.parametrize("cond", ["a.s = b.ts", "b.ts != a.s", "a.ts < 'x'", "a.ts = 'x'", "a.n + 1 = 'x'",
+                                  "-a.n = b.s", "a.ts < b.n", "a.n * 2 > b.n", "a.s = 'x'", "(a.n + 1) = (b.n + 1)",
+                                  "a.s = true", "a.s < b.s"])
+def test_the_hybrid_engine_tells_strings_from_numbers_as_detect(ts, cond):
+    """A timestamp compared with a string was let through (``a.s = b.ts`` matched nothing, with
+    datetimes ``a.ts = 'x'`` matched on the CPU backend and not in the reference); numbers
+    (timestamps, arithmetic) compared with numbers are no error."""
+    events = _KIND_FRAMES[ts]
+    rules = cep_gpu.parse_rules(f"define Q pattern SEQ(A a, B b) where {cond} within 1s")
+
+    def hybrid():
+        eng = HybridEngine(rules, units=2)
+        try:
+            return eng.publish(events, complete=True)
+        finally:
+            eng.close()
+
+    want = _first_line(lambda: cep_gpu.detect(events, rules, backend="reference"))
+    assert _first_line(lambda: cep_gpu.detect(events, rules, backend="cpu")) == want
+    assert _first_line(hybrid) == want
+    if cond in ("a.s = b.ts", "b.ts != a.s", "a.ts < 'x'", "a.ts = 'x'"):
+        assert want.startswith("RuleError: rule 'Q' compares a string with a number"), want
+
+
+def test_string_compare_problems_takes_aggregates_and_timestamps_for_numbers():
+    from cep_gpu.model import AggValue, Attr, Compare, Const, Timestamp
+    from cep_gpu.parallel.compile import compile_rule, string_compare_problems
+
+    spec = compile_rule(cep_gpu.parse_rules("define Q pattern SEQ(A a, B b) within 1s")[0])
+
+    def problem(left, right, op="="):
+        # the parallel engine refuses aggregates (check_supported); the check itself must not
+        # take them for strings or let them pass against strings
+        rule = dataclasses.replace(spec.rule, conditions=(Compare(op, left, right),))
+        return string_compare_problems(dataclasses.replace(spec, rule=rule), {"s": "string", "n": "int"})
+
+    agg = AggValue(0)
+    assert problem(agg, Const("x")) == "rule 'Q' compares a string with a number (with '=')"
+    assert problem(Attr(0, "s"), agg) == "rule 'Q' compares a string with a number (with '=')"
+    assert problem(agg, Const(3.0), ">") is None
+    assert problem(agg, Attr(0, "n"), "<") is None
+    assert problem(Timestamp(0), Const("x")) == "rule 'Q' compares a string with a number (with '=')"
+    assert problem(Attr(0, "s"), Const(True)) == "rule 'Q' compares a string with a boolean (with '=')"

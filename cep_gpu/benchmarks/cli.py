@@ -13,7 +13,15 @@ import json
 import sys
 from pathlib import Path
 
-from ..cli import UsageError, argument, at_least, nonempty_path, run_command, set_command, writable
+from ..cli import (
+    UsageError,
+    argument,
+    at_least,
+    check_outputs,
+    nonempty_path,
+    run_command,
+    set_command,
+)
 
 EPILOG = """examples:
   cep-gpu bench seq3 --backend cpu,auto,gpu --sizes 100,1000,4000 --out seq3.json --plot seq3.png
@@ -46,15 +54,6 @@ def _int_list(text: str) -> list[int]:
     if not values or any(not (v >= 1 and v == int(v)) for v in values):  # also rejects nan, inf
         raise argparse.ArgumentTypeError(f"expected comma-separated whole numbers >= 1, got {text!r}")
     return [int(v) for v in values]
-
-
-def _writable_file(path: str) -> None:
-    """``--out`` of bench and calibrate: a file (not a folder) whose missing parent folders these
-    commands make (as for the user cache folder), in the nearest folder that exists and may be
-    written; a one-line :class:`UsageError` before any work otherwise."""
-    if Path(path).is_dir():
-        raise UsageError("--out", f"{path} is a folder: give a file name")
-    writable("--out", Path(path).parent, folder=True)
 
 
 def _name_list(text: str) -> list[str]:
@@ -140,6 +139,8 @@ def bench_main(args: argparse.Namespace) -> int:
     from .plots import plot
     from .runner import DEFAULT_BACKENDS, DEFAULT_SIZES, check_backends, run_bench
 
+    # before any run: a typo must not cost the whole benchmark (bench makes missing folders)
+    check_outputs({"--out": args.out, "--plot": args.plot}, make_folders=True)
     console = Console(stderr=True)
     if args.workload == "muse":  # its own settings: cep-gpu muse bench
         from ..muse.cli import muse_bench_from_bench_args
@@ -161,8 +162,6 @@ def bench_main(args: argparse.Namespace) -> int:
         from ..shedding.cli import shedding_bench_from_bench_args
 
         return shedding_bench_from_bench_args(args)
-    if args.out:
-        _writable_file(args.out)  # before any run: a typo must not cost the whole benchmark
     backends = args.backends or list(DEFAULT_BACKENDS[args.workload])
     try:
         check_backends(backends)
@@ -252,8 +251,7 @@ def calibrate_main(args: argparse.Namespace) -> int:
     from ..planner import user_profile_path
     from .calibrate import calibrate
 
-    if args.out:
-        _writable_file(args.out)  # before the calibration (minutes), as every output path
+    check_outputs({"--out": args.out}, make_folders=True)  # before the calibration (minutes)
     console = Console(stderr=True)
     with console.status("calibrating") as status:
         prof = calibrate(args.quick, args.events, args.seed, on_step=lambda s: status.update(s))

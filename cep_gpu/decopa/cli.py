@@ -22,11 +22,11 @@ from ..cli import (
     UsageError,
     argument,
     at_least,
+    check_outputs,
     nonempty_path,
     number,
     set_command,
     time_unit,
-    writable,
 )
 from ..errors import is_finite_positive
 from .errors import DecompositionError
@@ -166,8 +166,8 @@ def cmd_decompose(args) -> int:
             if value is not None:
                 raise UsageError(option, "give --rates/--selectivity or --sample, not both "
                                  "(--sample measures the rates and selectivities)")
-    if args.json:  # before any work: a typo in the folder must not cost the planning
-        writable("--json", args.json)
+    # before any work: a typo in the folder must not cost the planning, nor --json the input
+    check_outputs({"--json": args.json}, {"rule": args.rules, "sample": args.sample})
     with argument("--units"):
         units = Units(args.units, args.iota, args.kappa)
     rule = _load_rule(args)
@@ -209,14 +209,14 @@ def cmd_run(args) -> int:
     import time
 
     from ..backends import get_backend
-    from ..cli import event_types, print_table, read_text, warn_absent_types, writable_output
+    from ..cli import check_outputs, event_types, print_table, read_text, warn_absent_types
     from ..io import read_table, write_output
     from . import Plan, execute, execute_stream
 
     if args.report and args.chunk is not None:
         raise UsageError("--report", "is measured by the batch run: leave out --chunk")
-    if args.out:  # before any work, as cep-gpu run checks it
-        writable_output("--out", args.out, args.events)
+    # before any work, as cep-gpu run
+    check_outputs({"--out": args.out}, {"plan": args.plan, "events": args.events}, tables=("--out",))
     with argument("--backend"):
         get_backend(args.backend)
     path = Path(args.plan)
@@ -262,6 +262,9 @@ def _report_text(plan, report) -> str:
 
 def cmd_bench(args) -> int:
     from . import bench
+
+    # before any run (save_results makes missing folders)
+    check_outputs({"--out": args.out, "--plot": args.plot}, make_folders=True)
 
     steps = [0]
 

@@ -59,6 +59,17 @@ def check_unsigned(what: str, name: str, values: np.ndarray) -> None:
         )
 
 
+def check_type_names(codes: np.ndarray, names: list[str]) -> tuple[np.ndarray, list[str]]:
+    """``(codes, names)`` of a ``type`` column, or an error naming the first row whose type is
+    the empty string: every event needs a type, whatever the input (a CSV file's empty field,
+    Parquet, pandas, Arrow; one rule and one message for all of them)."""
+    if "" in names:
+        rows = np.flatnonzero(codes == names.index(""))
+        if len(rows):
+            raise EventError(f"column 'type' is empty at row {int(rows[0])}: every event needs a type")
+    return codes, names
+
+
 def check_ids(ids: np.ndarray) -> np.ndarray:
     """``ids`` (int64), or an error naming the first negative or repeated id."""
     n = len(ids)

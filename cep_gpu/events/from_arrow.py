@@ -12,7 +12,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import EventError
-from .checks import check_datetime_ticks, check_ids, check_unsigned, null_error, numeric_ts
+from .checks import (
+    check_datetime_ticks,
+    check_ids,
+    check_type_names,
+    check_unsigned,
+    null_error,
+    numeric_ts,
+)
 from .from_pandas import convert_attribute, convert_ts, dictionary_strings, pandas_ids, pandas_types
 from .values import AttributeColumn, StringDictionary, TimeFormat
 
@@ -127,20 +134,24 @@ def arrow_types(col: pa.ChunkedArray) -> tuple[np.ndarray, list[str]]:
         raise null_error("type", ~_valid(col))
     idx, dictionary, in_order = _dictionary(col)
     if in_order:
-        return idx, [str(t) for t in dictionary.to_pylist()]
+        return check_type_names(idx, [str(t) for t in dictionary.to_pylist()])
     # a dictionary may list the types in any order and hold unused ones: number the used ones
     # in order of first appearance (the codes pandas' factorize gives the categorical)
     seen = pc.unique(pa.array(idx)).to_numpy()
     remap = np.full(len(dictionary), -1, dtype=np.int32)
     remap[seen] = np.arange(len(seen), dtype=np.int32)
     names = [str(t) for t in dictionary.take(pa.array(seen, pa.int64())).to_pylist()]
-    return remap[idx], names
+    return check_type_names(remap[idx], names)
 
 
 def arrow_ts(col: pa.ChunkedArray, time_unit: str) -> tuple[TimeFormat, np.ndarray]:
     t = col.type
     if pa.types.is_null(t) and len(col) == 0:
         return numeric_ts(np.empty(0, np.float64), time_unit)  # no events: as convert_ts
+    if pa.types.is_date32(t) or pa.types.is_date64(t):
+        # dates are datetimes at midnight, as cep_gpu.io.read_table reads a file's dates
+        col = col.cast(pa.timestamp("s" if pa.types.is_date32(t) else "ms"))
+        t = col.type
     if not (pa.types.is_timestamp(t) or pa.types.is_integer(t) or pa.types.is_floating(t)):
         return convert_ts(_pandas_column("ts", col), time_unit)  # an error for every other type
     if col.null_count or (pa.types.is_floating(t) and len(col)):

@@ -3,13 +3,14 @@ timestamps, ids, attribute columns with strings dictionary-encoded)."""
 
 from __future__ import annotations
 
+import datetime
 import warnings
 
 import numpy as np
 import pandas as pd
 
 from ..errors import EventError
-from .checks import check_ids, check_unsigned, datetime_ns, null_error, numeric_ts
+from .checks import check_ids, check_type_names, check_unsigned, datetime_ns, null_error, numeric_ts
 from .values import AttributeColumn, StringDictionary, TimeFormat
 
 
@@ -31,7 +32,7 @@ def pandas_types(tcol: pd.Series) -> tuple[np.ndarray, list[str]]:
                 f"column 'type' must hold strings (event type names), got {bad!r} "
                 f"({type(bad).__name__}) at row {row}; convert it first, e.g. df['type'].astype(str)"
             )
-    return type_codes, [str(t) for t in type_uniq]
+    return check_type_names(type_codes, [str(t) for t in type_uniq])
 
 
 def pandas_ids(idcol: pd.Series) -> np.ndarray:
@@ -53,6 +54,16 @@ def convert_ts(col: pd.Series, time_unit: str) -> tuple[TimeFormat, np.ndarray]:
     if len(col) == 0 and pd.api.types.is_object_dtype(dtype):
         # no events, and so no type of their own (a header-only CSV): numbers in time_unit
         return numeric_ts(np.empty(0, np.float64), time_unit)
+    if isinstance(dtype, pd.ArrowDtype):  # pyarrow-backed: read as the Arrow ingestion reads it
+        import pyarrow as pa
+
+        from .from_arrow import arrow_ts
+
+        return arrow_ts(pa.chunked_array([pa.array(col.array)]), time_unit)
+    if pd.api.types.is_object_dtype(dtype) and _all_dates(col):
+        # datetime.date values (an Arrow date column in pandas): datetimes at midnight, as the
+        # Arrow ingestion and cep_gpu.io.read_table read dates
+        return TimeFormat("datetime"), datetime_ns(col.to_numpy(dtype=object).astype("datetime64[D]"))
     if isinstance(dtype, pd.DatetimeTZDtype):
         fmt = TimeFormat("datetime", tz=str(dtype.tz))
         return fmt, datetime_ns(col.dt.tz_convert("UTC").dt.tz_localize(None).to_numpy())
@@ -70,6 +81,14 @@ def convert_ts(col: pd.Series, time_unit: str) -> tuple[TimeFormat, np.ndarray]:
 
 
 _TS_HINT = "use datetime64 or numbers in time_unit"
+
+
+def _all_dates(col: pd.Series) -> bool:
+    """Whether every value of an object column is a ``datetime.date`` and none a datetime (whose
+    time of day would be lost; pandas' ``infer_dtype`` says "date" for a mix of both)."""
+    distinct = pd.unique(col.to_numpy(dtype=object))
+    return len(distinct) > 0 and all(
+        isinstance(v, datetime.date) and not isinstance(v, datetime.datetime) for v in distinct)
 
 
 def ts_type_error(col: pd.Series) -> EventError:

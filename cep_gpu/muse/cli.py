@@ -25,11 +25,11 @@ from ..cli import (
     UsageError,
     argument,
     at_least,
+    check_outputs,
     nonempty_path,
     number,
     set_command,
     time_unit,
-    writable,
 )
 from ..errors import is_finite_positive
 
@@ -137,6 +137,12 @@ def add_bench_arguments(b: argparse.ArgumentParser) -> None:
     b.add_argument("--plot", type=nonempty_path, help="write a PNG here")
 
 
+def _inputs(args) -> dict:
+    """The input files of ``muse plan``/``simulate``, which no output may overwrite."""
+    return {"query": args.queries, "network": args.network, "events": getattr(args, "events", None),
+            "sample": args.selectivity_from}
+
+
 def _load(args):
     from .network import Network
 
@@ -233,8 +239,7 @@ def selectivity_arguments(values, queries) -> dict[str, dict[frozenset[str], flo
 def cmd_network(args) -> int:
     from .network import Network
 
-    if args.out:
-        writable("--out", args.out)
+    check_outputs({"--out": args.out}, {"events": args.events})
     seeded = {"--nodes": args.nodes, "--types": args.types, "--ratio": args.ratio, "--skew": args.skew,
               "--seed": args.seed}
     if args.events:
@@ -298,6 +303,7 @@ def _network_from_events(args) -> int:
 def cmd_plan(args) -> int:
     from .placement import place
 
+    check_outputs({"--json": args.json}, _inputs(args))
     queries, net, _ = _load(args)
     plan = place(queries, net, args.algorithm)
     print(plan.explain())
@@ -308,13 +314,12 @@ def cmd_plan(args) -> int:
 
 def cmd_simulate(args) -> int:
     from .. import parse_rules
-    from ..cli import warn_absent_types, writable_output
+    from ..cli import warn_absent_types
     from ..io import read_events, write_output
     from .placement import place
     from .simulate import generate_streams, simulate
 
-    if args.out:  # before any work, as cep-gpu run checks it
-        writable_output("--out", args.out, args.events)
+    check_outputs({"--out": args.out, "--json": args.json}, _inputs(args), tables=("--out",))  # as cep-gpu run
     queries, net, query_text = _load(args)
     plan = place(queries, net, args.algorithm)
     if args.events:
@@ -357,6 +362,9 @@ def cmd_simulate(args) -> int:
 
 def cmd_bench(args) -> int:
     from . import bench
+
+    # before any run (save_results makes missing folders)
+    check_outputs({"--out": args.out, "--plot": args.plot}, make_folders=True)
 
     sweeps = dict(bench.SWEEPS)
     seeds = args.seeds

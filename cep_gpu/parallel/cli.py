@@ -14,7 +14,7 @@ import sys
 import time
 
 from ..benchmarks.save import json_default
-from ..cli import at_least, nonempty_path, set_command, time_unit
+from ..cli import at_least, check_outputs, nonempty_path, set_command, time_unit
 
 EPILOG = """examples:
   cep-gpu parallel run rules.txt events.csv --units 2 --explain
@@ -69,15 +69,13 @@ def add_bench_arguments(b: argparse.ArgumentParser) -> None:
 def cmd_run(args) -> int:
     from rich.console import Console
 
-    from ..cli import print_table, read_rules, warn_absent_types, writable, writable_output
+    from ..cli import print_table, read_rules, warn_absent_types
     from ..io import read_events, write_output
     from .engine import HybridEngine
 
     # before any work: a path that cannot be written was found only after the whole run
-    if args.out:
-        writable_output("--out", args.out, args.events)
-    if args.stats:
-        writable("--stats", args.stats)
+    check_outputs({"--out": args.out, "--stats": args.stats}, {"rule": args.rules, "events": args.events},
+                  tables=("--out",))
     console = Console(stderr=True)
     t0 = time.perf_counter()
     # (a file, rule or event error is cep-gpu's one line and exit 1, as for run: cli.run_command)
@@ -115,6 +113,9 @@ def cmd_bench(args) -> int:
 
     from .bench import run_bench, write
 
+    # before any run; a merged result is an input that --out must not overwrite
+    check_outputs({"--out": args.out, "--plot": args.plot},
+                  [("merged result", path) for path in getattr(args, "merge", None) or ()])
     console = Console(stderr=True)
     if getattr(args, "merge", None):
         from .bench import merge

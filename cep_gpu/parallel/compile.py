@@ -34,6 +34,7 @@ from ..model import (
     Not,
     Rule,
     Timestamp,
+    children,
     inputs,
     walk,
 )
@@ -275,14 +276,37 @@ class _Encoder:
         return Program(arr, np.array(consts, dtype=np.float64), len(conds), max(depth[1], 1))
 
 
+_KIND_WORDS = {"num": "number", "bool": "boolean"}
+
+
 def string_compare_problems(spec: ChainSpec, kinds: dict[str, str]) -> str | None:
-    """A message if a condition orders strings or compares a string with a number (as detect rejects)."""
+    """A message if a condition orders strings or compares a string with a number or a boolean,
+    as detect rejects it (``kinds``: attribute name -> column kind); see :func:`string_compare_error`."""
+    found = _string_compare(spec, kinds)
+    return None if found is None else found[0]
+
+
+def string_compare_error(spec: ChainSpec, kinds: dict[str, str]) -> RuleError | None:
+    """:func:`string_compare_problems` as detect's :class:`RuleError`, with the line and column
+    of the comparison."""
+    found = _string_compare(spec, kinds)
+    return None if found is None else spec.rule.error(*found)
+
+
+def _string_compare(spec: ChainSpec, kinds: dict[str, str]):
+    """``(message, position)`` of the first comparison detect's check refuses. Values are told
+    apart as that check tells them: a timestamp, an aggregate and arithmetic over numbers are
+    numbers (``a.s = b.ts`` was let through, and matched nothing)."""
     def kind(e: Expr) -> str | None:
         if isinstance(e, Const):
-            return "string" if isinstance(e.value, str) else "num"
+            return "string" if isinstance(e.value, str) else "bool" if isinstance(e.value, bool) else "num"
         if isinstance(e, Attr):
             k = kinds.get(e.name)
-            return None if k is None else "string" if k == "string" else "num"
+            return {"int": "num", "float": "num"}.get(k, k)
+        if isinstance(e, (Timestamp, AggValue)):
+            return "num"
+        if isinstance(e, (Arith, Neg)):  # a number, unless an operand is not (detect's error)
+            return "num" if {kind(c) for c in children(e)} <= {"num", None} else None
         return None
 
     for c in spec.rule.conditions:
@@ -291,8 +315,10 @@ def string_compare_problems(spec: ChainSpec, kinds: dict[str, str]) -> str | Non
                 kl, kr = kind(node.left), kind(node.right)
                 if "string" in (kl, kr):
                     if kl and kr and kl != kr:
-                        return f"rule {spec.rule.name!r} compares a string with a number (with {node.op!r})"
+                        other = _KIND_WORDS.get(kl if kr == "string" else kr)
+                        return (f"rule {spec.rule.name!r} compares a string with a {other} "
+                                f"(with {node.op!r})", node.pos)
                     if node.op not in ("=", "!="):
                         return (f"rule {spec.rule.name!r}: strings can only be compared with = and != "
-                                f"(not {node.op!r})")
+                                f"(not {node.op!r})", node.pos)
     return None

@@ -27,7 +27,7 @@ from .compile import (
     check_supported,
     compile_rules,
     is_tesla_chain,
-    string_compare_problems,
+    string_compare_error,
 )
 from .costmodel import Allocation, ChainStats, agent_loads, allocate, integer_allocation
 from .runtime import Layout, OutputJob, Runtime, Store
@@ -203,9 +203,9 @@ class HybridEngine:
         kinds = {k: kind for k, (kind, _, ok) in store.columns.items() if ok.any()}
         kinds.update({k: c.kind for k, c in table.columns.items() if c.valid.any()})
         for spec in self._specs:
-            problem = string_compare_problems(spec, kinds)
-            if problem:
-                raise spec.rule.error(problem)
+            problem = string_compare_error(spec, kinds)
+            if problem is not None:
+                raise problem
         t0 = time.perf_counter()
         rows = store.append(table)
         arrow = output == "arrow"

@@ -13,7 +13,7 @@ import argparse
 import sys
 
 from ..benchmarks.save import json_default, save_results
-from ..cli import UsageError, at_least, nonempty_path, number, set_command, time_unit
+from ..cli import UsageError, at_least, check_outputs, nonempty_path, number, set_command, time_unit
 from ..errors import is_finite_nonnegative, is_finite_positive
 
 #: a replay of this many events or more shows a progress bar (one event at a time: tens of µs each)
@@ -119,12 +119,11 @@ def cmd_run(args) -> int:
 
     from ..cli import (
         argument,
+        check_outputs,
         print_table,
         progress_bar,
         read_rules,
         warn_absent_types,
-        writable,
-        writable_output,
     )
     from ..events.checks import require_frame
     from ..io import read_events, write_output
@@ -139,10 +138,8 @@ def cmd_run(args) -> int:
     if args.mode == "real" and (args.cost is not None or args.window_cost is not None):
         raise UsageError("--cost" if args.cost is not None else "--window-cost",
                          "is for --mode virtual; real time measures this engine")
-    if args.out:
-        writable_output("--out", args.out, args.events)
-    if args.report:
-        writable("--report", args.report)
+    check_outputs({"--out": args.out, "--report": args.report},
+                  {"rule": args.rules, "events": args.events, "sample": args.sample}, tables=("--out",))
     rules = read_rules(args.rules)
     events = require_frame(read_events(args.events), args.events)
     warn_absent_types(args.prog, rules, events["type"].astype(str).unique(), args.events)
@@ -257,6 +254,9 @@ def add_bench_arguments(b: argparse.ArgumentParser) -> None:
 
 def cmd_bench(args) -> int:
     from . import bench
+
+    # before any run (save_results makes missing folders)
+    check_outputs({"--out": args.out, "--plot": args.plot}, make_folders=True)
 
     # the defaults (--quick: shorter ones), for what was not given
     default = {"lengths": [3, 4, 5], "factors": [100, 1000], "events": 4000} if args.quick else \
