@@ -621,7 +621,7 @@ def test_two_outputs_may_not_name_one_file(tmp_path, capsys):
                                        f"file of --out ({out}): give each output its own file")
     assert not out.exists()
     # the benchmarks too, before any run (their --plot was not checked at all)
-    rc, _, err = run_cli(capsys, "bench", "seq3", "--out", tmp_path / "r.json", "--plot", tmp_path / "r.json")
+    rc, _, err = run_cli(capsys, "bench", "seq3", "--out", tmp_path / "r.png", "--plot", tmp_path / "r.png")
     assert rc == 2 and "argument --plot: " in err and "is also the file of --out" in err
     rc, _, err = run_cli(capsys, "muse", "bench", "--plot", tmp_path)
     assert rc == 2 and err.strip() == f"cep-gpu muse bench: error: argument --plot: {tmp_path} is a folder: give a file name"
