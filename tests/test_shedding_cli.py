@@ -134,6 +134,12 @@ def test_bench_quick_fills_only_what_was_not_given(monkeypatch, capsys):
     assert seen == {"lengths": [7], "factors": [100, 1000], "events": 900}
     assert main(["shedding", "bench", "--quick"]) == 0
     assert seen == {"lengths": [3, 4, 5], "factors": [100, 1000], "events": 4000}
+    # the documented split of a long sweep: one sweep may be empty, not both
+    assert main(["shedding", "bench", "--lengths", "6,7", "--factors", ""]) == 0
+    assert seen["lengths"] == [6, 7] and seen["factors"] == []
+    capsys.readouterr()
+    assert main(["shedding", "bench", "--lengths", "", "--factors", ""]) == 2
+    assert "both empty" in capsys.readouterr().err
     for argv, option in ((["--lengths", "0"], "--lengths"), (["--events", "-5"], "--events"),
                          (["--factors", "-1"], "--factors")):
         capsys.readouterr()

@@ -270,10 +270,9 @@ def cmd_bench(args) -> int:
         raise UsageError("--guard", f"must be in (0, 1], got {args.guard}")
     if args.regather_every is not None and args.regather_every < 0:
         raise UsageError("--regather-every", f"must be >= 0, got {args.regather_every}")
-    for name, values in (("lengths", lengths), ("factors", factors)):
-        if not values:  # an empty list ran nothing and wrote an empty result
-            raise UsageError(f"--{name}", "needs at least one value")
-    if min(lengths) < 2:
+    if not lengths and not factors:  # both sweeps empty ran nothing and wrote an empty result
+        raise UsageError("--lengths", "and --factors are both empty: give at least one value to either")
+    if lengths and min(lengths) < 2:
         raise UsageError("--lengths", f"pattern lengths must be >= 2, got {min(lengths)}")
     bad = [f for f in factors if not is_finite_positive(f)]
     if bad:
