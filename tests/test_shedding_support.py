@@ -146,3 +146,19 @@ def test_support_run_beats_random_and_keeps_the_bound():
         recall[name] = s["recall"]
     assert recall["support"] == recall["again"]  # deterministic
     assert recall["support"] > recall["random"]
+
+
+def test_shed_batch_counts_the_context_as_earlier_arrivals():
+    """A Spark key's micro-batch: its B events whose A is in the buffered context outrank those
+    that no A can precede (support 0), which are dropped first."""
+    rng = np.random.default_rng(0)
+    n = 300
+    sample = pd.DataFrame({"type": rng.choice(list("ABC"), n), "ts": np.arange(n) * 0.1,
+                           "v": rng.normal(10, 4, n).round(1)})
+    sh = Shedder(0.0105, utility="support").fit(RULE, sample, costs=CostModel(default=1e-3))
+    ctx = pd.DataFrame({"type": ["A", "A"], "ts": [100.0, 100.5], "v": [5.0, 6.0]})
+    batch = pd.DataFrame({"type": ["B"] * 20, "ts": 101 + np.arange(20) * 0.01,
+                          "v": [9.0 if i % 4 == 0 else 1.0 for i in range(20)]})
+    keep = sh.shed_batch(batch, context=ctx)
+    assert 0 < keep.sum() < len(batch)
+    assert keep[::4].all()  # the five B events that some A precedes
