@@ -48,6 +48,7 @@ from .model import (
     Rule,
 )
 from .output import OutputSchema, assemble, assemble_columns, value_kind
+from .ranges import MIN_TS
 from .rule_text import duration, rule_lines
 from .stream_buffer import (
     AppendBuffer,
@@ -749,8 +750,10 @@ class Engine:
         pending = is_term & _member(ids, st.pending)
         ready = pending.copy()
         if st.delay and not final:
-            # a trailing span (ts, ts + delay] is settled once a later event has been released
-            ready &= buf.ts[tail:] + st.delay < self._newest
+            # a trailing span (ts, ts + delay] is settled once a later event has been released:
+            # ts < newest - delay, in Python ints (ts + delay wraps around near the end of the
+            # int64 range, which would release a match whose span can never pass)
+            ready &= buf.ts[tail:] < max(self._newest - st.delay, int(MIN_TS))
         excluded = _in_sorted(buf.ids, st.consumed) if len(st.consumed) else None
         parts: list[Matches] = []
         for lo, hi in ((lo + tail, hi + tail) for lo, hi in _runs(ready, is_term)):
