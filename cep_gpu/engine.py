@@ -74,6 +74,11 @@ class _RuleState:
     #: the oldest held terminator's timestamp (ns) when ``pending`` is not empty (None: unknown,
     #: a checkpoint of an older version): no held terminator is ready before ``held_ts + delay``
     held_ts: int | None = None
+    #: terminators wait for a later timestamp even with ``delay`` 0: the rule depends on the
+    #: (ts, id) order of events at one timestamp (AND ties, consumption) and reads composite
+    #: events, which come before every input event of their timestamp (negative ids) but are
+    #: made when their terminator arrives, possibly after such an event
+    settle: bool = False
 
 
 class Engine:
@@ -197,9 +202,11 @@ class Engine:
             rule = self.rules[i]
             # a terminator may only be matched once every composite event it can read is known
             upstream = [states[p].delay for t in rule.input_types for p in made_by.get(t, [])]
+            term_types = frozenset(p.predicates[p.terminator].event_type for p in rule.plans)
             states[i] = _RuleState(
-                term_types=frozenset(p.predicates[p.terminator].event_type for p in rule.plans),
+                term_types=term_types,
                 delay=rule.trailing_horizon() + max(upstream, default=0),
+                settle=_order_sensitive(rule, term_types, made_by),
             )
         return states
 
@@ -427,6 +434,9 @@ class Engine:
             lines.append(head)
             if self._states[i].delay:
                 lines.append(f"  matches held back {duration(self._states[i].delay)} (trailing negation)")
+            elif self._states[i].settle:
+                lines.append("  matches held back until a later timestamp (composite events of the "
+                             "terminator's timestamp come first in (ts, id) order)")
             lines.extend(rest)
             timed = in_time_units(rule, sample.time) if isinstance(sample, EventTable) else rule
             extra = [self._backend.explain(timed, sample)]
@@ -703,7 +713,8 @@ class Engine:
         if got is None or (got[0] is not self._time and got[0] != self._time):
             if got is not None:
                 got[1].hand_back(self._states[i], buf)
-            got = self._fast[i] = (self._time, matcher_for(self._timed_rule(i, self._time), self._states[i].delay))
+            got = self._fast[i] = (self._time, matcher_for(self._timed_rule(i, self._time), self._states[i].delay,
+                                                    self._states[i].settle))
         matcher = got[1]
         if matcher.max_rows is not None and len(new_ids) > matcher.max_rows:  # the indexed general path
             matcher.skip(buf)
@@ -749,7 +760,7 @@ class Engine:
             st.pending = np.concatenate([st.pending, ids[is_term & _member(ids, new_ids)]])
         pending = is_term & _member(ids, st.pending)
         ready = pending.copy()
-        if st.delay and not final:
+        if (st.delay or st.settle) and not final:
             # a trailing span (ts, ts + delay] is settled once a later event has been released:
             # ts < newest - delay, in Python ints (ts + delay wraps around near the end of the
             # int64 range, which would release a match whose span can never pass)
@@ -1089,6 +1100,16 @@ def _arrow_of_columns(columns: Mapping) -> pa.Table:
         except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, ValueError) as exc:
             raise EventError(f"publish(columns): column {k!r} cannot be read as one array: {exc}") from None
     return pa.table(arrays)
+
+
+def _order_sensitive(rule: Rule, term_types: frozenset[str], made_by: dict[str, list[int]]) -> bool:
+    """Whether ``rule``'s matches at a timestamp depend on composite events of that timestamp
+    that may be made after its terminator arrives: an ``AND`` position (ties, in (ts, id) order)
+    of a composite type, or a consuming rule whose terminators are composite events (processed in
+    (ts, id) order). Such a rule's terminators wait until a later timestamp is released."""
+    if any(p.ties and p.event_type in made_by for plan in rule.plans for p in plan.predicates):
+        return True
+    return bool(rule.consuming) and any(t in made_by for t in term_types)
 
 
 def _runs(ready: np.ndarray, is_term: np.ndarray) -> list[tuple[int, int]]:
