@@ -160,6 +160,9 @@ class Engine:
         self._on_late = on_late
         self._schema = OutputSchema.of(self.rules)
         self._read_types = {t for r in self.rules for t in r.input_types}
+        # rules whose results depend on the (ts, id) order of events of one timestamp (AND ties,
+        # the order consuming terminators are processed in): _check_tie_order
+        self._tie_order = _tie_order_rules(self.rules)
         self._lookback = _max_lookback(self.rules)
         self._states = self._init_states()
         self._subscribers: dict[str, list[Callable[[list[dict]], None]]] = {}
@@ -256,6 +259,8 @@ class Engine:
                     f"published ({self._fmt_ts(self._newest)}); events must come in timestamp "
                     "order, or create the Engine with allowed_lateness"
                 )
+            if self._tie_order and self._newest is not None and len(new) and new.ts[0] == self._newest:
+                self._check_tie_order(new)
             released = new
         else:
             released = self._admit_late(new)
@@ -369,6 +374,11 @@ class Engine:
         eng._subscribers = {}
         eng._timed = {}
         eng._callback_errors = []
+        if "_tie_order" not in eng.__dict__:  # a checkpoint made before the tie-order checks
+            eng._tie_order = _tie_order_rules(eng.rules)
+            made_by = producers(eng.rules)
+            for i, st in eng._states.items():
+                st.settle = _order_sensitive(eng.rules[i], st.term_types, made_by)
         if "_fast_why" not in eng.__dict__:  # a checkpoint of an engine without the fast path
             eng._init_fast()
         eng._fast = {}  # rebuilt from the buffer on first use
@@ -529,6 +539,31 @@ class Engine:
             new.time = self._time
         return new
 
+    def _check_tie_order(self, new: EventTable) -> None:
+        """Refuse events of the newest timestamp with an id below one already published at it
+        (``new`` is in (ts, id) order) when a rule depends on the order of events of one timestamp:
+        its terminators of that timestamp were already processed, so batch ``detect`` and the
+        stream would differ. (Without explicit ids, ids grow with the stream and this never
+        happens; the fast one-event and columns paths leave ids not above the largest published
+        to the general path, which checks here.)"""
+        top = self._top_id_at_newest()
+        if top is not None and int(new.ids[0]) < top:
+            rules = ", ".join(repr(n) for n in self._tie_order[:3]) + (", ..." if len(self._tie_order) > 3 else "")
+            raise LateEventError(
+                f"late event {_describe(new, 0)}: it has the timestamp of the newest event already "
+                f"published but a smaller id than id={top}, published before it; events of one "
+                f"timestamp are ordered by id, and rule(s) {rules} (AND, consuming) depend on that "
+                "order: publish events of one timestamp in id order (or together in one publish)"
+            )
+
+    def _top_id_at_newest(self) -> int | None:
+        """The largest id released at the newest timestamp (the buffer's rows are in (ts, id)
+        order), or None."""
+        store, start, end = self._buf.store()
+        if store is None or end <= start or int(store.ts[end - 1]) != self._newest:
+            return None
+        return int(store.ids[end - 1])
+
     def _check_time(self, fmt: TimeFormat, rows: int = 1) -> None:
         if not rows:
             return  # no timestamp to speak of: an empty publish leaves the stream's kind open
@@ -554,6 +589,9 @@ class Engine:
         """Lateness mode: buffer ``new``, report what is too late, release what the watermark passed."""
         if len(new):
             too_late = new.ts < self._newest if self._newest is not None else np.zeros(len(new), bool)
+            top = self._top_id_at_newest() if self._tie_order and self._newest is not None else None
+            if top is not None:  # (ts, id) before a released event: as late, for AND / consuming
+                too_late |= (new.ts == self._newest) & (new.ids < top)
             if too_late.any():
                 self._report_late(new.take(np.flatnonzero(too_late)))
                 new = new.take(np.flatnonzero(~too_late))
@@ -1100,6 +1138,13 @@ def _arrow_of_columns(columns: Mapping) -> pa.Table:
         except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, ValueError) as exc:
             raise EventError(f"publish(columns): column {k!r} cannot be read as one array: {exc}") from None
     return pa.table(arrays)
+
+
+def _tie_order_rules(rules: Sequence[Rule]) -> list[str]:
+    """Names of the rules whose results depend on the (ts, id) order of events of one timestamp:
+    AND (simultaneous events combine in that order) and consuming rules (terminators are
+    processed in that order)."""
+    return [r.name for r in rules if r.consuming or any(p.ties for plan in r.plans for p in plan.predicates)]
 
 
 def _order_sensitive(rule: Rule, term_types: frozenset[str], made_by: dict[str, list[int]]) -> bool:

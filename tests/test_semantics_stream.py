@@ -162,3 +162,51 @@ def test_order_at_one_timestamp_streams_as_batch(up, ordered, down, events, back
     rules = ";\n".join(r for r in (up, ordered, down) if r)
     want = [k[2] for k in batch_ids(events, rules)]
     assert stream_ids(events, rules, backend, "rows") == want
+
+
+# Explicit ids: events of one timestamp are ordered by id. A rule that depends on that order (AND,
+# consuming) cannot take an event of the newest timestamp whose id is below one already published
+# at that timestamp (its terminators were already processed): a LateEventError naming the event,
+# as for an older timestamp, and nothing changes. Rules that do not depend on it take the event.
+@pytest.mark.parametrize(
+    "rule",
+    [
+        "define M pattern AND(A a, B b) within 5 s",
+        "define D from T() and last X() within 5 s from T consuming X",
+    ],
+)
+@pytest.mark.parametrize("form", ["dict", "frame"])
+def test_a_smaller_id_at_the_newest_timestamp_is_late_for_order_dependent_rules(
+    engine_backend, rule, form
+):
+    first = {"type": "B" if "AND" in rule else "T", "ts": 1.0, "id": 5}
+    second = {"type": "A" if "AND" in rule else "T", "ts": 1.0, "id": 3}
+    eng = cep_gpu.Engine(rule, backend=engine_backend)
+    eng.publish({"type": "X", "ts": 0.0, "id": 0})
+    eng.publish(first if form == "dict" else pd.DataFrame([first]))
+    with pytest.raises(cep_gpu.LateEventError, match=r"id=3.*smaller id than id=5"):
+        eng.publish(second if form == "dict" else pd.DataFrame([second]))
+    # a larger id at that timestamp, or a later timestamp, is fine
+    eng.publish({**second, "id": 7})
+    eng.publish({**second, "ts": 2.0, "id": 8})
+
+
+def test_a_smaller_id_at_the_newest_timestamp_is_taken_where_the_order_does_not_matter(
+    engine_backend,
+):
+    rule = "define D from T() and last X() within 5 s from T"
+    eng = cep_gpu.Engine(rule, backend=engine_backend)
+    eng.publish({"type": "X", "ts": 0.0, "id": 0})
+    eng.publish({"type": "T", "ts": 1.0, "id": 5})
+    out = eng.publish({"type": "T", "ts": 1.0, "id": 3})
+    assert [tuple(i) for i in out["ids"]] == [(3, 0)]
+
+
+def test_with_allowed_lateness_a_smaller_id_at_the_released_timestamp_is_reported_late():
+    rule = "define M pattern AND(A a, B b) within 5 s"
+    eng = cep_gpu.Engine(rule, backend="reference", allowed_lateness=0)
+    eng.publish({"type": "B", "ts": 1.0, "id": 5})
+    out = eng.publish({"type": "A", "ts": 1.0, "id": 3})
+    assert out.empty and [e["id"] for e in eng.stats()["late_events"]] == [3]
+    out = eng.publish({"type": "A", "ts": 1.0, "id": 6})  # after B@1 (id 5) in (ts, id) order
+    assert [tuple(i) for i in out["ids"]] == [(6, 5)]
