@@ -48,6 +48,7 @@ from .model import (
     Rule,
 )
 from .output import OutputSchema, assemble, assemble_columns, value_kind
+from .ranges import MIN_TS
 from .rule_text import duration, rule_lines
 from .stream_buffer import (
     AppendBuffer,
@@ -73,6 +74,11 @@ class _RuleState:
     #: the oldest held terminator's timestamp (ns) when ``pending`` is not empty (None: unknown,
     #: a checkpoint of an older version): no held terminator is ready before ``held_ts + delay``
     held_ts: int | None = None
+    #: terminators wait for a later timestamp even with ``delay`` 0: the rule depends on the
+    #: (ts, id) order of events at one timestamp (AND ties, consumption) and reads composite
+    #: events, which come before every input event of their timestamp (negative ids) but are
+    #: made when their terminator arrives, possibly after such an event
+    settle: bool = False
 
 
 class Engine:
@@ -154,6 +160,9 @@ class Engine:
         self._on_late = on_late
         self._schema = OutputSchema.of(self.rules)
         self._read_types = {t for r in self.rules for t in r.input_types}
+        # rules whose results depend on the (ts, id) order of events of one timestamp (AND ties,
+        # the order consuming terminators are processed in): _check_tie_order
+        self._tie_order = _tie_order_rules(self.rules)
         self._lookback = _max_lookback(self.rules)
         self._states = self._init_states()
         self._subscribers: dict[str, list[Callable[[list[dict]], None]]] = {}
@@ -196,9 +205,11 @@ class Engine:
             rule = self.rules[i]
             # a terminator may only be matched once every composite event it can read is known
             upstream = [states[p].delay for t in rule.input_types for p in made_by.get(t, [])]
+            term_types = frozenset(p.predicates[p.terminator].event_type for p in rule.plans)
             states[i] = _RuleState(
-                term_types=frozenset(p.predicates[p.terminator].event_type for p in rule.plans),
+                term_types=term_types,
                 delay=rule.trailing_horizon() + max(upstream, default=0),
+                settle=_order_sensitive(rule, term_types, made_by),
             )
         return states
 
@@ -248,6 +259,8 @@ class Engine:
                     f"published ({self._fmt_ts(self._newest)}); events must come in timestamp "
                     "order, or create the Engine with allowed_lateness"
                 )
+            if self._tie_order and self._newest is not None and len(new) and new.ts[0] == self._newest:
+                self._check_tie_order(new)
             released = new
         else:
             released = self._admit_late(new)
@@ -361,6 +374,11 @@ class Engine:
         eng._subscribers = {}
         eng._timed = {}
         eng._callback_errors = []
+        if "_tie_order" not in eng.__dict__:  # a checkpoint made before the tie-order checks
+            eng._tie_order = _tie_order_rules(eng.rules)
+            made_by = producers(eng.rules)
+            for i, st in eng._states.items():
+                st.settle = _order_sensitive(eng.rules[i], st.term_types, made_by)
         if "_fast_why" not in eng.__dict__:  # a checkpoint of an engine without the fast path
             eng._init_fast()
         eng._fast = {}  # rebuilt from the buffer on first use
@@ -426,6 +444,9 @@ class Engine:
             lines.append(head)
             if self._states[i].delay:
                 lines.append(f"  matches held back {duration(self._states[i].delay)} (trailing negation)")
+            elif self._states[i].settle:
+                lines.append("  matches held back until a later timestamp (composite events of the "
+                             "terminator's timestamp come first in (ts, id) order)")
             lines.extend(rest)
             timed = in_time_units(rule, sample.time) if isinstance(sample, EventTable) else rule
             extra = [self._backend.explain(timed, sample)]
@@ -518,6 +539,31 @@ class Engine:
             new.time = self._time
         return new
 
+    def _check_tie_order(self, new: EventTable) -> None:
+        """Refuse events of the newest timestamp with an id below one already published at it
+        (``new`` is in (ts, id) order) when a rule depends on the order of events of one timestamp:
+        its terminators of that timestamp were already processed, so batch ``detect`` and the
+        stream would differ. (Without explicit ids, ids grow with the stream and this never
+        happens; the fast one-event and columns paths leave ids not above the largest published
+        to the general path, which checks here.)"""
+        top = self._top_id_at_newest()
+        if top is not None and int(new.ids[0]) < top:
+            rules = ", ".join(repr(n) for n in self._tie_order[:3]) + (", ..." if len(self._tie_order) > 3 else "")
+            raise LateEventError(
+                f"late event {_describe(new, 0)}: it has the timestamp of the newest event already "
+                f"published but a smaller id than id={top}, published before it; events of one "
+                f"timestamp are ordered by id, and rule(s) {rules} (AND, consuming) depend on that "
+                "order: publish events of one timestamp in id order (or together in one publish)"
+            )
+
+    def _top_id_at_newest(self) -> int | None:
+        """The largest id released at the newest timestamp (the buffer's rows are in (ts, id)
+        order), or None."""
+        store, start, end = self._buf.store()
+        if store is None or end <= start or int(store.ts[end - 1]) != self._newest:
+            return None
+        return int(store.ids[end - 1])
+
     def _check_time(self, fmt: TimeFormat, rows: int = 1) -> None:
         if not rows:
             return  # no timestamp to speak of: an empty publish leaves the stream's kind open
@@ -543,6 +589,9 @@ class Engine:
         """Lateness mode: buffer ``new``, report what is too late, release what the watermark passed."""
         if len(new):
             too_late = new.ts < self._newest if self._newest is not None else np.zeros(len(new), bool)
+            top = self._top_id_at_newest() if self._tie_order and self._newest is not None else None
+            if top is not None:  # (ts, id) before a released event: as late, for AND / consuming
+                too_late |= (new.ts == self._newest) & (new.ids < top)
             if too_late.any():
                 self._report_late(new.take(np.flatnonzero(too_late)))
                 new = new.take(np.flatnonzero(~too_late))
@@ -702,7 +751,8 @@ class Engine:
         if got is None or (got[0] is not self._time and got[0] != self._time):
             if got is not None:
                 got[1].hand_back(self._states[i], buf)
-            got = self._fast[i] = (self._time, matcher_for(self._timed_rule(i, self._time), self._states[i].delay))
+            got = self._fast[i] = (self._time, matcher_for(self._timed_rule(i, self._time), self._states[i].delay,
+                                                    self._states[i].settle))
         matcher = got[1]
         if matcher.max_rows is not None and len(new_ids) > matcher.max_rows:  # the indexed general path
             matcher.skip(buf)
@@ -748,9 +798,11 @@ class Engine:
             st.pending = np.concatenate([st.pending, ids[is_term & _member(ids, new_ids)]])
         pending = is_term & _member(ids, st.pending)
         ready = pending.copy()
-        if st.delay and not final:
-            # a trailing span (ts, ts + delay] is settled once a later event has been released
-            ready &= buf.ts[tail:] + st.delay < self._newest
+        if (st.delay or st.settle) and not final:
+            # a trailing span (ts, ts + delay] is settled once a later event has been released:
+            # ts < newest - delay, in Python ints (ts + delay wraps around near the end of the
+            # int64 range, which would release a match whose span can never pass)
+            ready &= buf.ts[tail:] < max(self._newest - st.delay, int(MIN_TS))
         excluded = _in_sorted(buf.ids, st.consumed) if len(st.consumed) else None
         parts: list[Matches] = []
         for lo, hi in ((lo + tail, hi + tail) for lo, hi in _runs(ready, is_term)):
@@ -1086,6 +1138,23 @@ def _arrow_of_columns(columns: Mapping) -> pa.Table:
         except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, ValueError) as exc:
             raise EventError(f"publish(columns): column {k!r} cannot be read as one array: {exc}") from None
     return pa.table(arrays)
+
+
+def _tie_order_rules(rules: Sequence[Rule]) -> list[str]:
+    """Names of the rules whose results depend on the (ts, id) order of events of one timestamp:
+    AND (simultaneous events combine in that order) and consuming rules (terminators are
+    processed in that order)."""
+    return [r.name for r in rules if r.consuming or any(p.ties for plan in r.plans for p in plan.predicates)]
+
+
+def _order_sensitive(rule: Rule, term_types: frozenset[str], made_by: dict[str, list[int]]) -> bool:
+    """Whether ``rule``'s matches at a timestamp depend on composite events of that timestamp
+    that may be made after its terminator arrives: an ``AND`` position (ties, in (ts, id) order)
+    of a composite type, or a consuming rule whose terminators are composite events (processed in
+    (ts, id) order). Such a rule's terminators wait until a later timestamp is released."""
+    if any(p.ties and p.event_type in made_by for plan in rule.plans for p in plan.predicates):
+        return True
+    return bool(rule.consuming) and any(t in made_by for t in term_types)
 
 
 def _runs(ready: np.ndarray, is_term: np.ndarray) -> list[tuple[int, int]]:

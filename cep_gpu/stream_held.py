@@ -53,9 +53,13 @@ _FLAG = -(2**62)
 class HeldMatcher(StreamMatcher):
     """A rule's fast path with consumption and/or held terminators (see the module docstring)."""
 
-    def __init__(self, rule: Rule, delay: int) -> None:
+    def __init__(self, rule: Rule, delay: int, settle: bool = False) -> None:
         super().__init__(rule)
         self.delay = delay
+        # terminators are held (queued until ts + delay < newest) with a trailing NOT, and also
+        # with delay 0 when the rule depends on composite events of its terminator's timestamp
+        # (engine._order_sensitive): then they wait for a later timestamp
+        self._holds = bool(delay) or settle
         self._consuming = list(rule.consuming)
         self._xc = np.zeros(0, np.int64)  # consumed stamps per store row
         self._xargs = (self._xc,) if self._consuming else ()
@@ -76,7 +80,7 @@ class HeldMatcher(StreamMatcher):
         held ones now ready; ``None``: this call takes the general path (after :meth:`hand_back`)."""
         if self._consuming and not self._owns:
             self._adopt_consumed(st, buf)
-        if not self.delay:
+        if not self._holds:
             m = self.match(buf, new_ids)
             if m is not None and len(m) and self._consuming:
                 self._log(m.rows, buf)
@@ -96,7 +100,7 @@ class HeldMatcher(StreamMatcher):
 
     def _preload(self, store) -> None:
         super()._preload(store)
-        if self.delay:  # s_held: the first held terminator's call, on no terminator
+        if self._holds:  # s_held: the first held terminator's call, on no terminator
             cl, cnt, hd, out = self._empty_state()
             self._fns[4](np.empty(0, np.int64), 0, cl, cnt, hd, self._call_env(), out, *self._xargs)
 
@@ -307,9 +311,10 @@ def settled_states(states: dict, fast: dict, buf) -> dict:
     return out
 
 
-def matcher_for(rule: Rule, delay: int) -> StreamMatcher:
-    """The fast path's matcher for ``rule``: with consumption or held terminators a :class:`HeldMatcher`."""
-    return HeldMatcher(rule, delay) if rule.consuming or delay else StreamMatcher(rule)
+def matcher_for(rule: Rule, delay: int, settle: bool = False) -> StreamMatcher:
+    """The fast path's matcher for ``rule``: with consumption or held terminators (``delay``, or
+    ``settle``: held until a later timestamp) a :class:`HeldMatcher`."""
+    return HeldMatcher(rule, delay, settle) if rule.consuming or delay or settle else StreamMatcher(rule)
 
 
 __all__ = ["HeldMatcher", "matcher_for", "settled_states"]
