@@ -34,6 +34,7 @@ from cep_gpu.backends import check_backend_name
 from cep_gpu.detect import as_rules
 from cep_gpu.errors import ArgumentError, EventError
 
+from .checks import POS, check_column_names, checked_rows, require_dataframe, with_positions
 from .parquet_scan import parquet_layout, run_parquet
 from .partitioned import partition_layout, run_partitioned
 from .plan import SparkPlan, plan_rules
@@ -107,10 +108,15 @@ def plan_job(
     if not rule_list:
         raise ArgumentError("no rules given")
     rule_order(rule_list)  # a cycle in the hierarchy fails here, not in a task
+    require_dataframe(df, "detect_spark")
+    check_column_names(df)  # Spark's AMBIGUOUS_REFERENCE otherwise, on the first column named twice
     spec = time_spec(df.schema, time_unit)
+    if partition_by is not None and not isinstance(partition_by, str):
+        raise ArgumentError(f"partition_by must be a column name (a str) or None, got {partition_by!r}")
     if partition_by is not None and partition_by not in df.columns:
         raise EventError(f"partition_by column {partition_by!r} is not in the events (columns: {df.columns})")
     attrs = engine_columns(df, rule_list, extra=[partition_by] if partition_by else [])
+    check_column_names(df, ["type", "ts", "id", *attrs])
     if num_slices is None:
         num_slices = max(df.sparkSession.sparkContext.defaultParallelism, 1)
     num_slices = int(num_slices)  # (a NumPy integer is one too; plans and plan texts take an int)
@@ -175,8 +181,8 @@ def detect_spark(
         ``num_slices`` not a whole number >= 1, no rules, an unknown ``backend`` name (a
         ``ValueError`` too).
     """
-    if slicing not in ("auto", "parquet", "partitions", "shuffle"):
-        raise ValueError(f"slicing must be 'auto', 'parquet', 'partitions' or 'shuffle', not {slicing!r}")
+    if not isinstance(slicing, str) or slicing not in ("auto", "parquet", "partitions", "shuffle"):
+        raise ArgumentError(f"slicing must be 'auto', 'parquet', 'partitions' or 'shuffle', not {slicing!r}")
     job = plan_job(df, rules, partition_by, backend, time_unit, num_slices)
     if job.plan.mode == "keyed":
         out, run = _run_keyed(_engine_events(df, job), job), RunPlan("keyed", f"by {job.plan.key!r}")
@@ -232,15 +238,25 @@ def _engine_events(df: DataFrame, job: SparkJob) -> DataFrame:
     other events can never bind a predicate, and a code is far cheaper to hand to Python than a
     string. Ids are taken before the filter, so row-position ids stay those of ``detect``.
     """
-    if "id" not in df.columns:
-        df = with_row_ids(df)
+    df = checked_events(df, job.time)
     names = type_names(job.rules)
     code = F.array_position(F.array(*[F.lit(t) for t in names]), F.col("type")).cast("int") - 1
     cols = [code.alias("type"), job.time.to_engine(F.col("ts")).alias("ts"),
             F.col("id").cast("long").alias("id")]
     cols += [F.col(f"`{a}`") for a in job.attributes]
-    # a null type stays (the task fails on it with detect's message); unread types go
+    # unread types go (a null type failed the row checks; the isNull keeps Spark from inferring
+    # an isnotnull(type) filter that it would put before them)
     return df.select(*cols).where(F.col("type").isNull() | (F.col("type") >= 0))
+
+
+def checked_events(df: DataFrame, time: TimeSpec) -> DataFrame:
+    """``df`` with ``id`` (the row position when it has none, as ``detect`` numbers rows) and the
+    row checks of :func:`~cep_gpu.spark_udfs.checks.checked_rows`, which name the row that fails:
+    its position in ``df.collect()`` without an ``id`` column, else its position in its input
+    partition."""
+    if "id" not in df.columns:
+        return checked_rows(with_row_ids(df), time, "ids")
+    return checked_rows(with_positions(df), time, "partitions").drop(POS)
 
 
 def with_row_ids(df: DataFrame) -> DataFrame:

@@ -199,6 +199,8 @@ def _engine_error(text: str):
     if not found:
         return None
     name, message = found[-1]
+    # a row check that failed in the JVM (raise_error) ends its line with Spark's SQL state
+    message = re.sub(r"\s*SQLSTATE: \w+\s*$", "", message)
     cls = getattr(errors, name, None)
     if not (isinstance(cls, type) and issubclass(cls, errors.CepError)):
         cls = errors.EventError

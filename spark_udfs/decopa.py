@@ -31,7 +31,8 @@ from cep_gpu.decopa.execute import PlanRules
 from cep_gpu.decopa.optimize import Plan
 from cep_gpu.events import UNIT_NS
 
-from .batch import slice_bounds, slice_of, with_row_ids
+from .batch import checked_events, slice_bounds, slice_of
+from .checks import check_column_names, require_dataframe
 from .schema import T_NS, engine_columns, output_struct, time_spec
 from .task import engine_nanos
 
@@ -57,13 +58,15 @@ def execute_plan_spark(df: DataFrame, plan: Plan, time_unit: str = "s", backend:
     plan.validate()
     pattern = plan.pattern
     pattern.require_executable()
+    require_dataframe(df, "execute_plan_spark")
+    check_column_names(df)
     spec = time_spec(df.schema, time_unit)
     attrs_in = engine_columns(df, [plan.rule])  # unknown attributes fail here, as in detect_spark
+    check_column_names(df, ["type", "ts", "id", *attrs_in])
     scale = UNIT_NS[spec.engine_unit]
     ts_scale = None if spec.kind == "timestamp" or scale == 1 else float(UNIT_NS[time_unit])
     rules = PlanRules(plan, ts_scale)
-    if "id" not in df.columns:
-        df = with_row_ids(df)
+    df = checked_events(df, spec)  # bad rows fail naming the row, as in detect_spark
     events = df.select("type", spec.to_engine(F.col("ts")).alias("ts"), F.col("id").cast("long").alias("id"),
                        *[F.col(f"`{a}`") for a in attrs_in])
     types = {f.name: f.dataType for f in events.schema.fields}

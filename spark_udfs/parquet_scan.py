@@ -16,7 +16,8 @@ encoded as they are stored.
    neighbours that may hold events in ``[min_c - lookback, min_c)`` or ``(max_c, max_c +
    horizon]``, and keeps the rows in those ranges.
 3. **Run** (``spark.range(n).mapInArrow``, one task per chunk): the task reads its row groups and
-   context with pyarrow (one read per file), builds what
+   context with pyarrow (one read per file), checks its rows as the JVM plans do (a bad row is
+   named by its row in the file: :func:`~cep_gpu.spark_udfs.checks.check_arrow_rows`), builds what
    :func:`~cep_gpu.spark_udfs.batch._engine_events` builds in the JVM (only the types the rules
    read, engine ``ts``, ``id``, the attributes the rules read), runs the rule
    hierarchy once, and keeps the composite events whose terminator lies in its tile (the chunks'
@@ -44,6 +45,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_type
 
+from .checks import check_arrow_rows
 from .partitioned import PartitionStats, owned_rows, tiles_of
 from .schema import TimeSpec
 from .task import engine_nanos, run_group, task_fn, type_names
@@ -393,10 +395,13 @@ def read_engine_events(layout: ParquetLayout, groups, types: list[str], time: tu
                     f"(row group {g.index}: {n} rows, planned {g.rows})"
                 )
         table = pf.read_row_groups([g.index for g in gs], columns=cols, use_threads=True)
+        rows = np.concatenate([np.arange(g.first_row, g.first_row + g.rows, dtype=np.int64) for g in gs])
         if not layout.has_id:
-            table = table.append_column("id", pa.array(np.concatenate(
-                [np.arange(g.first_row, g.first_row + g.rows, dtype=np.int64) for g in gs]
-            )))
+            table = table.append_column("id", pa.array(rows))
+        # bad rows fail here, named by their row in the file (the row of df.collect() for one file)
+        path = layout.files[f] if len(layout.files) > 1 else None
+        check_arrow_rows(table, *time, lambda i, rows=rows, path=path: (
+            f"at row {rows[i]}" + (f" of {path}" if path else "")))
         parts.append(table)
     table = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
     kind, unit = time

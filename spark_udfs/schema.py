@@ -15,9 +15,11 @@ from pyspark.sql import types as T
 
 from cep_gpu.analysis import rule_order
 from cep_gpu.errors import EventError, RuleError
-from cep_gpu.events import TS_MAX_NS, UNIT_NS, ts_range_text
+from cep_gpu.events import UNIT_NS
 from cep_gpu.model import AggValue, Arith, Attr, Const, Expr, Neg, Rule, Timestamp, walk
 from cep_gpu.output import OutputSchema
+
+from .checks import check_attribute_types
 
 _INTEGRAL = (T.ByteType, T.ShortType, T.IntegerType, T.LongType)
 _FRACTIONAL = (T.FloatType, T.DoubleType)
@@ -53,32 +55,14 @@ class TimeSpec:
         )
 
     def to_engine(self, col: Column) -> Column:
-        """``ts`` as the engine reads it in the UDFs; a row whose nanoseconds overflow int64 fails
-        the job with the message of :func:`cep_gpu.events.check_ts_range` (Spark cannot name a row
-        position, so the message names the value)."""
+        """``ts`` as the engine reads it in the UDFs. Rows are checked first
+        (:func:`cep_gpu.spark_udfs.checks.checked_rows`: null, NaN, infinite and unrepresentable
+        values fail the job naming the row), so the conversion meets none of them."""
         if self.kind == "timestamp":
             # NTZ values are wall-clock readings: microseconds as if in UTC, from their fields (a
             # conversion through the session's time zone moves them across a DST change)
-            engine = _ntz_micros(col) if isinstance(self.spark_type, T.TimestampNTZType) else F.unix_micros(col)
-        else:
-            engine = col.cast("long") if self.kind == "integral" else col.cast("double")
-        return self._in_range(engine, col)
-
-    def _in_range(self, engine: Column, original: Column) -> Column:
-        """``engine`` where its nanoseconds fit in an int64, else a ``raise_error`` naming the value."""
-        scale = UNIT_NS[self.engine_unit]
-        if self.kind == "fractional":
-            ns = engine * F.lit(float(scale))
-            # NaN passes: the task names the row of a non-finite ts
-            ok = ((ns >= F.lit(-(2.0**63))) & (ns < F.lit(2.0**63))) | F.isnan(engine)
-        else:
-            ok = engine.between(F.lit(-(2**63 // scale)), F.lit(TS_MAX_NS // scale))
-        unit = None if self.kind == "timestamp" else self.unit
-        message = F.concat(
-            F.lit("column 'ts' holds "), original.cast("string"),
-            F.lit(f", outside the representable range: {ts_range_text(unit)}"),
-        )
-        return F.when(ok | engine.isNull(), engine).otherwise(F.raise_error(message).cast(engine_type_name(self)))
+            return _ntz_micros(col) if isinstance(self.spark_type, T.TimestampNTZType) else F.unix_micros(col)
+        return col.cast("long") if self.kind == "integral" else col.cast("double")
 
     def from_engine(self, col: Column) -> Column:
         """Engine ``ts`` (as returned by the UDFs) back to the input's type."""
@@ -94,18 +78,13 @@ class TimeSpec:
         return engine_ts.cast("long") * F.lit(scale)
 
 
-def engine_type_name(spec: TimeSpec) -> str:
-    """The Spark SQL name of :attr:`TimeSpec.engine_type`."""
-    return spec.engine_type.simpleString()
-
-
 def time_spec(schema: T.StructType, time_unit: str) -> TimeSpec:
     """Check the ``type``, ``ts`` and ``id`` columns of ``schema``; the :class:`TimeSpec` of ``ts``."""
     names = schema.fieldNames()
     for col in ("type", "ts"):
         if col not in names:
             raise EventError(f"events have no {col!r} column (columns: {names})")
-    if time_unit not in UNIT_NS:
+    if not isinstance(time_unit, str) or time_unit not in UNIT_NS:
         raise EventError(f"unknown time_unit {time_unit!r}; use one of {sorted(UNIT_NS)}")
     ttype = schema["type"].dataType
     if not isinstance(ttype, T.StringType):
@@ -151,7 +130,9 @@ def engine_columns(df: DataFrame, rules: Sequence[Rule], extra: Sequence[str] = 
                 f"rule {r.name!r} reads attribute {name!r}, which no event in the input has "
                 f"(columns: {sorted(have)})"
             )
-    return [c for c in df.columns if c in needed and c not in ("type", "ts", "id")]
+    attrs = [c for c in df.columns if c in needed and c not in ("type", "ts", "id")]
+    check_attribute_types(df.schema, attrs)  # on the driver: the tasks would fail on the values
+    return attrs
 
 
 def input_kinds(schema: T.StructType) -> dict[str, str]:

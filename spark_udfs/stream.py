@@ -30,12 +30,13 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.streaming.state import GroupStateTimeout
 
 from cep_gpu.detect import detect
-from cep_gpu.errors import EventError, RuleError
+from cep_gpu.errors import ArgumentError, EventError, RuleError
 from cep_gpu.events import TimeFormat
 
 from .batch import SparkJob, plan_job
+from .checks import checked_rows, require_dataframe, watermark_delay
 from .rapids import use_task_gpu
-from .task import conform, engine_input, from_ipc, task_events, to_ipc
+from .task import conform, engine_input, from_ipc, task_error, task_events, to_ipc
 
 KEY = "__cep_key"
 EVENT_TIME = "__cep_evt"
@@ -50,7 +51,7 @@ def detect_stream(
     stream_df: DataFrame,
     rules,
     partition_by: str | None,
-    watermark: str,
+    watermark,
     backend: str = "auto",
     time_unit: str = "s",
     shedding=None,
@@ -59,16 +60,23 @@ def detect_stream(
 
     ``partition_by``: a column every predicate, negation and aggregate is tied to (as for keyed
     ``detect_spark``); ``None`` keeps one state for the whole stream. ``watermark``: how late an
-    event may arrive (a Spark interval such as ``"1 minute"``); it decides when a key's last
-    composite events are final and when its state is dropped. The input needs an ``id`` column
-    (row positions mean nothing in a stream). ``shedding``: a fitted
+    event may arrive: a Spark interval string such as ``"1 minute"`` or ``"1 hour 30 minutes"``,
+    a number in ``time_unit``, or a ``datetime.timedelta`` / ``pandas.Timedelta`` (as
+    ``Engine(allowed_lateness=...)`` takes it); it decides when a key's last composite events are
+    final and when its state is dropped. A negative delay, another type, or a string Spark cannot
+    read as an interval is an :class:`~cep_gpu.errors.ArgumentError` before anything runs. The
+    input needs an ``id`` column (row positions mean nothing in a stream); a bad row (null
+    ``type``, null / NaN / unrepresentable ``ts``, null or negative ``id``) fails the query with
+    ``detect``'s message naming the event's id (docs/spark.md, "Bad input"). ``shedding``: a fitted
     :class:`cep_gpu.shedding.Shedder`, applied to each key's micro-batch (docs/shedding.md, Spark).
     """
     from cep_gpu.shedding.spark import check_shedder
 
-    shedding = check_shedder(shedding)
+    require_dataframe(stream_df, "detect_stream")
     if not stream_df.isStreaming:
         raise EventError("detect_stream needs a streaming DataFrame; use detect_spark for batch input")
+    delay = watermark_delay(watermark, time_unit)  # Spark's own errors name its own argument
+    shedding = check_shedder(shedding)
     if "id" not in stream_df.columns:
         raise EventError("streaming events need an 'id' column (integers >= 0, unique)")
     job = plan_job(stream_df, rules, partition_by, backend, time_unit, num_slices=1)
@@ -93,10 +101,15 @@ def detect_stream(
     cols = [F.col("type"), spec.to_engine(F.col("ts")).alias("ts"), F.col("id").cast("long").alias("id")]
     cols += [F.col(f"`{a}`") for a in job.attributes]
     key = F.col(f"`{partition_by}`") if partition_by else F.lit(0)
-    events = stream_df.select(*cols, key.alias(KEY))
+    # bad rows (null type, null / NaN / unrepresentable ts, null or negative id) fail the query
+    # naming the event, before the arithmetic on ts below (Spark's CAST_OVERFLOW for a NaN)
+    events = checked_rows(stream_df, spec, "stream").select(*cols, key.alias(KEY))
     nanos = spec.nanos(F.col("ts"))
     events = events.withColumn(EVENT_TIME, F.timestamp_micros(F.floor(nanos / 1000).cast("long")))
-    events = events.withWatermark(EVENT_TIME, watermark)
+    try:
+        events = events.withWatermark(EVENT_TIME, delay)
+    except Exception as err:  # a form watermark_delay let through: Spark's reason, as an ArgumentError
+        raise ArgumentError(f"watermark {watermark!r}: {str(err).splitlines()[0]}") from None
 
     event_cols = ["type", "ts", "id", *job.attributes]
     event_struct = T.StructType([f for f in events.schema.fields if f.name in event_cols])
@@ -204,7 +217,10 @@ def _step(key, pdfs: Iterator[pd.DataFrame], state, *, job: SparkJob, event_cols
 def _final_events(buffer: pa.Table, job: SparkJob, unit: str, lo: int, hi: int) -> pa.Table:
     """The composite events over ``buffer`` with terminator time in ``[lo, hi)`` (ns)."""
     events = task_events(engine_input(buffer), job.backend, unit, use_task_gpu())
-    out = detect(events, list(job.rules), backend=job.backend, time_unit=unit, output="arrow")
+    try:
+        out = detect(events, list(job.rules), backend=job.backend, time_unit=unit, output="arrow")
+    except EventError as err:  # a row of the key's buffer is no row of the input
+        raise task_error(err) from None
     ts_ns = _to_ns(out.column("ts").to_numpy(), unit)
     keep = (ts_ns >= lo) & (ts_ns < hi)
     return conform(out.filter(pa.array(keep)), to_arrow_schema(job.engine_struct))

@@ -9,6 +9,7 @@ as one ``pyarrow.Table``. No Python runs per event.
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Sequence
 
 import numpy as np
@@ -16,6 +17,7 @@ import pyarrow as pa
 
 from cep_gpu import ingest_cudf
 from cep_gpu.detect import detect
+from cep_gpu.errors import EventError
 from cep_gpu.events import EventTable
 from cep_gpu.model import Rule
 
@@ -111,12 +113,23 @@ def run_group(
     """Detect ``rules`` over one group's events; composite events in ``schema`` (+ slice id)."""
     device = use_task_gpu()  # the task's GPU (if any) becomes the CuPy device the planner may pick
     events = task_events(engine_input(table, type_names(rules)), backend, time_unit, device)
-    out = detect(events, list(rules), backend=backend, time_unit=time_unit, output="arrow")
+    try:
+        out = detect(events, list(rules), backend=backend, time_unit=time_unit, output="arrow")
+    except EventError as err:
+        raise task_error(err) from None
     body = schema if slice_id is None else pa.schema([f for f in schema if f.name != SLICE])
     result = conform(out, body)
     if slice_id is not None:
         result = result.append_column(SLICE, pa.array(np.full(result.num_rows, slice_id, np.int32)))
     return result
+
+
+def task_error(err: EventError) -> EventError:
+    """``err`` with any row number it names marked as one of the task's own events: the input's
+    rows were checked before the task (``checks``), so this is the last resort of an error the
+    checks do not foresee, and the number must not pass for an input row."""
+    text = re.sub(r"\bat row (\d+)", r"at row \1 of the events one Spark task ran (not an input row)", str(err))
+    return err if text == str(err) else type(err)(text)
 
 
 def engine_nanos(

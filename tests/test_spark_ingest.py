@@ -1,5 +1,5 @@
 """Spark ingestion edge cases (issue 11): timestamps whose nanoseconds overflow int64 fail the job
-with the same message as ``detect`` (Spark cannot name a row position, so the value is named)."""
+with the same message as ``detect``, naming the row and the value."""
 
 from __future__ import annotations
 
@@ -38,7 +38,8 @@ def test_timestamp_out_of_range_fails_with_a_clear_message(spark, schema, data, 
     with pytest.raises(pyspark_errors.PySparkException) as err:
         detect_spark(df, [RULE], backend="cpu", partition_by=partition_by).collect()
     msg = str(err.value)
-    assert "column 'ts' holds" in msg and shown in msg
+    # detect's words for the row (no id column: its position in df.collect()), and the value
+    assert f"cep_gpu.errors.EventError: column 'ts' at row 1 holds {shown}" in msg
     assert "outside the representable range" in msg and range_text in msg
 
 
