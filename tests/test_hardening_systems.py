@@ -192,7 +192,7 @@ def test_muse_streams_and_simulate_bad_inputs():
 
 @pytest.mark.parametrize("argv, word", [
     (["shedding", "bench", "--lengths", "0"], "pattern length"),       # was a ValueError traceback
-    (["shedding", "bench", "--lengths", ""], "at least one value"),    # ran nothing, exit 0
+    (["shedding", "bench", "--lengths", "", "--factors", ""], "both empty"),  # ran nothing, exit 0
     (["shedding", "bench", "--factors", "0"], "factors"),              # ran with a zero peak
     (["decopa", "bench", "--draws", "-1"], "draws"),                    # was KeyError: 'query'
     (["decopa", "bench", "--draws", "0"], "draws"),                     # ran nothing, exit 0
