@@ -54,12 +54,12 @@ def convert_ts(col: pd.Series, time_unit: str) -> tuple[TimeFormat, np.ndarray]:
     if len(col) == 0 and pd.api.types.is_object_dtype(dtype):
         # no events, and so no type of their own (a header-only CSV): numbers in time_unit
         return numeric_ts(np.empty(0, np.float64), time_unit)
-    if isinstance(dtype, pd.ArrowDtype):  # pyarrow-backed: read as the Arrow ingestion reads it
+    if isinstance(dtype, pd.ArrowDtype):
+        # pyarrow-backed: as pyarrow converts it to pandas (timestamps keep their unit and zone,
+        # dates become datetime.date values), which is what the Arrow ingestion reads
         import pyarrow as pa
 
-        from .from_arrow import arrow_ts
-
-        return arrow_ts(pa.chunked_array([pa.array(col.array)]), time_unit)
+        return convert_ts(pa.chunked_array([pa.array(col.array)]).to_pandas(), time_unit)
     if pd.api.types.is_object_dtype(dtype) and _all_dates(col):
         # datetime.date values (an Arrow date column in pandas): datetimes at midnight, as the
         # Arrow ingestion and cep_gpu.io.read_table read dates

@@ -21,6 +21,7 @@ import pandas as pd
 
 from ..errors import ArgumentError
 from ..events.checks import require_columns
+from ..events.values import UNIT_NS
 from ..output import composite_count
 
 #: publishes whose latency the percentiles are taken over (a long-lived engine keeps no more)
@@ -110,7 +111,6 @@ class ShedGate:
     def _recent(self, frame: pd.DataFrame) -> pd.DataFrame:
         """The arrivals within the rules' lookback of the newest one, this batch included: what
         the ``support`` utility of the next batch counts as earlier events."""
-        from .shedder import UNIT_NS
         from .stats import times_ns
 
         both = frame if self.recent is None else pd.concat([self.recent, frame], ignore_index=True)

@@ -15,6 +15,7 @@ import pandas as pd
 
 from ..errors import ArgumentError, CepError, is_finite_nonnegative, is_finite_positive
 from ..events.checks import require_frame
+from ..events.values import UNIT_NS  # nanoseconds per ``time_unit`` (the units of detect)
 from ..model import Rule
 from . import _core
 from .gate import ShedGate
@@ -24,9 +25,6 @@ from .utility import UTILITIES, UtilityModel
 POLICIES = ("darling", "random", "state", "none")
 #: most utility buckets per type (the paper uses 100; each type keeps arrays of this length)
 MAX_BUCKETS = 1_000_000
-#: nanoseconds per ``time_unit`` (the units of cep_gpu.detect)
-UNIT_NS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000, "sec": 1_000_000_000,
-           "min": 60_000_000_000, "h": 3_600_000_000_000}
 
 
 class SheddingError(CepError, RuntimeError):
