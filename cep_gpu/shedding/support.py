@@ -6,13 +6,15 @@ For a rule whose positive events form a chain (``SEQ(a0, ..., an)``, or TESLA ``
 
     v(e) = S_i(e) · F_i(e)
 
-* ``S_i(e)``, the *support*: how many partial matches of roles ``0..i`` end at ``e`` among the
-  events that arrived before it, counted by the recursion S_0 = 1 (the role's static filters
-  passed) and S_i(e) = Σ S_{i-1}(x) over the events ``x`` of role ``i-1`` that are earlier than
-  ``e``, no more than role ``i-1``'s window before it, and pass the conditions between the two
-  roles. The window test is the necessary one (the terminator comes at or after ``e``), so S
-  counts every partial match that can still complete, and a few that cannot; an event with
-  S = 0 can be in no match at all.
+* ``S_i(e)``, the *support*: the partial matches of roles ``0..i`` that end at ``e`` among the
+  events that arrived before it, each weighted by the share of the window left to complete it,
+  (1 - age / W)^(roles still to come), W the chain's longest window. A role-``i-1`` event ``x``
+  extends to ``e`` when it is earlier than ``e``, no more than its window before it, and passes
+  the conditions between the two roles; the ages of the partial matches ending at an event are
+  kept as a histogram of :data:`AGE_BINS` bins, a predecessor's histogram shifted by the whole
+  bins between the two events. The window test is the necessary one (the terminator comes at or
+  after ``e``) and whole-bin shifts never overstate an age, so S counts every partial match that
+  can still complete, and a few that cannot: an event with S = 0 can be in no match at all.
 * ``F_i(e)``, the *forward* factor: the probability that ``e``'s values pass the conditions
   towards the later roles, by the ``chain`` utility's messages from those roles (or Eq. 11's
   factors of those conditions when the conditions do not form a forest of order comparisons).
@@ -21,8 +23,8 @@ For a rule whose positive events form a chain (``SEQ(a0, ..., an)``, or TESLA ``
 first batch the model scores (utilities are compared only within one type's buffer, so the map
 only needs to keep the order and spread the buckets). S reads the events that arrived before
 ``e``, including any that are dropped later: it is computed for a batch in one vectorised pass
-(with the ``context`` rows before it), in O(pairs) where pairs is the number of (earlier event,
-event) pairs inside the windows.
+(with the ``context`` rows before it), in O(pairs · AGE_BINS) where pairs is the number of
+(earlier event, event) pairs inside the windows.
 """
 
 from __future__ import annotations
