@@ -279,6 +279,15 @@ def test_max_matches_argument_and_context(backend):
         cep_gpu.detect(ev, text, backend=backend)
 
 
+@pytest.mark.parametrize("backend", KLEENE_BACKENDS)
+def test_max_matches_past_the_float_range_is_a_match_limit_error(backend):
+    # 1100 elements: 2^1100 - 1 sets, past float64's range; the reference's exact count used to
+    # escape as a raw OverflowError while formatting the message, the others said "about inf"
+    ev = stream(("A", 0, {}), *[("B", 1 + i / 1000, {}) for i in range(1100)], ("C", 5, {}))
+    with pytest.raises(MatchLimitError, match=r"more than 1e\+308 matches"):
+        cep_gpu.detect(ev, "define Many pattern SEQ(A a, KL(B b), C c) within 60 s", backend=backend)
+
+
 def test_engine_limit_and_bad_limit():
     with pytest.raises(cep_gpu.errors.ArgumentError):
         with cep_gpu.kleene.limit(0):
