@@ -252,6 +252,26 @@ def test_composite_kleene_events_feed_other_rules():
         assert [r["rule"] for r in out] == ["Big", "K"]
 
 
+@pytest.mark.parametrize("backend", KLEENE_BACKENDS)
+def test_matches_with_equal_flat_ids_are_distinct_composite_events(backend):
+    # x = {A0}, y = A1, z = {A2, A3} and x = {A0, A1}, y = A2, z = {A3} list the same flat ids
+    # [0, 1, 2, 3, 4]; only id_counts tells them apart. Their composite ids hashed the flat ids
+    # alone and were equal: a rule reading R saw two events with one id.
+    ev = stream(*[("A", t, {}) for t in (1, 2, 3, 4)], ("C", 5, {}))
+    text = (
+        "define R(n: int) pattern SEQ(KL(A x), A y, KL(A z), C c) within 10 s return n := count(x)"
+        "\n\ndefine Q(m: int) pattern SEQ(R r) return m := r.n"
+    )
+    got = records(ev, text, backend)
+    split = [r for r in got if r["rule"] == "R" and r["ids"] == (0, 1, 2, 3, 4)]
+    assert [(tuple(r["id_counts"]), r["n"]) for r in split] == [((1, 1, 2, 1), 1), ((2, 1, 1, 1), 2)]
+    q = [r["ids"][0] for r in got if r["rule"] == "Q"]
+    assert len(q) == 6 and len(set(q)) == 6
+    eng = cep_gpu.Engine(text, backend=backend)
+    streamed = composite_records(eng.publish(ev)) + composite_records(eng.flush())
+    assert sorted(r["ids"][0] for r in streamed if r["rule"] == "Q") == sorted(q)
+
+
 # ------------------------------------------------------------------------------------ output limit
 
 
