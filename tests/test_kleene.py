@@ -4,6 +4,8 @@ cases), the output layout, the max_matches limit, and differential tests of the 
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -270,6 +272,23 @@ def test_matches_with_equal_flat_ids_are_distinct_composite_events(backend):
     eng = cep_gpu.Engine(text, backend=backend)
     streamed = composite_records(eng.publish(ev)) + composite_records(eng.flush())
     assert sorted(r["ids"][0] for r in streamed if r["rule"] == "Q") == sorted(q)
+
+
+@pytest.mark.parametrize("backend", KLEENE_BACKENDS)
+def test_a_high_lower_bound_does_not_walk_every_small_subset(backend):
+    # 64 elements, sets of 62 to 64 of them: 2081 sets (within max_matches). The CPU kernel's
+    # depth-first walk used to visit every prefix smaller than the lower bound (about 2^64 of
+    # them) before reaching a set that big: the call never returned.
+    ev = stream(("A", 0, {}), *[("B", 1 + i / 100, {"v": float(i)}) for i in range(64)], ("C", 5, {}))
+    text = (
+        "define R(n: int, s: float) pattern SEQ(A a, KL(B b)[62..], C c) within 60 s "
+        "return n := count(b), s := sum(b.v)"
+    )
+    got = records(ev, text, backend)
+    assert len(got) == math.comb(64, 62) + math.comb(64, 63) + 1
+    assert sum(r["n"] == 64 for r in got) == 1 and sum(r["n"] == 63 for r in got) == 64
+    assert max(r["s"] for r in got) == sum(range(64))
+    assert all(len(r["ids"]) == 2 + r["n"] for r in got)
 
 
 # ------------------------------------------------------------------------------------ output limit
