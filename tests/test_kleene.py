@@ -291,6 +291,109 @@ def test_a_high_lower_bound_does_not_walk_every_small_subset(backend):
     assert all(len(r["ids"]) == 2 + r["n"] for r in got)
 
 
+# Hand-worked from docs/language.md ("Kleene closure", Semantics): (events, rule, expected ids).
+# Events are (type, ts, attributes); ids are row positions unless an "id" attribute is given.
+SEQ_ABC = "define R pattern SEQ(A a, KL(B b){b}, C c) {w}within 10 s {s}"
+HAND_WORKED = {
+    # two B's at one timestamp may share a set, listed in (ts, id) order
+    "equal_ts_inside_a_set": (
+        [("A", 1, {}), ("B", 2, {}), ("B", 2, {}), ("C", 3, {})],
+        SEQ_ABC.format(b="", w="", s=""),
+        [(0, 1, 2, 3), (0, 1, 3), (0, 2, 3)],
+    ),
+    # elements lie strictly between the neighbours: a B at a's or c's timestamp is no element
+    "equal_ts_at_the_neighbours": (
+        [("A", 1, {}), ("B", 1, {}), ("B", 2, {}), ("B", 3, {}), ("C", 3, {})],
+        SEQ_ABC.format(b="", w="", s=""),
+        [(0, 2, 4)],
+    ),
+    # consecutive conditions see equal timestamps in id order (ids 3 before 9), not row order
+    "consecutive_in_id_order_at_a_tie": (
+        [("A", 1, {"id": 10}), ("B", 2, {"id": 9, "v": 1}), ("B", 2, {"id": 3, "v": 2}),
+         ("B", 3, {"id": 5, "v": 0}), ("C", 4, {"id": 11})],
+        SEQ_ABC.format(b="[2..]", w="where b[i].v > b[i+1].v ", s=""),
+        [(10, 3, 5, 11), (10, 3, 9, 5, 11), (10, 3, 9, 11), (10, 9, 5, 11)],
+    ),
+    # b[i-1]/b[i] is the same pair as b[i]/b[i+1]; b[i].ts < b[i+1].ts forbids ties in a set
+    "previous_index_and_strict_ts": (
+        [("A", 1, {}), ("B", 2, {"v": 1}), ("B", 2, {"v": 2}), ("B", 3, {"v": 0}), ("C", 4, {})],
+        SEQ_ABC.format(b="[2..]", w="where b[i-1].v > b[i].v and b[i-1].ts < b[i].ts ", s=""),
+        [(0, 1, 3, 4), (0, 2, 3, 4)],
+    ),
+    # one index alone, whatever its offset, is a condition on every element (first one included)
+    "one_index_alone_is_per_element": (
+        [("A", 1, {}), ("B", 2, {"v": 1}), ("B", 3, {"v": 9}), ("C", 4, {})],
+        SEQ_ABC.format(b="", w="where b[i+1].v > 5 ", s=""),
+        [(0, 2, 3)],
+    ),
+    # a missing value in a consecutive condition rejects the sets where that pair is consecutive
+    "missing_value_in_a_pair": (
+        [("A", 1, {}), ("B", 2, {"v": 1.0}), ("B", 3, {"v": np.nan}), ("B", 4, {"v": 3.0}),
+         ("C", 5, {})],
+        SEQ_ABC.format(b="", w="where b[i].v < b[i+1].v ", s=""),
+        [(0, 1, 3, 4), (0, 1, 4), (0, 2, 4), (0, 3, 4)],
+    ),
+    # greedy: the whole span or nothing (3 elements, above [1..2] / below [4..])
+    "greedy_above_the_upper_bound": (
+        [("A", 1, {}), ("B", 2, {}), ("B", 3, {}), ("B", 4, {}), ("C", 5, {})],
+        SEQ_ABC.format(b="[1..2]", w="", s="select greedy"),
+        [],
+    ),
+    "greedy_below_the_lower_bound": (
+        [("A", 1, {}), ("B", 2, {}), ("B", 3, {}), ("B", 4, {}), ("C", 5, {})],
+        SEQ_ABC.format(b="[4..]", w="", s="select greedy"),
+        [],
+    ),
+    # a NOT next to a set is bounded by its nearest element, strictly: an X at that element's
+    # timestamp is not between them
+    "not_after_the_set_at_its_last_timestamp": (
+        [("A", 1, {}), ("B", 2, {}), ("X", 2, {}), ("C", 3, {})],
+        "define R pattern SEQ(A a, KL(B b), NOT(X x), C c) within 10 s",
+        [(0, 1, 3)],
+    ),
+    "not_before_the_set_at_its_first_timestamp": (
+        [("A", 1, {}), ("X", 2, {}), ("B", 2, {}), ("C", 3, {})],
+        "define R pattern SEQ(A a, NOT(X x), KL(B b), C c) within 10 s",
+        [(0, 2, 3)],
+    ),
+    # a trailing NOT after a leading set spans (ts(c), first element + W]: {B@0} and {B@0, B@2}
+    # end at 5 (X@6 outside), {B@2} at 7 (X@6 inside)
+    "trailing_not_after_a_leading_set": (
+        [("B", 0, {}), ("B", 2, {}), ("C", 3, {}), ("X", 6, {})],
+        "define R pattern SEQ(KL(B b), C c, NOT(X x)) within 5 s",
+        [(0, 1, 2), (0, 2)],
+    ),
+    # a leading set before two plain positions is bounded by the window from the last one
+    "leading_set_then_two_positions": (
+        [("B", 0, {}), ("B", 1, {}), ("C", 2, {}), ("D", 4, {})],
+        "define R pattern SEQ(KL(B b), C c, D d) within 3 s",
+        [(1, 2, 3)],
+    ),
+    # neighbours of the set's own type: B a, B c around the set, every pair of them
+    "neighbours_of_the_same_type": (
+        [("B", 1, {}), ("B", 2, {}), ("B", 3, {}), ("B", 4, {})],
+        "define R pattern SEQ(B a, KL(B b), B c) within 10 s",
+        [(0, 1, 2), (0, 1, 2, 3), (0, 1, 3), (0, 2, 3), (1, 2, 3)],
+    ),
+}
+
+
+@pytest.mark.parametrize("backend", KLEENE_BACKENDS)
+@pytest.mark.parametrize("case", sorted(HAND_WORKED))
+def test_hand_worked_semantics(backend, case):
+    events, text, expected = HAND_WORKED[case]
+    ev = stream(*events)
+    if "id" in ev:
+        ev["id"] = ev["id"].astype(np.int64)
+    assert [r["ids"] for r in records(ev, text, backend)] == expected
+    eng = cep_gpu.Engine(text, backend=backend)
+    got = []
+    for i in range(len(ev)):  # one event per publish
+        got += composite_records(eng.publish(ev.iloc[i : i + 1]))
+    got += composite_records(eng.flush())
+    assert sorted(r["ids"] for r in got) == sorted(expected)
+
+
 # ------------------------------------------------------------------------------------ output limit
 
 
@@ -428,6 +531,57 @@ def test_streaming_engine_equals_reference(text, events, data):
         i += step
     got += composite_records(eng.flush())
     key = lambda r: (r["ts"], r["ids"])  # noqa: E731
+    assert sorted(got, key=key) == sorted(expected, key=key)
+
+
+@st.composite
+def kleene_rules_around(draw) -> str:
+    """What kleene_rules leaves out: up to two plain positions before the set, a NOT anywhere
+    (leading, trailing, or next to the set; a trailing NOT after a leading set spans to its first
+    element + W), b[i-1] and one-index conditions, b.ts against other positions, set aggregates
+    in arithmetic."""
+    plain = [f"{draw(st.sampled_from(['A', 'A', 'B']))} p{i}" for i in range(draw(st.integers(0, 2)))]
+    after = [f"{draw(st.sampled_from(['C', 'C', 'B']))} q{i}" for i in range(draw(st.integers(1, 2)))]
+    lo = draw(st.integers(1, 3))
+    hi = draw(st.one_of(st.none(), st.integers(lo, 4)))
+    bounds = draw(st.sampled_from(["", f"[{lo}..]" if hi is None else f"[{lo}..{hi}]"]))
+    items = [*plain, f"KL(B b){bounds}", *after]
+    at = {"before": len(plain), "after": len(plain) + 1, "lead": 0, "trail": len(items)}
+    where_not = draw(st.sampled_from(["none", "before", "after", "lead", "trail", "trail"]))
+    conds = []
+    if where_not != "none":
+        items.insert(at[where_not], "NOT(D x)")
+        if draw(st.booleans()):
+            conds.append(draw(st.sampled_from(["x.x = 1", "x.y > q0.y", "x.s = 'u'"])))
+    elements = ["b.x != 2", "b[i+1].x = 1", "b[i-1].y > 0", "b.ts - q0.ts > -3", "b.y < q0.y"]
+    pairs = ["b[i-1].x != b[i].x", "b[k].ts < b[k+1].ts", "b[i].x + q0.x > b[i+1].x"]
+    sets = ["min(b.y) = 0", "sum(b.y) / count(b) > 1", "max(b.x) - min(b.x) < 2"]
+    for options in (elements, pairs, sets):
+        if draw(st.booleans()):
+            conds.append(draw(st.sampled_from(options)))
+    where = f"where {' and '.join(conds)} " if conds else ""
+    window = draw(st.sampled_from([2, 3, 4, 6]))
+    select = draw(st.sampled_from(["", "select greedy"]))
+    ret = draw(st.sampled_from(["", "return n := count(b), m := min(b.y), s := sum(b.y) + q0.x"]))
+    return f"define K pattern SEQ({', '.join(items)}) {where}within {window} s {select} {ret}"
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))
+@given(kleene_rules_around(), KLEENE_STREAMS, st.data())
+def test_negations_anywhere_and_index_forms_equal_reference(text, events, data):
+    expected = _outcome(events, text, "reference", 2000)
+    backend = data.draw(st.sampled_from(["cpu", "aip", "gpu-host"]))
+    assert _outcome(events, text, backend, 2000) == expected
+    if expected == "over the limit":
+        return
+    eng = cep_gpu.Engine(text, backend=data.draw(st.sampled_from(["cpu", "reference", "aip"])))
+    got, i = [], 0
+    while i < len(events):
+        step = data.draw(st.integers(1, 4))
+        got += composite_records(eng.publish(events.iloc[i : i + step]))
+        i += step
+    got += composite_records(eng.flush())
+    key = lambda r: (r["ts"], r["ids"], r["id_counts"])  # noqa: E731
     assert sorted(got, key=key) == sorted(expected, key=key)
 
 
