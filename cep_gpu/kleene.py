@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import numbers
 from collections.abc import Iterator
 from contextvars import ContextVar
 
@@ -41,9 +42,10 @@ def limit(n: int) -> Iterator[None]:
     >>> with cep_gpu.kleene.limit(10**8):
     ...     pass
     """
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+    # any integer (a NumPy one included), not a bool (np.bool_ is no Integral)
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
         raise ArgumentError(f"max_matches must be a positive int, got {n!r}")
-    token = _LIMIT.set(n)
+    token = _LIMIT.set(int(n))
     try:
         yield
     finally:

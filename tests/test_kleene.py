@@ -439,6 +439,17 @@ def test_engine_limit_and_bad_limit():
         eng.publish(_four_bs())
 
 
+def test_limit_takes_numpy_integers_and_refuses_the_rest():
+    # a NumPy integer (a count computed with NumPy) is an int; it was refused as "not an int"
+    text = "define R pattern SEQ(A a, KL(B b), C c) within 10 s"
+    assert len(cep_gpu.detect(_four_bs(), text, backend="cpu", max_matches=np.int64(15))) == 15
+    with pytest.raises(MatchLimitError, match="max_matches=14"):
+        cep_gpu.detect(_four_bs(), text, backend="cpu", max_matches=np.int32(14))
+    for bad in (0, -1, True, np.bool_(True), 1.5, np.float64(3.0), "5"):
+        with pytest.raises(cep_gpu.errors.ArgumentError, match="positive int"):
+            cep_gpu.detect(_four_bs(), text, backend="cpu", max_matches=bad)
+
+
 # ------------------------------------------------------------------------------------ backends
 
 
