@@ -35,7 +35,7 @@ from cep_gpu.events import TimeFormat
 
 from .batch import SparkJob, plan_job
 from .rapids import use_task_gpu
-from .task import conform, engine_input, from_ipc, task_events, to_ipc
+from .task import conform, engine_input, from_ipc, task_events, to_ipc, under_drivers_limit
 
 KEY = "__cep_key"
 EVENT_TIME = "__cep_evt"
@@ -101,14 +101,14 @@ def detect_stream(
     event_cols = ["type", "ts", "id", *job.attributes]
     event_struct = T.StructType([f for f in events.schema.fields if f.name in event_cols])
     out_struct = job.engine_struct
-    fn = functools.partial(
+    fn = under_drivers_limit(functools.partial(
         _step,
         job=job,
         event_cols=event_cols,
         event_schema=to_arrow_schema(event_struct),
         out_schema=to_arrow_schema(out_struct),
         shedding=shedding,
-    )
+    ))
     out = events.groupBy(KEY).applyInPandasWithState(
         fn, out_struct, STATE, "append", GroupStateTimeout.EventTimeTimeout
     )
