@@ -48,6 +48,7 @@ from .model import (
     Rule,
 )
 from .output import OutputSchema, assemble, assemble_columns, value_kind
+from .ranges import shifted_ts
 from .rule_text import duration, rule_lines
 from .stream_buffer import (
     AppendBuffer,
@@ -749,8 +750,10 @@ class Engine:
         pending = is_term & _member(ids, st.pending)
         ready = pending.copy()
         if st.delay and not final:
-            # a trailing span (ts, ts + delay] is settled once a later event has been released
-            ready &= buf.ts[tail:] + st.delay < self._newest
+            # a trailing span (ts, ts + delay] is settled once a later event has been released;
+            # its end saturates at the int64 range (past it, only flush settles it; a wrapped
+            # sum would read as settled at once)
+            ready &= shifted_ts(buf.ts[tail:], st.delay) < self._newest
         excluded = _in_sorted(buf.ids, st.consumed) if len(st.consumed) else None
         parts: list[Matches] = []
         for lo, hi in ((lo + tail, hi + tail) for lo, hi in _runs(ready, is_term)):

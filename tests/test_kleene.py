@@ -394,6 +394,23 @@ def test_hand_worked_semantics(backend, case):
     assert sorted(r["ids"] for r in got) == sorted(expected)
 
 
+@pytest.mark.parametrize("backend", ["cpu", "reference", "aip"])
+@pytest.mark.parametrize("pattern", ["KL(B b), C c, NOT(D d)", "B b, C c, NOT(D d)"])
+def test_a_trailing_span_past_the_int64_range_holds_until_flush(backend, pattern):
+    # (ts(c), ts(b1) + 1 h] ends past 2262: saturated, no later event can settle it. The Engine
+    # added the delay in int64 and wrapped around, so it reported the match at once, and a D
+    # inside the span published next could not withdraw it (batch: no match)
+    top = np.iinfo(np.int64).max
+    ev = pd.DataFrame({"type": ["B", "C", "D"], "ts": np.array([top - 10, top - 5, top - 1])})
+    text = f"define R pattern SEQ({pattern}) within 1 h"
+    assert len(cep_gpu.detect(ev, text, backend=backend, time_unit="ns")) == 0
+    eng = cep_gpu.Engine(text, backend=backend, time_unit="ns")
+    assert len(eng.publish(ev.iloc[:2])) == 0
+    assert len(eng.publish(ev.iloc[2:])) == 0 and len(eng.flush()) == 0
+    eng = cep_gpu.Engine(text, backend=backend, time_unit="ns")
+    assert len(eng.publish(ev.iloc[:2])) == 0 and len(eng.flush()) == 1
+
+
 # ------------------------------------------------------------------------------------ output limit
 
 
