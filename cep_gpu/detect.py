@@ -492,18 +492,29 @@ def _mix(h: np.ndarray) -> np.ndarray:
     return h ^ (h >> np.uint64(31))
 
 
-def composite_ids(rule_name: str, ids: np.ndarray, lengths: np.ndarray | None = None) -> np.ndarray:
+def composite_ids(
+    rule_name: str,
+    ids: np.ndarray,
+    lengths: np.ndarray | None = None,
+    sizes: np.ndarray | None = None,
+) -> np.ndarray:
     """Ids of composite events: a hash of the rule name and the bound ids, as a negative int64.
 
     Content-derived, so batch, streaming and Spark (any partitioning) give a composite event the
     same id; negative, so it never collides with the (non-negative) ids of primitive events.
     ``lengths``: rows of ``ids`` padded after that many ids (Kleene matches; padding not hashed).
+    ``sizes``: the ids each position took (Kleene matches, ``id_counts``), hashed too: two
+    matches may list the same flat ids split differently between positions
+    (``SEQ(KL(A x), A y, KL(A z), C c)``), and they are distinct composite events.
     """
     h = np.full(ids.shape[0], hash_text(rule_name), dtype=np.uint64)
     with np.errstate(over="ignore"):
         for j in range(ids.shape[1]):
             mixed = _mix(h ^ ids[:, j].astype(np.uint64))
             h = mixed if lengths is None else np.where(j < lengths, mixed, h)
+        if sizes is not None:
+            for j in range(sizes.shape[1]):
+                h = _mix(h ^ sizes[:, j].astype(np.uint64))
     return -((h & np.uint64((1 << 62) - 1)).astype(np.int64)) - 1
 
 
@@ -518,7 +529,7 @@ def append_composites(table: EventTable, results: Iterable[RuleResult]) -> Event
     """Add composite events to the table as events of type ``rule.name`` (ids from :func:`composite_ids`)."""
     for res in results:
         if len(res.ts):
-            ids = composite_ids(res.rule.name, res.ids, res.lengths)
+            ids = composite_ids(res.rule.name, res.ids, res.lengths, res.sizes)
             table = table.concat(composite_table(res, ids, table))
     return table
 

@@ -698,7 +698,7 @@ class Engine:
                     continue
                 results.append(res)
                 if self.rules[i].name in self._read_types:
-                    cids = composite_ids(res.rule.name, res.ids, res.lengths)
+                    cids = composite_ids(res.rule.name, res.ids, res.lengths, res.sizes)
                     new_ids = np.concatenate([new_ids, cids])
                     new_types = new_types | {res.rule.name}
                     self._buf.append(composite_table(res, cids, self._buf.table()))

@@ -12,6 +12,8 @@ This module holds what the backends share about Kleene positions besides the mod
 from __future__ import annotations
 
 import contextlib
+import math
+import numbers
 from collections.abc import Iterator
 from contextvars import ContextVar
 
@@ -40,9 +42,10 @@ def limit(n: int) -> Iterator[None]:
     >>> with cep_gpu.kleene.limit(10**8):
     ...     pass
     """
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+    # any integer (a NumPy one included), not a bool (np.bool_ is no Integral)
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
         raise ArgumentError(f"max_matches must be a positive int, got {n!r}")
-    token = _LIMIT.set(n)
+    token = _LIMIT.set(int(n))
     try:
         yield
     finally:
@@ -62,9 +65,16 @@ def check_estimate(rule: Rule, pred: int, estimate: float) -> None:
         return
     p = rule.predicates[pred]
     k = p.kleene
+    # the reference counts exactly (a Python int, possibly past float64's range); the compiled
+    # backends in float64 (inf past 2^1023): both read the same
+    try:
+        shown = float(estimate)
+    except OverflowError:
+        shown = math.inf
+    amount = f"about {shown:.3g}" if math.isfinite(shown) else "more than 1e+308"
     bound = "" if k is None or k.max_size is None else f" (now [{k.min_size}..{k.max_size}])"
     raise MatchLimitError(
-        f"rule {rule.name!r}: Kleene position {p.alias!r} may produce about {estimate:.3g} matches "
+        f"rule {rule.name!r}: Kleene position {p.alias!r} may produce {amount} matches "
         f"(every subset of its candidates, before consecutive and set conditions), over the limit "
         f"max_matches={cap}. Bound it: cap the set size, KL({p.event_type} {p.alias})[1..4]"
         f"{bound}; use 'select greedy' (one set per match); add conditions on {p.alias}'s elements "

@@ -98,7 +98,10 @@ def _enumerate(pair, seqs, e_off, e_rows, env, min_s, max_s, greedy, fill,
             stack[0] = -1
             while d >= 0:
                 stack[d] += 1
-                if stack[d] >= n:
+                # too few elements left to reach min_s from here (nor from a later sibling, which
+                # has fewer): back up. Without this, a high lower bound visits every smaller prefix
+                # first (about 2^n of them) however few sets there are
+                if stack[d] >= n or d + n - stack[d] < min_s:
                     d -= 1
                     continue
                 if d > 0 and not pair(seqs, i, e_rows[base + stack[d - 1]], e_rows[base + stack[d]], env):

@@ -36,7 +36,15 @@ from cep_gpu.events import TimeFormat
 from .batch import SparkJob, plan_job
 from .checks import checked_rows, require_dataframe, watermark_delay
 from .rapids import use_task_gpu
-from .task import conform, engine_input, from_ipc, task_error, task_events, to_ipc
+from .task import (
+    conform,
+    engine_input,
+    from_ipc,
+    task_error,
+    task_events,
+    to_ipc,
+    under_drivers_limit,
+)
 
 KEY = "__cep_key"
 EVENT_TIME = "__cep_evt"
@@ -114,14 +122,14 @@ def detect_stream(
     event_cols = ["type", "ts", "id", *job.attributes]
     event_struct = T.StructType([f for f in events.schema.fields if f.name in event_cols])
     out_struct = job.engine_struct
-    fn = functools.partial(
+    fn = under_drivers_limit(functools.partial(
         _step,
         job=job,
         event_cols=event_cols,
         event_schema=to_arrow_schema(event_struct),
         out_schema=to_arrow_schema(out_struct),
         shedding=shedding,
-    )
+    ))
     out = events.groupBy(KEY).applyInPandasWithState(
         fn, out_struct, STATE, "append", GroupStateTimeout.EventTimeTimeout
     )

@@ -9,13 +9,14 @@ as one ``pyarrow.Table``. No Python runs per event.
 from __future__ import annotations
 
 import functools
+import inspect
 import re
 from collections.abc import Sequence
 
 import numpy as np
 import pyarrow as pa
 
-from cep_gpu import ingest_cudf
+from cep_gpu import ingest_cudf, kleene
 from cep_gpu.detect import detect
 from cep_gpu.errors import EventError
 from cep_gpu.events import EventTable
@@ -72,10 +73,33 @@ def task_fn(udf, job, struct, **extra):
     backend, engine time unit, the Arrow output schema of ``struct``), plus ``extra``."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    return functools.partial(
+    return under_drivers_limit(functools.partial(
         udf, rules=job.rules, backend=job.backend, time_unit=job.time.engine_unit,
         schema=to_arrow_schema(struct), **extra,
-    )
+    ))
+
+
+def under_drivers_limit(fn):
+    """``fn`` run under the Kleene match limit in force here, in the driver
+    (``cep_gpu.kleene.limit``, ``DEFAULT_MAX_MATCHES`` unless set): a task runs in a worker
+    process, where the driver's ``with limit(N)`` does not reach (docs/language.md, "The output
+    limit"). Keeps ``fn``'s signature, which Spark reads to call it."""
+    n = kleene.max_matches()
+    func = fn.func if isinstance(fn, functools.partial) else fn
+    if inspect.isgeneratorfunction(func):
+
+        def run(*args):
+            with kleene.limit(n):
+                yield from fn(*args)
+
+    else:
+
+        def run(*args):
+            with kleene.limit(n):
+                return fn(*args)
+
+    run.__signature__ = inspect.signature(fn)
+    return run
 
 
 def to_ipc(table: pa.Table) -> bytes:

@@ -4,6 +4,8 @@ cases), the output layout, the max_matches limit, and differential tests of the 
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -252,6 +254,163 @@ def test_composite_kleene_events_feed_other_rules():
         assert [r["rule"] for r in out] == ["Big", "K"]
 
 
+@pytest.mark.parametrize("backend", KLEENE_BACKENDS)
+def test_matches_with_equal_flat_ids_are_distinct_composite_events(backend):
+    # x = {A0}, y = A1, z = {A2, A3} and x = {A0, A1}, y = A2, z = {A3} list the same flat ids
+    # [0, 1, 2, 3, 4]; only id_counts tells them apart. Their composite ids hashed the flat ids
+    # alone and were equal: a rule reading R saw two events with one id.
+    ev = stream(*[("A", t, {}) for t in (1, 2, 3, 4)], ("C", 5, {}))
+    text = (
+        "define R(n: int) pattern SEQ(KL(A x), A y, KL(A z), C c) within 10 s return n := count(x)"
+        "\n\ndefine Q(m: int) pattern SEQ(R r) return m := r.n"
+    )
+    got = records(ev, text, backend)
+    split = [r for r in got if r["rule"] == "R" and r["ids"] == (0, 1, 2, 3, 4)]
+    assert [(tuple(r["id_counts"]), r["n"]) for r in split] == [((1, 1, 2, 1), 1), ((2, 1, 1, 1), 2)]
+    q = [r["ids"][0] for r in got if r["rule"] == "Q"]
+    assert len(q) == 6 and len(set(q)) == 6
+    eng = cep_gpu.Engine(text, backend=backend)
+    streamed = composite_records(eng.publish(ev)) + composite_records(eng.flush())
+    assert sorted(r["ids"][0] for r in streamed if r["rule"] == "Q") == sorted(q)
+
+
+@pytest.mark.parametrize("backend", KLEENE_BACKENDS)
+def test_a_high_lower_bound_does_not_walk_every_small_subset(backend):
+    # 64 elements, sets of 62 to 64 of them: 2081 sets (within max_matches). The CPU kernel's
+    # depth-first walk used to visit every prefix smaller than the lower bound (about 2^64 of
+    # them) before reaching a set that big: the call never returned.
+    ev = stream(("A", 0, {}), *[("B", 1 + i / 100, {"v": float(i)}) for i in range(64)], ("C", 5, {}))
+    text = (
+        "define R(n: int, s: float) pattern SEQ(A a, KL(B b)[62..], C c) within 60 s "
+        "return n := count(b), s := sum(b.v)"
+    )
+    got = records(ev, text, backend)
+    assert len(got) == math.comb(64, 62) + math.comb(64, 63) + 1
+    assert sum(r["n"] == 64 for r in got) == 1 and sum(r["n"] == 63 for r in got) == 64
+    assert max(r["s"] for r in got) == sum(range(64))
+    assert all(len(r["ids"]) == 2 + r["n"] for r in got)
+
+
+# Hand-worked from docs/language.md ("Kleene closure", Semantics): (events, rule, expected ids).
+# Events are (type, ts, attributes); ids are row positions unless an "id" attribute is given.
+SEQ_ABC = "define R pattern SEQ(A a, KL(B b){b}, C c) {w}within 10 s {s}"
+HAND_WORKED = {
+    # two B's at one timestamp may share a set, listed in (ts, id) order
+    "equal_ts_inside_a_set": (
+        [("A", 1, {}), ("B", 2, {}), ("B", 2, {}), ("C", 3, {})],
+        SEQ_ABC.format(b="", w="", s=""),
+        [(0, 1, 2, 3), (0, 1, 3), (0, 2, 3)],
+    ),
+    # elements lie strictly between the neighbours: a B at a's or c's timestamp is no element
+    "equal_ts_at_the_neighbours": (
+        [("A", 1, {}), ("B", 1, {}), ("B", 2, {}), ("B", 3, {}), ("C", 3, {})],
+        SEQ_ABC.format(b="", w="", s=""),
+        [(0, 2, 4)],
+    ),
+    # consecutive conditions see equal timestamps in id order (ids 3 before 9), not row order
+    "consecutive_in_id_order_at_a_tie": (
+        [("A", 1, {"id": 10}), ("B", 2, {"id": 9, "v": 1}), ("B", 2, {"id": 3, "v": 2}),
+         ("B", 3, {"id": 5, "v": 0}), ("C", 4, {"id": 11})],
+        SEQ_ABC.format(b="[2..]", w="where b[i].v > b[i+1].v ", s=""),
+        [(10, 3, 5, 11), (10, 3, 9, 5, 11), (10, 3, 9, 11), (10, 9, 5, 11)],
+    ),
+    # b[i-1]/b[i] is the same pair as b[i]/b[i+1]; b[i].ts < b[i+1].ts forbids ties in a set
+    "previous_index_and_strict_ts": (
+        [("A", 1, {}), ("B", 2, {"v": 1}), ("B", 2, {"v": 2}), ("B", 3, {"v": 0}), ("C", 4, {})],
+        SEQ_ABC.format(b="[2..]", w="where b[i-1].v > b[i].v and b[i-1].ts < b[i].ts ", s=""),
+        [(0, 1, 3, 4), (0, 2, 3, 4)],
+    ),
+    # one index alone, whatever its offset, is a condition on every element (first one included)
+    "one_index_alone_is_per_element": (
+        [("A", 1, {}), ("B", 2, {"v": 1}), ("B", 3, {"v": 9}), ("C", 4, {})],
+        SEQ_ABC.format(b="", w="where b[i+1].v > 5 ", s=""),
+        [(0, 2, 3)],
+    ),
+    # a missing value in a consecutive condition rejects the sets where that pair is consecutive
+    "missing_value_in_a_pair": (
+        [("A", 1, {}), ("B", 2, {"v": 1.0}), ("B", 3, {"v": np.nan}), ("B", 4, {"v": 3.0}),
+         ("C", 5, {})],
+        SEQ_ABC.format(b="", w="where b[i].v < b[i+1].v ", s=""),
+        [(0, 1, 3, 4), (0, 1, 4), (0, 2, 4), (0, 3, 4)],
+    ),
+    # greedy: the whole span or nothing (3 elements, above [1..2] / below [4..])
+    "greedy_above_the_upper_bound": (
+        [("A", 1, {}), ("B", 2, {}), ("B", 3, {}), ("B", 4, {}), ("C", 5, {})],
+        SEQ_ABC.format(b="[1..2]", w="", s="select greedy"),
+        [],
+    ),
+    "greedy_below_the_lower_bound": (
+        [("A", 1, {}), ("B", 2, {}), ("B", 3, {}), ("B", 4, {}), ("C", 5, {})],
+        SEQ_ABC.format(b="[4..]", w="", s="select greedy"),
+        [],
+    ),
+    # a NOT next to a set is bounded by its nearest element, strictly: an X at that element's
+    # timestamp is not between them
+    "not_after_the_set_at_its_last_timestamp": (
+        [("A", 1, {}), ("B", 2, {}), ("X", 2, {}), ("C", 3, {})],
+        "define R pattern SEQ(A a, KL(B b), NOT(X x), C c) within 10 s",
+        [(0, 1, 3)],
+    ),
+    "not_before_the_set_at_its_first_timestamp": (
+        [("A", 1, {}), ("X", 2, {}), ("B", 2, {}), ("C", 3, {})],
+        "define R pattern SEQ(A a, NOT(X x), KL(B b), C c) within 10 s",
+        [(0, 2, 3)],
+    ),
+    # a trailing NOT after a leading set spans (ts(c), first element + W]: {B@0} and {B@0, B@2}
+    # end at 5 (X@6 outside), {B@2} at 7 (X@6 inside)
+    "trailing_not_after_a_leading_set": (
+        [("B", 0, {}), ("B", 2, {}), ("C", 3, {}), ("X", 6, {})],
+        "define R pattern SEQ(KL(B b), C c, NOT(X x)) within 5 s",
+        [(0, 1, 2), (0, 2)],
+    ),
+    # a leading set before two plain positions is bounded by the window from the last one
+    "leading_set_then_two_positions": (
+        [("B", 0, {}), ("B", 1, {}), ("C", 2, {}), ("D", 4, {})],
+        "define R pattern SEQ(KL(B b), C c, D d) within 3 s",
+        [(1, 2, 3)],
+    ),
+    # neighbours of the set's own type: B a, B c around the set, every pair of them
+    "neighbours_of_the_same_type": (
+        [("B", 1, {}), ("B", 2, {}), ("B", 3, {}), ("B", 4, {})],
+        "define R pattern SEQ(B a, KL(B b), B c) within 10 s",
+        [(0, 1, 2), (0, 1, 2, 3), (0, 1, 3), (0, 2, 3), (1, 2, 3)],
+    ),
+}
+
+
+@pytest.mark.parametrize("backend", KLEENE_BACKENDS)
+@pytest.mark.parametrize("case", sorted(HAND_WORKED))
+def test_hand_worked_semantics(backend, case):
+    events, text, expected = HAND_WORKED[case]
+    ev = stream(*events)
+    if "id" in ev:
+        ev["id"] = ev["id"].astype(np.int64)
+    assert [r["ids"] for r in records(ev, text, backend)] == expected
+    eng = cep_gpu.Engine(text, backend=backend)
+    got = []
+    for i in range(len(ev)):  # one event per publish
+        got += composite_records(eng.publish(ev.iloc[i : i + 1]))
+    got += composite_records(eng.flush())
+    assert sorted(r["ids"] for r in got) == sorted(expected)
+
+
+@pytest.mark.parametrize("backend", ["cpu", "reference", "aip"])
+@pytest.mark.parametrize("pattern", ["KL(B b), C c, NOT(D d)", "B b, C c, NOT(D d)"])
+def test_a_trailing_span_past_the_int64_range_holds_until_flush(backend, pattern):
+    # (ts(c), ts(b1) + 1 h] ends past 2262: saturated, no later event can settle it. The Engine
+    # added the delay in int64 and wrapped around, so it reported the match at once, and a D
+    # inside the span published next could not withdraw it (batch: no match)
+    top = np.iinfo(np.int64).max
+    ev = pd.DataFrame({"type": ["B", "C", "D"], "ts": np.array([top - 10, top - 5, top - 1])})
+    text = f"define R pattern SEQ({pattern}) within 1 h"
+    assert len(cep_gpu.detect(ev, text, backend=backend, time_unit="ns")) == 0
+    eng = cep_gpu.Engine(text, backend=backend, time_unit="ns")
+    assert len(eng.publish(ev.iloc[:2])) == 0
+    assert len(eng.publish(ev.iloc[2:])) == 0 and len(eng.flush()) == 0
+    eng = cep_gpu.Engine(text, backend=backend, time_unit="ns")
+    assert len(eng.publish(ev.iloc[:2])) == 0 and len(eng.flush()) == 1
+
+
 # ------------------------------------------------------------------------------------ output limit
 
 
@@ -279,6 +438,15 @@ def test_max_matches_argument_and_context(backend):
         cep_gpu.detect(ev, text, backend=backend)
 
 
+@pytest.mark.parametrize("backend", KLEENE_BACKENDS)
+def test_max_matches_past_the_float_range_is_a_match_limit_error(backend):
+    # 1100 elements: 2^1100 - 1 sets, past float64's range; the reference's exact count used to
+    # escape as a raw OverflowError while formatting the message, the others said "about inf"
+    ev = stream(("A", 0, {}), *[("B", 1 + i / 1000, {}) for i in range(1100)], ("C", 5, {}))
+    with pytest.raises(MatchLimitError, match=r"more than 1e\+308 matches"):
+        cep_gpu.detect(ev, "define Many pattern SEQ(A a, KL(B b), C c) within 60 s", backend=backend)
+
+
 def test_engine_limit_and_bad_limit():
     with pytest.raises(cep_gpu.errors.ArgumentError):
         with cep_gpu.kleene.limit(0):
@@ -286,6 +454,17 @@ def test_engine_limit_and_bad_limit():
     eng = cep_gpu.Engine("define R pattern SEQ(A a, KL(B b), C c) within 10 s", backend="cpu")
     with cep_gpu.kleene.limit(3), pytest.raises(MatchLimitError):
         eng.publish(_four_bs())
+
+
+def test_limit_takes_numpy_integers_and_refuses_the_rest():
+    # a NumPy integer (a count computed with NumPy) is an int; it was refused as "not an int"
+    text = "define R pattern SEQ(A a, KL(B b), C c) within 10 s"
+    assert len(cep_gpu.detect(_four_bs(), text, backend="cpu", max_matches=np.int64(15))) == 15
+    with pytest.raises(MatchLimitError, match="max_matches=14"):
+        cep_gpu.detect(_four_bs(), text, backend="cpu", max_matches=np.int32(14))
+    for bad in (0, -1, True, np.bool_(True), 1.5, np.float64(3.0), "5"):
+        with pytest.raises(cep_gpu.errors.ArgumentError, match="positive int"):
+            cep_gpu.detect(_four_bs(), text, backend="cpu", max_matches=bad)
 
 
 # ------------------------------------------------------------------------------------ backends
@@ -380,6 +559,57 @@ def test_streaming_engine_equals_reference(text, events, data):
         i += step
     got += composite_records(eng.flush())
     key = lambda r: (r["ts"], r["ids"])  # noqa: E731
+    assert sorted(got, key=key) == sorted(expected, key=key)
+
+
+@st.composite
+def kleene_rules_around(draw) -> str:
+    """What kleene_rules leaves out: up to two plain positions before the set, a NOT anywhere
+    (leading, trailing, or next to the set; a trailing NOT after a leading set spans to its first
+    element + W), b[i-1] and one-index conditions, b.ts against other positions, set aggregates
+    in arithmetic."""
+    plain = [f"{draw(st.sampled_from(['A', 'A', 'B']))} p{i}" for i in range(draw(st.integers(0, 2)))]
+    after = [f"{draw(st.sampled_from(['C', 'C', 'B']))} q{i}" for i in range(draw(st.integers(1, 2)))]
+    lo = draw(st.integers(1, 3))
+    hi = draw(st.one_of(st.none(), st.integers(lo, 4)))
+    bounds = draw(st.sampled_from(["", f"[{lo}..]" if hi is None else f"[{lo}..{hi}]"]))
+    items = [*plain, f"KL(B b){bounds}", *after]
+    at = {"before": len(plain), "after": len(plain) + 1, "lead": 0, "trail": len(items)}
+    where_not = draw(st.sampled_from(["none", "before", "after", "lead", "trail", "trail"]))
+    conds = []
+    if where_not != "none":
+        items.insert(at[where_not], "NOT(D x)")
+        if draw(st.booleans()):
+            conds.append(draw(st.sampled_from(["x.x = 1", "x.y > q0.y", "x.s = 'u'"])))
+    elements = ["b.x != 2", "b[i+1].x = 1", "b[i-1].y > 0", "b.ts - q0.ts > -3", "b.y < q0.y"]
+    pairs = ["b[i-1].x != b[i].x", "b[k].ts < b[k+1].ts", "b[i].x + q0.x > b[i+1].x"]
+    sets = ["min(b.y) = 0", "sum(b.y) / count(b) > 1", "max(b.x) - min(b.x) < 2"]
+    for options in (elements, pairs, sets):
+        if draw(st.booleans()):
+            conds.append(draw(st.sampled_from(options)))
+    where = f"where {' and '.join(conds)} " if conds else ""
+    window = draw(st.sampled_from([2, 3, 4, 6]))
+    select = draw(st.sampled_from(["", "select greedy"]))
+    ret = draw(st.sampled_from(["", "return n := count(b), m := min(b.y), s := sum(b.y) + q0.x"]))
+    return f"define K pattern SEQ({', '.join(items)}) {where}within {window} s {select} {ret}"
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))
+@given(kleene_rules_around(), KLEENE_STREAMS, st.data())
+def test_negations_anywhere_and_index_forms_equal_reference(text, events, data):
+    expected = _outcome(events, text, "reference", 2000)
+    backend = data.draw(st.sampled_from(["cpu", "aip", "gpu-host"]))
+    assert _outcome(events, text, backend, 2000) == expected
+    if expected == "over the limit":
+        return
+    eng = cep_gpu.Engine(text, backend=data.draw(st.sampled_from(["cpu", "reference", "aip"])))
+    got, i = [], 0
+    while i < len(events):
+        step = data.draw(st.integers(1, 4))
+        got += composite_records(eng.publish(events.iloc[i : i + step]))
+        i += step
+    got += composite_records(eng.flush())
+    key = lambda r: (r["ts"], r["ids"], r["id_counts"])  # noqa: E731
     assert sorted(got, key=key) == sorted(expected, key=key)
 
 

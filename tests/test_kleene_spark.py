@@ -8,6 +8,7 @@ import pytest
 from conftest_spark import rows, spark  # noqa: F401  (the shared session fixture)
 
 import cep_gpu
+import cep_gpu.kleene
 
 pytestmark = pytest.mark.spark
 
@@ -48,3 +49,16 @@ def test_detect_spark_equals_detect(spark, partition_by, backend):  # noqa: F811
     df = spark.createDataFrame(ev).repartition(3)
     got = detect_spark(df, RULES, partition_by=partition_by, backend=backend, num_slices=4).toPandas()
     assert sorted(rows(got, list(expected.columns))) == sorted(rows(expected))
+
+
+@pytest.mark.parametrize("partition_by", [None, "k"])
+def test_the_drivers_limit_reaches_the_tasks(spark, partition_by):  # noqa: F811
+    # `with cep_gpu.kleene.limit(N)` around detect_spark applies in the tasks, as around detect:
+    # the tasks ran under their own process's default limit (ten million), whatever the driver's
+    ev = pd.DataFrame({"type": ["A", "B", "B", "B", "B", "C"], "ts": [1.0, 2, 3, 4, 5, 6], "k": 0})
+    text = "define R pattern SEQ(A a, KL(B b), C c) where a.k = c.k and b.k = a.k within 10 s"
+    df = spark.createDataFrame(ev)
+    with cep_gpu.kleene.limit(3), pytest.raises(Exception, match="MatchLimitError"):
+        detect_spark(df, text, partition_by=partition_by, backend="cpu").collect()
+    with cep_gpu.kleene.limit(15):
+        assert detect_spark(df, text, partition_by=partition_by, backend="cpu").count() == 15
