@@ -200,3 +200,34 @@ def test_every_plan_equals_detect(spark, tmp_path, plan, time):  # noqa: F811
     got = rows(out.toPandas())
     assert len(got) == len(set(got)), "a composite event came out of two slices"
     assert got == want
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("plan", ["shuffle", "partitions", "parquet"])
+def test_times_at_the_ends_of_the_int64_range(spark, tmp_path, plan):  # noqa: F811
+    """Events at the largest and smallest int64 ns, with leading and trailing NOTs whose context
+    (``max + horizon``, ``min - lookback``) lies past the range. Was: a composite event at
+    2**63 - 1 ns was owned by no tile (``[lo, hi)`` with ``hi`` = int64 max): the Parquet plan
+    dropped it silently, the partitions plan failed its own layout check."""
+    from cep_gpu.spark_udfs import detect_spark
+
+    rules = "define S pattern SEQ(A a, B b, NOT(D d)) within 8 s\n\ndefine N pattern SEQ(NOT(D d), A a, B b) within 8 s"
+    top, n = 2**63 - 1, 40
+    rng = np.random.default_rng(1)
+    ts = np.sort(top - rng.integers(0, 30, n).astype(np.int64) * 10**9)
+    ts[-1], ts[0] = top, -(2**63) + 5
+    types = rng.choice(list("AABBD"), n).astype(object)
+    types[[-3, -1]] = ["A", "B"]  # composite events at the largest time
+    events = pd.DataFrame({"type": types, "ts": ts, "id": np.arange(n) * 3})
+    want = rows(cep_gpu.detect(events, rules, backend=BACKEND, time_unit="ns"))
+    assert any(r[1] == float(top) for r in want)  # (rows() gives numbers as floats)
+    if plan == "shuffle":
+        df, kw = spark.createDataFrame(events).repartition(3), {"num_slices": 5}
+    elif plan == "partitions":
+        df, kw = time_ordered_partitions(spark, events, 4), {}
+    else:
+        pq.write_table(pa.Table.from_pandas(events, preserve_index=False), tmp_path / "ev.parquet", row_group_size=5)
+        df, kw = spark.read.parquet(str(tmp_path)), {"num_slices": 4}
+    out = detect_spark(df, rules, backend=BACKEND, time_unit="ns", slicing=plan, **kw)
+    assert out.cep_plan.kind == plan
+    assert rows(out.toPandas()) == want
