@@ -169,16 +169,20 @@ def time_ordered_partitions(spark, events: pd.DataFrame, k: int):  # noqa: F811
 
     cuts = cuts_between(events["ts"].to_numpy(), k)
     data = events.astype(object).where(events.notna(), None)
-    if data["ts"].map(lambda v: isinstance(v, pd.Timestamp)).any():
-        data["ts"] = [t.to_pydatetime() for t in events["ts"]]
-    chunks = [list(data.iloc[c].itertuples(index=False, name=None)) for c in np.split(np.arange(len(events)), cuts)]
+    at = list(events.columns).index("ts")
+
+    def plain(row):  # Spark takes datetime.datetime, not pandas.Timestamp
+        return tuple(v.to_pydatetime() if i == at and isinstance(v, pd.Timestamp) else v for i, v in enumerate(row))
+
+    chunks = [[plain(r) for r in data.iloc[c].itertuples(index=False, name=None)]
+              for c in np.split(np.arange(len(events)), cuts)]
     rdd = spark.sparkContext.parallelize(range(k), k).flatMap(lambda i: chunks[i])
     return spark.createDataFrame(rdd, schema=spark.createDataFrame(events.iloc[:2]).schema)
 
 
 @pytest.mark.spark
 @pytest.mark.parametrize("plan, time", [
-    ("shuffle", "int"), ("shuffle", "datetime"), ("partitions", "ms"), ("partitions", "int"), ("parquet", "int"),
+    ("shuffle", "int"), ("shuffle", "datetime"), ("partitions", "ms"), ("partitions", "datetime"), ("parquet", "int"),
 ])
 def test_every_plan_equals_detect(spark, tmp_path, plan, time):  # noqa: F811
     from cep_gpu.spark_udfs import detect_spark
@@ -231,3 +235,28 @@ def test_times_at_the_ends_of_the_int64_range(spark, tmp_path, plan):  # noqa: F
     out = detect_spark(df, rules, backend=BACKEND, time_unit="ns", slicing=plan, **kw)
     assert out.cep_plan.kind == plan
     assert rows(out.toPandas()) == want
+
+
+@pytest.mark.spark
+def test_consuming_over_composite_events_keyed(spark):  # noqa: F811
+    """``consuming`` with a composite terminator (C1) and consuming a composite type (C2), over
+    an AND producer, ids not in time order: exact keyed, and in one slice."""
+    from cep_gpu.spark_udfs import detect_spark
+
+    rules = """
+define P(k: int, x: int) pattern AND(A a, B b) where a.k = b.k within 3 s return k := a.k, x := a.x
+
+define C1(k: int) from P(k=$k) and each A(k=$k) within 4 s from P where k=P.k consuming A
+
+define C2(k: int) from C(k=$k) and each P(k=$k) within 5 s from C and last B(k=$k) within 3 s from C
+where k=C.k consuming P, B
+"""
+    rng = np.random.default_rng(5)
+    n = 300
+    events = pd.DataFrame({"type": rng.choice(list("AABBC"), n).astype(object), "ts": np.sort(rng.integers(0, 100, n)),
+                           "id": rng.permutation(n) * 2, "k": rng.integers(0, 3, n)})
+    want = rows(cep_gpu.detect(events, rules, backend=BACKEND))
+    assert {r[0] for r in want} == {"P", "C1", "C2"}
+    df = spark.createDataFrame(events).repartition(3)
+    for kw in ({"partition_by": "k"}, {"num_slices": 1}):
+        assert rows(detect_spark(df, rules, backend=BACKEND, **kw).toPandas()) == want
