@@ -46,7 +46,7 @@ from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_type
 
 from .checks import check_arrow_rows
-from .partitioned import PartitionStats, owned_rows, tiles_of
+from .partitioned import PartitionStats, owned_rows, saturated, tiles_of
 from .schema import TimeSpec
 from .task import engine_nanos, run_group, task_fn, type_names
 
@@ -442,6 +442,7 @@ def _parquet_udf(batches, *, rules, backend, time_unit, schema, layout, time):
         table = read_engine_events(layout, groups, types, time)
         # own rows lie in [min, max], context row groups' rows outside it: keep their windows
         t = engine_nanos(table.column("ts"), *time)
-        table = table.filter(pa.array((t >= chunk.min_ns - chunk.lookback) & (t <= chunk.max_ns + chunk.horizon)))
+        lo, hi = saturated(chunk.min_ns - chunk.lookback), saturated(chunk.max_ns + chunk.horizon)
+        table = table.filter(pa.array((t >= lo) & (t <= hi)))
         out = run_group(table, rules, backend, time_unit, schema)
         yield from owned_rows(out, chunk.tile, time).to_batches()

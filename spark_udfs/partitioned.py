@@ -96,8 +96,23 @@ def layout_problem(stats: list[PartitionStats]) -> str | None:
     return None
 
 
+def saturated(ns: int) -> int:
+    """``ns`` (a Python int, e.g. ``max_ns + horizon``) clamped to the int64 range, as
+    ``cep_gpu.ranges.shifted_ts`` computes edges: an edge past the range keeps every time on its
+    side, and NumPy compares an int64 array with it exactly whatever its version."""
+    return min(max(ns, _I64_MIN), _I64_MAX)
+
+
+def in_tile(t: np.ndarray, tile: tuple[int, int]) -> np.ndarray:
+    """Whether engine times ``t`` (ns) lie in ``tile`` ``[lo, hi)``. The last tile ends at the
+    int64 maximum and includes it: an event at the largest time there is has an owner too."""
+    lo, hi = tile
+    return (t >= lo) & ((t < hi) | (hi == _I64_MAX))
+
+
 def tiles_of(order: list[PartitionStats]) -> dict[int, tuple[int, int]]:
-    """``pid -> [lo, hi)``: the partitions' ranges widened to meet half way, covering all of time."""
+    """``pid -> [lo, hi)``: the partitions' ranges widened to meet half way, covering all of time
+    (the last tile includes the int64 maximum: :func:`in_tile`)."""
     cuts = [_I64_MIN]
     for a, b in zip(order, order[1:]):
         cuts.append(a.max_ns + (b.min_ns - a.max_ns + 1) // 2)  # in (a.max, b.min]
@@ -152,8 +167,8 @@ def _context_filter(order: list[PartitionStats], lookback: int, horizon: int):
     next_min = [_I64_MAX] * n  # no later partition: never context backwards
     prev_max = [_I64_MIN] * n
     for a, b in zip(order, order[1:]):
-        next_min[a.pid] = max(b.min_ns - lookback, _I64_MIN)
-        prev_max[b.pid] = min(a.max_ns + horizon, _I64_MAX)
+        next_min[a.pid] = saturated(b.min_ns - lookback)
+        prev_max[b.pid] = saturated(a.max_ns + horizon)
     pid = F.col(PID) + 1
 
     def pick(values):
@@ -199,8 +214,8 @@ def partition_layout(
         return None, "the input's partitioning changed between two jobs (not deterministic)"
     ctx = ctx.drop_columns([PID])
     for s in order:
-        before = np.flatnonzero((t >= s.min_ns - lookback) & (t < s.min_ns))
-        after = np.flatnonzero((t > s.max_ns) & (t <= s.max_ns + horizon))
+        before = np.flatnonzero((t >= saturated(s.min_ns - lookback)) & (t < s.min_ns))
+        after = np.flatnonzero((t > s.max_ns) & (t <= saturated(s.max_ns + horizon)))
         parts = []
         for rows in (before, after):
             part = ctx.take(rows[np.argsort(t[rows], kind="stable")]).drop_columns([T_NS])
@@ -257,7 +272,7 @@ def _partition_udf(batches, *, rules, backend, time_unit, schema, context, tiles
         raise EventError("column 'ts' is null: every event needs a timestamp")
     lo, hi = tiles.get(pid, (0, 0))
     t = engine_nanos(own.column("ts"), *time)
-    if own.num_rows != counts.get(pid) or t.min() < lo or t.max() >= hi:
+    if own.num_rows != counts.get(pid) or not in_tile(t, (lo, hi)).all():
         raise RuntimeError(
             f"cep_gpu.detect_spark: input partition {pid} is not the one planned on the driver "
             f"({own.num_rows} rows, expected {counts.get(pid, 0)}): the input's partitioning is not "
@@ -272,6 +287,7 @@ def _partition_udf(batches, *, rules, backend, time_unit, schema, context, tiles
 
 
 def owned_rows(out: pa.Table, tile: tuple[int, int], time: tuple[str, str]) -> pa.Table:
-    """The composite events of ``out`` whose terminator's time (engine ns) lies in ``[lo, hi)``."""
+    """The composite events of ``out`` whose terminator's time (engine ns) lies in ``tile``
+    (:func:`in_tile`)."""
     ts = engine_nanos(out.column("ts"), *time)
-    return out.filter(pa.array((ts >= tile[0]) & (ts < tile[1])))
+    return out.filter(pa.array(in_tile(ts, tile)))

@@ -2,16 +2,18 @@
 
 State per key: the buffered events the engine may still need (an Arrow IPC blob), ``emitted`` (every
 composite event with a timestamp below it has been output) and ``tmax`` (the newest event time
-of the key). Each micro-batch runs the engine over buffer + new events and outputs the composite
-events that can no longer change: terminators before ``tmax - horizon`` (later events of the key
-can neither add a terminator there nor fall into a trailing negation's span). The event-time
-watermark then finishes the key: once it passes ``tmax + horizon`` the rest is output, and once
-it passes ``tmax + lookback`` the key's state is dropped. Events older than
-``emitted - lookback`` are expired from the buffer every batch.
+of the key). Each micro-batch runs the engine over buffer + new events and outputs the
+composite events that can no longer change: terminators before ``watermark - horizon``. Spark
+drops rows at or before the watermark as late, so every row still to come is after it and can
+change only composite events with terminators at ``row - horizon`` or later. Holding back only
+the key's newest events (``tmax - horizon``) would lose late rows within the watermark. A key
+without new data is woken by an event-time timeout when its next pending composite event becomes
+final; once the watermark passes ``tmax + lookback`` the key's state is dropped. Events older
+than ``emitted - lookback`` are expired from the buffer every batch.
 
-On input that arrives in timestamp order per key (late rows are those the watermark drops), the
-output is exactly the batch result; the sink and the state commit together with the checkpoint,
-so a query restarted from its checkpoint neither repeats nor loses a composite event.
+The output is exactly the batch result on the rows Spark keeps, in any arrival order within the
+watermark; the sink and the state commit together with the checkpoint, so a query restarted from
+its checkpoint neither repeats nor loses a composite event.
 """
 
 from __future__ import annotations
@@ -178,31 +180,31 @@ def _step(key, pdfs: Iterator[pd.DataFrame], state, *, job: SparkJob, event_cols
         buffer, emitted, tmax = event_schema.empty_table(), None, None
     wm_ns = max(state.getCurrentWatermarkMs(), 0) * 1_000_000
 
-    if state.hasTimedOut:
-        new_rows = 0
-    else:
+    if not state.hasTimedOut:
         parts = [_arrow_events(p[event_cols], event_schema) for p in pdfs if len(p)]
         if shedding is not None and parts:  # DARLING per key and micro-batch (docs/shedding.md)
             from cep_gpu.shedding.spark import shed_parts
 
             parts = [p for p in shed_parts(parts, buffer, shedding, unit) if p.num_rows]
-        new_rows = sum(p.num_rows for p in parts)
         if parts:
             buffer = pa.concat_tables([buffer, *parts])
             newest = int(_to_ns(np.concatenate([p.column("ts").to_numpy() for p in parts]), unit).max())
             tmax = newest if tmax is None else max(tmax, newest)
-            if emitted is None:
-                emitted = int(_to_ns(buffer.column("ts").to_numpy(), unit).min())
+            if emitted is None:  # below every event of the key: those here, and late ones to come
+                emitted = min(int(_to_ns(buffer.column("ts").to_numpy(), unit).min()), wm_ns + 1)
 
     if buffer.num_rows == 0 or tmax is None:
         if state.exists:
             state.remove()
         return
 
-    # final: terminators before tmax - horizon, or everything once the watermark is past tmax + horizon
-    finished = state.hasTimedOut and wm_ns > tmax + horizon
-    bound = tmax + 1 if finished else tmax - horizon
-    out = _final_events(buffer, job, unit, emitted, bound) if bound > emitted and (new_rows or finished) else None
+    # final: the terminators no event still to come can change. Later micro-batches bring only
+    # events after the watermark (Spark drops the others as late), and an event at X changes
+    # only composite events with terminators at X - horizon or later. Terminators up to the
+    # key's newest event alone would miss late events within the watermark: a late terminator
+    # before `emitted` would never be output, a late negated event not cancel its match.
+    bound = min(tmax + 1, wm_ns - horizon)
+    out = _final_events(buffer, job, unit, emitted, bound) if bound > emitted else None
     emitted = max(emitted, bound)
 
     # expire what no pending terminator can read: pending ones are the buffered ones at or after
@@ -215,8 +217,15 @@ def _step(key, pdfs: Iterator[pd.DataFrame], state, *, job: SparkJob, event_cols
         state.remove()
     else:
         state.update((to_ipc(buffer), int(emitted), int(tmax)))
+        # come back when the watermark makes the next pending terminator final (each pending
+        # composite event is at the time of a buffered event), or, with none left, when no
+        # event to come can read the buffer any more (then the state goes)
         wm_ms = max(state.getCurrentWatermarkMs(), 0)
-        due = tmax + (lookback if emitted > tmax else horizon) + 1
+        kept_ns = ts_ns[ts_ns >= floor]
+        if emitted <= tmax:
+            due = int(kept_ns[kept_ns >= emitted].min()) + horizon + 1
+        else:
+            due = tmax + lookback + 1
         state.setTimeoutTimestamp(max(due // 1_000_000 + 1, wm_ms + 1))
     if out is not None and out.num_rows:
         yield out.to_pandas()
