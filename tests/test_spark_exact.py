@@ -16,13 +16,13 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from cep_gpu.spark_udfs.plan import context_ns
 from conftest_spark import rows, spark  # noqa: F401  (the shared session fixture)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import event_streams, rule_hierarchies, seq_rules, tesla_rules
 
 import cep_gpu
-from cep_gpu.spark_udfs.plan import context_ns
 
 BACKEND = "reference"
 S = 10**9
