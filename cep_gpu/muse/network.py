@@ -79,6 +79,10 @@ class Network:
         """
         if not isinstance(spec, Mapping) or "nodes" not in spec or "rates" not in spec:
             raise MuseError("a network spec needs 'nodes' (node -> types) and 'rates' (type -> rate)")
+        unknown = [k for k in spec if k not in ("nodes", "rates", "links")]
+        if unknown:  # a typo ("link") would otherwise silently give another network
+            raise MuseError(f"unknown key(s) {', '.join(map(repr, unknown))} in the network spec "
+                            "(its keys: 'nodes', 'rates' and optionally 'links')")
         nodes = spec["nodes"]
         if not isinstance(nodes, Mapping):
             raise MuseError("'nodes' must map node names to lists of event types")
