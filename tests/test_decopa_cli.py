@@ -242,3 +242,39 @@ def test_decopa_run_prints_rows_and_reports_errors(tmp_path, capsys):
     other.write_text("type,ts,y\nA,0,1\n")
     rc, out, err = run_cli(capsys, "decopa", "run", path, other)
     assert rc == 1 and "rule 'Q' reads attribute 'x', which no event in the input has" in err
+
+
+# -- a value given twice, a sample without the rule's types ---------------------------------------
+
+
+@pytest.mark.parametrize("option, value, message", [
+    ("--rates", "a=1,a=2,b=5", "argument --rates: 'a' given twice (a=1, then a=2)"),
+    ("--selectivity", "a:b=0.1,a:b=0.5", "argument --selectivity: 'a:b' given twice (a:b=0.1, then a:b=0.5)"),
+    ("--selectivity", "a:b=0.1, b:a=0.5",
+     "argument --selectivity: selectivity of the pair ('a', 'b') given twice: ('a', 'b') = 0.1, then ('b', 'a') = 0.5"),
+])
+def test_a_value_given_twice_is_a_usage_error(tmp_path, capsys, option, value, message):
+    rules = tmp_path / "q.rules"
+    rules.write_text("define T pattern SEQ(GOOG a, MSFT b) where a.price < b.price within 10 s\n")
+    args = ["--rates", value] if option == "--rates" else ["--rates", "a=1,b=5", option, value]
+    # was: the last value silently won
+    rc, out, err = run_cli(capsys, "decompose", rules, *args, *UNITS)
+    assert rc == 2 and not out
+    assert err.strip().splitlines()[-1] == f"cep-gpu decompose: error: {message}"
+
+
+def test_stats_refuses_a_pair_given_in_both_orders():
+    with pytest.raises(ArgumentError, match=r"selectivity of the pair \('a', 'b'\) given twice"):
+        decopa.Stats(rates={"a": 1, "b": 1}, selectivity={("a", "b"): 0.1, ("b", "a"): 0.5})
+
+
+def test_decompose_on_a_sample_without_the_rules_types_warns(tmp_path, capsys):
+    rules = tmp_path / "q.rules"
+    rules.write_text("define T pattern SEQ(GOOG a, MSFT b) where a.price < b.price within 10 s\n")
+    sample = tmp_path / "other.csv"
+    sample.write_text("type,ts,price\nIBM,1,10\nGOOG,2,11\nIBM,3,12\n")
+    # was: no word, and a plan of rate 0 for MSFT (c* = inf when no type is there)
+    rc, out, err = run_cli(capsys, "decompose", rules, "--sample", sample, *UNITS)
+    assert rc == 0
+    assert (f"cep-gpu decompose: warning: rule 'T' reads type 'MSFT', which no event in {sample} has "
+            "(types: GOOG, IBM)") in err

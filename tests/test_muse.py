@@ -475,3 +475,15 @@ def test_amuse_is_optimal_for_two_type_queries(case):
     best = _two_type_optimum(net, q)
     for alg in ("amuse", "amuse*"):
         assert muse.place(q, net, alg).cost == pytest.approx(best), alg
+
+
+def test_a_spec_or_selectivity_that_names_one_thing_twice_is_refused():
+    """was: the last value silently won (node 1's type A was lost; σ of A, B was 0.5)."""
+    from cep_gpu.errors import ArgumentError
+
+    with pytest.raises(muse.MuseError, match="node '1' is given twice"):
+        muse.Network.from_dict({"nodes": {1: ["A"], "1": ["B"]}, "rates": {"A": 1, "B": 1}})
+    with pytest.raises(muse.MuseError, match="rate of type '1' is given twice"):
+        muse.Network.from_dict({"nodes": {"n": ["1"]}, "rates": {1: 1, "1": 2}})
+    with pytest.raises(ArgumentError, match=r"σ of the types \['A', 'B'\] is given twice"):
+        muse.Query.from_pattern("SEQ(A, B)", window=1, selectivity={("A", "B"): 0.1, ("B", "A"): 0.5})

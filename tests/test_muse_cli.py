@@ -300,3 +300,42 @@ def test_simulate_warns_of_query_types_absent_from_the_events(user_files, capsys
                            "--backend", "reference")
     assert rc == 0, err
     assert "cep-gpu muse simulate: warning: rule 'Q2' reads type 'C', which no event in" in err
+
+
+# -- a network file or a selectivity that says one thing twice, or a key with a typo ----------------
+
+
+@pytest.mark.parametrize("text, message", [
+    # was: JSON keeps the last "a", so node a's A was lost: "query Q1: no node produces type(s) A"
+    ('{"nodes": {"a": ["A", "B"], "a": ["B", "C"], "c": ["A", "C"]}, "rates": {"A": 1, "B": 2, "C": 1}}',
+     "key 'a' appears twice in one object (JSON would keep only the last)"),
+    ('{"nodes": {"a": ["A", "B"], "b": ["B", "C"]}, "rates": {"A": 1, "B": 2, "C": 1, "B": 3}}',
+     "key 'B' appears twice in one object (JSON would keep only the last)"),
+    # was: an unknown key (a typo of "links") was silently ignored: every pair of nodes linked
+    ('{"nodes": {"a": ["A", "B"], "b": ["B", "C"]}, "rates": {"A": 1, "B": 2, "C": 1}, "link": [["a", "b"]]}',
+     "unknown key(s) 'link' in the network spec (its keys: 'nodes', 'rates' and optionally 'links')"),
+])
+def test_network_file_faults_are_named(user_files, capsys, text, message):
+    d = user_files
+    (d / "bad.json").write_text(text)
+    rc, out, err = run_cli(capsys, "muse", "plan", d / "q.txt", d / "bad.json")
+    assert rc == 1 and not out
+    assert err.strip().splitlines() == [f"cep-gpu: error: {d / 'bad.json'}: {message}"]
+
+
+def test_network_from_dict_refuses_unknown_keys():
+    from cep_gpu import muse
+
+    with pytest.raises(muse.MuseError, match="unknown key"):
+        muse.Network.from_dict({**NET, "link": [["a", "b"]]})
+
+
+@pytest.mark.parametrize("values", [["A,B=0.1", "A,B=0.2"], ["Q1:A,B=0.1", "Q1:B,A=0.2"]])
+def test_a_selectivity_given_twice_is_a_usage_error(user_files, capsys, values):
+    d = user_files
+    # was: the last value silently won
+    rc, out, err = run_cli(capsys, "muse", "plan", d / "q.txt", d / "net.json", "--selectivity", *values)
+    assert rc == 2 and not out
+    assert err.strip().splitlines() == [
+        f"cep-gpu muse plan: error: argument --selectivity: {values[1]!r}: σ of these types given twice "
+        f"(first {values[0]!r})"]

@@ -171,3 +171,15 @@ def test_a_second_flush_gives_an_empty_frame_as_engine_does():
     first, again = eng.flush(), eng.flush()  # (the second was None)
     assert len(first) == 0 and len(again) == 0 and list(again.columns) == list(first.columns)
     assert HybridEngine(RULE).flush(output="arrow").num_rows == 0
+
+
+# -- --units above the engine's limit --------------------------------------------------------------
+
+
+def test_too_many_units_is_a_usage_error(files, capsys):
+    d, _ = files
+    # was: exit 1 and "cep-gpu: error: units must be at most 1024 ...", not naming the option
+    rc, out, err = cli(capsys, "parallel", "run", d / "rules.txt", d / "ticks.csv", "--units", "2000")
+    assert rc == 2 and not out
+    assert err.strip().splitlines()[-1] == (
+        "cep-gpu parallel run: error: argument --units: must be at most 1024 (one thread each), got 2000")

@@ -50,13 +50,17 @@ examples:
 
 
 def _pairs(text: str) -> dict[str, float]:
-    out = {}
+    out, given = {}, {}
     for part in filter(None, (p.strip() for p in text.split(","))):
         key, sep, value = part.partition("=")
         if not sep:
             raise argparse.ArgumentTypeError(f"expected NAME=NUMBER, got {part!r}")
+        key = key.strip()
+        if key in given:  # the last one would silently win
+            raise argparse.ArgumentTypeError(f"{key!r} given twice ({given[key]}, then {part})")
+        given[key] = part
         try:
-            out[key.strip()] = float(value)
+            out[key] = float(value)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{part!r}: {value!r} is not a number") from None
     return out
@@ -172,9 +176,14 @@ def cmd_decompose(args) -> int:
         units = Units(args.units, args.iota, args.kappa)
     rule = _load_rule(args)
     if args.sample:
-        from ..io import read_events
+        from ..cli import event_types, warn_absent_types
+        from ..events import frame_from_arrow
+        from ..io import read_table
 
-        events = read_events(args.sample)
+        table = read_table(args.sample)
+        # a type the sample lacks gets rate 0: a plan of no load (c* = inf) without a word
+        warn_absent_types(args.prog, [rule], event_types(table), args.sample)
+        events = frame_from_arrow(table)
         stats = Stats.from_sample(events, rule, time_unit=args.time_unit)
     else:
         if args.rates is None:

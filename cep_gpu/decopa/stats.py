@@ -32,9 +32,16 @@ class Stats:
         for alias, r in self.rates.items():
             if not is_finite_nonnegative(r):
                 raise ArgumentError(f"rate of {alias!r} must be a finite number >= 0, got {r!r}")
+        seen = {}
         for pair, s in self.selectivity.items():
             if not (isinstance(pair, tuple) and len(pair) == 2 and pair[0] != pair[1]):
                 raise ArgumentError(f"selectivity key {pair!r} must be a pair of two different aliases")
+            unordered = frozenset(pair)
+            if unordered in seen:  # pairs are unordered: (a, b) and (b, a) would silently overwrite
+                first = seen[unordered]
+                raise ArgumentError(f"selectivity of the pair {first!r} given twice: {first!r} = "
+                                    f"{self.selectivity[first]!r}, then {pair!r} = {s!r}")
+            seen[unordered] = pair
             if not isinstance(s, (int, float)) or isinstance(s, bool) or math.isnan(s) or not 0 < s <= 1:
                 raise ArgumentError(f"selectivity of {pair!r} must be in (0, 1], got {s!r}")
         # frozen: copy so that later edits of the caller's dicts cannot change a plan

@@ -152,15 +152,36 @@ def _load(args):
     if not npath.exists():
         raise FileNotFoundError(f"{args.network}: no such network file")
     from ..cli import read_text
+    from .errors import MuseError
 
     try:
-        spec = json.loads(read_text(npath, "network file"))
+        spec = json.loads(read_text(npath, "network file"), object_pairs_hook=_unique_keys)
     except json.JSONDecodeError as err:
-        from .errors import MuseError
-
         raise MuseError(f"{args.network}: not JSON ({err})") from None
+    except _DuplicateKey as err:
+        raise MuseError(f"{args.network}: key {err.args[0]!r} appears twice in one object "
+                        "(JSON would keep only the last)") from None
+    try:
+        network = Network.from_dict(spec)
+    except MuseError as err:  # name the file: the fault is in it
+        raise MuseError(f"{args.network}: {err}") from None
     text = read_text(qpath, "query file")  # (returned too: simulate warns of its types no event has)
-    return _queries(args, text), Network.from_dict(spec), text
+    return _queries(args, text), network, text
+
+
+class _DuplicateKey(Exception):
+    pass
+
+
+def _unique_keys(pairs: list) -> dict:
+    """A JSON object as a dict, refusing a key given twice: ``json`` keeps the last silently, so
+    a node written twice would lose the first one's types."""
+    out = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(key)
+        out[key] = value
+    return out
 
 
 def _queries(args, text: str):
@@ -199,6 +220,7 @@ def selectivity_arguments(values, queries) -> dict[str, dict[frozenset[str], flo
     (0, 1], an unknown query or types that no (or not that) query has are a :class:`UsageError`
     naming the value."""
     out: dict[str, dict[frozenset[str], float]] = {}
+    first: dict[tuple[str, frozenset[str]], str] = {}
     names = [q.name for q in queries]
     for text in values or ():
         key, sep, value = text.rpartition("=")
@@ -231,6 +253,10 @@ def selectivity_arguments(values, queries) -> dict[str, dict[frozenset[str], flo
                 have = "; ".join(f"{q.name}: {', '.join(q.order)}" for q in queries)
                 raise UsageError("--selectivity", f"{text!r}: no query has the type(s) {', '.join(types)} "
                                  f"(queries: {have})")
+        given = (qname, frozenset(types))
+        if given in first:  # the last value would silently win
+            raise UsageError("--selectivity", f"{text!r}: σ of these types given twice (first {first[given]!r})")
+        first[given] = text
         for q in targets:
             out.setdefault(q.name, {})[frozenset(types)] = sigma
     return out

@@ -79,6 +79,10 @@ class Network:
         """
         if not isinstance(spec, Mapping) or "nodes" not in spec or "rates" not in spec:
             raise MuseError("a network spec needs 'nodes' (node -> types) and 'rates' (type -> rate)")
+        unknown = [k for k in spec if k not in ("nodes", "rates", "links")]
+        if unknown:  # a typo ("link") would otherwise silently give another network
+            raise MuseError(f"unknown key(s) {', '.join(map(repr, unknown))} in the network spec "
+                            "(its keys: 'nodes', 'rates' and optionally 'links')")
         nodes = spec["nodes"]
         if not isinstance(nodes, Mapping):
             raise MuseError("'nodes' must map node names to lists of event types")
@@ -87,9 +91,16 @@ class Network:
             if isinstance(ts, (str, bytes)) or not isinstance(ts, Iterable):
                 raise MuseError(f"node {n!r}: its event types must be a list of names, got {ts!r}")
         produces = {str(n): frozenset(map(str, ts)) for n, ts in nodes.items()}
+        if len(produces) < len(nodes):  # 1 and "1" are one node: the last would silently win
+            twice = next(n for n in produces if sum(str(m) == n for m in nodes) > 1)
+            raise MuseError(f"node {twice!r} is given twice (as {[m for m in nodes if str(m) == twice]!r})")
         if not isinstance(spec["rates"], Mapping):
             raise MuseError(f"'rates' must map event types to rates, got {type(spec['rates']).__name__}")
         rates = {str(t): r for t, r in dict(spec["rates"]).items()}
+        if len(rates) < len(spec["rates"]):
+            twice = next(t for t in rates if sum(str(u) == t for u in spec["rates"]) > 1)
+            raise MuseError(f"rate of type {twice!r} is given twice "
+                            f"(as {[u for u in spec['rates'] if str(u) == twice]!r})")
         links = spec.get("links")
         if links is not None:
             links = frozenset(frozenset(map(str, pair)) for pair in links)

@@ -387,6 +387,9 @@ def _sel(selectivity: Mapping | None, types, query: str) -> dict[frozenset[str],
             )
         if not (isinstance(v, (int, float)) and 0 < v <= 1):
             raise MuseError(f"selectivity of {sorted(key)} must be in (0, 1], got {v!r}")
+        if key in out:  # ("A", "B") and ("B", "A") are one key: the last would silently win
+            raise ArgumentError(f"query {query}: σ of the types {sorted(key)} is given twice "
+                                f"({out[key]!r}, then {k!r}: {v!r})")
         out[key] = float(v)
     return out
 

@@ -33,7 +33,7 @@ def add_parallel_parser(subparsers) -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="detect with the hybrid engine; same rows as cep-gpu run")
     r.add_argument("rules", help="file of SEQ rules")
     r.add_argument("events", help="events (.csv/.parquet)")
-    r.add_argument("--units", type=at_least(1), default=2)
+    r.add_argument("--units", type=_units, default=2, help="execution units, one thread each (default 2)")
     r.add_argument("--allocation", default="cost-model", choices=["cost-model", "equal"])
     r.add_argument("--no-dynamic", action="store_true", help="static roles and agents")
     r.add_argument("--no-fusion", action="store_true", help="no agent fusion (Algorithm 2)")
@@ -49,6 +49,17 @@ def add_parallel_parser(subparsers) -> argparse.ArgumentParser:
     set_command(b, cmd_bench)
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
     return p
+
+
+def _units(text: str) -> int:
+    """``--units``: a whole number from 1 to the engine's MAX_UNITS, so that too many is a usage
+    error (exit 2) naming the option, not the engine's ArgumentError after reading the input."""
+    from .engine import MAX_UNITS  # (lazily: the engine's import is not needed to parse)
+
+    value = at_least(1)(text)
+    if value > MAX_UNITS:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_UNITS} (one thread each), got {value}")
+    return value
 
 
 def add_bench_arguments(b: argparse.ArgumentParser) -> None:
