@@ -100,9 +100,10 @@ def test_context_gives_the_utilities_of_the_whole_stream():
 
 
 def test_engine_gate_keeps_the_context_between_publishes():
-    """One event per publish sees the same earlier events as one batch: the same zero pattern."""
+    """Events published one at a time (the gate's fast path: no utility computed) are the
+    earlier arrivals of a later batch's support: the same zero pattern as one whole batch."""
     rng = np.random.default_rng(2)
-    n = 120
+    n, k = 120, 100
     ev = pd.DataFrame({"type": rng.choice(list("ABC"), n), "ts": np.arange(n) * 0.5,
                        "v": rng.normal(10, 4, n).round(1)})
     sh = Shedder(1.0, utility="support").fit(RULE, ev, costs=CostModel())
@@ -116,11 +117,16 @@ def test_engine_gate_keeps_the_context_between_publishes():
 
     sh.utility.compute = record
     eng = cep_gpu.Engine(RULE, backend="cpu", shedding=sh)
-    for i in range(n):
-        eng.publish(ev.iloc[i:i + 1])
-    one_by_one = np.concatenate(seen)
+    for rec in ev.iloc[:k].to_dict("records"):
+        eng.publish(rec)
+    assert seen == []  # one event behind an idle engine fits: no utility computed
+    eng.publish(ev.iloc[k:])
+    (batch,) = seen
     whole = compute(ev)
-    np.testing.assert_array_equal(one_by_one == 0, whole == 0)
+    np.testing.assert_array_equal(batch == 0, whole[k:] == 0)
+    assert (whole[k:] > 0).any()
+    s = eng.stats()["shedding"]
+    assert s["published"] == n and s["dropped"] == 0 and s["estimated_recall"] == 1.0
 
 
 def test_support_run_beats_random_and_keeps_the_bound():

@@ -1,8 +1,10 @@
 """``cep_gpu.Engine(rules, shedding=Shedder(...))``: the shedder in front of a live engine.
 
 The engine hands each ``publish`` to :meth:`ShedGate.publish` (the engine knows only that its
-``shedding`` object has a ``gate`` method: it imports nothing from this package). The gate treats
-the published events as a micro-batch that arrived together (:meth:`Shedder.shed_batch`: the kept
+``shedding`` object has a ``gate`` method: it imports nothing from this package). One event whose
+cost cannot reach the global constraint behind an idle engine goes straight to the engine (no
+utility, no DataFrame: Sec. 4.1's non-overload mode). Otherwise the gate treats the published
+events as a micro-batch that arrived together (:meth:`Shedder.shed_batch`: the kept
 rows' estimated processing time fits the latency bound, lowest utilities dropped first), gives
 rows without an ``id`` their position in the whole published stream (so ids are those of batch
 :func:`cep_gpu.detect` over every event, dropped ones included), publishes the kept rows and
@@ -64,10 +66,19 @@ class ShedGate:
         self.u_kept: dict[str, float] = {}
         self.latencies: deque = deque(maxlen=LATENCY_WINDOW)  # (seconds, composites) per publish
         self.recent: pd.DataFrame | None = None  # the support utility's context (all arrivals)
+        self.pending: list[dict] = []  # arrivals of the fast path, not yet in ``recent``
+        self.whole: dict[str, int] = {}  # events per type of batches kept whole without utilities
+        self._z_top: tuple[int, float] | None = None  # (id of the statistics, the costliest Z)
+
+    def __setstate__(self, state: dict) -> None:
+        # a checkpoint made before the fast path and the support context: they start empty
+        self.__dict__.update({"recent": None, "pending": [], "whole": {}, "_z_top": None} | state)
 
     def publish(self, engine, events, output: str):
         """Shed ``events`` (one batch arriving now), publish the kept rows through ``engine``."""
         t0 = time.perf_counter()
+        if _one_row(events) and self._fits_whole(1):
+            return self._publish_whole(engine, events, output, t0)
         frame = _frame(events)
         n = len(frame)
         if n or len(frame.columns):
@@ -78,7 +89,7 @@ class ShedGate:
         sh = self.shedder
         keep = u = None
         if n:
-            u = sh.utility.compute(frame, context=self.recent)
+            u = sh.utility.compute(frame, context=self._context())
             keep = sh.keep_mask(frame, time_unit=self.time_unit, utilities=u)
         self.inside = True
         try:
@@ -99,14 +110,66 @@ class ShedGate:
                     self.dropped_per_type[t] = self.dropped_per_type.get(t, 0) + int((m & ~keep).sum())
             self.published += n
             self.kept += int(keep.sum())
+        return self._measured(out, t0)
+
+    def _measured(self, out, t0: float):
+        """Count the composite events of one publish and its latency (Eq. 2)."""
         lat = time.perf_counter() - t0
         k = composite_count(out)
         self.composites += k
         if k:
             self.latencies.append((lat, k))
-            if lat > sh.latency_bound:
+            if lat > self.shedder.latency_bound:
                 self.violations += k
         return out
+
+    # -- the fast path: one event that cannot overload an idle engine -----------------------------
+
+    def _fits_whole(self, n: int) -> bool:
+        """Whether a batch of ``n`` events behind an idle engine is kept whole whatever its
+        events: even ``n`` of the costliest (the largest Z(T), every event a terminator reading
+        the whole batch) fit the global constraint β·L_max, so no local constraint is consulted
+        and no utility is needed (Sec. 4.1: "in non-overload mode ... utility values are not
+        calculated and events are simply appended")."""
+        sh = self.shedder
+        if sh.policy == "none":
+            return True
+        st = sh.stats
+        if self._z_top is None or self._z_top[0] != id(st):  # after a re-gathering: new costs
+            self._z_top = (id(st), max([*st.costs.values(), sh.z_mean, 0.0]))
+        return n * (self._z_top[1] + st.window_cost * n) <= sh.beta * sh.latency_bound
+
+    def _publish_whole(self, engine, event: Mapping, output: str, t0: float):
+        """Publish one event as it came (the engine's record path), with its position in the
+        published stream as its id when it has none."""
+        if "id" not in event:
+            event = {**event, "id": self.next_id}
+        self.inside = True
+        try:
+            out = engine.publish(event, output=output)
+        finally:
+            self.inside = False
+        self.next_id += 1
+        t = str(event.get("type"))
+        self.whole[t] = self.whole.get(t, 0) + 1
+        self.published += 1
+        self.kept += 1
+        if self.shedder.utility.kind == "support":
+            self.pending.append(dict(event))
+            if len(self.pending) >= 4096:  # fold now and then, so the list stays short
+                self._context()
+        return self._measured(out, t0)
+
+    # -- the support utility's context ----------------------------------------------------------
+
+    def _context(self) -> pd.DataFrame | None:
+        """The earlier arrivals the ``support`` utility counts (None for the other utilities)."""
+        if self.shedder.utility.kind != "support":
+            return None
+        if self.pending:
+            self.recent = self._recent(pd.DataFrame(self.pending))
+            self.pending = []
+        return self.recent
 
     def _recent(self, frame: pd.DataFrame) -> pd.DataFrame:
         """The arrivals within the rules' lookback of the newest one, this batch included: what
@@ -116,6 +179,24 @@ class ShedGate:
         both = frame if self.recent is None else pd.concat([self.recent, frame], ignore_index=True)
         ts = times_ns(both["ts"], UNIT_NS[self.time_unit])
         return both[ts >= ts.max() - self.shedder._lookback_ns].reset_index(drop=True)
+
+    def _whole_utilities(self) -> tuple[dict[str, float], dict[str, float]]:
+        """u_all and u_kept with the events of batches kept whole, each counted at its type's
+        mean utility over the statistics sample (their own utilities were never computed)."""
+        if not self.whole:
+            return self.u_all, self.u_kept
+        sh = self.shedder
+        sample = pd.concat([f for f in sh.stats.samples.values() if len(f)], ignore_index=True) \
+            if sh.stats.samples else pd.DataFrame({"type": [], "ts": []})
+        mean = {}
+        if len(sample):
+            u = sh.utility.compute(sample)
+            types = sample["type"].astype(str).to_numpy()
+            mean = {t: float(u[types == t].mean()) for t in np.unique(types)}
+        add = {t: c * mean.get(t, 1.0) for t, c in self.whole.items()}
+        u_all = {t: self.u_all.get(t, 0.0) + add.get(t, 0.0) for t in set(self.u_all) | set(add)}
+        u_kept = {t: self.u_kept.get(t, 0.0) + add.get(t, 0.0) for t in set(self.u_kept) | set(add)}
+        return u_all, u_kept
 
     def stats(self) -> dict:
         """Events published, kept and dropped (per type), composite events, the estimated recall,
@@ -132,12 +213,19 @@ class ShedGate:
             "dropped": self.published - self.kept,
             "dropped_per_type": dict(self.dropped_per_type),
             "composites": self.composites,
-            "estimated_recall": estimated_recall(self.shedder.rules, self.u_all, self.u_kept),
+            "estimated_recall": estimated_recall(self.shedder.rules, *self._whole_utilities()),
             "recall": None,
             "latency_s": _weighted_percentiles(lat, w),
             "violations": self.violations,
             "constraints": self.shedder.constraints(),
         }
+
+
+def _one_row(events) -> bool:
+    """A single event as a dict of scalars, with the columns the engine needs (anything else
+    takes the batch path, which words the errors)."""
+    return isinstance(events, Mapping) and "type" in events and "ts" in events and \
+        all(np.ndim(v) == 0 for v in events.values())
 
 
 def _frame(events) -> pd.DataFrame:
