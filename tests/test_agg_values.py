@@ -11,12 +11,11 @@ random streams of large integers.
 
 from __future__ import annotations
 
-import importlib.util
-
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
+from cep_gpu.kernels.host import HostRuntime
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_engine import _publish_as, _record_rows
@@ -24,19 +23,18 @@ from test_stream_fast import OUTPUTS, _dicts
 
 import cep_gpu
 from cep_gpu import Engine
-from cep_gpu.cdp import register_combiner
+from cep_gpu.errors import BackendUnavailableError
 
-HAVE_HOST_CXX = True
 try:  # the CUDA kernels built for the host (tests/test_gpu_host.py): needs a C++ compiler
-    from cep_gpu.kernels.host import HostRuntime, host_combiner
-
     HostRuntime()
-    register_combiner("gpu-host-agg", lambda: host_combiner())
-except Exception:  # noqa: BLE001 - no compiler here: the host build is left out
+    HAVE_HOST_CXX = True
+except BackendUnavailableError:  # no compiler here: the host builds are left out
     HAVE_HOST_CXX = False
 
-BACKENDS = ["reference", "cpu", "aip"] + (["gpu-host-agg"] if HAVE_HOST_CXX else [])
-HAVE_NUMBA = importlib.util.find_spec("numba") is not None
+#: every backend (serial and threaded host builds of the CUDA kernels where a compiler is found)
+BACKENDS = ["reference", "cpu", "aip", "auto"] + (
+    ["gpu-host", "gpu-host-threads"] if HAVE_HOST_CXX else []
+)
 
 TWO53 = 2**53
 TWO60 = 2**60
