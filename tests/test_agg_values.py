@@ -138,6 +138,31 @@ def test_empty_window_sum_and_count_are_zero_the_others_null():
         assert len(cep_gpu.detect(events, cond, backend=backend)) == 1, backend
 
 
+@pytest.mark.parametrize(("rule", "leading_c"), [(TESLA, False), (KLEENE, True)])
+@pytest.mark.parametrize(
+    ("vs", "expected"),
+    [
+        # inf + -inf is NaN: a null Sum and Avg (Min/Max keep the infinities)
+        ([np.inf, -np.inf], (None, 2.0, -np.inf, np.inf, None)),
+        # Avg is Sum / Count in float64: two 1e308 add up to inf, and so average to inf
+        ([1e308, 1e308], (np.inf, 2.0, 1e308, 1e308, np.inf)),
+        ([-np.inf, np.nan], (-np.inf, 2.0, -np.inf, -np.inf, -np.inf)),
+    ],
+)
+def test_float_aggregates_at_the_edges_of_float64(rule, leading_c, vs, expected):
+    types = (["C"] if leading_c else []) + ["A"] * len(vs) + ["B"]
+    events = pd.DataFrame(
+        {
+            "type": types,
+            "ts": np.arange(len(types), dtype=np.int64),
+            "v": ([0.0] if leading_c else []) + vs + [0.0],
+        }
+    )
+    for backend in BACKENDS:
+        assert _attrs(cep_gpu.detect(events, rule, backend=backend)) == [expected], backend
+    assert [r[3][-5:] for r in _stream(rule, events, (1,))] == [expected]
+
+
 def test_kleene_set_of_null_values():
     events = _events([None, None], leading_c=True)
     for backend in BACKENDS:
@@ -228,7 +253,9 @@ def _big_streams(draw) -> pd.DataFrame:
             "y": np.array(
                 draw(
                     st.lists(
-                        st.sampled_from([1e16, 1.0, -1e16, 0.5, np.nan]), min_size=n, max_size=n
+                        st.sampled_from([1e16, 1.0, -1e16, 0.5, np.nan, np.inf, -np.inf, 1e308]),
+                        min_size=n,
+                        max_size=n,
                     )
                 )
             ),
