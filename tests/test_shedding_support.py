@@ -73,8 +73,9 @@ def test_zero_support_means_in_no_match(seed, n):
     """An event whose support utility is 0 is in no composite event of ``detect``."""
     rule = "define Q pattern SEQ(A a, B b, C c) where a.v < b.v and b.v < c.v * 2 within 2 s"
     rng = np.random.default_rng(seed)
-    ev = pd.DataFrame({"type": rng.choice(list("ABCX"), n), "ts": np.sort(rng.uniform(0, 20, n)).round(2),
-                       "v": rng.normal(10, 4, n).round(1)})
+    # whole seconds against a 2 s window: ties, and predecessors exactly on the window's edge
+    ts = np.sort(rng.integers(0, 20, n)) if seed % 2 else np.sort(rng.uniform(0, 20, n)).round(2)
+    ev = pd.DataFrame({"type": rng.choice(list("ABCX"), n), "ts": ts, "v": rng.normal(10, 4, n).round(1)})
     u = _model(rule, ev).compute(ev)
     assert np.all((u >= 0) & (u <= 1))
     found = cep_gpu.detect(ev, rule, backend="reference")
@@ -168,3 +169,14 @@ def test_shed_batch_counts_the_context_as_earlier_arrivals():
     keep = sh.shed_batch(batch, context=ctx)
     assert 0 < keep.sum() < len(batch)
     assert keep[::4].all()  # the five B events that some A precedes
+
+
+def test_window_edges_in_integer_nanoseconds():
+    """An A exactly one window before its B (the inclusive edge) at nanosecond timestamps near
+    1.7e18, where float64 rounds by 256 ns: the B still has support (it is in a match)."""
+    rule = cep_gpu.parse_rule("define Q pattern SEQ(A a, B b) within 1 s")
+    t = 1_700_000_000_000_000_001 + 133
+    ev = pd.DataFrame({"type": ["A", "B"], "ts": np.array([t, t + 10**9], np.int64)})
+    assert len(cep_gpu.detect(ev, rule, time_unit="ns", backend="reference")) == 1
+    s = support(rule, chain_roles(rule), ev, ev["ts"].to_numpy(), ev["type"].to_numpy(), _eval)
+    assert s[chain_roles(rule)[1]][1] > 0

@@ -33,6 +33,7 @@ import numpy as np
 import pandas as pd
 
 from ..model import AggValue, Attr, Rule, Timestamp, inputs, static_conditions, walk
+from ..ranges import shifted_ts
 
 _PAIRS = 1 << 22  # (predecessor, event) pairs times age bins per vectorised chunk
 #: bins of a partial match's age (the time since its first event) over the chain's window
@@ -127,8 +128,8 @@ def _link(rule: Rule, p: int, r: int, frame: pd.DataFrame, ts_ns: np.ndarray, ca
     pos = {role: i for i, role in enumerate(roles)}
     if pred_p.window is not None and (pred_p.anchor is None or pos.get(pred_p.anchor, -1) > pos[p]):
         # the anchor comes at or after r, so x.ts >= anchor.ts - W implies x.ts >= e.ts - W
-        lo_t = np.maximum(t_e.astype(np.float64) - float(pred_p.window), float(np.iinfo(np.int64).min))
-        lo = np.minimum(np.searchsorted(t_c, lo_t.astype(np.int64), "left"), hi)
+        # in integer nanoseconds, saturated (float64 would round the edge by up to 256 ns)
+        lo = np.minimum(np.searchsorted(t_c, shifted_ts(t_e, -pred_p.window), "left"), hi)
     else:
         lo = np.zeros(len(rows), np.int64)
     conds = pair_conditions(rule, p, r)
@@ -141,7 +142,7 @@ def _link(rule: Rule, p: int, r: int, frame: pd.DataFrame, ts_ns: np.ndarray, ca
     counts = hi - lo
     out = np.zeros((len(rows), bins))
     width = span / bins if span > 0 else 0.0
-    b = np.arange(bins)
+    b = np.arange(bins + 1)  # the last slot: an age of exactly the span, folded into the last bin
     start = 0
     while start < len(rows):
         # a chunk of rows whose pairs fit in _PAIRS (at least one row)
@@ -165,7 +166,8 @@ def _link(rule: Rule, p: int, r: int, frame: pd.DataFrame, ts_ns: np.ndarray, ca
             shift = np.zeros(len(xi), np.int64) if width <= 0 else \
                 ((t_e[owner] - t_c[xi]) / width).astype(np.int64)
             src = b[None, :] - shift[:, None]
-            val = np.where(src >= 0, h_prev[xi[:, None], np.clip(src, 0, bins - 1)], 0.0)
+            val = np.where((src >= 0) & (src < bins), h_prev[xi[:, None], np.clip(src, 0, bins - 1)], 0.0)
+            val[:, bins - 1] += val[:, bins]  # the window's edge is inclusive
             for j in range(bins):
                 out[start:stop, j] += np.bincount(owner - start, weights=val[:, j], minlength=stop - start)
         start = stop
