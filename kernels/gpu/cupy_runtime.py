@@ -15,22 +15,38 @@ from .runtime import DeviceOutOfMemory, Module, launch_grid
 from .source import KERNELS, NVRTC_OPTIONS, compile_key, nvrtc_source
 
 
+def _broken_cupy(err: BaseException) -> BackendUnavailableError:
+    first = str(err).strip().splitlines()[0][:300] if str(err).strip() else ""
+    return BackendUnavailableError(
+        f"backend 'gpu': CuPy is installed but cannot be imported ({type(err).__name__}: {first}); "
+        "check that the cupy-cudaNNx package matches the installed CUDA, or use backend='cpu'"
+    )
+
+
 def import_cupy():
     """CuPy and a usable device, or BackendUnavailableError naming what is missing."""
+    # Only a missing top-level ``cupy`` means "not installed"; any other failure (CuPy's own
+    # ImportError or an OSError/RuntimeError from its CUDA libraries) means a broken install. The
+    # reason goes into the message and the chain is cut, so the user sees one error, not CuPy's
+    # import internals (and ``auto`` falls back to the CPU instead of crashing).
     try:
         import cupy  # type: ignore[import-not-found]
-    except ImportError as err:
+    except ModuleNotFoundError as err:
+        if err.name != "cupy":
+            raise _broken_cupy(err) from None
         raise BackendUnavailableError(
             "backend 'gpu' needs CuPy, which is not installed (pip install 'cep-gpu[gpu]', i.e. "
             "cupy-cuda12x); use backend='cpu' on machines without a GPU"
-        ) from err
+        ) from None
+    except Exception as err:
+        raise _broken_cupy(err) from None
     try:
         count = cupy.cuda.runtime.getDeviceCount()
     except Exception as err:  # CUDARuntimeError: no driver, or driver too old
         raise BackendUnavailableError(
             f"backend 'gpu': CuPy is installed but the CUDA driver is not usable ({err}); "
             "install an NVIDIA driver that supports CuPy's CUDA version, or use backend='cpu'"
-        ) from err
+        ) from None
     if count == 0:
         raise BackendUnavailableError("backend 'gpu': the CUDA driver found no GPU device; use backend='cpu'")
     return cupy
