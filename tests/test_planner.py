@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pandas as pd
@@ -625,3 +626,17 @@ def test_explain_plan_refuses_rates_that_are_not_finite_numbers():
         with pytest.raises(cep_gpu.ArgumentError, match="finite numbers >= 0"):
             pl.explain_plan(rule, rates)
     assert "expected 0.2 events per window" in pl.explain_plan(rule, {"A": 1.0, "B": 2.0, "C": 3.0})
+
+
+def test_estimates_stay_numbers_when_a_kleene_step_expects_unboundedly_many_sets():
+    # 1100 B in the window: 2^1100 - 1 sets is inf; the default profile's 'matches' coefficient
+    # is 0, and 0 * inf made both estimates NaN ("cpu nan us, gpu nan us" in explain).
+    from cep_gpu.planner import decide, default_profile
+
+    events = pd.DataFrame({"type": ["A"] + ["B"] * 1100 + ["C"], "ts": np.arange(1102.0)})
+    eng = cep_gpu.Engine("define R pattern SEQ(A a, KL(B b), C c) within 2000 s select each", backend="auto")
+    text = eng.explain(events)
+    assert not re.search(r"\bnan\b", text, re.IGNORECASE) and "cpu inf s, gpu inf s" in text
+    feats = {"launches": 1.0, "pairs": np.inf, "matches": np.inf, "outputs": np.inf}
+    device, cpu_s, gpu_s, _ = decide(default_profile(), feats, True)
+    assert device == "cpu" and cpu_s == gpu_s == np.inf

@@ -42,7 +42,11 @@ class Profile:
     def cost(self, device: str, features: Mapping[str, float]) -> float:
         """Estimated seconds for a batch with these feature counts on ``device``."""
         coef = self.cpu if device == "cpu" else self.gpu
-        return float(sum(coef.get(f, 0.0) * float(features.get(f, 0.0)) for f in FEATURES))
+        # A feature that costs nothing adds nothing, however large its count: an unbounded Kleene
+        # step can expect inf sets, and 0 * inf would make the whole estimate NaN.
+        return float(
+            sum(c * float(features.get(f, 0.0)) for f in FEATURES if (c := coef.get(f, 0.0)) != 0.0)
+        )
 
     def to_json(self) -> dict:
         return {
