@@ -7,6 +7,7 @@ import importlib.abc
 import sys
 import traceback
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -74,3 +75,56 @@ def test_gpu_backend_with_an_unusable_driver_is_one_clear_error(monkeypatch):
     with pytest.raises(BackendUnavailableError, match="driver is not usable.*insufficient") as info:
         get_backend("gpu")
     assert "no_driver" not in "".join(traceback.format_exception(info.value))
+
+
+# -- inputs that stress the host-built kernels: all equal to the reference ---------------------------
+
+_BIG = np.array(
+    [-(2**63) + 1, -(2**63) + 5, -(2**63) + 6, 2**63 - 3, 2**63 - 2, 2**63 - 1], np.int64
+)
+_RNG = np.random.default_rng(0)
+_MANY = pd.DataFrame({"type": _RNG.choice(list("ABC"), 200), "ts": np.arange(200.0)})
+_TIES = pd.DataFrame(
+    {"type": list("AAABBBC"), "ts": [1.0, 1, 1, 2, 2, 2, 3], "x": [1, 2, 3, 1, 2, 3, 0]}
+)
+_CASES = {
+    # output far beyond the first buffer of one row: overflow -> regrow -> relaunch, never truncated
+    "big-output": (_MANY, SEQ3.replace("10 s", "1000 s"), "s"),
+    "terminators-without-candidates": (
+        pd.DataFrame({"type": list("CCC"), "ts": [1.0, 2, 3]}),
+        SEQ3,
+        "s",
+    ),
+    "one-type-only": (pd.DataFrame({"type": ["A"] * 30, "ts": np.arange(30.0)}), SEQ3, "s"),
+    "empty": (
+        pd.DataFrame({"type": pd.Series([], dtype=object), "ts": pd.Series([], dtype=float)}),
+        SEQ3,
+        "s",
+    ),
+    "single-event": (pd.DataFrame({"type": ["C"], "ts": [1.0]}), SEQ3, "s"),
+    "int64-ends": (
+        pd.DataFrame({"type": list("ABCABC"), "ts": _BIG}),
+        "define R from C() as c and last B() as b within 9000000000 s from c and each A() within 1 s from b",
+        "ns",
+    ),
+    "ties-last": (
+        _TIES,
+        "define R from C() as c and last B() as b within 9 s from c and last A() within 9 s from b",
+        "s",
+    ),
+    "ties-first": (
+        _TIES,
+        "define R from C() as c and first B() as b within 9 s from c and first A() within 9 s from b",
+        "s",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_CASES))
+def test_host_kernels_equal_reference_on_edge_inputs(name):
+    from test_gpu_host import same
+
+    events, rule, unit = _CASES[name]
+    ref = cep_gpu.detect(events, rule, backend="reference", time_unit=unit)
+    same(cep_gpu.detect(events, rule, backend="gpu-host-tiny", time_unit=unit), ref)
+    same(cep_gpu.detect(events, rule, backend="gpu-host-threads", time_unit=unit), ref)
