@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pandas as pd
@@ -90,9 +91,18 @@ def test_missing_profile_is_a_clear_error(tmp_path):
         ("[1, 2]", "expected a JSON object"),
         ('{"format": "x", "cpu": {}, "gpu": {}}', "'format' must be"),
         ('{"format": "cep-gpu-profile/1", "gpu": {}}', "missing the 'cpu' object"),
-        ('{"format": "cep-gpu-profile/1", "cpu": {"pairs": -1}, "gpu": {}}', "cpu.pairs must be a finite number >= 0"),
-        ('{"format": "cep-gpu-profile/1", "cpu": {"pairs": "fast"}, "gpu": {}}', "cpu.pairs must be"),
-        ('{"format": "cep-gpu-profile/1", "cpu": {}, "gpu": {"warp": 1}}', "unknown gpu coefficient"),
+        (
+            '{"format": "cep-gpu-profile/1", "cpu": {"pairs": -1}, "gpu": {}}',
+            "cpu.pairs must be a finite number >= 0",
+        ),
+        (
+            '{"format": "cep-gpu-profile/1", "cpu": {"pairs": "fast"}, "gpu": {}}',
+            "cpu.pairs must be",
+        ),
+        (
+            '{"format": "cep-gpu-profile/1", "cpu": {}, "gpu": {"warp": 1}}',
+            "unknown gpu coefficient",
+        ),
     ],
 )
 def test_malformed_profile_names_the_fault(tmp_path, content, message):
@@ -147,8 +157,10 @@ def test_decision_flips_exactly_where_the_estimates_cross():
 
 def test_window_sweep_flips_once_at_the_crossing():
     """On seq3, a GPU with a fixed launch price wins from the window where the estimates meet."""
-    prof = profile({"terminators": 1e-7, "pairs": 1e-9, "matches": 1e-8, "outputs": 1e-8},
-                   {"launches": 5e-6, "pairs": 1e-12})
+    prof = profile(
+        {"terminators": 1e-7, "pairs": 1e-9, "matches": 1e-8, "outputs": 1e-8},
+        {"launches": 5e-6, "pairs": 1e-12},
+    )
     table = EventTable.from_pandas(wl.seq3_events(20_000, 1), time_unit="ms")
     decisions = []
     for w in (30, 100, 300, 1000, 3000):
@@ -172,11 +184,15 @@ def test_window_ranges_are_exact_per_terminator():
     work = pl.estimate_work(rule, table)
     ts = table.ts
     b_ts = ts[table.rows_of_type("B")]
-    expect_pairs_step1 = np.array([((b_ts >= t - 40_000_000) & (b_ts < t)).sum() for t in work.term_ts])
+    expect_pairs_step1 = np.array(
+        [((b_ts >= t - 40_000_000) & (b_ts < t)).sum() for t in work.term_ts]
+    )
     assert np.array_equal(work.term_rows, table.rows_of_type("C"))
     # step 1 starts from one partial per terminator: its pairs are the exact range sizes
     assert work.steps[0].events_per_window == pytest.approx(expect_pairs_step1.mean())
-    assert work.steps[0].selectivity == pytest.approx(1 / len(np.unique(table.columns["k"].values)), rel=0.2)
+    assert work.steps[0].selectivity == pytest.approx(
+        1 / len(np.unique(table.columns["k"].values)), rel=0.2
+    )
     assert work.per_terminator[:, pl.FEATURES.index("terminators")].sum() == len(work.term_rows)
 
 
@@ -187,7 +203,10 @@ def test_batches_respect_the_latency_bound(per_event):
     table = seq3_table(900)
     (rule,) = cep_gpu.parse_rules(wl.seq3_rule(60))
     work = pl.estimate_work(rule, table)
-    prof = profile({"launches": 1e-6, "terminators": 1e-6, "pairs": 1e-8, "events": per_event}, {"launches": 1.0})
+    prof = profile(
+        {"launches": 1e-6, "terminators": 1e-6, "pairs": 1e-8, "events": per_event},
+        {"launches": 1.0},
+    )
     bound = 2e-5
     batches = pl.plan_batches(work, prof, gpu_usable=False, max_batch_latency=bound)
     assert batches[0].first == 0 and batches[-1].stop == len(work.term_rows)
@@ -216,7 +235,9 @@ def test_each_batch_takes_the_cheaper_device_of_its_own_estimates():
     assert len(batches) > 1
     for d in batches:
         f = work.batch_features(d.first, d.stop)
-        assert d.cpu_s == pytest.approx(prof.cost("cpu", f)) and d.gpu_s == pytest.approx(prof.cost("gpu", f))
+        assert d.cpu_s == pytest.approx(prof.cost("cpu", f)) and d.gpu_s == pytest.approx(
+            prof.cost("gpu", f)
+        )
         assert d.device == ("gpu" if d.gpu_s < d.cpu_s else "cpu")
     assert {d.device for d in batches} == {"cpu", "gpu"}
 
@@ -237,14 +258,18 @@ def test_auto_dispatch_splits_batches_without_changing_results(latency, forced):
     elif forced == "gpu":
         prof = profile({"launches": 1.0}, {"pairs": 1e-9})
     else:  # gpu for batches with many pairs, cpu for small ones
-        prof = profile({"pairs": 1e-6, "terminators": 1e-6}, {"launches": 3e-5, "terminators": 1e-6})
+        prof = profile(
+            {"pairs": 1e-6, "terminators": 1e-6}, {"launches": 3e-5, "terminators": 1e-6}
+        )
     auto = pl.AutoBackend(profile=prof, max_batch_latency=latency, cpu=cpu, gpu=gpu)
     got = auto.match(rule, table, 0, len(table))
     assert rows_set(got) == rows_set(ref.match(rule, table, 0, len(table)))
     stats = auto.stats()
     n_term = len(table.rows_of_type("C"))
     assert stats["cpu"]["terminators"] + stats["gpu"]["terminators"] == n_term
-    assert stats["cpu"]["decisions"] == len(cpu.calls) and stats["gpu"]["decisions"] == len(gpu.calls)
+    assert stats["cpu"]["decisions"] == len(cpu.calls) and stats["gpu"]["decisions"] == len(
+        gpu.calls
+    )
     if forced == "cpu":
         assert not gpu.calls
     if forced == "gpu":
@@ -288,10 +313,14 @@ def test_consuming_rules_are_planned_as_one_batch():
     rule = cep_gpu.parse_rule(
         "define P from B(k=$k) and each A(k=$k) within 50 ms from B consuming A"
     )
-    table = EventTable.from_pandas(wl.seq3_events(400, 2).replace({"type": {"C": "B"}}), time_unit="ms")
+    table = EventTable.from_pandas(
+        wl.seq3_events(400, 2).replace({"type": {"C": "B"}}), time_unit="ms"
+    )
     ref = get_backend("reference")
     cpu, gpu = Counting(ref, "cpu"), Counting(ref, "gpu")
-    auto = pl.AutoBackend(profile=profile({"launches": 1.0}, {}), max_batch_latency=0.0, cpu=cpu, gpu=gpu)
+    auto = pl.AutoBackend(
+        profile=profile({"launches": 1.0}, {}), max_batch_latency=0.0, cpu=cpu, gpu=gpu
+    )
     got = auto.match(rule, table, 0, len(table))
     assert rows_set(got) == rows_set(ref.match(rule, table, 0, len(table)))
     assert len(gpu.calls) == 1 and not cpu.calls
@@ -303,12 +332,16 @@ def test_consuming_rules_are_planned_as_one_batch():
 def test_explain_shows_columns_windows_decision_and_estimates():
     (rule,) = cep_gpu.parse_rules(wl.seq3_rule(1000))
     table = EventTable.from_pandas(wl.seq3_events(6000, 1), time_unit="ms")
-    text = pl.explain_plan(rule, table, profile({"pairs": 1e-9}, {"launches": 1.0}), gpu_available=True)
+    text = pl.explain_plan(
+        rule, table, profile({"pairs": 1e-9}, {"launches": 1.0}), gpu_available=True
+    )
     assert "column 0: C  terminator" in text
     assert "each within 1 s from C" in text and "each within 1 s from B" in text
     assert "expected 3" in text  # about 333 events of each type per 1000 ms window
     assert "cpu " in text and "gpu " in text and "-> cpu" in text
-    rates = pl.explain_plan(rule, {"A": 100.0, "B": 100.0, "C": 100.0}, profile({"launches": 1.0}, {}), True)
+    rates = pl.explain_plan(
+        rule, {"A": 100.0, "B": 100.0, "C": 100.0}, profile({"launches": 1.0}, {}), True
+    )
     assert "expected 100.0 events per window" in rates and "-> gpu" in rates
     bare = pl.explain_plan(rule, None, None, False)
     assert "no events or rates given" in bare
@@ -324,7 +357,9 @@ def test_default_profile_is_measured_on_a_gpu_and_says_its_crossover():
     from cep_gpu.benchmarks.calibrate import crossover_window
 
     prof = pl.default_profile()
-    assert prof.meta["gpu_source"].startswith("measured") and prof.meta["cpu_source"].startswith("measured")
+    assert prof.meta["gpu_source"].startswith("measured") and prof.meta["cpu_source"].startswith(
+        "measured"
+    )
     assert prof.meta["machine"]["gpu"]
     for policy in ("each", "last"):
         assert crossover_window(prof, policy) == prof.meta["seq3_crossover_window_ms"][policy]
@@ -370,7 +405,9 @@ def test_auto_flips_to_the_gpu_exactly_where_the_estimates_cross(below):
     else:
         assert d.gpu_s == d.cpu_s and d.device == "cpu" and len(cpu.calls) == 1 and not gpu.calls
     # the same profile without a usable GPU: always the CPU
-    auto = pl.AutoBackend(profile=_cross_profile(rule, table, True), cpu=cpu, gpu=gpu, gpu_available=False)
+    auto = pl.AutoBackend(
+        profile=_cross_profile(rule, table, True), cpu=cpu, gpu=gpu, gpu_available=False
+    )
     cpu.calls.clear(), gpu.calls.clear()
     auto.match(rule, table, 0, len(table))
     assert not gpu.calls and len(cpu.calls) == 1
@@ -451,7 +488,9 @@ def test_backend_for_never_changes_the_shared_instance():
     assert shared.max_batch_latency is None
     assert pl.backend_for("auto") is shared
     mine = pl.backend_for("auto", 0.01)
-    assert mine is not shared and mine.max_batch_latency == 0.01 and shared.max_batch_latency is None
+    assert (
+        mine is not shared and mine.max_batch_latency == 0.01 and shared.max_batch_latency is None
+    )
     assert mine.profile is shared.profile  # nothing reloaded
     private = pl.backend_for("auto", None, private=True)
     assert private is not shared and private.max_batch_latency is None
@@ -460,7 +499,13 @@ def test_backend_for_never_changes_the_shared_instance():
     with pytest.raises(ValueError, match="max_batch_latency"):
         pl.backend_for("cpu", -1)
     with pytest.raises(ValueError, match="max_batch_latency"):
-        cep_gpu.detect(wl.seq3_events(30), wl.seq3_rule(10), backend="cpu", time_unit="ms", max_batch_latency="x")
+        cep_gpu.detect(
+            wl.seq3_events(30),
+            wl.seq3_rule(10),
+            backend="cpu",
+            time_unit="ms",
+            max_batch_latency="x",
+        )
 
 
 @pytest.fixture()
@@ -483,7 +528,12 @@ def _seq3_case():
     """Small seq3 events, the rule, the cpu backend's result and the number of terminators."""
     events = wl.seq3_events(600, seed=2)
     rule = wl.seq3_rule(60)
-    return events, rule, cep_gpu.detect(events, rule, backend="cpu", time_unit="ms"), int((events["type"] == "C").sum())
+    return (
+        events,
+        rule,
+        cep_gpu.detect(events, rule, backend="cpu", time_unit="ms"),
+        int((events["type"] == "C").sum()),
+    )
 
 
 def test_detect_passes_max_batch_latency_to_the_planner(fake_gpu):
@@ -506,8 +556,10 @@ def test_engine_defaults_to_per_event_planning_and_counts_its_own_decisions(fake
     events, rule, want, n_c = _seq3_case()
 
     per_event = cep_gpu.Engine(rule, backend="auto", time_unit="ms")
-    got = pd.concat([per_event.publish(events.iloc[:300]), per_event.publish(events.iloc[300:])],
-                    ignore_index=True)
+    got = pd.concat(
+        [per_event.publish(events.iloc[:300]), per_event.publish(events.iloc[300:])],
+        ignore_index=True,
+    )
     pd.testing.assert_frame_equal(got, want)
     assert len(gpu.calls) == n_c  # one launch per terminator, though frames were published
     st = per_event.stats()
@@ -541,16 +593,25 @@ def test_engine_auto_streams_like_cpu_batch_with_mixed_devices(monkeypatch):
     events = generate_museum(800, seed=5, n_rooms=2, paintings_per_room=2)
     # the GPU for terminators with more pairs than the median one
     table = EventTable.from_pandas(events)
-    per_term = np.concatenate([pl.estimate_work(r, table).per_terminator[:, pl.FEATURES.index("pairs")]
-                               for r in cep_gpu.parse_rules(MUSEUM_RULES)])
-    monkeypatch.setattr(shared, "profile", profile({"pairs": 1e-6}, {"launches": 1e-6 * np.median(per_term)}))
+    per_term = np.concatenate(
+        [
+            pl.estimate_work(r, table).per_terminator[:, pl.FEATURES.index("pairs")]
+            for r in cep_gpu.parse_rules(MUSEUM_RULES)
+        ]
+    )
+    monkeypatch.setattr(
+        shared, "profile", profile({"pairs": 1e-6}, {"launches": 1e-6 * np.median(per_term)})
+    )
     want = cep_gpu.detect(events, MUSEUM_RULES, backend="cpu")
     eng = cep_gpu.Engine(MUSEUM_RULES, backend="auto")
-    parts = [eng.publish(events.iloc[k:k + 37]) for k in range(0, len(events), 37)] + [eng.flush()]
+    parts = [eng.publish(events.iloc[k : k + 37]) for k in range(0, len(events), 37)] + [
+        eng.flush()
+    ]
     got = pd.concat(parts, ignore_index=True).sort_values(["ts", "rule"], kind="stable")
     assert len(want) > 5
     assert sorted(map(repr, got[["rule", "ts"]].itertuples(index=False))) == sorted(
-        map(repr, want[["rule", "ts"]].itertuples(index=False)))
+        map(repr, want[["rule", "ts"]].itertuples(index=False))
+    )
     assert sorted(tuple(x) for x in got["ids"]) == sorted(tuple(x) for x in want["ids"])
     st = eng.stats()["backend_stats"]
     assert st["cpu"]["decisions"] > 0 and st["gpu"]["decisions"] > 0
@@ -601,7 +662,9 @@ def test_auto_count_uses_the_devices_count_and_is_planned_like_match(latency, us
     assert want > 0
     cpu, gpu = CountingWithCount(ref, "cpu"), Counting(ref, "gpu")  # the "gpu" cannot count
     prof = profile({"pairs": 1e-6, "terminators": 1e-6}, {"launches": 3e-5, "terminators": 1e-6})
-    auto = pl.AutoBackend(profile=prof, max_batch_latency=latency, cpu=cpu, gpu=gpu, gpu_available=usable)
+    auto = pl.AutoBackend(
+        profile=prof, max_batch_latency=latency, cpu=cpu, gpu=gpu, gpu_available=usable
+    )
     assert auto.count(rule, table) == want
     assert not cpu.calls  # the cpu counted without matching
     if not usable:
@@ -625,3 +688,19 @@ def test_explain_plan_refuses_rates_that_are_not_finite_numbers():
         with pytest.raises(cep_gpu.ArgumentError, match="finite numbers >= 0"):
             pl.explain_plan(rule, rates)
     assert "expected 0.2 events per window" in pl.explain_plan(rule, {"A": 1.0, "B": 2.0, "C": 3.0})
+
+
+def test_estimates_stay_numbers_when_a_kleene_step_expects_unboundedly_many_sets():
+    # 1100 B in the window: 2^1100 - 1 sets is inf; the default profile's 'matches' coefficient
+    # is 0, and 0 * inf made both estimates NaN ("cpu nan us, gpu nan us" in explain).
+    from cep_gpu.planner import decide, default_profile
+
+    events = pd.DataFrame({"type": ["A"] + ["B"] * 1100 + ["C"], "ts": np.arange(1102.0)})
+    eng = cep_gpu.Engine(
+        "define R pattern SEQ(A a, KL(B b), C c) within 2000 s select each", backend="auto"
+    )
+    text = eng.explain(events)
+    assert not re.search(r"\bnan\b", text, re.IGNORECASE) and "cpu inf s, gpu inf s" in text
+    feats = {"launches": 1.0, "pairs": np.inf, "matches": np.inf, "outputs": np.inf}
+    device, cpu_s, gpu_s, _ = decide(default_profile(), feats, True)
+    assert device == "cpu" and cpu_s == gpu_s == np.inf

@@ -16,18 +16,14 @@ from ..errors import CepError, is_finite_nonnegative
 FEATURES = ("launches", "terminators", "events", "pairs", "matches", "outputs")
 
 
-
 PROFILE_FORMAT = "cep-gpu-profile/1"
-
 
 
 DEVICES = ("cpu", "gpu")
 
 
-
 class ProfileError(CepError, ValueError):
     """A planner profile that cannot be used (missing file, bad JSON, missing or bad constant)."""
-
 
 
 @dataclass(frozen=True)
@@ -42,7 +38,11 @@ class Profile:
     def cost(self, device: str, features: Mapping[str, float]) -> float:
         """Estimated seconds for a batch with these feature counts on ``device``."""
         coef = self.cpu if device == "cpu" else self.gpu
-        return float(sum(coef.get(f, 0.0) * float(features.get(f, 0.0)) for f in FEATURES))
+        # A feature that costs nothing adds nothing, however large its count: an unbounded Kleene
+        # step can expect inf sets, and 0 * inf would make the whole estimate NaN.
+        return float(
+            sum(c * float(features.get(f, 0.0)) for f in FEATURES if (c := coef.get(f, 0.0)) != 0.0)
+        )
 
     def to_json(self) -> dict:
         return {
@@ -56,15 +56,21 @@ class Profile:
     def from_json(cls, data: object, source: str = "<memory>") -> Profile:
         """Validate and build a profile; raises :class:`ProfileError` naming the fault."""
         if not isinstance(data, dict):
-            raise ProfileError(f"profile {source}: expected a JSON object, got {type(data).__name__}")
+            raise ProfileError(
+                f"profile {source}: expected a JSON object, got {type(data).__name__}"
+            )
         fmt = data.get("format")
         if fmt != PROFILE_FORMAT:
-            raise ProfileError(f"profile {source}: 'format' must be {PROFILE_FORMAT!r}, got {fmt!r}")
+            raise ProfileError(
+                f"profile {source}: 'format' must be {PROFILE_FORMAT!r}, got {fmt!r}"
+            )
         coefs = {}
         for dev in DEVICES:
             block = data.get(dev)
             if not isinstance(block, dict):
-                raise ProfileError(f"profile {source}: missing the {dev!r} object of cost coefficients")
+                raise ProfileError(
+                    f"profile {source}: missing the {dev!r} object of cost coefficients"
+                )
             unknown = sorted(set(block) - set(FEATURES))
             if unknown:
                 raise ProfileError(
@@ -88,7 +94,6 @@ class Profile:
         return path
 
 
-
 def user_cache_dir() -> Path:
     """The per-user cache directory of cep-gpu (``platformdirs`` when installed)."""
     try:
@@ -100,11 +105,9 @@ def user_cache_dir() -> Path:
         return Path(base) / "cep-gpu"
 
 
-
 def user_profile_path() -> Path:
     """Where ``cep-gpu calibrate`` writes its profile by default."""
     return user_cache_dir() / "profile.json"
-
 
 
 def default_profile() -> Profile:
@@ -113,25 +116,34 @@ def default_profile() -> Profile:
     return Profile.from_json(json.loads(text), "cep_gpu/profiles/default.json")
 
 
-
 def read_profile(path: str | os.PathLike) -> Profile:
     """Read a profile file; :class:`ProfileError` if it is missing or malformed."""
     p = Path(path)
     if p.is_dir():
         raise ProfileError(f"profile {p}: a folder, not a profile file")
     if not p.is_file():
-        raise ProfileError(f"profile {p}: no such file (run `cep-gpu calibrate --out {p}` to write one)")
+        raise ProfileError(
+            f"profile {p}: no such file (run `cep-gpu calibrate --out {p}` to write one)"
+        )
     try:
         data = json.loads(p.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-        raise ProfileError(f"profile {p}: not valid JSON ({type(exc).__name__}: {str(exc)[:120]})") from None
+        raise ProfileError(
+            f"profile {p}: not valid JSON ({type(exc).__name__}: {str(exc)[:120]})"
+        ) from None
     try:
         return Profile.from_json(data, str(p))
     except ProfileError:
         raise
-    except (TypeError, ValueError, OverflowError, RecursionError) as exc:  # (a 400-digit coefficient)
-        raise ProfileError(f"profile {p}: malformed ({type(exc).__name__}: {str(exc)[:120]})") from None
-
+    except (
+        TypeError,
+        ValueError,
+        OverflowError,
+        RecursionError,
+    ) as exc:  # (a 400-digit coefficient)
+        raise ProfileError(
+            f"profile {p}: malformed ({type(exc).__name__}: {str(exc)[:120]})"
+        ) from None
 
 
 def load_profile(path: str | os.PathLike | Profile | None = None) -> Profile:
@@ -151,4 +163,3 @@ def load_profile(path: str | os.PathLike | Profile | None = None) -> Profile:
         except ProfileError as exc:
             warnings.warn(f"{exc}; using the default profile instead", stacklevel=2)
     return default_profile()
-

@@ -15,26 +15,43 @@ from .runtime import DeviceOutOfMemory, Module, launch_grid
 from .source import KERNELS, NVRTC_OPTIONS, compile_key, nvrtc_source
 
 
+def _broken_cupy(err: BaseException) -> BackendUnavailableError:
+    first = str(err).strip().splitlines()[0][:300] if str(err).strip() else ""
+    return BackendUnavailableError(
+        f"backend 'gpu': CuPy is installed but cannot be imported ({type(err).__name__}: {first}); "
+        "check that the cupy-cudaNNx package matches the installed CUDA, or use backend='cpu'"
+    )
+
+
 def import_cupy():
     """CuPy and a usable device, or BackendUnavailableError naming what is missing."""
+    # Only a missing top-level ``cupy`` means "not installed"; any other failure (CuPy's own
+    # ImportError or an OSError/RuntimeError from its CUDA libraries) means a broken install. The
+    # reason goes into the message and the chain is cut, so the user sees one error, not CuPy's
+    # import internals (and ``auto`` falls back to the CPU instead of crashing).
     try:
         import cupy  # type: ignore[import-not-found]
-    except ImportError as err:
+    except ModuleNotFoundError as err:
+        if err.name != "cupy":
+            raise _broken_cupy(err) from None
         raise BackendUnavailableError(
             "backend 'gpu' needs CuPy, which is not installed (pip install 'cep-gpu[gpu]', i.e. "
             "cupy-cuda12x); use backend='cpu' on machines without a GPU"
-        ) from err
+        ) from None
+    except Exception as err:
+        raise _broken_cupy(err) from None
     try:
         count = cupy.cuda.runtime.getDeviceCount()
     except Exception as err:  # CUDARuntimeError: no driver, or driver too old
         raise BackendUnavailableError(
             f"backend 'gpu': CuPy is installed but the CUDA driver is not usable ({err}); "
             "install an NVIDIA driver that supports CuPy's CUDA version, or use backend='cpu'"
-        ) from err
+        ) from None
     if count == 0:
-        raise BackendUnavailableError("backend 'gpu': the CUDA driver found no GPU device; use backend='cpu'")
+        raise BackendUnavailableError(
+            "backend 'gpu': the CUDA driver found no GPU device; use backend='cpu'"
+        )
     return cupy
-
 
 
 class CupyModule:
@@ -57,7 +74,6 @@ class CupyModule:
             self._funcs[name]((grid,), (self._block,), conv)
 
 
-
 def _version(fn: Callable[[], object]) -> str:
     """``str(fn())``, or "unknown" where this CuPy build cannot say (the key is then coarser)."""
     try:
@@ -66,16 +82,13 @@ def _version(fn: Callable[[], object]) -> str:
         return "unknown"
 
 
-
 #: Threads per block and the most blocks of a device launch (gridDim.x may reach 2^31 - 1; more
 #: blocks than a few waves of the largest GPU would only add scheduling, as the loops are
 #: grid-stride).
 DEVICE_BLOCK = 256
 
 
-
 DEVICE_MAX_BLOCKS = 65535
-
 
 
 class CupyRuntime:
@@ -128,7 +141,8 @@ class CupyRuntime:
                 with self.device:
                     raw = self.cupy.RawModule(code=source, options=NVRTC_OPTIONS, backend="nvrtc")
                     mod = self._modules[key] = CupyModule(
-                        self.cupy, raw, DEVICE_BLOCK, DEVICE_MAX_BLOCKS, self.device, self.stream)
+                        self.cupy, raw, DEVICE_BLOCK, DEVICE_MAX_BLOCKS, self.device, self.stream
+                    )
             self._by_rule[rule.key] = mod
         return mod
 
@@ -157,10 +171,14 @@ class CupyRuntime:
         return pinned
 
     def empty(self, n: int, dtype: Any) -> Any:
-        return self._guard(lambda: self.cupy.empty(int(n), dtype), int(n) * np.dtype(dtype).itemsize)
+        return self._guard(
+            lambda: self.cupy.empty(int(n), dtype), int(n) * np.dtype(dtype).itemsize
+        )
 
     def full(self, n: int, value: int, dtype: Any) -> Any:
-        return self._guard(lambda: self.cupy.full(int(n), value, dtype), int(n) * np.dtype(dtype).itemsize)
+        return self._guard(
+            lambda: self.cupy.full(int(n), value, dtype), int(n) * np.dtype(dtype).itemsize
+        )
 
     def to_host(self, buf: Any, n: int | None = None) -> np.ndarray:
         view = buf if n is None else buf[: int(n)]
@@ -185,7 +203,9 @@ class CupyRuntime:
     def copy_in(self, buf: Any, offset: int, host: np.ndarray) -> None:
         pinned = self._pinned(np.ascontiguousarray(host))
         with self.device:
-            buf[int(offset): int(offset) + len(pinned)].set(pinned, stream=self.stream)  # asynchronous
+            buf[int(offset) : int(offset) + len(pinned)].set(
+                pinned, stream=self.stream
+            )  # asynchronous
         self._inflight += (pinned, buf)
 
     def copy_within(self, dst: Any, dst_offset: int, src: Any, src_offset: int, n: int) -> None:
@@ -194,8 +214,11 @@ class CupyRuntime:
         size = dst.dtype.itemsize
         with self.device:
             self.cupy.cuda.runtime.memcpyAsync(
-                int(dst.data.ptr) + int(dst_offset) * size, int(src.data.ptr) + int(src_offset) * size,
-                int(n) * size, self.cupy.cuda.runtime.memcpyDeviceToDevice, self.stream.ptr,
+                int(dst.data.ptr) + int(dst_offset) * size,
+                int(src.data.ptr) + int(src_offset) * size,
+                int(n) * size,
+                self.cupy.cuda.runtime.memcpyDeviceToDevice,
+                self.stream.ptr,
             )
         # the caller may drop ``src`` at once (a column moved into a new buffer): keep both ends
         # alive until the stream has run the copy. CuPy's own pool would only hand the memory to
@@ -204,7 +227,7 @@ class CupyRuntime:
         self._inflight += (src, dst)
 
     def view(self, buf: Any, start: int, stop: int) -> Any:
-        return buf[int(start): int(stop)]
+        return buf[int(start) : int(stop)]
 
     def pointer(self, buf: Any) -> int:
         return int(buf.data.ptr)
@@ -222,7 +245,6 @@ class CupyRuntime:
         return int(self._pool.used_bytes())
 
 
-
 def gpu_available() -> tuple[bool, str]:
     """Whether ``backend="gpu"`` can run here, and if not, why (for skip messages)."""
     try:
@@ -232,15 +254,12 @@ def gpu_available() -> tuple[bool, str]:
     return True, "a CUDA device is available"
 
 
-
 def gpu_combiner(device: int | None = None) -> GpuCombiner:
     """A combiner over CuPy on ``device`` (default: the current one); BackendUnavailableError
     when no GPU is usable."""
     return GpuCombiner(CupyRuntime(device), "gpu")
 
 
-
 def current_device() -> int:
     """The ordinal of CuPy's current CUDA device (what ``use_task_gpu`` selected in a Spark task)."""
     return int(import_cupy().cuda.runtime.getDevice())
-
