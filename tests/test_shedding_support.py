@@ -11,7 +11,6 @@ from hypothesis import strategies as st
 import cep_gpu
 from cep_gpu.shedding import CostModel, Shedder, SheddingEngine, bench
 from cep_gpu.shedding.support import AGE_BINS, chain_roles, support
-from cep_gpu.shedding.utility import _eval
 
 RULE = "define Q pattern SEQ(A a, B b, C c) where a.v < b.v within 10 s"
 
@@ -37,7 +36,7 @@ def test_support_hand_worked():
     rule = cep_gpu.parse_rule(RULE)
     ev = _frame([("A", 0, 1.0), ("A", 1, 5.0), ("B", 2, 3.0), ("B", 3, 0.0), ("C", 4, 0.0)])
     ts = (ev["ts"].to_numpy() * 1e9).astype(np.int64)
-    s = support(rule, chain_roles(rule), ev, ts, ev["type"].to_numpy(), _eval)
+    s = support(rule, chain_roles(rule), ev, ts, ev["type"].to_numpy())
     a, b, c = chain_roles(rule)
     left = lambda age_bin: (AGE_BINS - age_bin - 0.5) / AGE_BINS  # noqa: E731
     # a partial match of one A, two roles still to come
@@ -56,7 +55,7 @@ def test_support_window_and_order():
     # the A is 10.5 s before the B (outside the window); the second B shares the A's timestamp
     ev = _frame([("A", 0, 1.0), ("B", 0, 9.0), ("B", 10.5, 9.0), ("C", 11, 0.0)])
     ts = (ev["ts"].to_numpy() * 1e9).astype(np.int64)
-    s = support(rule, chain_roles(rule), ev, ts, ev["type"].to_numpy(), _eval)
+    s = support(rule, chain_roles(rule), ev, ts, ev["type"].to_numpy())
     _, b, c = chain_roles(rule)
     assert s[b][1] == 0.0  # not strictly after the A (SEQ)
     assert s[b][2] == 0.0  # too far after it
@@ -178,5 +177,5 @@ def test_window_edges_in_integer_nanoseconds():
     t = 1_700_000_000_000_000_001 + 133
     ev = pd.DataFrame({"type": ["A", "B"], "ts": np.array([t, t + 10**9], np.int64)})
     assert len(cep_gpu.detect(ev, rule, time_unit="ns", backend="reference")) == 1
-    s = support(rule, chain_roles(rule), ev, ev["ts"].to_numpy(), ev["type"].to_numpy(), _eval)
+    s = support(rule, chain_roles(rule), ev, ev["ts"].to_numpy(), ev["type"].to_numpy())
     assert s[chain_roles(rule)[1]][1] > 0

@@ -68,11 +68,11 @@ class ShedGate:
         self.recent: pd.DataFrame | None = None  # the support utility's context (all arrivals)
         self.pending: list[dict] = []  # arrivals of the fast path, not yet in ``recent``
         self.whole: dict[str, int] = {}  # events per type of batches kept whole without utilities
-        self._z_top: tuple[int, float] | None = None  # (id of the statistics, the costliest Z)
+        self._mean_u: tuple | None = None  # (the utility model, its mean utility per type)
 
     def __setstate__(self, state: dict) -> None:
         # a checkpoint made before the fast path and the support context: they start empty
-        self.__dict__.update({"recent": None, "pending": [], "whole": {}, "_z_top": None} | state)
+        self.__dict__.update({"recent": None, "pending": [], "whole": {}, "_mean_u": None} | state)
 
     def publish(self, engine, events, output: str):
         """Shed ``events`` (one batch arriving now), publish the kept rows through ``engine``."""
@@ -135,9 +135,8 @@ class ShedGate:
         if sh.policy == "none":
             return True
         st = sh.stats
-        if self._z_top is None or self._z_top[0] != id(st):  # after a re-gathering: new costs
-            self._z_top = (id(st), max([*st.costs.values(), sh.z_mean, 0.0]))
-        return n * (self._z_top[1] + st.window_cost * n) <= sh.beta * sh.latency_bound
+        z_top = max([*st.costs.values(), sh.z_mean, 0.0])
+        return n * (z_top + st.window_cost * n) <= sh.beta * sh.latency_bound
 
     def _publish_whole(self, engine, event: Mapping, output: str, t0: float):
         """Publish one event as it came (the engine's record path), with its position in the
@@ -185,14 +184,17 @@ class ShedGate:
         mean utility over the statistics sample (their own utilities were never computed)."""
         if not self.whole:
             return self.u_all, self.u_kept
-        sh = self.shedder
-        sample = pd.concat([f for f in sh.stats.samples.values() if len(f)], ignore_index=True) \
-            if sh.stats.samples else pd.DataFrame({"type": [], "ts": []})
-        mean = {}
-        if len(sample):
-            u = sh.utility.compute(sample)
-            types = sample["type"].astype(str).to_numpy()
-            mean = {t: float(u[types == t].mean()) for t in np.unique(types)}
+        model = self.shedder.utility
+        if self._mean_u is None or self._mean_u[0] is not model:  # once per fit of the shedder
+            frames = [f for f in self.shedder.stats.samples.values() if len(f)]
+            mean = {}
+            if frames:
+                sample = pd.concat(frames, ignore_index=True)
+                u = model.compute(sample)
+                types = sample["type"].astype(str).to_numpy()
+                mean = {t: float(u[types == t].mean()) for t in np.unique(types)}
+            self._mean_u = (model, mean)
+        mean = self._mean_u[1]
         add = {t: c * mean.get(t, 1.0) for t, c in self.whole.items()}
         u_all = {t: self.u_all.get(t, 0.0) + add.get(t, 0.0) for t in set(self.u_all) | set(add)}
         u_kept = {t: self.u_kept.get(t, 0.0) + add.get(t, 0.0) for t in set(self.u_kept) | set(add)}

@@ -32,8 +32,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..model import AggValue, Attr, Rule, Timestamp, inputs, static_conditions, walk
+from ..model import Rule, inputs
 from ..ranges import shifted_ts
+from .expr import attr_names, evaluate, passes_static, plain
 
 _PAIRS = 1 << 22  # (predecessor, event) pairs times age bins per vectorised chunk
 #: bins of a partial match's age (the time since its first event) over the chain's window
@@ -62,21 +63,11 @@ def chain_roles(rule: Rule) -> list[int] | None:
 
 def pair_conditions(rule: Rule, a: int, b: int) -> list:
     """The conditions that read exactly roles ``a`` and ``b`` (no timestamps, no aggregates)."""
-    return [c for c in rule.conditions if inputs(c, rule) == {a, b}
-            and not any(isinstance(n, (AggValue, Timestamp)) for n in walk(c))]
-
-
-def passes_static(rule: Rule, role: int, frame: pd.DataFrame, evaluate) -> np.ndarray:
-    """Rows of ``frame`` that pass ``role``'s own filters (``evaluate`` is utility._eval)."""
-    keep = np.ones(len(frame), bool)
-    for ci in static_conditions(rule, role):
-        vals, valid = evaluate(rule.conditions[ci], {role: frame}, len(frame))
-        keep &= valid & vals.astype(bool)
-    return keep
+    return [c for c in rule.conditions if inputs(c, rule) == {a, b} and plain(c)]
 
 
 def support(rule: Rule, roles: list[int], frame: pd.DataFrame, ts_ns: np.ndarray, types: np.ndarray,
-            evaluate, bins: int = AGE_BINS) -> dict[int, np.ndarray]:
+            bins: int = AGE_BINS) -> dict[int, np.ndarray]:
     """The remaining-time-weighted support of every role over ``frame`` (rows in timestamp
     order, ``ts_ns`` nondecreasing): for each role, an array over all rows, 0 where the row is not
     of the role's type or fails its filters (see the module docstring)."""
@@ -88,12 +79,12 @@ def support(rule: Rule, roles: list[int], frame: pd.DataFrame, ts_ns: np.ndarray
     for k, r in enumerate(roles):
         rows = np.flatnonzero(types == preds[r].event_type)
         if len(rows):
-            rows = rows[passes_static(rule, r, frame.iloc[rows], evaluate)]
+            rows = rows[passes_static(rule, r, frame.iloc[rows])]
         if k == 0:
             hist = np.zeros((len(rows), bins))
             hist[:, 0] = 1.0
         elif len(rows) and len(prev[1]):
-            hist = _link(rule, prev[0], r, frame, ts_ns, prev[1], prev[2], rows, roles, span, bins, evaluate)
+            hist = _link(rule, prev[0], r, frame, ts_ns, prev[1], prev[2], rows, roles, span, bins)
             keep = hist.any(axis=1)
             rows, hist = rows[keep], hist[keep]
         else:
@@ -116,8 +107,8 @@ def _span(rule: Rule, roles: list[int]) -> float:
 
 
 def _link(rule: Rule, p: int, r: int, frame: pd.DataFrame, ts_ns: np.ndarray, cand: np.ndarray,
-          h_prev: np.ndarray, rows: np.ndarray, roles: list[int], span: float, bins: int,
-          evaluate) -> np.ndarray:
+          h_prev: np.ndarray, rows: np.ndarray, roles: list[int], span: float,
+          bins: int) -> np.ndarray:
     """The age histograms of the partial matches ending at each row of role ``r``: the
     histograms of its predecessors (rows ``cand`` of role ``p``), shifted by the time between."""
     pred_p = rule.predicates[p]
@@ -135,9 +126,8 @@ def _link(rule: Rule, p: int, r: int, frame: pd.DataFrame, ts_ns: np.ndarray, ca
     conds = pair_conditions(rule, p, r)
     names: dict[int, set[str]] = {p: set(), r: set()}
     for cond in conds:
-        for node in walk(cond):
-            if isinstance(node, Attr):
-                names[node.pred].add(node.name)
+        for q, attrs in attr_names(cond).items():
+            names[q] |= attrs
     cols = {q: {a: frame[a].to_numpy() for a in names[q] if a in frame.columns} for q in (p, r)}
     counts = hi - lo
     out = np.zeros((len(rows), bins))

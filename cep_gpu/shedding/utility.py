@@ -27,21 +27,16 @@ import pandas as pd
 
 from ..errors import ArgumentError
 from ..model import (
-    AggValue,
     Arith,
     Attr,
-    BoolOp,
     Compare,
     Const,
     Expr,
     Neg,
-    Not,
     Rule,
-    Timestamp,
     inputs,
-    static_conditions,
-    walk,
 )
+from .expr import attr_names, evaluate, passes_static, plain
 from .stats import Empirical, Normal, Statistics, fit
 from .support import chain_roles, support
 
@@ -128,7 +123,7 @@ class UtilityModel:
         out = []
         for c in rule.conditions:
             ins = inputs(c, rule)
-            if pi in ins and not any(isinstance(n, (AggValue, Timestamp)) for n in walk(c)):
+            if pi in ins and plain(c):
                 out.append(c)
         return out
 
@@ -137,7 +132,7 @@ class UtilityModel:
         others = sorted(inputs(c, rule) - {pi})
         n = len(sub)
         if not others:
-            vals, valid = _eval(c, {pi: sub}, n)
+            vals, valid = evaluate(c, {pi: sub}, n)
             return (valid & vals.astype(bool)).astype(np.float64)
         samples = {q: self._filtered_sample(ri, q) for q in others}
         if any(s is None or len(s) == 0 for s in samples.values()):
@@ -195,7 +190,7 @@ class UtilityModel:
     def _monte_carlo(self, c: Expr, pi: int, sub: pd.DataFrame, samples: dict[int, pd.DataFrame]) -> np.ndarray:
         n, k = len(sub), self.samples
         rng = np.random.default_rng(self.seed)
-        names = _attr_names(c)
+        names = attr_names(c)
         draws = {q: s.iloc[rng.integers(0, len(s), k)] for q, s in samples.items()}
         out = np.empty(n)
         step = max(1, _CHUNK // k)
@@ -205,7 +200,7 @@ class UtilityModel:
             env = {pi: {a: np.repeat(_raw(part, a), k) for a in names.get(pi, ())}}
             for q, d in draws.items():
                 env[q] = {a: np.tile(_raw(d, a), m) for a in names.get(q, ())}
-            vals, valid = _eval(c, env, m * k)
+            vals, valid = evaluate(c, env, m * k)
             out[lo:lo + m] = (valid & vals.astype(bool)).reshape(m, k).mean(axis=1)
         return out
 
@@ -261,7 +256,7 @@ class UtilityModel:
             return i
         for c in rule.conditions:
             ins = sorted(inputs(c, rule))
-            if len(ins) < 2 or any(isinstance(n, (AggValue, Timestamp)) for n in walk(c)):
+            if len(ins) < 2 or not plain(c):
                 continue  # static filters act through the samples; time conditions: φ = 1
             if len(ins) > 2 or not isinstance(c, Compare) or c.op not in ("<", "<=", ">", ">="):
                 return None
@@ -321,7 +316,7 @@ class UtilityModel:
         for ri, roles in chains.items():
             if roles is None:
                 continue
-            s = support(self.rules[ri], roles, fr, ts, types, _eval)
+            s = support(self.rules[ri], roles, fr, ts, types)
             for k, r in enumerate(roles):
                 v = s[r]
                 idx = np.flatnonzero(v > 0)
@@ -371,11 +366,7 @@ class UtilityModel:
             rule = self.rules[ri]
             sample = self.stats.samples.get(rule.predicates[q].event_type)
             if sample is not None and len(sample):
-                keep = np.ones(len(sample), bool)
-                for ci in static_conditions(rule, q):
-                    vals, valid = _eval(rule.conditions[ci], {q: sample}, len(sample))
-                    keep &= valid & vals.astype(bool)
-                sample = sample[keep].reset_index(drop=True)
+                sample = sample[passes_static(rule, q, sample)].reset_index(drop=True)
             self._filtered[key] = sample
         return self._filtered[key]
 
@@ -444,14 +435,6 @@ def _frequency(x: pd.Series, y: pd.Series) -> np.ndarray:
     return np.where((idx >= 0) & x.notna().to_numpy(), freq[np.maximum(idx, 0)], 0.0)
 
 
-def _attr_names(expr: Expr) -> dict[int, set[str]]:
-    out: dict[int, set[str]] = {}
-    for node in walk(expr):
-        if isinstance(node, Attr):
-            out.setdefault(node.pred, set()).add(node.name)
-    return out
-
-
 def _linear(left: Expr, right: Expr) -> dict | None:
     """``left - right`` as ``{(pred, attr): coefficient, None: constant}``, or None if not linear."""
     a, b = _lin(left), _lin(right)
@@ -493,56 +476,3 @@ def _lin(e: Expr) -> dict | None:
         if e.op == "/" and set(b) == {None} and b[None] != 0:
             return {k: v / b[None] for k, v in a.items()}
     return None
-
-
-def _eval(expr: Expr, env: dict, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """(values, valid) of ``expr`` over ``n`` rows; ``env[pred]`` maps attribute -> column."""
-    if isinstance(expr, Const):
-        return np.full(n, expr.value, dtype=object if isinstance(expr.value, str) else None), np.ones(n, bool)
-    if isinstance(expr, Attr):
-        cols = env.get(expr.pred)
-        if cols is None or expr.name not in cols:
-            return np.zeros(n), np.zeros(n, bool)
-        v = cols[expr.name]
-        v = v.to_numpy() if isinstance(v, pd.Series) else np.asarray(v)
-        valid = ~pd.isna(v)
-        return v, np.asarray(valid, bool)
-    if isinstance(expr, Neg):
-        v, ok = _eval(expr.arg, env, n)
-        return -_num(v), ok
-    if isinstance(expr, Arith):
-        a, oa = _eval(expr.left, env, n)
-        b, ob = _eval(expr.right, env, n)
-        a, b = _num(a), _num(b)
-        with np.errstate(all="ignore"):
-            if expr.op == "/":
-                return a / b, oa & ob & (b != 0)
-            out = a + b if expr.op == "+" else a - b if expr.op == "-" else a * b
-        return out, oa & ob
-    if isinstance(expr, Compare):
-        a, oa = _eval(expr.left, env, n)
-        b, ob = _eval(expr.right, env, n)
-        ok = oa & ob
-        if a.dtype.kind in "iufb" and b.dtype.kind in "iufb":
-            a, b = _num(a), _num(b)
-        fn = {"=": np.equal, "!=": np.not_equal, "<": np.less, "<=": np.less_equal,
-              ">": np.greater, ">=": np.greater_equal}[expr.op]
-        out = np.zeros(n, bool)
-        out[ok] = fn(a[ok], b[ok]).astype(bool)
-        return out, ok
-    if isinstance(expr, BoolOp):
-        parts = [_eval(a, env, n) for a in expr.args]
-        vals = [v.astype(bool) & ok for v, ok in parts]
-        out = np.logical_and.reduce(vals) if expr.op == "and" else np.logical_or.reduce(vals)
-        return out, np.ones(n, bool)
-    if isinstance(expr, Not):
-        v, ok = _eval(expr.arg, env, n)
-        return ~v.astype(bool), ok
-    # timestamps and aggregates have no per-event value here
-    return np.zeros(n), np.zeros(n, bool)
-
-
-def _num(v: np.ndarray) -> np.ndarray:
-    if v.dtype.kind in "iufb":
-        return v.astype(np.float64)
-    return pd.to_numeric(pd.Series(v), errors="coerce").to_numpy(np.float64)
