@@ -48,7 +48,7 @@ from .model import (
     Rule,
 )
 from .output import OutputSchema, assemble, assemble_columns, value_kind
-from .ranges import MIN_TS
+from .ranges import shifted_ts
 from .rule_text import duration, rule_lines
 from .stream_buffer import (
     AppendBuffer,
@@ -799,10 +799,9 @@ class Engine:
         pending = is_term & _member(ids, st.pending)
         ready = pending.copy()
         if (st.delay or st.settle) and not final:
-            # a trailing span (ts, ts + delay] is settled once a later event has been released:
-            # ts < newest - delay, in Python ints (ts + delay wraps around near the end of the
-            # int64 range, which would release a match whose span can never pass)
-            ready &= buf.ts[tail:] < max(self._newest - st.delay, int(MIN_TS))
+            # a trailing span (ts, ts + delay] is settled once a later event has been released;
+            # its end saturates at the int64 range (a wrapped-around sum would read as settled)
+            ready &= shifted_ts(buf.ts[tail:], st.delay) < self._newest
         excluded = _in_sorted(buf.ids, st.consumed) if len(st.consumed) else None
         parts: list[Matches] = []
         for lo, hi in ((lo + tail, hi + tail) for lo, hi in _runs(ready, is_term)):
