@@ -149,17 +149,15 @@ def writable(option: str, path: str | Path, *, folder: bool = False) -> Path:
     return p
 
 
-def writable_output(option: str, path: str | Path, events: str | Path | None = None) -> Path:
+def writable_output(option: str, path: str | Path) -> Path:
     """:func:`writable`, for a file of composite events: its suffix names a format
-    (``cep_gpu.io.FORMATS``: .csv or .parquet), and it is not the input ``events`` file nor in
-    the input's folder of Parquet files (the input would be overwritten, or grow)."""
+    (``cep_gpu.io.FORMATS``: .csv or .parquet). (:func:`check_outputs` also keeps it off the
+    inputs.)"""
     from .io import FORMATS
 
     p = writable(option, path)
     if p.suffix.lower() not in FORMATS:
         raise UsageError(option, f"unknown file type {p.suffix!r} in {path}; use .csv or .parquet")
-    if events is not None:
-        outside_events(option, p, events)
     return p
 
 
@@ -212,11 +210,6 @@ def _image_format(option: str, path: Path) -> None:
     if suffix not in formats:
         raise UsageError(option, f"unknown image type {path.suffix!r} in {path}; use one of "
                          f"{', '.join('.' + f for f in sorted(formats))}")
-
-
-def outside_events(option: str, path: str | Path, events: str | Path) -> None:
-    """:func:`outside_input` for the input events."""
-    outside_input(option, path, events, "events")
 
 
 def outside_input(option: str, path: str | Path, source: str | Path, what: str) -> None:

@@ -15,7 +15,7 @@ from cep_gpu.cli import (
     UsageError,
     at_least,
     nonempty_path,
-    outside_events,
+    outside_input,
     set_command,
     time_unit,
     writable,
@@ -139,8 +139,9 @@ def spark_main(args: argparse.Namespace) -> int:
     extra_conf = parse_conf(args.conf)  # a bad argument before any file is read
     if "://" not in args.out:  # a local folder, made with its parents (job.run_job)
         writable("--out", args.out, folder=True)
-        if "://" not in args.events:
-            outside_events("--out", args.out, args.events)
+        for what, source in (("events", args.events), ("rule", args.rules)):
+            if "://" not in source:
+                outside_input("--out", args.out, source, what)
     from rich.console import Console
 
     from cep_gpu.cli import read_rules
