@@ -31,24 +31,14 @@ from pyspark.sql import types as T
 
 from cep_gpu.errors import ArgumentError, EventError
 from cep_gpu.events import TS_MAX_NS, UNIT_NS, ts_range_text
-from cep_gpu.events.checks import check_unique_columns
+from cep_gpu.events.checks import ROW_MESSAGES, check_unique_columns
 
 #: internal column: ``monotonically_increasing_id()`` of the input row (partition and position)
 POS = "__cep_pos"
 
-#: the row checks, in the order a row is checked; ``{where}`` names the row, ``{value}`` the value
-#: (the wording of cep_gpu.events.checks, which ``detect`` raises for the same rows)
-MESSAGES = {
-    "type_null": "column 'type' is null {where}",
-    "ts_null": "column 'ts' is null {where}: every event needs a timestamp",
-    "ts_not_finite": "column 'ts' is not finite ({value}) {where}: every event needs a timestamp",
-    "ts_range": "column 'ts' {where} holds {value}, outside the representable range: {range}",
-    "id_null": "column 'id' is null {where}",
-    "id_negative": (
-        "column 'id' is negative ({value}) {where}: ids must be >= 0 "
-        "(negative ids are reserved for composite events)"
-    ),
-}
+#: the row checks, in the order a row is checked (the templates ``detect`` words the same rows
+#: with: ``{where}`` names the row, ``{value}`` the value)
+MESSAGES = ROW_MESSAGES
 
 #: what a failing JVM check raises, so that the message reads as the error ``detect`` raises
 PREFIX = "cep_gpu.errors.EventError: "

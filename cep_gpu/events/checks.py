@@ -39,6 +39,21 @@ def check_unique_columns(names: list[str]) -> None:
         raise EventError(f"events have more than one column named {dup!r} (columns: {names})")
 
 
+#: the messages of a bad row (``{where}``: "at row R", ``{value}``: the value), in the order the
+#: Spark path checks a row in the JVM (spark_udfs/checks.py), which words them the same way
+ROW_MESSAGES = {
+    "type_null": "column 'type' is null {where}",
+    "ts_null": "column 'ts' is null {where}: every event needs a timestamp",
+    "ts_not_finite": "column 'ts' is not finite ({value}) {where}: every event needs a timestamp",
+    "ts_range": "column 'ts' {where} holds {value}, outside the representable range: {range}",
+    "id_null": "column 'id' is null {where}",
+    "id_negative": (
+        "column 'id' is negative ({value}) {where}: ids must be >= 0 "
+        "(negative ids are reserved for composite events)"
+    ),
+}
+
+
 def check_time_unit(time_unit: str) -> None:
     if time_unit not in UNIT_NS:
         raise EventError(f"unknown time_unit {time_unit!r}; use one of {sorted(UNIT_NS)}")
@@ -75,10 +90,7 @@ def check_ids(ids: np.ndarray) -> np.ndarray:
     n = len(ids)
     if n and ids.min() < 0:
         row = int(np.flatnonzero(ids < 0)[0])
-        raise EventError(
-            f"column 'id' is negative ({ids[row]}) at row {row}: ids must be >= 0 "
-            "(negative ids are reserved for composite events)"
-        )
+        raise EventError(ROW_MESSAGES["id_negative"].format(value=ids[row], where=f"at row {row}"))
     if not (n < 2 or bool(np.all(ids[1:] > ids[:-1]))) and len(np.unique(ids)) != n:
         dup = pd.Series(ids)[pd.Series(ids).duplicated()].iloc[0]
         raise EventError(f"column 'id' has duplicate id {int(dup)}")
@@ -107,9 +119,7 @@ def ts_range_text(unit: str | None) -> str:
 
 def _ts_range_error(row: int | str, value, unit: str | None) -> EventError:
     where = f"at row {row}" if isinstance(row, int) else row
-    return EventError(
-        f"column 'ts' {where} holds {value}, outside the representable range: {ts_range_text(unit)}"
-    )
+    return EventError(ROW_MESSAGES["ts_range"].format(where=where, value=value, range=ts_range_text(unit)))
 
 
 def check_ts_range(values: np.ndarray, unit: str, where: str | None = None) -> None:
