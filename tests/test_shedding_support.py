@@ -179,3 +179,44 @@ def test_window_edges_in_integer_nanoseconds():
     assert len(cep_gpu.detect(ev, rule, time_unit="ns", backend="reference")) == 1
     s = support(rule, chain_roles(rule), ev, ev["ts"].to_numpy(), ev["type"].to_numpy())
     assert s[chain_roles(rule)[1]][1] > 0
+
+
+_PAIR_RULES = [
+    "define Q pattern SEQ(A a, B b, C c) where a.v < b.v and b.v < c.v * 2 within 2 s",
+    "define Q pattern SEQ(A a, B b, C c) where b.v >= a.v - 1 and c.w != b.w within 3 s",
+    "define Q pattern SEQ(A a, B b) where a.w = b.w and 2 * b.v > a.v / 4 within 2 s",
+    # not separable (a sum of both roles; strings): the pairwise NumPy path only
+    "define Q pattern SEQ(A a, B b, C c) where a.v + b.v > 10 and b.s = c.s within 2 s",
+]
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 10_000), st.integers(5, 150), st.sampled_from(_PAIR_RULES))
+def test_fused_pass_equals_the_pairwise_path(seed, n, rule_text):
+    """The compiled pass for separable conditions (support._link_fused) gives the support of the
+    pairwise NumPy path exactly, NaN and integer attributes included."""
+    import cep_gpu.shedding.support as sup
+
+    rule = cep_gpu.parse_rule(rule_text)
+    rng = np.random.default_rng(seed)
+    v = rng.normal(10, 4, n).round(1)
+    v[rng.random(n) < 0.1] = np.nan
+    ev = pd.DataFrame({"type": rng.choice(list("ABCX"), n),
+                       "ts": np.sort(rng.integers(0, 30, n)) * 0.25,
+                       "v": v, "w": rng.integers(0, 3, n), "s": rng.choice(["x", "y"], n)})
+    ts = (ev["ts"].to_numpy() * 1e9).astype(np.int64)
+    roles = chain_roles(rule)
+    fused = support(rule, roles, ev, ts, ev["type"].to_numpy())
+    real = sup._separable
+    try:
+        sup._separable = lambda *a: None
+        pairwise = support(rule, roles, ev, ts, ev["type"].to_numpy())
+    finally:
+        sup._separable = real
+    for r in roles:
+        np.testing.assert_array_equal(fused[r], pairwise[r])
+    if "a.v + b.v" not in rule_text:  # the fused pass did run
+        b = roles[1]
+        rows = np.flatnonzero(ev["type"].to_numpy() == "B")
+        assert sup._separable(sup.pair_conditions(rule, roles[0], b), roles[0], b, ev,
+                              np.flatnonzero(ev["type"].to_numpy() == "A"), rows) is not None

@@ -22,19 +22,23 @@ For a rule whose positive events form a chain (``SEQ(a0, ..., an)``, or TESLA ``
 ``v`` is mapped to [0, 1) by ``v / (v + c)``, ``c`` the median positive ``v`` of the role in the
 first batch the model scores (utilities are compared only within one type's buffer, so the map
 only needs to keep the order and spread the buckets). S reads the events that arrived before
-``e``, including any that are dropped later: it is computed for a batch in one vectorised pass
+``e``, including any that are dropped later: it is computed for a batch in one pass per role
 (with the ``context`` rows before it), in O(pairs · AGE_BINS) where pairs is the number of
-(earlier event, event) pairs inside the windows.
+(earlier event, event) pairs inside the windows. When every condition between two roles compares
+a value of one with a value of the other (``a.volume > b.volume * 1.5``), each side is evaluated
+once per event and the pairs are walked in one compiled pass (:func:`_link_fused`); other
+conditions are evaluated pairwise in NumPy, and the shifted histograms added in a compiled pass.
 """
 
 from __future__ import annotations
 
+import numba
 import numpy as np
 import pandas as pd
 
-from ..model import Rule, inputs
+from ..model import Compare, Expr, Rule, inputs
 from ..ranges import shifted_ts
-from .expr import attr_names, evaluate, passes_static, plain
+from .expr import as_numbers, attr_names, evaluate, passes_static, plain
 
 _PAIRS = 1 << 22  # (predecessor, event) pairs times age bins per vectorised chunk
 #: bins of a partial match's age (the time since its first event) over the chain's window
@@ -124,15 +128,18 @@ def _link(rule: Rule, p: int, r: int, frame: pd.DataFrame, ts_ns: np.ndarray, ca
     else:
         lo = np.zeros(len(rows), np.int64)
     conds = pair_conditions(rule, p, r)
+    width = span / bins if span > 0 else 0.0
+    out = np.zeros((len(rows), bins))
+    split = _separable(conds, p, r, frame, cand, rows)
+    if split is not None:  # every condition compares a value of x with a value of e: one fused pass
+        _link_fused(lo, hi, *split, t_e, t_c, width, h_prev, out)
+        return out
     names: dict[int, set[str]] = {p: set(), r: set()}
     for cond in conds:
         for q, attrs in attr_names(cond).items():
             names[q] |= attrs
     cols = {q: {a: frame[a].to_numpy() for a in names[q] if a in frame.columns} for q in (p, r)}
     counts = hi - lo
-    out = np.zeros((len(rows), bins))
-    width = span / bins if span > 0 else 0.0
-    b = np.arange(bins + 1)  # the last slot: an age of exactly the span, folded into the last bin
     start = 0
     while start < len(rows):
         # a chunk of rows whose pairs fit in _PAIRS (at least one row)
@@ -151,14 +158,106 @@ def _link(rule: Rule, p: int, r: int, frame: pd.DataFrame, ts_ns: np.ndarray, ca
                 for cond in conds:
                     vals, valid = evaluate(cond, env, total)
                     ok &= valid & vals.astype(bool)
-            owner, xi = owner[ok], xi[ok]
-            # shift each predecessor's histogram by the bins between the two events
-            shift = np.zeros(len(xi), np.int64) if width <= 0 else \
-                ((t_e[owner] - t_c[xi]) / width).astype(np.int64)
-            src = b[None, :] - shift[:, None]
-            val = np.where((src >= 0) & (src < bins), h_prev[xi[:, None], np.clip(src, 0, bins - 1)], 0.0)
-            val[:, bins - 1] += val[:, bins]  # the window's edge is inclusive
-            for j in range(bins):
-                out[start:stop, j] += np.bincount(owner - start, weights=val[:, j], minlength=stop - start)
+            _shift_add(owner[ok] - start, xi[ok], t_e[start:stop], t_c, width, h_prev, out[start:stop])
         start = stop
     return out
+
+
+@numba.njit(cache=True, nogil=True)
+def _shift_add(owner: np.ndarray, xi: np.ndarray, t_e: np.ndarray, t_c: np.ndarray, width: float,
+               h_prev: np.ndarray, out: np.ndarray) -> None:
+    """Adds to ``out[owner[k]]`` the histogram ``h_prev[xi[k]]`` shifted by the whole bins
+    between the two events, for each pair ``k``: one compiled pass, no (pairs x bins)
+    temporaries."""
+    for k in range(len(owner)):
+        _add_shifted(out, owner[k], h_prev, xi[k], t_e[owner[k]] - t_c[xi[k]], width)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _add_shifted(out: np.ndarray, o: int, h_prev: np.ndarray, x: int, gap: int, width: float) -> None:
+    """``out[o] += h_prev[x]`` shifted by the whole bins in ``gap`` (ns); an age of exactly the
+    span (the window's edge is inclusive) folds into the last bin."""
+    bins = h_prev.shape[1]
+    shift = np.int64(gap / width) if width > 0 else np.int64(0)
+    if shift > bins:
+        return
+    for j in range(shift, bins - 1):
+        out[o, j] += h_prev[x, j - shift]
+    # the last bin: its own source plus the one an age of exactly the span comes from (the sum
+    # first, as the pairwise NumPy code summed it)
+    last = 0.0
+    if bins - 1 - shift >= 0:
+        last += h_prev[x, bins - 1 - shift]
+    if shift > 0:
+        last += h_prev[x, bins - shift]
+    out[o, bins - 1] += last
+
+#: comparison operators, in the order :func:`_compare` codes them
+_OPS = ("=", "!=", "<", "<=", ">", ">=")
+_FLIP = {"=": "=", "!=": "!=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
+
+
+def _separable(conds: list[Expr], p: int, r: int, frame: pd.DataFrame, cand: np.ndarray,
+               rows: np.ndarray) -> tuple | None:
+    """When every condition is a numeric comparison of a value of role ``p`` with a value of
+    role ``r`` (``a.volume > b.volume * 1.5``), each side evaluated once per event: (values of
+    x's sides over ``cand``, their validity, values of e's sides over ``rows``, their validity,
+    operator codes as ``x_side OP e_side``); None otherwise (the pairwise NumPy path)."""
+    xv, xok, ev, eok, ops = [], [], [], [], []
+    for cond in conds:
+        if not isinstance(cond, Compare):
+            return None
+        sides = {frozenset(inputs(cond.left)): cond.left, frozenset(inputs(cond.right)): cond.right}
+        if set(sides) != {frozenset({p}), frozenset({r})}:
+            return None
+        op = cond.op if inputs(cond.left) == {p} else _FLIP[cond.op]
+        vals = []
+        for role, at in ((p, cand), (r, rows)):
+            expr = sides[frozenset({role})]
+            sub = frame.iloc[at]
+            v, ok = evaluate(expr, {role: {a: sub[a].to_numpy() for a in attr_names(expr).get(role, ())
+                                           if a in sub.columns}}, len(at))
+            if v.dtype.kind not in "iufb":
+                return None  # strings compare as objects: the pairwise path
+            vals.append((as_numbers(v), np.asarray(ok, bool)))
+        (a, a_ok), (b, b_ok) = vals
+        xv.append(a)
+        xok.append(a_ok)
+        ev.append(b)
+        eok.append(b_ok)
+        ops.append(_OPS.index(op))
+    k = len(conds)
+    return (np.array(xv).reshape(k, len(cand)), np.array(xok).reshape(k, len(cand)),
+            np.array(ev).reshape(k, len(rows)), np.array(eok).reshape(k, len(rows)), np.array(ops, np.int64))
+
+
+@numba.njit(cache=True, nogil=True)
+def _compare(a: float, b: float, op: int) -> bool:
+    if op == 0:
+        return a == b
+    if op == 1:
+        return a != b
+    if op == 2:
+        return a < b
+    if op == 3:
+        return a <= b
+    if op == 4:
+        return a > b
+    return a >= b
+
+
+@numba.njit(cache=True, nogil=True)
+def _link_fused(lo: np.ndarray, hi: np.ndarray, xv: np.ndarray, xok: np.ndarray, ev: np.ndarray,
+                eok: np.ndarray, ops: np.ndarray, t_e: np.ndarray, t_c: np.ndarray, width: float,
+                h_prev: np.ndarray, out: np.ndarray) -> None:
+    """:func:`_link`'s pairs and conditions in one compiled pass, for separable conditions:
+    row ``o`` gets each predecessor ``x`` in ``[lo[o], hi[o])`` that passes them all."""
+    for o in range(len(lo)):
+        for x in range(lo[o], hi[o]):
+            good = True
+            for k in range(len(ops)):
+                if not (xok[k, x] and eok[k, o] and _compare(xv[k, x], ev[k, o], ops[k])):
+                    good = False
+                    break
+            if good:
+                _add_shifted(out, o, h_prev, x, t_e[o] - t_c[x], width)
