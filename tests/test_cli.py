@@ -661,7 +661,8 @@ def _bad_event_files(tmp_path):
     (tmp_path / "folder" / "a.parquet").write_bytes(data[: len(data) // 2])
     (tmp_path / "dir.csv").mkdir()
     (tmp_path / "ev.jsonl").write_text('{"type": "A", "ts": 0}\n{bad\n')
-    (tmp_path / "u16.csv").write_bytes("type,ts\nA,0\n".encode("utf-16"))
+    (tmp_path / "u16.csv").write_bytes(b"\xff\xfe" + "type,ts\nA,0\n".encode("utf-16-le"))
+    (tmp_path / "u32.csv").write_bytes(b"\x00\x00\xfe\xff" + "type,ts\nA,0\n".encode("utf-32-be"))
     (tmp_path / "ragged.csv").write_text("type,ts,x\nA,0,1\nB,0.5\n")
 
 
@@ -673,7 +674,8 @@ def _bad_event_files(tmp_path):
     ("folder", "folder: cannot read the Parquet data: "),
     ("dir.csv", "dir.csv: the folder holds no Parquet file"),
     ("ev.jsonl", "ev.jsonl: unknown file type '.jsonl'; use .csv or .parquet"),
-    ("u16.csv", "u16.csv: the CSV file is UTF-16 (or UTF-32) text"),
+    ("u16.csv", "u16.csv: the CSV file is UTF-16 (little-endian) text"),
+    ("u32.csv", "u32.csv: the CSV file is UTF-32 (big-endian) text"),  # was a UnicodeDecodeError
     ("ragged.csv", "ragged.csv: cannot read the CSV file: CSV parse error: Expected 3 columns, got 2"),
 ])
 @pytest.mark.parametrize("command", [["run"], ["explain"], ["parallel", "run"]])
