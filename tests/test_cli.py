@@ -695,3 +695,27 @@ def test_a_plot_of_an_unknown_image_type_is_refused_before_the_benchmark(tmp_pat
     rc, _, err = run_cli(capsys, *command, "--plot", tmp_path / "fig.txt")
     assert rc == 2 and f"argument --plot: unknown image type '.txt' in {tmp_path / 'fig.txt'}; use one of" in err
     assert ".png" in err and not (tmp_path / "fig.txt").exists()
+
+
+def test_check_outputs_takes_its_inputs_as_pairs(tmp_path):
+    """The contract: inputs are (what, path) pairs, checked in their order; one kind of input may
+    come several times (parallel bench --merge A B); a path None is not given. It took a dict or
+    a list of pairs; a dict is now a TypeError (iterating one gives its keys, which a pair-taking
+    loop would unpack: a two-letter key silently became a 'what' and a path)."""
+    import re
+
+    from cep_gpu.cli import check_outputs
+    from cep_gpu.errors import UsageError
+
+    a, b, out = tmp_path / "a.json", tmp_path / "b.json", tmp_path / "out.json"
+    a.write_text("{}")
+    b.write_text("{}")
+    merged = [("merged result", a), ("merged result", b)]
+    check_outputs({"--out": out}, merged)
+    check_outputs({"--out": out})  # no inputs
+    with pytest.raises(UsageError, match=re.escape(f"argument --out: {b} is the merged result file {b}: ")):
+        check_outputs({"--out": b}, merged)  # the second of one kind is checked too
+    with pytest.raises(UsageError, match=re.escape(f"argument --out: {a} is the events file {a}: ")):
+        check_outputs({"--out": a}, [("rule", None), ("events", a), ("sample", a)])  # the first, in order
+    with pytest.raises(TypeError, match=r"\(what, path\) pairs, not a mapping"):
+        check_outputs({"--out": out}, {"events": a})
