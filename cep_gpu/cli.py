@@ -19,7 +19,7 @@ import argparse
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -162,17 +162,25 @@ def writable_output(option: str, path: str | Path) -> Path:
 
 
 def check_outputs(outputs: dict[str, str | Path | None],
-                  inputs: dict[str, str | Path | None] | list[tuple[str, str | Path]] | None = None, *, tables: tuple[str, ...] = (), make_folders: bool = False) -> None:
+                  inputs: Sequence[tuple[str, str | Path | None]] = (), *, tables: tuple[str, ...] = (),
+                  make_folders: bool = False) -> None:
     """The one check of a subcommand's output paths, before any work: ``outputs`` maps each
     output option to its value (None: not given). Each must be writable (:func:`writable`; the
     options in ``tables`` are files of composite events: :func:`writable_output`), none may be one
-    of the ``inputs`` (``{what: path}``, e.g. ``{"events": ..., "rule": ...}``, or a list of such
-    pairs) or lie in an input
-    folder (:func:`outside_input`: the user's data would be overwritten), and no two options may
-    name the same file (the second would overwrite the first); a ``--plot`` must name an image
-    format that matplotlib writes (``.txt`` failed after the whole benchmark). A
-    :class:`UsageError` naming the option otherwise. ``make_folders``: the subcommand makes the missing folders above its
-    outputs (the benchmarks), so only the nearest folder that exists must be writable."""
+    of the ``inputs`` or lie in an input folder (:func:`outside_input`: the user's data would be
+    overwritten), and no two options may name the same file (the second would overwrite the
+    first); a ``--plot`` must name an image format that matplotlib writes (``.txt`` failed after
+    the whole benchmark). A :class:`UsageError` naming the option otherwise. ``make_folders``: the
+    subcommand makes the missing folders above its outputs (the benchmarks), so only the nearest
+    folder that exists must be writable.
+
+    ``inputs``: ``(what, path)`` pairs, e.g. ``[("rule", ...), ("events", ...)]`` (a path None:
+    not given), checked in their order. Pairs, not a mapping: one kind of input may come several
+    times (``parallel bench --merge A B``: two merged results). A mapping is a ``TypeError``
+    (iterating it would give its keys)."""
+    if isinstance(inputs, Mapping):
+        raise TypeError("check_outputs takes its inputs as (what, path) pairs, not a mapping: "
+                        "pass list(inputs.items())")
     given: dict[Path, tuple[str, str | Path]] = {}
     for option, path in outputs.items():
         if path is None:
@@ -186,7 +194,7 @@ def check_outputs(outputs: dict[str, str | Path | None],
             p = writable_output(option, path) if option in tables else writable(option, path)
         if option == "--plot":
             _image_format(option, p)
-        for what, source in (inputs.items() if isinstance(inputs, dict) else inputs or ()):
+        for what, source in inputs:
             if source is not None:
                 outside_input(option, p, source, what)
         key = p.resolve()
@@ -366,7 +374,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .planner import backend_for
 
     # before any work: a typo in the output's name must not cost a whole run
-    check_outputs({"--out": args.out}, {"events": args.events, "rule": args.rules}, tables=("--out",))
+    check_outputs({"--out": args.out}, [("events", args.events), ("rule", args.rules)], tables=("--out",))
     console = Console(stderr=True)
     rules = read_rules(args.rules)
     backend = backend_for(args.backend, args.max_batch_latency, private=True)

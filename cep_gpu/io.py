@@ -57,12 +57,23 @@ def read_table(path: str | Path) -> pa.Table:
         raise EventError(f"{path}: cannot read the Parquet data: {exc}") from None
 
 
+#: byte order marks of the encodings pyarrow cannot read ("Expected 2 columns, got 1" for UTF-16,
+#: a UnicodeDecodeError for UTF-32 BE), longest first: UTF-32 LE's starts with UTF-16 LE's
+_BOMS = (
+    (b"\xff\xfe\x00\x00", "UTF-32 (little-endian)"),
+    (b"\x00\x00\xfe\xff", "UTF-32 (big-endian)"),
+    (b"\xff\xfe", "UTF-16 (little-endian)"),
+    (b"\xfe\xff", "UTF-16 (big-endian)"),
+)
+
+
 def _read_csv(path: Path) -> pa.Table:
     with path.open("rb") as f:  # the first bytes only, not the whole file
         head = f.read(4096)
-    if head.startswith((b"\xff\xfe", b"\xfe\xff")):  # pyarrow reads UTF-8 only: "Expected 2 columns, got 1"
-        raise EventError(f"{path}: the CSV file is UTF-16 (or UTF-32) text, by its byte order mark; "
-                         "save it as UTF-8")
+    for bom, encoding in _BOMS:  # pyarrow reads UTF-8 only
+        if head.startswith(bom):
+            raise EventError(f"{path}: the CSV file is {encoding} text, by its byte order mark; "
+                             "save it as UTF-8")
     if not head.removeprefix(b"\xef\xbb\xbf").strip():  # (a UTF-8 byte order mark alone is empty too)
         raise EventError(f"{path}: the CSV file is empty; it needs a header row naming at least 'type' and 'ts'")
     try:

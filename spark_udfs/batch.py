@@ -34,7 +34,14 @@ from cep_gpu.backends import check_backend_name
 from cep_gpu.detect import as_rules
 from cep_gpu.errors import ArgumentError, EventError
 
-from .checks import POS, check_column_names, checked_rows, require_dataframe, with_positions
+from .checks import (
+    POS,
+    check_column_names,
+    check_unique_ids,
+    checked_rows,
+    require_dataframe,
+    with_positions,
+)
 from .parquet_scan import parquet_layout, run_parquet
 from .partitioned import partition_layout, run_partitioned
 from .plan import SparkPlan, plan_rules
@@ -176,7 +183,9 @@ def detect_spark(
     ------
     EventError, RuleError
         On the driver, before any task runs: missing ``type``/``ts``, a ``ts`` of the wrong type,
-        rules reading unknown attributes, ``consuming`` rules that cannot be keyed.
+        rules reading unknown attributes, ``consuming`` rules that cannot be keyed; an ``id``
+        that two rows share, in one input partition or in two (one Spark job on the driver,
+        :func:`~cep_gpu.spark_udfs.checks.check_unique_ids`).
     ArgumentError
         ``num_slices`` not a whole number >= 1, no rules, an unknown ``backend`` name (a
         ``ValueError`` too).
@@ -184,6 +193,7 @@ def detect_spark(
     if not isinstance(slicing, str) or slicing not in ("auto", "parquet", "partitions", "shuffle"):
         raise ArgumentError(f"slicing must be 'auto', 'parquet', 'partitions' or 'shuffle', not {slicing!r}")
     job = plan_job(df, rules, partition_by, backend, time_unit, num_slices)
+    check_unique_ids(df)  # a repeat across partitions reaches no one task; one JVM job
     if job.plan.mode == "keyed":
         out, run = _run_keyed(_engine_events(df, job), job), RunPlan("keyed", f"by {job.plan.key!r}")
     else:

@@ -31,7 +31,7 @@ from pyspark.sql import types as T
 
 from cep_gpu.errors import ArgumentError, EventError
 from cep_gpu.events import TS_MAX_NS, UNIT_NS, ts_range_text
-from cep_gpu.events.checks import ROW_MESSAGES, check_unique_columns
+from cep_gpu.events.checks import DUPLICATE_ID, ROW_MESSAGES, check_unique_columns
 
 #: internal column: ``monotonically_increasing_id()`` of the input row (partition and position)
 POS = "__cep_pos"
@@ -115,6 +115,53 @@ def check_attribute_types(schema: T.StructType, names: Sequence[str]) -> None:
             f"attribute column {name!r} has type {t.simpleString()}, which the engine cannot read: "
             f"attributes are strings, integers, floats or booleans{hint}"
         )
+
+
+# -- ids that repeat anywhere in the input -------------------------------------------------------------
+
+
+def check_unique_ids(df: DataFrame) -> None:
+    """Refuse an ``id`` that two rows of ``df`` share, as ``detect`` refuses it, wherever the two
+    rows are (one input partition, or two: the tasks would each see only their own group or
+    slice, and a repeat across them went through).
+
+    One Spark job on the driver, all in the JVM: ``count(id)`` against ``countDistinct(id)``
+    (Spark deduplicates ids per task, then shuffles the distinct ones by value: about 8 bytes per
+    distinct id; Parquet input reads only the ``id`` column). Only when they differ does a second
+    job find the id ``detect`` names (the first row, in ``df.collect()`` order, whose id an earlier
+    row has) and the two rows, in their input partitions. Null ids are not counted (the row
+    checks refuse them). No ``id`` column: ids are row positions, unique by construction."""
+    if "id" not in df.columns:
+        return
+    ids = df.select(F.col("id"))
+    total, distinct = ids.agg(F.count("id"), F.countDistinct("id")).first()
+    if total == distinct:
+        return
+    from pyspark.sql import Window
+
+    ranked = (
+        ids.withColumn(POS, F.monotonically_increasing_id())
+        .where(F.col("id").isNotNull())
+        .withColumn("__cep_n", F.row_number().over(Window.partitionBy("id").orderBy(POS)))
+        .where(F.col("__cep_n") <= 2)
+    )
+    first = (
+        ranked.groupBy("id")
+        .agg(F.min(POS).alias("a"), F.max(POS).alias("b"), F.count(F.lit(1)).alias("n"))
+        .where(F.col("n") == 2)
+        .orderBy("b")
+        .first()
+    )
+    if first is None:  # the input changed between the two jobs (a non-deterministic source)
+        raise EventError(f"column 'id' has duplicate ids ({total} ids, {distinct} distinct)")
+
+    def row(pos: int) -> str:
+        return f"at row {pos - ((pos >> 33) << 33)} of input partition {pos >> 33}"
+
+    raise EventError(
+        f"{DUPLICATE_ID.format(value=first['id'])} ({row(first['a'])} and {row(first['b'])}; "
+        f"{total - distinct} row(s) in all repeat an earlier row's id): ids must be unique"
+    )
 
 
 # -- per-row checks in the JVM -------------------------------------------------------------------------

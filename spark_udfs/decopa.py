@@ -32,7 +32,7 @@ from cep_gpu.decopa.optimize import Plan
 from cep_gpu.events import UNIT_NS
 
 from .batch import checked_events, slice_bounds, slice_of
-from .checks import check_column_names, require_dataframe
+from .checks import check_column_names, check_unique_ids, require_dataframe
 from .schema import T_NS, engine_columns, output_struct, time_spec
 from .task import engine_nanos
 
@@ -66,6 +66,7 @@ def execute_plan_spark(df: DataFrame, plan: Plan, time_unit: str = "s", backend:
     scale = UNIT_NS[spec.engine_unit]
     ts_scale = None if spec.kind == "timestamp" or scale == 1 else float(UNIT_NS[time_unit])
     rules = PlanRules(plan, ts_scale)
+    check_unique_ids(df)  # as in detect_spark: a repeat across partitions reaches no one task
     df = checked_events(df, spec)  # bad rows fail naming the row, as in detect_spark
     events = df.select("type", spec.to_engine(F.col("ts")).alias("ts"), F.col("id").cast("long").alias("id"),
                        *[F.col(f"`{a}`") for a in attrs_in])

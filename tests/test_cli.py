@@ -661,7 +661,8 @@ def _bad_event_files(tmp_path):
     (tmp_path / "folder" / "a.parquet").write_bytes(data[: len(data) // 2])
     (tmp_path / "dir.csv").mkdir()
     (tmp_path / "ev.jsonl").write_text('{"type": "A", "ts": 0}\n{bad\n')
-    (tmp_path / "u16.csv").write_bytes("type,ts\nA,0\n".encode("utf-16"))
+    (tmp_path / "u16.csv").write_bytes(b"\xff\xfe" + "type,ts\nA,0\n".encode("utf-16-le"))
+    (tmp_path / "u32.csv").write_bytes(b"\x00\x00\xfe\xff" + "type,ts\nA,0\n".encode("utf-32-be"))
     (tmp_path / "ragged.csv").write_text("type,ts,x\nA,0,1\nB,0.5\n")
 
 
@@ -673,7 +674,8 @@ def _bad_event_files(tmp_path):
     ("folder", "folder: cannot read the Parquet data: "),
     ("dir.csv", "dir.csv: the folder holds no Parquet file"),
     ("ev.jsonl", "ev.jsonl: unknown file type '.jsonl'; use .csv or .parquet"),
-    ("u16.csv", "u16.csv: the CSV file is UTF-16 (or UTF-32) text"),
+    ("u16.csv", "u16.csv: the CSV file is UTF-16 (little-endian) text"),
+    ("u32.csv", "u32.csv: the CSV file is UTF-32 (big-endian) text"),  # was a UnicodeDecodeError
     ("ragged.csv", "ragged.csv: cannot read the CSV file: CSV parse error: Expected 3 columns, got 2"),
 ])
 @pytest.mark.parametrize("command", [["run"], ["explain"], ["parallel", "run"]])
@@ -693,3 +695,27 @@ def test_a_plot_of_an_unknown_image_type_is_refused_before_the_benchmark(tmp_pat
     rc, _, err = run_cli(capsys, *command, "--plot", tmp_path / "fig.txt")
     assert rc == 2 and f"argument --plot: unknown image type '.txt' in {tmp_path / 'fig.txt'}; use one of" in err
     assert ".png" in err and not (tmp_path / "fig.txt").exists()
+
+
+def test_check_outputs_takes_its_inputs_as_pairs(tmp_path):
+    """The contract: inputs are (what, path) pairs, checked in their order; one kind of input may
+    come several times (parallel bench --merge A B); a path None is not given. It took a dict or
+    a list of pairs; a dict is now a TypeError (iterating one gives its keys, which a pair-taking
+    loop would unpack: a two-letter key silently became a 'what' and a path)."""
+    import re
+
+    from cep_gpu.cli import check_outputs
+    from cep_gpu.errors import UsageError
+
+    a, b, out = tmp_path / "a.json", tmp_path / "b.json", tmp_path / "out.json"
+    a.write_text("{}")
+    b.write_text("{}")
+    merged = [("merged result", a), ("merged result", b)]
+    check_outputs({"--out": out}, merged)
+    check_outputs({"--out": out})  # no inputs
+    with pytest.raises(UsageError, match=re.escape(f"argument --out: {b} is the merged result file {b}: ")):
+        check_outputs({"--out": b}, merged)  # the second of one kind is checked too
+    with pytest.raises(UsageError, match=re.escape(f"argument --out: {a} is the events file {a}: ")):
+        check_outputs({"--out": a}, [("rule", None), ("events", a), ("sample", a)])  # the first, in order
+    with pytest.raises(TypeError, match=r"\(what, path\) pairs, not a mapping"):
+        check_outputs({"--out": out}, {"events": a})

@@ -222,8 +222,15 @@ def test_a_damaged_parquet_file_is_an_error_naming_it(tmp_path):
 
 
 @pytest.mark.parametrize(("data", "message"), [
-    ("type,ts\nA,0\n".encode("utf-16"), "the CSV file is UTF-16 (or UTF-32) text, by its byte order mark; save it as UTF-8"),
-    ("type,ts\nA,0\n".encode("utf-32"), "the CSV file is UTF-16 (or UTF-32) text, by its byte order mark; save it as UTF-8"),
+    (b"\xff\xfe" + "type,ts\nA,0\n".encode("utf-16-le"),
+     "the CSV file is UTF-16 (little-endian) text, by its byte order mark; save it as UTF-8"),
+    (b"\xfe\xff" + "type,ts\nA,0\n".encode("utf-16-be"),
+     "the CSV file is UTF-16 (big-endian) text, by its byte order mark; save it as UTF-8"),
+    (b"\xff\xfe\x00\x00" + "type,ts\nA,0\n".encode("utf-32-le"),
+     "the CSV file is UTF-32 (little-endian) text, by its byte order mark; save it as UTF-8"),
+    # was a UnicodeDecodeError ('utf-8' codec can't decode byte 0xfe), naming no file
+    (b"\x00\x00\xfe\xff" + "type,ts\nA,0\n".encode("utf-32-be"),
+     "the CSV file is UTF-32 (big-endian) text, by its byte order mark; save it as UTF-8"),
     (b"\xef\xbb\xbf\n", "the CSV file is empty; it needs a header row naming at least 'type' and 'ts'"),
 ])
 def test_a_csv_file_that_is_not_utf8_or_only_a_byte_order_mark_says_so(tmp_path, data, message):

@@ -59,6 +59,9 @@ def test_generate_is_deterministic_and_follows_the_parameters():
         ({"nodes": {"a": ["A"]}, "rates": {"A": 0}}, "positive finite"),
         ({"nodes": {"a": ["A"]}, "rates": {"A": float("nan")}}, "positive finite"),
         ({"nodes": {"a": ["A"]}, "rates": {}}, "has no rate"),
+        # was silently accepted: a rate for a type no node produces (a typo, or a node dropped)
+        ({"nodes": {"a": ["A"], "b": ["A"]}, "rates": {"A": 1, "Z": 2, "B": 3}},
+         "rate given for type\\(s\\) 'B', 'Z', which no node produces"),
         ({"nodes": {"a": ["A"], "b": ["A"], "c": ["A"]}, "rates": {"A": 1},
           "links": [["a", "b"]]}, "disconnected"),
         ({"nodes": {"a": ["A"]}, "rates": {"A": 1}, "links": [["a", "zz"]]}, "not in the network"),

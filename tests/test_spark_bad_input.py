@@ -224,6 +224,61 @@ def test_parquet_rows_of_several_files_name_the_file(spark, tmp_path):  # noqa: 
     )
 
 
+# -- ids that repeat, in one input partition or across partitions ------------------------------------
+
+
+@pytest.mark.parametrize(
+    "partition_by, slicing", [("k", "auto"), (None, "shuffle"), (None, "partitions")]
+)
+@pytest.mark.parametrize("across", [True, False])
+def test_repeated_ids_are_refused_as_detect_refuses_them(spark, partition_by, slicing, across):  # noqa: F811
+    """An id two rows share went through when the rows reached different tasks (other keys,
+    other slices): each task saw its own group only. Now the driver refuses it in every plan,
+    with detect's words for the id detect names, then the two rows in their input partitions."""
+    ev = museum_like_stream(n=120, seed=3)
+    cuts = cuts_between(ev["ts"].to_numpy(), 3)  # partitions: rows [0, c0), [c0, c1), [c1, 120)
+    lo = cuts[1] if across else 6
+    # a second pair whose later row comes first in the input: detect names its id, not row 5's
+    b = next(i for i in range(lo, 120) if ev.loc[i, "k"] != ev.loc[5, "k"])  # another key
+    ev.loc[b, "id"] = ev.loc[5, "id"]
+    ev.loc[b + 1 if not across else 4, "id"] = ev.loc[2, "id"]  # rows 2 and 4 (or b+1 > b)
+    want = str(pytest.raises(EventError, cep_gpu.detect, ev, KEYED_RULES).value)
+    first = 4 if across else b
+    assert want == f"column 'id' has duplicate id {ev.loc[first, 'id']}"
+    df = time_partitions(spark, ev, cuts).cache()
+    parts = df.rdd.glom().collect()
+
+    def where(i: int) -> str:
+        p = int(np.searchsorted(cuts, i, side="right"))
+        start = ([0, *cuts])[p]
+        assert parts[p][i - start]["id"] == ev.loc[i, "id"]
+        return f"at row {i - start} of input partition {p}"
+
+    pair = (2, 4) if across else (5, b)
+    with pytest.raises(EventError) as info:
+        detect_spark(
+            df, KEYED_RULES, partition_by=partition_by, backend=BACKEND, num_slices=3, slicing=slicing
+        ).collect()
+    assert str(info.value) == (
+        f"{want} ({where(pair[0])} and {where(pair[1])}; 2 row(s) in all repeat an earlier row's "
+        "id): ids must be unique"
+    )
+
+
+def test_repeated_ids_in_a_decopa_plan_are_refused(spark):  # noqa: F811
+    from cep_gpu import decopa
+    from cep_gpu.spark_udfs import execute_plan_spark
+
+    ev = museum_like_stream(n=60, seed=4)
+    ev.loc[50, "id"] = ev.loc[1, "id"]
+    rule = cep_gpu.parse_rule("define Q pattern SEQ(A a, B b) within 3 s")
+    plan = decopa.optimize(rule, decopa.Stats(rates={"a": 1, "b": 1}), decopa.Units(2, 10, 10))
+    df = time_partitions(spark, ev, [30])
+    with pytest.raises(EventError, match=rf"^column 'id' has duplicate id {ev.loc[1, 'id']} \(at row 1 "
+                       r"of input partition 0 and at row 20 of input partition 1;"):
+        execute_plan_spark(df, plan, backend=BACKEND)
+
+
 def test_task_errors_do_not_pass_for_input_rows():
     err = task_error(EventError("column 'x' holds 3 at row 5, above the int64 maximum"))
     assert str(err) == (

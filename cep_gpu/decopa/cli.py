@@ -171,7 +171,7 @@ def cmd_decompose(args) -> int:
                 raise UsageError(option, "give --rates/--selectivity or --sample, not both "
                                  "(--sample measures the rates and selectivities)")
     # before any work: a typo in the folder must not cost the planning, nor --json the input
-    check_outputs({"--json": args.json}, {"rule": args.rules, "sample": args.sample})
+    check_outputs({"--json": args.json}, [("rule", args.rules), ("sample", args.sample)])
     with argument("--units"):
         units = Units(args.units, args.iota, args.kappa)
     rule = _load_rule(args)
@@ -225,7 +225,7 @@ def cmd_run(args) -> int:
     if args.report and args.chunk is not None:
         raise UsageError("--report", "is measured by the batch run: leave out --chunk")
     # before any work, as cep-gpu run
-    check_outputs({"--out": args.out}, {"plan": args.plan, "events": args.events}, tables=("--out",))
+    check_outputs({"--out": args.out}, [("plan", args.plan), ("events", args.events)], tables=("--out",))
     with argument("--backend"):
         get_backend(args.backend)
     path = Path(args.plan)

@@ -54,6 +54,10 @@ ROW_MESSAGES = {
 }
 
 
+#: an id that two events share (``{value}``: the id); the Spark path words it the same way
+DUPLICATE_ID = "column 'id' has duplicate id {value}"
+
+
 def check_time_unit(time_unit: str) -> None:
     if time_unit not in UNIT_NS:
         raise EventError(f"unknown time_unit {time_unit!r}; use one of {sorted(UNIT_NS)}")
@@ -93,7 +97,7 @@ def check_ids(ids: np.ndarray) -> np.ndarray:
         raise EventError(ROW_MESSAGES["id_negative"].format(value=ids[row], where=f"at row {row}"))
     if not (n < 2 or bool(np.all(ids[1:] > ids[:-1]))) and len(np.unique(ids)) != n:
         dup = pd.Series(ids)[pd.Series(ids).duplicated()].iloc[0]
-        raise EventError(f"column 'id' has duplicate id {int(dup)}")
+        raise EventError(DUPLICATE_ID.format(value=int(dup)))
     return ids
 
 

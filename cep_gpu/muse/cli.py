@@ -137,10 +137,10 @@ def add_bench_arguments(b: argparse.ArgumentParser) -> None:
     b.add_argument("--plot", type=nonempty_path, help="write a PNG here")
 
 
-def _inputs(args) -> dict:
+def _inputs(args) -> list[tuple[str, str | None]]:
     """The input files of ``muse plan``/``simulate``, which no output may overwrite."""
-    return {"query": args.queries, "network": args.network, "events": getattr(args, "events", None),
-            "sample": args.selectivity_from}
+    return [("query", args.queries), ("network", args.network), ("events", getattr(args, "events", None)),
+            ("sample", args.selectivity_from)]
 
 
 def _load(args):
@@ -265,7 +265,7 @@ def selectivity_arguments(values, queries) -> dict[str, dict[frozenset[str], flo
 def cmd_network(args) -> int:
     from .network import Network
 
-    check_outputs({"--out": args.out}, {"events": args.events})
+    check_outputs({"--out": args.out}, [("events", args.events)])
     seeded = {"--nodes": args.nodes, "--types": args.types, "--ratio": args.ratio, "--skew": args.skew,
               "--seed": args.seed}
     if args.events:

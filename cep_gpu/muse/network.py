@@ -46,6 +46,13 @@ class Network:
         for t, r in self.rates.items():
             if not is_finite_positive(r):
                 raise MuseError(f"rate of type {t!r} must be a positive finite number, got {r!r}")
+        produced = set().union(*self.produces.values())
+        unproduced = sorted(t for t in self.rates if t not in produced)
+        if unproduced:  # a rate is per producing node (§2.1): such a rate changes nothing, a typo?
+            raise MuseError(
+                f"rate given for type(s) {', '.join(map(repr, unproduced))}, which no node produces "
+                "(a rate is events/s at each node producing the type; add the type to a node's "
+                "types or remove its rate)")
         if self.links is not None:
             self._check_connected()
 

@@ -85,7 +85,7 @@ def cmd_run(args) -> int:
     from .engine import HybridEngine
 
     # before any work: a path that cannot be written was found only after the whole run
-    check_outputs({"--out": args.out, "--stats": args.stats}, {"rule": args.rules, "events": args.events},
+    check_outputs({"--out": args.out, "--stats": args.stats}, [("rule", args.rules), ("events", args.events)],
                   tables=("--out",))
     console = Console(stderr=True)
     t0 = time.perf_counter()

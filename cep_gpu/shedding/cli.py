@@ -139,7 +139,7 @@ def cmd_run(args) -> int:
         raise UsageError("--cost" if args.cost is not None else "--window-cost",
                          "is for --mode virtual; real time measures this engine")
     check_outputs({"--out": args.out, "--report": args.report},
-                  {"rule": args.rules, "events": args.events, "sample": args.sample}, tables=("--out",))
+                  [("rule", args.rules), ("events", args.events), ("sample", args.sample)], tables=("--out",))
     rules = read_rules(args.rules)
     events = require_frame(read_events(args.events), args.events)
     warn_absent_types(args.prog, rules, events["type"].astype(str).unique(), args.events)
