@@ -266,8 +266,9 @@ def test_repeated_ids_are_refused_as_detect_refuses_them(spark, partition_by, sl
 
 
 def test_repeated_ids_in_a_decopa_plan_are_refused(spark):  # noqa: F811
-    from cep_gpu import decopa
     from cep_gpu.spark_udfs import execute_plan_spark
+
+    from cep_gpu import decopa
 
     ev = museum_like_stream(n=60, seed=4)
     ev.loc[50, "id"] = ev.loc[1, "id"]
