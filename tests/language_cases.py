@@ -27,6 +27,13 @@ def between(a: int, b: int) -> Span:
     return Span(a, 0, False, b, 0, False)
 
 
+def bound(pred: int, attr: str) -> Compare:
+    """The condition a parameter's binding ``attr = $p`` adds to its predicate: ``attr = attr``,
+    false when the event lacks the attribute (DESIGN 3.3: a named attribute that is missing makes
+    the event fail the predicate)."""
+    return Compare("=", Attr(pred, attr), Attr(pred, attr))
+
+
 #: the museum's Touch rule as the language must compile it (used by several files)
 TOUCH = Rule(
     name="Touch",
@@ -40,6 +47,7 @@ TOUCH = Rule(
         ),
     ),
     conditions=(
+        bound(0, "painting"),
         Compare(">", Attr(0, "value"), Const(3.0)),
         Compare("=", Attr(1, "painting"), Attr(0, "painting")),
     ),

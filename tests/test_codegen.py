@@ -151,7 +151,8 @@ def test_lowering_filters_index_and_residual_checks():
     assert [rule.conditions[i] for i in step1.conditions] == [
         Compare("<", Attr(1, "v"), Attr(0, "v"))
     ]
-    assert all(len(f) == 1 for f in spec.filters[:1])
+    # B's filters: v > 1.0, and k present (the binding of $k)
+    assert [len(f) for f in spec.filters] == [2, 0]
     assert lower(rule, use_index=False).plans[0].steps[1].key is None
 
 

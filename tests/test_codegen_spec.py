@@ -13,8 +13,9 @@ TOUCH = ("define T(p: string) from Vibration(painting = $p and value > 3.0) as v
 def test_filters_key_and_layout():
     rule = cep_gpu.parse_rule(TOUCH)
     spec = lower(rule)
-    # static filters per predicate: value > 3.0 on Vibration, n > 0 on PeopleNear
-    assert [len(f) for f in spec.filters] == [1, 1]
+    # static filters per predicate: painting present (the binding of $p) and value > 3.0 on
+    # Vibration, n > 0 on PeopleNear
+    assert [len(f) for f in spec.filters] == [2, 1]
     step0, step1 = spec.plans[0].steps
     assert step0.step == 0 and step0.pred == 0 and step1.policy == "last" and step1.window == 5_000_000_000
     # the equality on the parameter becomes the step's index key, not a residual check

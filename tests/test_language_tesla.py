@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from language_cases import MIN, MS, TOUCH, S, between, within
+from language_cases import MIN, MS, TOUCH, S, between, bound, within
 
 import cep_gpu
 from cep_gpu.language import parse_rule, parse_rules
@@ -40,6 +40,8 @@ THEFT = Rule(
         ),
     ),
     conditions=(
+        bound(0, "room"),
+        bound(0, "painting"),
         Compare(">", Attr(0, "value"), Const(3.0)),
         Compare("=", Attr(1, "painting"), Attr(0, "painting")),
     ),
@@ -55,6 +57,8 @@ ALARM = Rule(
     name="Alarm",
     plans=(Plan((Predicate("Vibration", "Vibration"),), (0,)),),
     conditions=(
+        bound(0, "room"),
+        bound(0, "painting"),
         Compare(">", Attr(0, "value"), Const(3.0)),
         Compare(">", AggValue(0), Const(3.0)),
     ),
@@ -115,6 +119,7 @@ def test_policies_aliases_chains_and_timestamps():
         ),
     )
     assert rule.conditions == (
+        bound(0, "k"),
         Compare("=", Attr(1, "k"), Attr(0, "k")),
         Compare(">", Attr(1, "v"), Attr(0, "v")),
         Compare("=", Attr(2, "k"), Attr(0, "k")),
@@ -139,7 +144,9 @@ def test_parameters_bind_once_and_constrain_later():
         where p = $p, q = $q"""
     )
     assert rule.conditions == (
+        bound(0, "a"),
         Compare("=", Attr(0, "b"), Attr(0, "a")),
+        bound(0, "c"),
         Compare("=", Attr(1, "a"), Attr(0, "a")),
         Compare(">", Attr(1, "b"), Arith("+", Attr(0, "c"), Const(1))),
         Compare("!=", Attr(1, "c"), Arith("*", Attr(0, "a"), Const(2))),
@@ -154,7 +161,7 @@ def test_parameter_first_bound_in_a_later_predicate():
     rule = parse_rule(
         "define R from X() and each Y(a = $p) within 1 s from X and each Z(a = $p) within 1 s from Y"
     )
-    assert rule.conditions == (Compare("=", Attr(2, "a"), Attr(1, "a")),)
+    assert rule.conditions == (bound(1, "a"), Compare("=", Attr(2, "a"), Attr(1, "a")))
 
 
 def test_arithmetic_precedence_literals_and_unary_minus():
@@ -259,6 +266,7 @@ def test_aggregates_count_sum_between_and_where_only():
         Aggregate("min", "Z", "v", within(1, 3600 * S), (), "m"),
     )
     assert rule.conditions == (
+        bound(0, "k"),
         Compare(">=", AggValue(0), Const(2)),
         Compare("<", AggValue(2), Arith("/", AggValue(1), AggValue(0))),
     )
@@ -271,6 +279,7 @@ def test_aggregates_count_sum_between_and_where_only():
 def test_aggregate_comparison_with_parameters_and_attributes():
     rule = parse_rule("define R from C(k = $k) and a = Max(X() within 1 s from C).v > C.limit + $k")
     assert rule.conditions == (
+        bound(0, "k"),
         Compare(">", AggValue(0), Arith("+", Attr(0, "limit"), Attr(0, "k"))),
     )
     assert (

@@ -355,3 +355,15 @@ def test_integer_arithmetic_wraps_around(backend, rule, expected):
 def test_integer_return_values_wrap_around(backend):
     rule = "define W4(z: int, m: int) pattern SEQ(A a, B b) within 5 s return z := a.x + b.x, m := -a.y"
     assert rows(cep_gpu.detect(_BIG, rule, backend=backend), "z", "m") == [("W4", 2.0, (0, 1), -(2**63), -(2**63))]
+
+
+def test_input_events_of_a_composite_type_are_read_like_composite_ones(backend):
+    # docs/language.md, Composite events: Q@0 (0), P@1 (1), V@2 (2), an input Touch@3 (3).
+    # Touch at V@2 binds P@1: (2, 1). Up reads Touch: the detected one at 2 binds Q@0 ([-3, 2)),
+    # and the input one at 3 binds Q@0 too ([-2, 3)); the input Touch is no output row itself.
+    rules = """define Touch from V() and each P() within 5 s from V
+define Up from Touch() and each Q() within 5 s from Touch"""
+    ev = E(("Q", 0), ("P", 1), ("V", 2), ("Touch", 3))
+    touch = composite_ids("Touch", np.array([[2, 1]], np.int64))[0]
+    out = cep_gpu.detect(ev, rules, backend=backend)
+    assert rows(out) == [("Touch", 2, (2, 1)), ("Up", 2, (int(touch), 0)), ("Up", 3, (3, 0))]

@@ -14,6 +14,7 @@ from semantics_cases import TESLA_AGG_EVENTS, E, ids, rows
 
 import cep_gpu
 from cep_gpu.detect import composite_ids
+from cep_gpu.museum import MUSEUM_RULES
 
 # =================================================================================================
 # TESLA rules
@@ -288,3 +289,58 @@ def test_tesla_negation_ignores_events_failing_on_null(backend):
 def test_unknown_attribute_is_a_schema_error(backend):
     with pytest.raises(cep_gpu.RuleError, match="nosuch"):
         cep_gpu.detect(E(("T", 1, {"v": 1})), "define U from T(nosuch > 1)", backend=backend)
+
+
+# A parameter's binding `attr = $p` names `attr`: an event lacking it (null, NaN, or no such
+# column for its type) fails that predicate (DESIGN 3.3), whatever later uses $p. Before, the
+# binding compiled to no condition at all, so such an event passed and $p was null: a later
+# `C(k = $p)` then failed (no harm), but a $p used only in `where`, a negation or an aggregate let
+# the composite event through, and a `last` could choose the event lacking the attribute.
+
+PARAM_RULES = """
+define OnlyWhere(k: int) from T(k = $k) where k = $k
+
+define InNegation from T(k = $k) and not N(k = $k) within 5 s from T
+
+define InCount from T(k = $k) and n = Count(N(k = $k) within 5 s from T) = 0
+
+define LastBinds(k: int) from T() and last B(k = $k) within 10 s from T
+    and each C(k = $k) within 10 s from T where k = $k
+"""
+
+
+def test_tesla_parameter_binding_fails_events_lacking_the_attribute(backend):
+    # C@1 k1 (0), B@2 k1 (1), B@3 k null (2), T@5 k null (3), T@6 k2 (4), T@7 no k (5: NaN).
+    # OnlyWhere / InNegation / InCount: T3 and T5 lack k and fail T(k = $k); T4 (k2) matches each
+    #   (no N at all: the negation holds, the count is 0).
+    # LastBinds: T() has no k condition, so every T terminates; B2 lacks k and fails B(k = $k), so
+    #   `last` takes B1 (k1), and C0 (k1) joins: (T, B1, C0) for T3, T4 and T5 alike.
+    ev = E(
+        ("C", 1, {"k": 1}), ("B", 2, {"k": 1}), ("B", 3, {"k": None}), ("T", 5, {"k": None}),
+        ("T", 6, {"k": 2}), ("T", 7),
+    )
+    out = cep_gpu.detect(ev, PARAM_RULES, backend=backend)
+    assert rows(out, "k") == [
+        ("LastBinds", 5.0, (3, 1, 0), 1),
+        ("InCount", 6.0, (4,), None), ("InNegation", 6.0, (4,), None),
+        ("LastBinds", 6.0, (4, 1, 0), 1), ("OnlyWhere", 6.0, (4,), 2),
+        ("LastBinds", 7.0, (5, 1, 0), 1),
+    ]
+
+
+def test_tesla_theft_with_a_vibration_lacking_its_room(backend):
+    # The chapter's R2: Vibration(room=$r ...) names room; a vibration without one is no Theft,
+    # although no StaffAt(room=$r) can be found for it.
+    rule = cep_gpu.parse_rules(MUSEUM_RULES)[1]
+    ev = E(
+        ("PeopleNear", 0, {"painting": "P"}),
+        ("Vibration", 1, {"room": None, "painting": "P", "value": 5.0}),
+        ("Vibration", 2, {"room": "R1", "painting": "P", "value": 5.0}),
+    )
+    assert ids(ev, rule, backend) == [(2, 0)]
+
+
+def test_tesla_parameter_on_an_attribute_no_event_has_is_a_schema_error(backend):
+    with pytest.raises(cep_gpu.RuleError, match="'p'"):
+        cep_gpu.detect(E(("B", 0, {"q": 1}), ("A", 1, {"q": 2})),
+                       "define R from A(p = $p) and each B() within 5 s from A", backend=backend)

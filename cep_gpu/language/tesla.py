@@ -156,7 +156,13 @@ class _Rule:
                 pname = self.src.name(
                     right.children[0].update(value=str(right.children[0])[1:]), "parameter name"
                 )
-                self.params[pname] = Attr(me, attr, pos=pos_of(left.children[0]))
+                bound = Attr(me, attr, pos=pos_of(left.children[0]))
+                self.params[pname] = bound
+                # The binding names the attribute, so an event that lacks it (missing, null, NaN)
+                # fails the predicate (DESIGN 3.3), also when $p is then used only in `where`,
+                # a negation or an aggregate (where a null would otherwise just match nothing).
+                # `attr = attr` is false exactly when attr is missing, on every backend.
+                out.append(Compare("=", bound, bound, pos=pos_of(cmp)))
                 continue
             out.append(compile_comparison(self.src, cmp, res))
         return out
