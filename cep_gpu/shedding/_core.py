@@ -132,10 +132,63 @@ def _pick(t, b, IS, head, nxt, cnt):
 
 
 @numba.njit(cache=True)
-def _drop(i, F, IS, typ, bkt, est, status, relevant, nxt, prv, head, cnt, size, active, fen, dropped):
+def _tq_add(f, i, d):
+    j = i + 1
+    while j < f.shape[0]:
+        f[j] += d
+        j += j & (-j)
+
+
+@numba.njit(cache=True)
+def _tq_prefix(f, i):
+    s = 0.0
+    j = i
+    while j > 0:
+        s += f[j]
+        j -= j & (-j)
+    return s
+
+
+@numba.njit(cache=True)
+def _shrink(v, F, IS, lo, tq):
+    """Event ``v`` left the columns (dropped or evicted): every queued terminator whose window
+    holds it reads one event less, so the queued work shrinks by their κ (docs/shedding.md,
+    resolution 24). ``lo`` is nondecreasing (one lookback for all events), so they are the
+    queued terminators in ``(v, J)``, J the first arrived event whose window starts after v."""
+    a = v + 1
+    b = IS[I_ARRIVED]
+    while a < b:
+        m = (a + b) // 2
+        if lo[m] <= v:
+            a = m + 1
+        else:
+            b = m
+    if a > v + 1:
+        F[F_WQ] -= _tq_prefix(tq[0], a) - _tq_prefix(tq[0], v + 1)
+
+
+@numba.njit(cache=True)
+def _unqueue(i, F, est, lo, fen, tq):
+    """Take queued event ``i``'s estimate off the queued work: for a terminator, its estimate on
+    arrival less κ for each event of its window that has left the columns since (those were
+    taken off the queued work as they left, by :func:`_shrink`)."""
+    k = tq[1, i]
+    if k > 0.0:
+        w = _fen_prefix(fen, i) - _fen_prefix(fen, lo[i])
+        F[F_WQ] -= est[i] - k * (tq[2, i] - w)
+        _tq_add(tq[0], i, -k)
+        tq[1, i] = 0.0
+    else:
+        F[F_WQ] -= est[i]
+    if F[F_WQ] < 0.0:  # rounding of the float sums only
+        F[F_WQ] = 0.0
+
+
+@numba.njit(cache=True)
+def _drop(i, F, IS, typ, bkt, est, status, lo, relevant, nxt, prv, head, cnt, size, active, fen, tq, dropped):
     t = typ[i]
     status[i] = 3
-    F[F_WQ] -= est[i]
+    _unqueue(i, F, est, lo, fen, tq)
     size[t] -= 1
     if active[t]:
         _remove(i, typ, bkt, nxt, prv, head, cnt, IS[I_NB])
@@ -143,12 +196,13 @@ def _drop(i, F, IS, typ, bkt, est, status, relevant, nxt, prv, head, cnt, size, 
             active[t] = False
     if relevant[i]:
         _fen_add(fen, i, -1)
+        _shrink(i, F, IS, lo, tq)
     dropped[t] += 1
 
 
 @numba.njit(cache=True)
 def arrive(i, now, F, IS, typ, bkt, est, status, lo, relevant, evicted, ring,
-           z_est, is_term, nt, gamma, size, active, minb, nxt, prv, head, cnt, fen, dropped):
+           z_est, is_term, nt, gamma, size, active, minb, nxt, prv, head, cnt, fen, tq, dropped):
     """Event ``i`` arrives at time ``now``: the shedding decision (paper Section 4, Figure 3).
 
     Returns 1 if ``i`` was queued, 0 if it was dropped.
@@ -173,7 +227,7 @@ def arrive(i, now, F, IS, typ, bkt, est, status, lo, relevant, evicted, ring,
             F[F_TFREE] = max(F[F_TFREE], now) + F[F_SHED]
             busy = F[F_TFREE] - now
         if policy == STATE:
-            _evict(i, now, F, IS, typ, status, lo, relevant, evicted, ring, is_term, fen,
+            _evict(i, now, F, IS, typ, status, lo, relevant, evicted, ring, is_term, fen, tq,
                    busy + F[F_WQ] + est[i] - F[F_BETA] * F[F_L])
         elif size[t] + 1 > nt[t]:
             # the local constraint of T's buffer is violated: drop its lowest-utility event,
@@ -185,11 +239,18 @@ def arrive(i, now, F, IS, typ, bkt, est, status, lo, relevant, evicted, ring,
                 dropped[t] += 1
                 return 0
             v = _pick(t, b, IS, head, nxt, cnt)
-            _drop(v, F, IS, typ, bkt, est, status, relevant, nxt, prv, head, cnt, size, active, fen, dropped)
+            _drop(v, F, IS, typ, bkt, est, status, lo, relevant, nxt, prv, head, cnt, size, active, fen, tq, dropped)
     # queue it
+    if is_term[t] and w > 0:  # a drop above may have been inside its window
+        w = _fen_prefix(fen, i) - _fen_prefix(fen, lo[i])
+        est[i] = z_est[t] + F[F_KEST] * w
     status[i] = 1
     size[t] += 1
     F[F_WQ] += est[i]
+    if is_term[t] and F[F_KEST] > 0.0:  # its window may shrink while it waits (_shrink)
+        tq[1, i] = F[F_KEST]
+        tq[2, i] = w
+        _tq_add(tq[0], i, F[F_KEST])
     if relevant[i]:
         _fen_add(fen, i, 1)
     if active[t]:
@@ -237,21 +298,21 @@ def arrive(i, now, F, IS, typ, bkt, est, status, lo, relevant, evicted, ring,
                 break
             best_b = _lowest(best_t, IS, cnt, minb)
             v = _pick(best_t, best_b, IS, head, nxt, cnt)
-            _drop(v, F, IS, typ, bkt, est, status, relevant, nxt, prv, head, cnt, size, active, fen, dropped)
+            _drop(v, F, IS, typ, bkt, est, status, lo, relevant, nxt, prv, head, cnt, size, active, fen, tq, dropped)
     return 1 if status[i] == 1 else 0
 
 
 @numba.njit(cache=True)
 def arrive_range(lo_i, hi_i, arr, F, IS, typ, bkt, est, status, lo, relevant, evicted, ring,
-                 z_est, is_term, nt, gamma, size, active, minb, nxt, prv, head, cnt, fen, dropped):
+                 z_est, is_term, nt, gamma, size, active, minb, nxt, prv, head, cnt, fen, tq, dropped):
     """Events ``[lo_i, hi_i)`` arrive, each at its own time ``arr[i]`` (one compiled call)."""
     for i in range(lo_i, hi_i):
         arrive(i, arr[i], F, IS, typ, bkt, est, status, lo, relevant, evicted, ring,
-               z_est, is_term, nt, gamma, size, active, minb, nxt, prv, head, cnt, fen, dropped)
+               z_est, is_term, nt, gamma, size, active, minb, nxt, prv, head, cnt, fen, tq, dropped)
 
 
 @numba.njit(cache=True)
-def _evict(i, now, F, IS, typ, status, lo, relevant, evicted, ring, is_term, fen, excess):
+def _evict(i, now, F, IS, typ, status, lo, relevant, evicted, ring, is_term, fen, tq, excess):
     """State-side baseline: evict random stored (processed) events of the current window from the
     columns, enough to cut ``excess`` seconds of combination work (docs/shedding.md)."""
     # the stored events the queued terminators can still read: those inside the window of the
@@ -281,15 +342,16 @@ def _evict(i, now, F, IS, typ, status, lo, relevant, evicted, ring, is_term, fen
             continue
         evicted[v] = now
         _fen_add(fen, v, -1)
+        _shrink(v, F, IS, lo, tq)
         IS[I_EVICTED] += 1
         m -= 1
 
 
 @numba.njit(cache=True)
-def expire(p, F, IS, typ, bkt, est, status, relevant, nxt, prv, head, cnt, size, active, fen, dropped):
+def expire(p, F, IS, typ, bkt, est, status, lo, relevant, nxt, prv, head, cnt, size, active, fen, tq, dropped):
     """Drop queued event ``p`` when it comes up for service too late: its measured wait plus
     the tail of its processing time would exceed L_max (real time; docs/shedding.md, resolution 17)."""
-    _drop(p, F, IS, typ, bkt, est, status, relevant, nxt, prv, head, cnt, size, active, fen, dropped)
+    _drop(p, F, IS, typ, bkt, est, status, lo, relevant, nxt, prv, head, cnt, size, active, fen, tq, dropped)
     IS[I_DEADLINE] += 1
 
 
@@ -305,12 +367,12 @@ def next_queued(IS, status):
 
 @numba.njit(cache=True)
 def begin(p, F, IS, typ, bkt, est, status, lo, relevant, ring, z_act, is_term,
-          size, active, nxt, prv, head, cnt, fen):
+          size, active, nxt, prv, head, cnt, fen, tq):
     """Take queued event ``p`` out of its buffer for processing; returns its charged cost
     (the virtual-time cost model: Z(T) plus the window work of a terminator)."""
     t = typ[p]
     status[p] = 2
-    F[F_WQ] -= est[p]
+    _unqueue(p, F, est, lo, fen, tq)
     size[t] -= 1
     if active[t]:
         _remove(p, typ, bkt, nxt, prv, head, cnt, IS[I_NB])
@@ -328,7 +390,7 @@ def begin(p, F, IS, typ, bkt, est, status, lo, relevant, ring, z_act, is_term,
 
 @numba.njit(cache=True)
 def _serve(until, k, arr, F, IS, typ, bkt, est, status, lo, relevant, ring, z_act, is_term,
-           size, active, nxt, prv, head, cnt, fen, start, done, order):
+           size, active, nxt, prv, head, cnt, fen, tq, start, done, order):
     """Process queued events in order while the engine is free by ``until``; returns the new
     count of processed events ``k``."""
     while F[F_TFREE] <= until:
@@ -337,7 +399,7 @@ def _serve(until, k, arr, F, IS, typ, bkt, est, status, lo, relevant, ring, z_ac
             break
         s = max(F[F_TFREE], arr[p])
         c = begin(p, F, IS, typ, bkt, est, status, lo, relevant, ring, z_act, is_term,
-                  size, active, nxt, prv, head, cnt, fen)
+                  size, active, nxt, prv, head, cnt, fen, tq)
         start[p] = s
         done[p] = s + c
         F[F_TFREE] = s + c
@@ -349,18 +411,18 @@ def _serve(until, k, arr, F, IS, typ, bkt, est, status, lo, relevant, ring, z_ac
 @numba.njit(cache=True)
 def simulate_virtual(arr, F, IS, typ, bkt, est, status, lo, relevant, evicted, ring,
                      z_est, z_act, is_term, nt, gamma, size, active, minb, nxt, prv, head, cnt,
-                     fen, dropped, start, done, order):
+                     fen, tq, dropped, start, done, order):
     """The whole virtual-time run without an engine in the loop: fills ``start``/``done`` and
     ``order`` (the events in processing order); returns how many were processed."""
     k = 0
     for i in range(arr.shape[0]):
         now = arr[i]
         k = _serve(now, k, arr, F, IS, typ, bkt, est, status, lo, relevant, ring, z_act, is_term,
-                   size, active, nxt, prv, head, cnt, fen, start, done, order)
+                   size, active, nxt, prv, head, cnt, fen, tq, start, done, order)
         arrive(i, now, F, IS, typ, bkt, est, status, lo, relevant, evicted, ring,
-               z_est, is_term, nt, gamma, size, active, minb, nxt, prv, head, cnt, fen, dropped)
+               z_est, is_term, nt, gamma, size, active, minb, nxt, prv, head, cnt, fen, tq, dropped)
     return _serve(np.inf, k, arr, F, IS, typ, bkt, est, status, lo, relevant, ring, z_act, is_term,
-                  size, active, nxt, prv, head, cnt, fen, start, done, order)
+                  size, active, nxt, prv, head, cnt, fen, tq, start, done, order)
 
 
 class Core:
@@ -396,6 +458,9 @@ class Core:
         self.head = np.full(k * nb, -1, np.int64)
         self.cnt = np.zeros(k * nb, np.int64)
         self.fen = np.zeros(n + 1, np.int64)
+        # queued terminators: a Fenwick tree of their κ (row 0), κ and window size on arrival
+        # (rows 1, 2): the queued work follows their windows as events leave (resolution 24)
+        self.tq = np.zeros((3, n + 1), np.float64)
         self.dropped = np.zeros(k, np.int64)
         self.F = np.array([0.0, 0.0, latency_bound, beta, kappa_est, kappa_act, guard, 0.0], np.float64)
         self.IS = np.zeros(11, np.int64)
@@ -416,26 +481,26 @@ class Core:
         return arrive(i, now, self.F, self.IS, self.typ, self.bkt, self.est, self.status, self.lo,
                       self.relevant, self.evicted, self.ring, self.z_est, self.is_term, self.nt,
                       self.gamma, self.size, self.active, self.minb, self.nxt, self.prv,
-                      self.head, self.cnt, self.fen, self.dropped)
+                      self.head, self.cnt, self.fen, self.tq, self.dropped)
 
     def arrive_range(self, lo_i: int, hi_i: int, arr: np.ndarray) -> None:
         arrive_range(lo_i, hi_i, arr, self.F, self.IS, self.typ, self.bkt, self.est, self.status,
                      self.lo, self.relevant, self.evicted, self.ring, self.z_est, self.is_term,
                      self.nt, self.gamma, self.size, self.active, self.minb, self.nxt, self.prv,
-                     self.head, self.cnt, self.fen, self.dropped)
+                     self.head, self.cnt, self.fen, self.tq, self.dropped)
 
     def next_queued(self) -> int:
         return next_queued(self.IS, self.status)
 
     def expire(self, p: int) -> None:
-        expire(p, self.F, self.IS, self.typ, self.bkt, self.est, self.status, self.relevant,
-               self.nxt, self.prv, self.head, self.cnt, self.size, self.active, self.fen,
+        expire(p, self.F, self.IS, self.typ, self.bkt, self.est, self.status, self.lo, self.relevant,
+               self.nxt, self.prv, self.head, self.cnt, self.size, self.active, self.fen, self.tq,
                self.dropped)
 
     def begin(self, p: int) -> float:
         return begin(p, self.F, self.IS, self.typ, self.bkt, self.est, self.status, self.lo,
                      self.relevant, self.ring, self.z_act, self.is_term, self.size, self.active,
-                     self.nxt, self.prv, self.head, self.cnt, self.fen)
+                     self.nxt, self.prv, self.head, self.cnt, self.fen, self.tq)
 
     def simulate(self, arr: np.ndarray):
         start = np.full(self.n, np.nan)
@@ -445,7 +510,7 @@ class Core:
                              self.bkt, self.est, self.status, self.lo, self.relevant,
                              self.evicted, self.ring, self.z_est, self.z_act, self.is_term,
                              self.nt, self.gamma, self.size, self.active, self.minb, self.nxt,
-                             self.prv, self.head, self.cnt, self.fen, self.dropped, start, done,
+                             self.prv, self.head, self.cnt, self.fen, self.tq, self.dropped, start, done,
                              order)
         return start, done, order[:k]
 
