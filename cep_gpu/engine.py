@@ -485,13 +485,13 @@ class Engine:
         if isinstance(events, Mapping) and _is_columnar(events):
             fast = table_from_columns(events, self._next_id, self._time_unit, self._strings)
             if fast is not None:  # plain NumPy columns: no Arrow, no pandas
-                self._check_time(fast.time, len(fast))
+                self._check_time(fast.time, fast.ts)
                 return self._checked(fast), len(fast)
             events = _arrow_of_columns(events)
         if isinstance(events, dict):
             fast = table_from_record(events, self._next_id, self._time_unit, self._strings)
             if fast is not None:
-                self._check_time(fast.time)
+                self._check_time(fast.time, fast.ts)
                 return self._checked(fast), 1
             events = pd.DataFrame([events])
         if isinstance(events, pa.Table):
@@ -512,7 +512,7 @@ class Engine:
                 f"DataFrame or an Arrow table, got {type(events).__name__}"
                 + (": publish a list of events as pandas.DataFrame(events)" if isinstance(events, list) else "")
             )
-        self._check_time(new.time, len(new))
+        self._check_time(new.time, new.ts)
         return self._checked(new), n
 
     def _checked(self, new: EventTable) -> EventTable:
@@ -564,8 +564,13 @@ class Engine:
             return None
         return int(store.ids[end - 1])
 
-    def _check_time(self, fmt: TimeFormat, rows: int = 1) -> None:
-        if not rows:
+    def _check_time(self, fmt: TimeFormat, ts: np.ndarray) -> None:
+        """Check a publish's time format ``fmt`` (and its timestamps ``ts``, int64 ns) against the
+        stream's: the first publish with rows fixes the stream's kind and ``ts`` dtype; a later
+        one of another dtype must hold values the stream's dtype holds exactly (docs/api.md,
+        "The dtype of ts"), but for float timestamps in an integer stream, which make it
+        float64 from then on."""
+        if not len(ts):
             return  # no timestamp to speak of: an empty publish leaves the stream's kind open
         if self._time is None:
             self._time = fmt
@@ -582,8 +587,21 @@ class Engine:
                 f"column 'ts' holds {now} datetimes, but earlier events had {then} ones: use one "
                 "for the whole stream"
             )
-        if fmt.kind == "numeric" and fmt.dtype == "float64" and self._time.dtype != "float64":
-            self._time = fmt  # int then float timestamps: report as float, like a batch would
+        if fmt.dtype == self._time.dtype:
+            return
+        if fmt.kind == "numeric" and fmt.numpy_dtype.kind == "f" and self._time.numpy_dtype.kind in "iu":
+            # int then float timestamps: report as float64 from then on, like a batch would
+            self._time = replace(self._time, dtype="float64")
+            return
+        exact = self._time.exact(ts)
+        if not exact.all():
+            i = int(np.flatnonzero(~exact)[0])
+            raise EventError(
+                f"column 'ts' holds {fmt.from_ns(ts[i:i + 1])[0]} ({fmt.dtype}), which the stream's "
+                f"ts dtype {self._time.dtype} cannot hold exactly: the first publish fixed the "
+                f"dtype of the composite events' ts; publish ts as {self._time.dtype}, or start "
+                "the stream with a wider dtype"
+            )
 
     def _admit_late(self, new: EventTable) -> EventTable | None:
         """Lateness mode: buffer ``new``, report what is too late, release what the watermark passed."""
@@ -630,8 +648,8 @@ class Engine:
             return None
         if row.id <= self._max_id or (self._newest is not None and row.ts < self._newest):
             return None
-        if row.ts_dtype == "float64" and self._time.dtype != "float64":
-            return None  # the time format changes: the general path does that
+        if row.ts_dtype != self._time.dtype and not (self._time.dtype == "float64" and -_FLOAT_EXACT <= row.ts <= _FLOAT_EXACT):
+            return None  # another dtype than the stream's: the general path checks (or widens) it
         if not self._buf.append_row(row):
             return None
         self._appended(1, row.id, row.ts if self._newest is None else max(self._newest, row.ts))
@@ -645,7 +663,7 @@ class Engine:
         time_fmt = self._time
         if time_fmt is None or time_fmt.kind != "numeric":
             return None
-        got = self._buf.append_columns(cols, self._next_id, UNIT_NS[self._time_unit], time_fmt.dtype == "float64",
+        got = self._buf.append_columns(cols, self._next_id, UNIT_NS[self._time_unit], time_fmt.dtype,
                                        _INT64_MIN if self._newest is None else self._newest, self._max_id)
         if got is None:
             return None
@@ -1042,6 +1060,7 @@ def _isnull(v) -> bool:
 
 
 _INT64_MIN = -(2**63)
+_FLOAT_EXACT = 2**53  # ns: the integers up to here are exact in a float64
 _EMPTY_FRAMES: dict = {}  # (output schema, time format, form) -> the empty output (frame/table/columns)
 _CHECKPOINT_MAGIC = b"cep-gpu engine checkpoint\n"
 _CHECKPOINT_VERSION = 1

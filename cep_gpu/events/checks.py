@@ -101,15 +101,33 @@ def check_ids(ids: np.ndarray) -> np.ndarray:
     return ids
 
 
-def numeric_ts(values: np.ndarray, time_unit: str) -> tuple[TimeFormat, np.ndarray]:
-    """Numeric timestamps (int64, uint64 or float64 in ``time_unit``) as int64 ns, range-checked."""
+def numeric_ts(values: np.ndarray, time_unit: str, dtype=None) -> tuple[TimeFormat, np.ndarray]:
+    """Numeric timestamps (int64, uint64 or float64 in ``time_unit``) as int64 ns, range-checked;
+    ``dtype``: the input's own (int8 .. uint64, float32, float64; default: ``values``'), which
+    the output's ``ts`` gets back."""
     if values.dtype.kind == "f" and not np.all(np.isfinite(values)):
         row = int(np.flatnonzero(~np.isfinite(values))[0])
         raise EventError(f"column 'ts' is not finite at row {row}")
     check_ts_range(values, time_unit)
-    np_dtype = "float64" if values.dtype.kind == "f" else "int64"
+    np_dtype = numeric_ts_dtype(values.dtype if dtype is None else dtype)
     fmt = TimeFormat("numeric", unit=time_unit, dtype=np_dtype)
     return fmt, fmt.to_ns(values.astype(np.int64, copy=False) if values.dtype.kind == "u" else values)
+
+
+def numeric_ts_dtype(dtype) -> str:
+    """The NumPy name of a numeric ``ts`` dtype (a pandas nullable or Arrow-backed one: its NumPy
+    counterpart)."""
+    dtype = np.dtype(getattr(dtype, "numpy_dtype", dtype))
+    return dtype.name if dtype.kind in "iuf" else "float64"
+
+
+def datetime_ts_dtype(values_dtype) -> str:
+    """The NumPy name of a datetime ``ts`` dtype in a unit the output keeps (s, ms, us, ns; a
+    coarser unit such as days reads as seconds, a finer one as ns)."""
+    unit = np.datetime_data(np.dtype(values_dtype))[0] if values_dtype is not None else "ns"
+    if unit not in ("s", "ms", "us", "ns"):
+        unit = "ns" if unit in ("ps", "fs", "as") else "s"
+    return f"datetime64[{unit}]"
 
 
 def ts_range_text(unit: str | None) -> str:
