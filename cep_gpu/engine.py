@@ -42,7 +42,7 @@ from .detect import (
     in_time_units,
 )
 from .errors import ArgumentError, EngineClosedError, EventError, LateEventError
-from .events import UNIT_NS, AttributeColumn, EventTable, StringDictionary, TimeFormat
+from .events import UNIT_NS, AttributeColumn, EventTable, StringDictionary, TimeFormat, stream_time
 from .events.checks import require_columns
 from .model import (
     Rule,
@@ -565,43 +565,9 @@ class Engine:
         return int(store.ids[end - 1])
 
     def _check_time(self, fmt: TimeFormat, ts: np.ndarray) -> None:
-        """Check a publish's time format ``fmt`` (and its timestamps ``ts``, int64 ns) against the
-        stream's: the first publish with rows fixes the stream's kind and ``ts`` dtype; a later
-        one of another dtype must hold values the stream's dtype holds exactly (docs/api.md,
-        "The dtype of ts"), but for float timestamps in an integer stream, which make it
-        float64 from then on."""
-        if not len(ts):
-            return  # no timestamp to speak of: an empty publish leaves the stream's kind open
-        if self._time is None:
-            self._time = fmt
-            return
-        if fmt.kind != self._time.kind:
-            raise EventError(
-                f"column 'ts' holds {fmt.kind} values, but earlier events had {self._time.kind} "
-                "timestamps: use one kind for the whole stream"
-            )
-        if fmt.kind == "datetime" and (fmt.tz is None) != (self._time.tz is None):
-            # (as pandas: a naive time has no place on a time zone's line, nor the reverse)
-            now, then = (f"time-zone-aware ({fmt.tz})", "naive") if fmt.tz else ("naive", f"time-zone-aware ({self._time.tz})")
-            raise EventError(
-                f"column 'ts' holds {now} datetimes, but earlier events had {then} ones: use one "
-                "for the whole stream"
-            )
-        if fmt.dtype == self._time.dtype:
-            return
-        if fmt.kind == "numeric" and fmt.numpy_dtype.kind == "f" and self._time.numpy_dtype.kind in "iu":
-            # int then float timestamps: report as float64 from then on, like a batch would
-            self._time = replace(self._time, dtype="float64")
-            return
-        exact = self._time.exact(ts)
-        if not exact.all():
-            i = int(np.flatnonzero(~exact)[0])
-            raise EventError(
-                f"column 'ts' holds {fmt.from_ns(ts[i:i + 1])[0]} ({fmt.dtype}), which the stream's "
-                f"ts dtype {self._time.dtype} cannot hold exactly: the first publish fixed the "
-                f"dtype of the composite events' ts; publish ts as {self._time.dtype}, or start "
-                "the stream with a wider dtype"
-            )
+        """The stream's time format after a publish of format ``fmt`` and timestamps ``ts``
+        (:func:`cep_gpu.events.stream_time`: the first publish with rows fixes it)."""
+        self._time = stream_time(self._time, fmt, ts)
 
     def _admit_late(self, new: EventTable) -> EventTable | None:
         """Lateness mode: buffer ``new``, report what is too late, release what the watermark passed."""

@@ -229,6 +229,24 @@ def test_datetimes_of_a_coarser_unit_or_another_zone_join_the_first_format():
     assert out["ts"].tolist() == [later["ts"].iloc[0]]  # the same instant
 
 
+def test_hybrid_engine_keeps_the_first_publish_dtype():
+    """The parallel engine (HYPERSONIC) fixes the dtype as Engine does: an int8 stream given
+    int64 values beyond int8 was cast back, wrapped around (-106 for 150)."""
+    from cep_gpu.parallel import HybridEngine
+
+    eng = HybridEngine(RULE, units=1)
+    try:
+        first = stream_of("int8", [1, 2], "AB")
+        out = eng.publish(first)
+        assert out["ts"].dtype == np.int8 and out["ts"].tolist() == [2]
+        with pytest.raises(EventError, match="column 'ts' holds 150 \\(int64\\), which the stream's ts dtype int8"):
+            eng.publish(stream_of("int64", [127, 150], "AB"))
+        out = eng.publish(stream_of("int64", [100, 101], "AB"))
+        assert out["ts"].dtype == np.int8 and out["ts"].tolist() == [101]
+    finally:
+        eng.close()
+
+
 # -- CLI -----------------------------------------------------------------------------------------------
 
 

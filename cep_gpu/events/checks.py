@@ -4,6 +4,7 @@ columns, nulls, ids, and timestamps that must fit int64 nanoseconds (errors name
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -186,3 +187,43 @@ def check_datetime_ticks(ticks: np.ndarray, scale: int, valid: np.ndarray | None
         row = int(np.flatnonzero(bad)[0])
         value = np.datetime64(int(ticks[row]) * scale // 1_000, "us")  # microseconds reach year 294247
         raise _ts_range_error(row, value, None)
+
+
+def stream_time(stream: TimeFormat | None, fmt: TimeFormat, ts: np.ndarray) -> TimeFormat | None:
+    """The time format of a stream (``stream``: its format so far, None before its first rows)
+    after a publish of format ``fmt`` and timestamps ``ts`` (int64 ns), or an ``EventError``:
+    the first publish with rows fixes the stream's kind and ``ts`` dtype (docs/api.md, "The
+    dtype of ts"); a later one of another dtype must bring values the stream's dtype holds
+    exactly, but float timestamps in an integer stream make it float64 from then on. Zones may
+    differ (the first one's stays); naive and zoned datetimes do not mix."""
+    if not len(ts):
+        return stream  # no timestamp to speak of: an empty publish leaves the stream open
+    if stream is None:
+        return fmt
+    if fmt.kind != stream.kind:
+        raise EventError(
+            f"column 'ts' holds {fmt.kind} values, but earlier events had {stream.kind} "
+            "timestamps: use one kind for the whole stream"
+        )
+    if fmt.kind == "datetime" and (fmt.tz is None) != (stream.tz is None):
+        # (as pandas: a naive time has no place on a time zone's line, nor the reverse)
+        now, then = (f"time-zone-aware ({fmt.tz})", "naive") if fmt.tz else ("naive", f"time-zone-aware ({stream.tz})")
+        raise EventError(
+            f"column 'ts' holds {now} datetimes, but earlier events had {then} ones: use one "
+            "for the whole stream"
+        )
+    if fmt.dtype == stream.dtype:
+        return stream
+    if fmt.kind == "numeric" and fmt.numpy_dtype.kind == "f" and stream.numpy_dtype.kind in "iu":
+        # int then float timestamps: report as float64 from then on, like a batch would
+        return replace(stream, dtype="float64")
+    exact = stream.exact(ts)
+    if not exact.all():
+        i = int(np.flatnonzero(~exact)[0])
+        raise EventError(
+            f"column 'ts' holds {fmt.from_ns(ts[i:i + 1])[0]} ({fmt.dtype}), which the stream's "
+            f"ts dtype {stream.dtype} cannot hold exactly: the first publish fixed the dtype of "
+            f"the composite events' ts; publish ts as {stream.dtype}, or start the stream with a "
+            "wider dtype"
+        )
+    return stream
