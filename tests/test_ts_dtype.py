@@ -82,6 +82,25 @@ def test_detect_keeps_the_input_dtype(dtype, backend):
     assert table.column("ts").to_pylist() == pa.Array.from_pandas(out["ts"]).to_pylist()
 
 
+@pytest.mark.parametrize("dtype", ["int16", "uint32", "float32", "datetime64[ms]", "datetime64[us, Europe/Paris]"])
+def test_gpu_backend_keeps_the_input_dtype(monkeypatch, dtype):
+    """``backend="gpu"``'s launch path (CupyRuntime) on the fake CuPy of tests/fake_cupy.py."""
+    import fake_cupy
+    from test_gpu_cupy_fake import fake_gpu_backend
+
+    fake_cupy.install(monkeypatch)
+    events = sample(dtype)
+    name = fake_gpu_backend()
+    out = cep_gpu.detect(events, RULE, backend=name)
+    assert len(out) > 3
+    assert_ts_of_terminators(out, events)
+    table = cep_gpu.detect(events, RULE, backend=name, output="arrow")
+    assert table.schema.field("ts").type == pa.Array.from_pandas(events["ts"]).type
+    eng = Engine(RULE, backend=name)
+    assert_ts_of_terminators(pd.concat([eng.publish(events.iloc[:4]), eng.publish(events.iloc[4:])],
+                                       ignore_index=True), events)
+
+
 @pytest.mark.parametrize("output", ["pandas", "arrow"])
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_empty_results_keep_the_input_dtype(dtype, output):
