@@ -165,7 +165,7 @@ def test_engine_every_output_form_keeps_the_input_dtype(dtype, backend):
     events = sample(dtype)
     half = len(events) // 2
     forms = {}
-    for output in ("pandas", "arrow", "columns", "records"):
+    for output in ("pandas", "arrow", "columns", "records", "tuples"):
         eng = Engine(RULE, backend=backend)
         parts = [eng.publish(events.iloc[:half], output=output), eng.publish(events.iloc[half:], output=output)]
         forms[output] = parts
@@ -184,6 +184,7 @@ def test_engine_every_output_form_keeps_the_input_dtype(dtype, backend):
         assert part["ts"].dtype == np_dtype
     records = [r["ts"] for part in forms["records"] for r in part]
     assert records == pd.concat(frames)["ts"].tolist()
+    assert [r[1] for part in forms["tuples"] for r in part] == records
 
 
 @pytest.mark.parametrize("dtype", ["int16", "uint32", "float32", "datetime64[ms]", "datetime64[s, Europe/Paris]"])
