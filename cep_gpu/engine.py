@@ -42,7 +42,7 @@ from .detect import (
     in_time_units,
 )
 from .errors import ArgumentError, EngineClosedError, EventError, LateEventError
-from .events import UNIT_NS, AttributeColumn, EventTable, StringDictionary, TimeFormat
+from .events import UNIT_NS, AttributeColumn, EventTable, StringDictionary, TimeFormat, stream_time
 from .events.checks import require_columns
 from .model import (
     Rule,
@@ -485,13 +485,13 @@ class Engine:
         if isinstance(events, Mapping) and _is_columnar(events):
             fast = table_from_columns(events, self._next_id, self._time_unit, self._strings)
             if fast is not None:  # plain NumPy columns: no Arrow, no pandas
-                self._check_time(fast.time, len(fast))
+                self._check_time(fast.time, fast.ts)
                 return self._checked(fast), len(fast)
             events = _arrow_of_columns(events)
         if isinstance(events, dict):
             fast = table_from_record(events, self._next_id, self._time_unit, self._strings)
             if fast is not None:
-                self._check_time(fast.time)
+                self._check_time(fast.time, fast.ts)
                 return self._checked(fast), 1
             events = pd.DataFrame([events])
         if isinstance(events, pa.Table):
@@ -512,7 +512,7 @@ class Engine:
                 f"DataFrame or an Arrow table, got {type(events).__name__}"
                 + (": publish a list of events as pandas.DataFrame(events)" if isinstance(events, list) else "")
             )
-        self._check_time(new.time, len(new))
+        self._check_time(new.time, new.ts)
         return self._checked(new), n
 
     def _checked(self, new: EventTable) -> EventTable:
@@ -564,26 +564,10 @@ class Engine:
             return None
         return int(store.ids[end - 1])
 
-    def _check_time(self, fmt: TimeFormat, rows: int = 1) -> None:
-        if not rows:
-            return  # no timestamp to speak of: an empty publish leaves the stream's kind open
-        if self._time is None:
-            self._time = fmt
-            return
-        if fmt.kind != self._time.kind:
-            raise EventError(
-                f"column 'ts' holds {fmt.kind} values, but earlier events had {self._time.kind} "
-                "timestamps: use one kind for the whole stream"
-            )
-        if fmt.kind == "datetime" and (fmt.tz is None) != (self._time.tz is None):
-            # (as pandas: a naive time has no place on a time zone's line, nor the reverse)
-            now, then = (f"time-zone-aware ({fmt.tz})", "naive") if fmt.tz else ("naive", f"time-zone-aware ({self._time.tz})")
-            raise EventError(
-                f"column 'ts' holds {now} datetimes, but earlier events had {then} ones: use one "
-                "for the whole stream"
-            )
-        if fmt.kind == "numeric" and fmt.dtype == "float64" and self._time.dtype != "float64":
-            self._time = fmt  # int then float timestamps: report as float, like a batch would
+    def _check_time(self, fmt: TimeFormat, ts: np.ndarray) -> None:
+        """The stream's time format after a publish of format ``fmt`` and timestamps ``ts``
+        (:func:`cep_gpu.events.stream_time`: the first publish with rows fixes it)."""
+        self._time = stream_time(self._time, fmt, ts)
 
     def _admit_late(self, new: EventTable) -> EventTable | None:
         """Lateness mode: buffer ``new``, report what is too late, release what the watermark passed."""
@@ -630,8 +614,8 @@ class Engine:
             return None
         if row.id <= self._max_id or (self._newest is not None and row.ts < self._newest):
             return None
-        if row.ts_dtype == "float64" and self._time.dtype != "float64":
-            return None  # the time format changes: the general path does that
+        if row.ts_dtype != self._time.dtype and not (self._time.dtype == "float64" and -_FLOAT_EXACT <= row.ts <= _FLOAT_EXACT):
+            return None  # another dtype than the stream's: the general path checks (or widens) it
         if not self._buf.append_row(row):
             return None
         self._appended(1, row.id, row.ts if self._newest is None else max(self._newest, row.ts))
@@ -645,7 +629,7 @@ class Engine:
         time_fmt = self._time
         if time_fmt is None or time_fmt.kind != "numeric":
             return None
-        got = self._buf.append_columns(cols, self._next_id, UNIT_NS[self._time_unit], time_fmt.dtype == "float64",
+        got = self._buf.append_columns(cols, self._next_id, UNIT_NS[self._time_unit], time_fmt.dtype,
                                        _INT64_MIN if self._newest is None else self._newest, self._max_id)
         if got is None:
             return None
@@ -1042,6 +1026,7 @@ def _isnull(v) -> bool:
 
 
 _INT64_MIN = -(2**63)
+_FLOAT_EXACT = 2**53  # ns: the integers up to here are exact in a float64
 _EMPTY_FRAMES: dict = {}  # (output schema, time format, form) -> the empty output (frame/table/columns)
 _CHECKPOINT_MAGIC = b"cep-gpu engine checkpoint\n"
 _CHECKPOINT_VERSION = 1

@@ -136,8 +136,8 @@ def _dates_as_datetimes(table: pa.Table) -> pa.Table:
         i = names.index("ts")
         t = table.schema.field(i).type
         if pa.types.is_date32(t) or pa.types.is_date64(t):
-            unit = "s" if pa.types.is_date32(t) else "ms"
-            table = table.set_column(i, "ts", table.column(i).cast(pa.timestamp(unit)))
+            # (in seconds, whichever date type: the unit of the output's ts, docs/api.md)
+            table = table.set_column(i, "ts", table.column(i).cast(pa.timestamp("s")))
     return table
 
 

@@ -122,8 +122,8 @@ def assemble_columns(results, schema: OutputSchema, table: EventTable) -> dict[s
     """The output as a dict of NumPy arrays, with no Python object made per composite event
     (``Engine.publish(..., output="columns")``; docs/api.md):
 
-    ``rule`` (str array), ``ts`` (the stream's time values; datetimes as ``datetime64[ns]``
-    in UTC), ``ids`` (int64, one row per composite event, padded with -1 past ``ids_len``),
+    ``rule`` (str array), ``ts`` (the stream's time values in its dtype; datetimes as
+    ``datetime64`` of the input's unit, in UTC), ``ids`` (int64, one row per composite event, padded with -1 past ``ids_len``),
     ``ids_len`` (int64), ``id_counts`` (int64, one row per composite event, 0-padded; only when
     a rule has a Kleene position), then every attribute as a masked array (masked: null; a
     float NaN is null, as in the other forms)."""
@@ -132,7 +132,7 @@ def assemble_columns(results, schema: OutputSchema, table: EventTable) -> dict[s
         return _columns_of_one(one, schema, table)
     lay = _layout(results, schema)
     ts = lay.ts[lay.order]
-    ts = ts.astype("datetime64[ns]") if table.time.kind == "datetime" else table.time.from_ns(ts)
+    ts = table.time.to_numpy(ts)
     names = np.array(lay.rule_names or [""])
     ids = lay.ids if lay.single else np.where(lay.ids == np.iinfo(np.int64).min, -1, lay.ids)
     out = {"rule": names[lay.name_codes[lay.order]] if len(lay.rule_names) > 1 else np.repeat(names, lay.n),
@@ -171,7 +171,7 @@ def _columns_of_one(r, schema: OutputSchema, table: EventTable) -> dict[str, np.
     """:func:`assemble_columns` of one rule's results, from its arrays in place (no layout,
     no gather): the same arrays, dtypes and masks as the general assembly."""
     n = len(r.ts)
-    ts = r.ts.astype("datetime64[ns]") if table.time.kind == "datetime" else table.time.from_ns(r.ts)
+    ts = table.time.to_numpy(r.ts)
     out = {"rule": np.full(n, r.rule.name), "ts": ts, "ids": r.ids,
            "ids_len": np.full(n, r.ids.shape[1], np.int64)}
     for name, kind in schema.attributes:
@@ -211,8 +211,7 @@ def assemble(results, schema: OutputSchema, table: EventTable, arrow: bool = Fal
         ids_arr = pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(flat_ids, type=pa.int64()))
         ids_arr = ids_arr.cast(pa.list_(pa.int64()))
 
-    ts_values = table.time.from_ns(ts[order])
-    ts_arr = pa.array(ts_values)
+    ts_arr = table.time.to_arrow(ts[order])
     if len(rule_names) == 1:  # one rule (a publish's usual case): no dictionary to decode
         rule_arr = pa.repeat(pa.scalar(rule_names[0], pa.string()), n_total)
     else:
@@ -233,7 +232,8 @@ def assemble(results, schema: OutputSchema, table: EventTable, arrow: bool = Fal
     df["ids"] = pd.Series(IdsArray(out.column("ids")), index=df.index)
     if kleene:
         df[ID_COUNTS] = pd.Series(IdsArray(out.column(ID_COUNTS)), index=df.index)
-    df["ts"] = pd.Series(ts_values).reset_index(drop=True) if len(df) else pd.Series(ts_values)
+    ts_values = table.time.from_ns(ts[order])
+    df["ts"] = ts_values.set_axis(df.index) if isinstance(ts_values, pd.Series) else pd.Series(ts_values, index=df.index)
     return df
 
 

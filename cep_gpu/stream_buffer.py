@@ -102,6 +102,7 @@ in_order = cached_njit(_in_order_py)  # (public: stream_held's queue uses it too
 _int_ns = cached_njit(_int_ns_py)
 _put_rows = cached_njit(_put_rows_py)
 _NO_IDS = np.empty(0, np.int64)
+_FLOAT_EXACT = 2**53  # ns: the integers up to here are exact in a float64
 _NEAR_END = 64  # rows: how far back from the end AppendBuffer merges new rows in place
 _DTYPES = {"int": np.int64, "float": np.float64, "string": np.int32, "bool": np.bool_}
 
@@ -487,14 +488,15 @@ class AppendBuffer:
         self._view = None
         return True
 
-    def append_columns(self, cols: dict, next_id: int, mult: int, float_ts: bool, newest: int,
+    def append_columns(self, cols: dict, next_id: int, mult: int, ts_dtype: str, newest: int,
                        max_id: int) -> tuple[np.ndarray, list[str], int] | None:
         """A columnar micro-batch (a dict of NumPy arrays) straight into the arrays, in the
         plain case only: rows in (ts, id) order after the last row and not before ``newest``,
         ids above ``max_id`` (``next_id`` on when there is no ``id``), known event types,
         attributes that are columns already with the same dtype (int64, float64 without NaN,
-        bool), timestamps int64 (float64 too when ``float_ts``: the stream's are floats) in
-        the range ``mult`` (ns per unit) allows. Then this is what :func:`table_from_columns`
+        bool), timestamps of the stream's dtype ``ts_dtype`` when it is int64 or float64 (and
+        int64 ones in a float64 stream up to 2**53 ns, which it holds exactly) in the range
+        ``mult`` (ns per unit) allows. Then this is what :func:`table_from_columns`
         and :meth:`append` give, without the table in between; the result: the new rows' ids,
         the event types among them, the largest id. Otherwise ``None``, with nothing changed
         (the caller takes the general path, which sorts, converts and reports errors)."""
@@ -505,9 +507,11 @@ class AppendBuffer:
         n = len(typ)
         if n == 0 or typ.dtype.kind not in "OU" or ts.shape != (n,):
             return None
-        if ts.dtype == np.int64:
+        if ts.dtype == np.int64 and ts_dtype == "int64":
             lim = _INT64_MAX // mult
-        elif ts.dtype == np.float64 and float_ts:
+        elif ts.dtype == np.int64 and ts_dtype == "float64":
+            lim = _FLOAT_EXACT // mult  # (a float64 holds these ns, and so their value, exactly)
+        elif ts.dtype == np.float64 and ts_dtype == "float64":
             f = np.round(ts * mult)  # as table_from_columns converts them
             if not ((f > -9.2e18) & (f < 9.2e18)).all():  # (NaN and inf fail too)
                 return None

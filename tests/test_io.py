@@ -87,7 +87,7 @@ def test_a_csv_ts_of_dates_is_datetimes_at_midnight(tmp_path):
     table = read_table(_csv(tmp_path, b"type,ts,x\nA,2024-01-01,1\nB,2024-01-02,1\n"))
     out = cep_gpu.detect(table, "define Q pattern SEQ(A a, B b) within 25 h", backend="reference")
     assert out["ts"].tolist() == [pd.Timestamp("2024-01-02")]
-    assert str(out["ts"].dtype) == "datetime64[ns]"
+    assert str(out["ts"].dtype) == "datetime64[s]"  # (dates: datetimes in seconds, docs/api.md)
 
 
 def test_the_csv_emptiness_check_reads_only_the_first_bytes(tmp_path, monkeypatch):

@@ -15,7 +15,7 @@ they came from, so that device copies of the columns (the GPU backend) can be up
 new rows only.
 """
 
-from .checks import TS_MAX_NS, TS_MIN_NS, check_ts_range, ts_range_text
+from .checks import TS_MAX_NS, TS_MIN_NS, check_ts_range, stream_time, ts_range_text
 from .from_arrow import frame_from_arrow, nullable_pandas_type
 from .lineage import RowTag
 from .table import EventTable
@@ -45,6 +45,7 @@ __all__ = [
     "column_to_python",
     "frame_from_arrow",
     "nullable_pandas_type",
+    "stream_time",
     "ts_range_text",
     "values_as",
 ]

@@ -4,6 +4,7 @@ columns, nulls, ids, and timestamps that must fit int64 nanoseconds (errors name
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -101,15 +102,33 @@ def check_ids(ids: np.ndarray) -> np.ndarray:
     return ids
 
 
-def numeric_ts(values: np.ndarray, time_unit: str) -> tuple[TimeFormat, np.ndarray]:
-    """Numeric timestamps (int64, uint64 or float64 in ``time_unit``) as int64 ns, range-checked."""
+def numeric_ts(values: np.ndarray, time_unit: str, dtype=None) -> tuple[TimeFormat, np.ndarray]:
+    """Numeric timestamps (int64, uint64 or float64 in ``time_unit``) as int64 ns, range-checked;
+    ``dtype``: the input's own (int8 .. uint64, float32, float64; default: ``values``'), which
+    the output's ``ts`` gets back."""
     if values.dtype.kind == "f" and not np.all(np.isfinite(values)):
         row = int(np.flatnonzero(~np.isfinite(values))[0])
         raise EventError(f"column 'ts' is not finite at row {row}")
     check_ts_range(values, time_unit)
-    np_dtype = "float64" if values.dtype.kind == "f" else "int64"
+    np_dtype = numeric_ts_dtype(values.dtype if dtype is None else dtype)
     fmt = TimeFormat("numeric", unit=time_unit, dtype=np_dtype)
     return fmt, fmt.to_ns(values.astype(np.int64, copy=False) if values.dtype.kind == "u" else values)
+
+
+def numeric_ts_dtype(dtype) -> str:
+    """The NumPy name of a numeric ``ts`` dtype (a pandas nullable or Arrow-backed one: its NumPy
+    counterpart)."""
+    dtype = np.dtype(getattr(dtype, "numpy_dtype", dtype))
+    return dtype.name if dtype.kind in "iuf" else "float64"
+
+
+def datetime_ts_dtype(values_dtype) -> str:
+    """The NumPy name of a datetime ``ts`` dtype in a unit the output keeps (s, ms, us, ns; a
+    coarser unit such as days reads as seconds, a finer one as ns)."""
+    unit = np.datetime_data(np.dtype(values_dtype))[0] if values_dtype is not None else "ns"
+    if unit not in ("s", "ms", "us", "ns"):
+        unit = "ns" if unit in ("ps", "fs", "as") else "s"
+    return f"datetime64[{unit}]"
 
 
 def ts_range_text(unit: str | None) -> str:
@@ -168,3 +187,43 @@ def check_datetime_ticks(ticks: np.ndarray, scale: int, valid: np.ndarray | None
         row = int(np.flatnonzero(bad)[0])
         value = np.datetime64(int(ticks[row]) * scale // 1_000, "us")  # microseconds reach year 294247
         raise _ts_range_error(row, value, None)
+
+
+def stream_time(stream: TimeFormat | None, fmt: TimeFormat, ts: np.ndarray) -> TimeFormat | None:
+    """The time format of a stream (``stream``: its format so far, None before its first rows)
+    after a publish of format ``fmt`` and timestamps ``ts`` (int64 ns), or an ``EventError``:
+    the first publish with rows fixes the stream's kind and ``ts`` dtype (docs/api.md, "The
+    dtype of ts"); a later one of another dtype must bring values the stream's dtype holds
+    exactly, but float timestamps in an integer stream make it float64 from then on. Zones may
+    differ (the first one's stays); naive and zoned datetimes do not mix."""
+    if not len(ts):
+        return stream  # no timestamp to speak of: an empty publish leaves the stream open
+    if stream is None:
+        return fmt
+    if fmt.kind != stream.kind:
+        raise EventError(
+            f"column 'ts' holds {fmt.kind} values, but earlier events had {stream.kind} "
+            "timestamps: use one kind for the whole stream"
+        )
+    if fmt.kind == "datetime" and (fmt.tz is None) != (stream.tz is None):
+        # (as pandas: a naive time has no place on a time zone's line, nor the reverse)
+        now, then = (f"time-zone-aware ({fmt.tz})", "naive") if fmt.tz else ("naive", f"time-zone-aware ({stream.tz})")
+        raise EventError(
+            f"column 'ts' holds {now} datetimes, but earlier events had {then} ones: use one "
+            "for the whole stream"
+        )
+    if fmt.dtype == stream.dtype:
+        return stream
+    if fmt.kind == "numeric" and fmt.numpy_dtype.kind == "f" and stream.numpy_dtype.kind in "iu":
+        # int then float timestamps: report as float64 from then on, like a batch would
+        return replace(stream, dtype="float64")
+    exact = stream.exact(ts)
+    if not exact.all():
+        i = int(np.flatnonzero(~exact)[0])
+        raise EventError(
+            f"column 'ts' holds {fmt.from_ns(ts[i:i + 1])[0]} ({fmt.dtype}), which the stream's "
+            f"ts dtype {stream.dtype} cannot hold exactly: the first publish fixed the dtype of "
+            f"the composite events' ts; publish ts as {stream.dtype}, or start the stream with a "
+            "wider dtype"
+        )
+    return stream

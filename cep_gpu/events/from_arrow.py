@@ -44,7 +44,9 @@ def nullable_pandas_type(t: pa.DataType):
     """The pandas dtype for an Arrow type whose nulls pandas would otherwise turn into NaN floats
     (a ``types_mapper`` of ``to_pandas``)."""
     if pa.types.is_integer(t):
-        return pd.Int64Dtype()
+        # (of the same width: a ``ts`` column's dtype is the output's, docs/api.md)
+        name = np.dtype(t.to_pandas_dtype()).name
+        return pd.api.types.pandas_dtype("UI" + name[2:] if name[0] == "u" else name.capitalize())
     if pa.types.is_boolean(t):
         return pd.BooleanDtype()
     return None
@@ -150,7 +152,7 @@ def arrow_ts(col: pa.ChunkedArray, time_unit: str) -> tuple[TimeFormat, np.ndarr
         return numeric_ts(np.empty(0, np.float64), time_unit)  # no events: as convert_ts
     if pa.types.is_date32(t) or pa.types.is_date64(t):
         # dates are datetimes at midnight, as cep_gpu.io.read_table reads a file's dates
-        col = col.cast(pa.timestamp("s" if pa.types.is_date32(t) else "ms"))
+        col = col.cast(pa.timestamp("s"))  # (whole days: exact in seconds)
         t = col.type
     if not (pa.types.is_timestamp(t) or pa.types.is_integer(t) or pa.types.is_floating(t)):
         return convert_ts(_pandas_column("ts", col), time_unit)  # an error for every other type
@@ -163,14 +165,15 @@ def arrow_ts(col: pa.ChunkedArray, time_unit: str) -> tuple[TimeFormat, np.ndarr
         ticks = _numpy(col.cast(pa.int64()), np.int64)
         scale = _NS_PER_TICK[t.unit]
         check_datetime_ticks(ticks, scale)
-        return TimeFormat("datetime", tz=tz), ticks * scale if scale != 1 else ticks
+        dtype = f"datetime64[{t.unit}]"
+        return TimeFormat("datetime", dtype=dtype, tz=tz), ticks * scale if scale != 1 else ticks
     if pa.types.is_unsigned_integer(t):
         values = _numpy(col, np.uint64)
     elif pa.types.is_integer(t):
         values = _numpy(col, np.int64)
     else:
         values = col.to_numpy().astype(np.float64, copy=False)
-    return numeric_ts(values, time_unit)
+    return numeric_ts(values, time_unit, t.to_pandas_dtype())
 
 
 @functools.lru_cache(maxsize=64)

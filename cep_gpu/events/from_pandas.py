@@ -10,7 +10,15 @@ import numpy as np
 import pandas as pd
 
 from ..errors import EventError
-from .checks import check_ids, check_type_names, check_unsigned, datetime_ns, null_error, numeric_ts
+from .checks import (
+    check_ids,
+    check_type_names,
+    check_unsigned,
+    datetime_ns,
+    datetime_ts_dtype,
+    null_error,
+    numeric_ts,
+)
 from .values import AttributeColumn, StringDictionary, TimeFormat
 
 
@@ -63,12 +71,15 @@ def convert_ts(col: pd.Series, time_unit: str) -> tuple[TimeFormat, np.ndarray]:
     if pd.api.types.is_object_dtype(dtype) and _all_dates(col):
         # datetime.date values (an Arrow date column in pandas): datetimes at midnight, as the
         # Arrow ingestion and cep_gpu.io.read_table read dates
-        return TimeFormat("datetime"), datetime_ns(col.to_numpy(dtype=object).astype("datetime64[D]"))
+        # (output: datetime64[s], as the Arrow ingestion reads a date column)
+        return TimeFormat("datetime", dtype="datetime64[s]"), datetime_ns(
+            col.to_numpy(dtype=object).astype("datetime64[D]"))
     if isinstance(dtype, pd.DatetimeTZDtype):
-        fmt = TimeFormat("datetime", tz=str(dtype.tz))
+        fmt = TimeFormat("datetime", dtype=datetime_ts_dtype(f"datetime64[{dtype.unit}]"), tz=str(dtype.tz))
         return fmt, datetime_ns(col.dt.tz_convert("UTC").dt.tz_localize(None).to_numpy())
     if pd.api.types.is_datetime64_dtype(dtype):
-        return TimeFormat("datetime"), datetime_ns(col.to_numpy())
+        values = col.to_numpy()
+        return TimeFormat("datetime", dtype=datetime_ts_dtype(values.dtype)), datetime_ns(values)
     if pd.api.types.is_bool_dtype(dtype) or not pd.api.types.is_numeric_dtype(dtype):
         raise ts_type_error(col)
     if pd.api.types.is_float_dtype(dtype):
@@ -77,7 +88,7 @@ def convert_ts(col: pd.Series, time_unit: str) -> tuple[TimeFormat, np.ndarray]:
         values = col.to_numpy(dtype=np.uint64)  # checked against the range before the cast
     else:
         values = col.to_numpy(dtype=np.int64)
-    return numeric_ts(values, time_unit)
+    return numeric_ts(values, time_unit, dtype)
 
 
 _TS_HINT = "use datetime64 or numbers in time_unit"

@@ -86,7 +86,12 @@ class AttributeColumn:
 
 @dataclass(frozen=True)
 class TimeFormat:
-    """How input timestamps map to int64 ns, so output ``ts`` gets the input's dtype back."""
+    """How input timestamps map to int64 ns, so output ``ts`` gets the input's dtype back.
+
+    ``dtype``: the NumPy dtype of the input's ``ts`` (``int8`` .. ``uint64``, ``float32``,
+    ``float64``; ``datetime64[s]`` .. ``datetime64[ns]`` for datetimes, ``tz`` their zone).
+    Inside, timestamps are int64 nanoseconds; :meth:`from_ns` is the one way back, at every
+    output boundary (docs/api.md, "Output ts dtype")."""
 
     kind: Literal["datetime", "numeric"]
     unit: str = "s"
@@ -97,6 +102,20 @@ class TimeFormat:
         """Nanoseconds per unit of the input's ``ts`` (1 for datetimes)."""
         return 1 if self.kind == "datetime" else UNIT_NS[self.unit]
 
+    @property
+    def numpy_dtype(self) -> np.dtype:
+        """The NumPy dtype of the output's ``ts`` (datetimes: naive, in UTC)."""
+        if self.kind == "datetime":
+            # (a format of an older checkpoint names no datetime unit: nanoseconds, as it wrote)
+            return np.dtype(self.dtype if self.dtype.startswith("datetime64[") else "datetime64[ns]")
+        return np.dtype(self.dtype)
+
+    def arrow_type(self) -> pa.DataType:
+        """The Arrow type of the output's ``ts``: the input's (a timestamp keeps its unit and zone)."""
+        if self.kind == "datetime":
+            return pa.timestamp(np.datetime_data(self.numpy_dtype)[0], tz=self.tz)
+        return pa.from_numpy_dtype(self.numpy_dtype)
+
     def to_ns(self, values: np.ndarray) -> np.ndarray:
         if self.kind == "datetime":
             return values.astype("datetime64[ns]").astype(np.int64)
@@ -106,15 +125,51 @@ class TimeFormat:
         return np.round(values.astype(np.float64) * scale).astype(np.int64)
 
     def from_ns(self, ns: np.ndarray) -> pd.Series | np.ndarray:
+        """Timestamps (int64 ns) in the input's dtype: a NumPy array of numbers, or a pandas
+        Series of datetimes (in the input's unit and zone)."""
         ns = np.asarray(ns, dtype=np.int64)
         if self.kind == "datetime":
-            out = pd.Series(ns.astype("datetime64[ns]"))
+            out = pd.Series(self.naive_utc(ns))
             return out.dt.tz_localize("UTC").dt.tz_convert(self.tz) if self.tz else out
         scale = UNIT_NS[self.unit]
         # (the usual int64/float64 input by one operation: no dtype inspection, no copy)
         if self.dtype == "int64" or (self.dtype != "float64" and np.issubdtype(np.dtype(self.dtype), np.integer)):
             return (ns // scale).astype(self.dtype, copy=False)
         return (ns / scale).astype(self.dtype, copy=False)
+
+    def to_arrow(self, ns: np.ndarray) -> pa.Array:
+        """Timestamps (int64 ns) as an Arrow array of :meth:`arrow_type`."""
+        if self.kind == "datetime":
+            return pa.array(self.naive_utc(ns), type=pa.timestamp(self.arrow_type().unit)).cast(self.arrow_type())
+        return pa.array(self.from_ns(ns), type=self.arrow_type())
+
+    def to_numpy(self, ns: np.ndarray) -> np.ndarray:
+        """Timestamps (int64 ns) as a NumPy array of the input's dtype (datetimes: naive, in UTC,
+        in the input's unit; NumPy has no time zones)."""
+        return self.naive_utc(ns) if self.kind == "datetime" else self.from_ns(ns)
+
+    def naive_utc(self, ns: np.ndarray) -> np.ndarray:
+        """Datetime timestamps (int64 ns) as NumPy datetimes in the input's unit, naive, in UTC."""
+        dtype = self.numpy_dtype
+        out = np.asarray(ns, dtype=np.int64).astype("datetime64[ns]")
+        return out if dtype == out.dtype else out.astype(dtype)
+
+    def exact(self, ns: np.ndarray) -> np.ndarray:
+        """Where timestamps (int64 ns) convert to this format and back unchanged: what a stream
+        of this format can report in its dtype (a later publish's of another dtype)."""
+        ns = np.asarray(ns, dtype=np.int64)
+        if self.kind == "datetime":
+            return self.naive_utc(ns).astype("datetime64[ns]").astype(np.int64) == ns
+        dtype = self.numpy_dtype
+        scale = UNIT_NS[self.unit]
+        if dtype.kind in "iu":
+            info = np.iinfo(dtype)
+            whole = ns // scale
+            return (ns % scale == 0) & (whole >= max(info.min, -(2**63))) & (whole <= min(info.max, 2**63 - 1))
+        with np.errstate(over="ignore", invalid="ignore"):
+            back = self.from_ns(ns).astype(np.float64) * scale
+            ok = np.isfinite(back) & (np.abs(back) < 2.0**63)
+            return ok & (np.round(np.where(ok, back, 0)).astype(np.int64) == ns)
 
 
 def column_to_python(col: AttributeColumn, strings: StringDictionary) -> pd.Series:

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import ArgumentError, EngineClosedError, EventError, LateEventError
+from ..events import stream_time
 from ..events.values import UNIT_NS
 from ..model import Rule
 from . import _compat, kernels
@@ -188,10 +189,9 @@ class HybridEngine:
         _compat.check_schema(self.rules, table, require_attributes=complete)
         if "id" not in df.columns:
             table.ids = table.ids + self._published
-        if self._time is None:
-            self._time = table.time
-        elif len(table) and table.time.kind != self._time.kind:
-            raise EventError(f"ts: {table.time.kind} timestamps after {self._time.kind} ones")
+        # the first publish with rows fixes the output's ts dtype (as Engine's; docs/api.md)
+        self._time = stream_time(self._time, table.time, table.ts)
+        time_fmt = self._time or table.time
         if len(table) and self._newest is not None and int(table.ts[0]) < self._newest:
             raise LateEventError("events must be published in timestamp order: an event at "
                                  f"{table.time.from_ns(table.ts[:1])[0]} came after a later one")
@@ -209,7 +209,7 @@ class HybridEngine:
         t0 = time.perf_counter()
         rows = store.append(table)
         arrow = output == "arrow"
-        out_table = _compat.store_table(store, self._strings, self._time)  # the parts index it
+        out_table = _compat.store_table(store, self._strings, time_fmt)  # the parts index it
         try:
             out = self._run_chunks(rows, out_table, arrow)
         except BaseException:
