@@ -10,9 +10,8 @@ from conftest_spark import spark  # noqa: F401  (the shared session fixture)
 
 pytestmark = pytest.mark.spark
 
-from pyspark.sql import types as T  # noqa: E402
-
 from cep_gpu.spark_udfs import detect_spark  # noqa: E402
+from pyspark.sql import types as T  # noqa: E402
 
 RULE = "define Out from B() and each A() within 5 s from B"
 SECONDS = [1.0, 2.0, 3.5, 4.0, 7.25, 8.0]
