@@ -151,3 +151,33 @@ def test_the_processing_tail_is_the_longest_publish_so_far_within_the_margin(clo
     assert longer[2] == pytest.approx(7e-3) and np.allclose(np.delete(longer, 2), 5e-3)
     capped = eng._tails(names, np.array([0.0, 0.0, 1.0, 0.0, 0.0]))
     assert capped[2] == pytest.approx(0.2 * BOUND)
+
+
+@pytest.mark.parametrize("mode", ["real", "virtual"])
+def test_real_time_runs_freeze_the_heap_they_start_with(mode):
+    """In real time the objects alive before the run are frozen out of the collector while it
+    runs (a full collection on the clock scans only the run's own objects; resolution 25), and
+    unfrozen after it, also when the run fails; virtual time leaves the collector alone."""
+    seen = []
+
+    def watch(recent):
+        seen.append(gc.get_freeze_count())
+        return False
+
+    warm = _events(200, seed=2).drop(columns="cost")
+    eng = SheddingEngine(RULE, Shedder(BOUND, policy="darling", seed=0), mode=mode,
+                         drift_check=watch, drift_every=50)
+    eng.warm_up(warm)
+    eng.run(_events(300, seed=1).drop(columns="cost"), np.arange(300) * 0.1)
+    assert seen and (min(seen) > 0 if mode == "real" else max(seen) == 0)
+    assert gc.get_freeze_count() == 0
+
+    def fail(recent):
+        raise RuntimeError("drift check failed")
+
+    eng = SheddingEngine(RULE, Shedder(BOUND, policy="darling", seed=0), mode=mode,
+                         drift_check=fail, drift_every=50)
+    eng.warm_up(warm)
+    with pytest.raises(RuntimeError, match="drift check failed"):
+        eng.run(_events(300, seed=1).drop(columns="cost"), np.arange(300) * 0.1)
+    assert gc.get_freeze_count() == 0

@@ -74,6 +74,20 @@ class _FullCollections:
         gc.callbacks.remove(self)
 
 
+@contextlib.contextmanager
+def _frozen_heap():
+    """The objects alive before a real-time run moved out of the collector's reach
+    (``gc.freeze``) for its duration: a full collection on the clock then scans only what the
+    run made, not the whole process (pandas, Numba, the warm-up's engine), which took 86 ms, more
+    than L_max, in one `nasdaq` run (docs/shedding.md, resolution 25)."""
+    gc.collect()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
 class SheddingEngine:
     """Streaming detection with DARLING input load shedding.
 
@@ -286,7 +300,7 @@ class SheddingEngine:
         # full collections during the run (real time): on the clock, out of the running means
         full = _FullCollections()
         paused = []  # their time inside the timed work (a publish, the shedder's), per step
-        with full if real else contextlib.nullcontext():
+        with (full if real else contextlib.nullcontext()), (_frozen_heap() if real else contextlib.nullcontext()):
             while True:
                 step_pause = 0.0  # full collections on the clock in this step
                 p = core.next_queued()
