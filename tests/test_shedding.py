@@ -109,6 +109,43 @@ def test_constraints_follow_the_paper():
     assert sum(r["N_T"] for r in c["per_type"].values()) == pytest.approx(0.8 * c["N_in"])
 
 
+def test_spread_allocation_shares_the_combination_work_by_hand():
+    """allocation="spread" (resolution 26): N_T weighs Z(T) without its combination work plus
+    the read types' combination work per read event. Hand-worked: A 1 ms, B 2 ms, C 1 ms plus
+    κ·E[w_C] = 6 ms of combination work (C terminates), rates 1, 2, 1 /s; the work 6 ms x 1 /s
+    over 4 read events /s is 1.5 ms each: weights 2.5·1, 3.5·2, 2.5·1 = 2.5, 7, 2.5 (paper:
+    1·1, 2·2, 7·1 = 1, 4, 7). N_in, z̄ and the queued-work estimates are the paper's."""
+    st = Statistics(rates={"A": 1.0, "B": 2.0, "C": 1.0, "X": 3.0},
+                    costs={"A": 1e-3, "B": 2e-3, "C": 1e-3, "X": 5e-4}, window_cost=1e-3)
+    st.mean_window = {"C": 6.0}
+    rule = "define Q pattern SEQ(A a, B b, C c) within 5 s"
+    got = {}
+    for alloc in ("paper", "spread"):
+        sh = Shedder(0.5, beta=0.8, allocation=alloc).fit(rule, stats=st)
+        got[alloc] = sh.constraints()
+    for alloc, w in (("paper", {"A": 1, "B": 4, "C": 7}), ("spread", {"A": 2.5, "B": 7, "C": 2.5})):
+        c = got[alloc]
+        assert c["N_in"] == pytest.approx(got["paper"]["N_in"])
+        for t, row in c["per_type"].items():
+            want = w[t] / sum(w.values()) * c["N_in"] * 0.8 if t in w else 0.0
+            assert row["N_T"] == pytest.approx(want), (alloc, t)
+    with pytest.raises(ArgumentError, match="allocation must be one of paper, spread"):
+        Shedder(0.5, allocation="even")
+
+
+def test_spread_allocation_keeps_the_bound_in_virtual_time():
+    """The allocation only chooses which buffer drops: the bound holds as with the paper's."""
+    ev = stream(1200, p=[0.3, 0.3, 0.3, 0.1])
+    arr = np.arange(len(ev)) * 1e-3  # ten times the engine's capacity
+    for alloc in ("paper", "spread"):
+        eng = SheddingEngine(RULE, Shedder(0.05, policy="darling", seed=1, allocation=alloc),
+                             mode="virtual", cost_model=CostModel(default=1e-2, window=1e-4))
+        eng.warm_up(stream(300, seed=2))
+        eng.run(ev, arr)
+        s = eng.stats()
+        assert s["dropped"] > 0 and s["violations"] == 0
+
+
 # -- runs ------------------------------------------------------------------------------------------
 
 

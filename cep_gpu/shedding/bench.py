@@ -171,6 +171,7 @@ def run(
     regather_every: int | None = None,
     guard: float | None = None,
     utility: str = "eq11",
+    allocation: str = "paper",
     on_step: Callable[[str], None] | None = None,
 ) -> dict:
     """Recall and p99 latency per policy against pattern length and against the overload rate.
@@ -200,7 +201,8 @@ def run(
             biggest = max(s for s, _ in PEAKS) * len(main) * zbar
             bound = latency_bound if latency_bound is not None else round(max(biggest * bound_fraction, 20 * zbar), 4)
             for policy in policies:
-                sh = Shedder(bound, beta=beta, buckets=buckets, policy=policy, seed=seed, utility=utility)
+                sh = Shedder(bound, beta=beta, buckets=buckets, policy=policy, seed=seed, utility=utility,
+                             allocation=allocation)
                 eng = SheddingEngine(rule, sh, backend=backend, mode=mode, cost_model=costs,
                                      drift_check=_always if every else None, drift_every=every or 1,
                                      guard=guard)
@@ -232,7 +234,7 @@ def run(
         "settings": {"lengths": list(lengths), "factors": list(factors), "n_events": n_events,
                      "warmup": warmup, "beta": beta, "buckets": buckets, "backend": backend,
                      "seeds": list(seeds), "peaks": PEAKS, "noise": noise, "regather_every": every, "guard": guard,
-                     "utility": utility,
+                     "utility": utility, "allocation": allocation,
                      "latency_bound_s": latency_bound or f"auto ({bound_fraction} x the largest peak's drain time)"},
         "rows": rows,
         "summary": summarize(rows),

@@ -79,6 +79,10 @@ def add_run_arguments(r: argparse.ArgumentParser) -> None:
     r.add_argument("--utility", choices=["eq11", "chain", "support"], default="eq11",
                    help="darling's utility: eq11 (the paper's, default), or the extensions chain "
                         "(resolution 22) and support (resolution 23; reads time too)")
+    r.add_argument("--allocation", choices=["paper", "spread"], default="paper",
+                   help="how N_in is split into the local constraints: paper (Z(T)R(T), default) or the "
+                        "extension spread (the terminators' combination work shared by every read type; "
+                        "resolution 26)")
     r.add_argument("--seed", type=int, default=0, help="seed of the random choices (default 0)")
     r.add_argument("--arrival", metavar="COLUMN",
                    help="column of arrival times in seconds (default: the events arrive at their timestamps)")
@@ -149,7 +153,7 @@ def cmd_run(args) -> int:
                        window=args.window_cost or 0.0) if args.mode == "virtual" else None)
     with argument("--buckets"):
         shedder = Shedder(args.latency_bound, beta=args.beta, buckets=args.buckets, policy=args.policy,
-                          seed=args.seed, utility=args.utility)
+                          seed=args.seed, utility=args.utility, allocation=args.allocation)
     with argument("--time-unit"):
         engine = SheddingEngine(rules, shedder, backend=args.backend, time_unit=args.time_unit, mode=args.mode,
                                 cost_model=costs)
@@ -245,6 +249,9 @@ def add_bench_arguments(b: argparse.ArgumentParser) -> None:
     b.add_argument("--utility", choices=["eq11", "chain", "support"], default="eq11",
                    help="darling's utility: eq11 (the paper's, default), or the extensions chain "
                         "(docs/shedding.md, resolution 22) and support (resolution 23; reads time too)")
+    b.add_argument("--allocation", choices=["paper", "spread"], default="paper",
+                   help="how N_in is split into the local constraints: paper (default) or the extension "
+                        "spread (docs/shedding.md, resolution 26)")
     b.add_argument("--quick", action="store_true",
                    help="lengths 3,4,5; factors 100,1000; 4000 events (each unless given)")
     b.add_argument("--out", type=nonempty_path,
@@ -284,7 +291,7 @@ def cmd_bench(args) -> int:
                        latency_bound=args.latency_bound, beta=args.beta, buckets=args.buckets,
                        mode=args.mode, seeds=range(args.seeds), backend=args.backend, noise=args.noise,
                        bound_fraction=args.bound_fraction, regather_every=args.regather_every,
-                       guard=args.guard, utility=args.utility,
+                       guard=args.guard, utility=args.utility, allocation=args.allocation,
                        on_step=lambda s: print(f"  {s}", file=sys.stderr, flush=True))
     save_results(result, args.out, args.plot, bench.plot)
     return 0
@@ -295,6 +302,6 @@ def shedding_bench_from_bench_args(args) -> int:
     ns = argparse.Namespace(workload="stock", mode="real", lengths=[3, 4, 5, 6], factors=[10, 100, 1000],
                             events=24000, warmup=2000, latency_bound=None, beta=0.8, buckets=100,
                             seeds=1, backend="cpu", noise=0.5, bound_fraction=0.25, regather_every=None,
-                            guard=None, utility="eq11", quick=False, out=args.out,
+                            guard=None, utility="eq11", allocation="paper", quick=False, out=args.out,
                             plot=args.plot)
     return cmd_bench(ns)

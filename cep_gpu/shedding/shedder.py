@@ -31,6 +31,9 @@ class SheddingError(CepError, RuntimeError):
     """The shedder was used before it knew its statistics (call ``fit`` or ``warm_up`` first)."""
 
 
+#: how N_in is split into the local constraints (docs/shedding.md, resolutions 2 and 26)
+ALLOCATIONS = ("paper", "spread")
+
 class Shedder:
     """Input load shedding that keeps the detection latency of composite events below a bound.
 
@@ -58,6 +61,12 @@ class Shedder:
         ``"support"``, an optional extension that also reads time: the partial matches an event
         ends among the events before it, times the chain messages of the later roles
         (resolution 23).
+    allocation:
+        How N_in is split into the local constraints N_T: ``"paper"`` (default), by Z(T)·R(T)
+        as Sec. 4.2.2 writes it; ``"spread"``, an optional extension that spreads the
+        combination work, which CDP charges to the terminator, over the events of the types the
+        rules read, so N_T follows Z(T)·R(T) with that work shared (docs/shedding.md,
+        resolution 26).
     """
 
     def __init__(
@@ -71,6 +80,7 @@ class Shedder:
         distribution: str = "auto",
         utility_samples: int = 256,
         utility: str = "eq11",
+        allocation: str = "paper",
     ) -> None:
         if not is_finite_positive(latency_bound):
             raise ArgumentError(f"latency_bound must be a number of seconds > 0, got {latency_bound!r}")
@@ -85,6 +95,8 @@ class Shedder:
             raise ArgumentError(f"distribution must be 'auto', 'normal' or 'empirical', got {distribution!r}")
         if utility not in UTILITIES:
             raise ArgumentError(f"utility must be one of {', '.join(UTILITIES)}; got {utility!r}")
+        if allocation not in ALLOCATIONS:
+            raise ArgumentError(f"allocation must be one of {', '.join(ALLOCATIONS)}; got {allocation!r}")
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
             raise ArgumentError(f"seed must be an int, got {seed!r}")
         self.latency_bound = float(latency_bound)
@@ -95,6 +107,7 @@ class Shedder:
         self.distribution = distribution
         self.utility_samples = utility_samples
         self.utility_kind = utility
+        self.allocation = allocation
         self.rules: list[Rule] = []
         self.stats: Statistics | None = None
         self.utility: UtilityModel | None = None
@@ -106,7 +119,8 @@ class Shedder:
 
     def __repr__(self) -> str:
         return (f"Shedder(latency_bound={self.latency_bound}, beta={self.beta}, buckets={self.buckets}, "
-                f"policy={self.policy!r}, seed={self.seed})")
+                f"policy={self.policy!r}, seed={self.seed}, utility={self.utility_kind!r}, "
+                f"allocation={getattr(self, 'allocation', 'paper')!r})")
 
     # -- statistics -------------------------------------------------------------------------------
 
@@ -172,7 +186,7 @@ class Shedder:
         # TYPES of Section 4.2.2 are the types of the patterns: a type no rule reads gets no share
         # of the budget (N_T = 0), so under overload it is dropped on arrival
         read = {t for r in self.rules for t in r.input_types}
-        weights = {t: st.z_full(t) * st.rates.get(t, 0.0) if t in read else 0.0 for t in self.types}
+        weights = {t: self._z_alloc(t, read) * st.rates.get(t, 0.0) if t in read else 0.0 for t in self.types}
         total = sum(weights.values())
         self.n_t, self.gamma_t = {}, {}
         for t in self.types:
@@ -183,6 +197,18 @@ class Shedder:
             lead = math.ceil(nt * alpha / z) if z > 0 and math.isfinite(nt) else 0
             self.n_t[t] = nt
             self.gamma_t[t] = max(nt - lead, 0.0)
+
+    def _z_alloc(self, t: str, read: set[str]) -> float:
+        """Z(T) as the split of N_in weighs it: the paper's Z(T) (``allocation="paper"``), or
+        (``"spread"``) Z(T) without its combination work plus the combination work of all read
+        types per read event (resolution 26: in CDP the terminator does the work every role's
+        events cause; the paper's tree engine charges each event its share)."""
+        st = self.stats
+        if getattr(self, "allocation", "paper") == "paper":  # (shedders pickled before the option)
+            return st.z_full(t)
+        rate = sum(st.rates.get(u, 0.0) for u in read)
+        work = sum(st.rates.get(u, 0.0) * (st.z_full(u) - st.costs.get(u, 0.0)) for u in read)
+        return st.costs.get(t, 0.0) + (work / rate if rate > 0 else 0.0)
 
     def constraints(self) -> dict:
         """N_in, z̄, and per type R(T), Z(T), N_T and γ_T."""
