@@ -58,8 +58,8 @@ def _fen_add(fen, i, d):
 
 @numba.njit(cache=True)
 def _fen_prefix(fen, i):
-    """Sum of the flags of events [0, i)."""
-    s = 0
+    """Sum of the values of events [0, i) (flags, or the queued terminators' κ)."""
+    s = fen[0]  # 0 of the tree's own dtype (slot 0 is never used)
     j = i
     while j > 0:
         s += fen[j]
@@ -132,24 +132,6 @@ def _pick(t, b, IS, head, nxt, cnt):
 
 
 @numba.njit(cache=True)
-def _tq_add(f, i, d):
-    j = i + 1
-    while j < f.shape[0]:
-        f[j] += d
-        j += j & (-j)
-
-
-@numba.njit(cache=True)
-def _tq_prefix(f, i):
-    s = 0.0
-    j = i
-    while j > 0:
-        s += f[j]
-        j -= j & (-j)
-    return s
-
-
-@numba.njit(cache=True)
 def _shrink(v, F, IS, lo, tq):
     """Event ``v`` left the columns (dropped or evicted): every queued terminator whose window
     holds it reads one event less, so the queued work shrinks by their κ (docs/shedding.md,
@@ -164,7 +146,7 @@ def _shrink(v, F, IS, lo, tq):
         else:
             b = m
     if a > v + 1:
-        F[F_WQ] -= _tq_prefix(tq[0], a) - _tq_prefix(tq[0], v + 1)
+        F[F_WQ] -= _fen_prefix(tq[0], a) - _fen_prefix(tq[0], v + 1)
 
 
 @numba.njit(cache=True)
@@ -176,7 +158,7 @@ def _unqueue(i, F, est, lo, fen, tq):
     if k > 0.0:
         w = _fen_prefix(fen, i) - _fen_prefix(fen, lo[i])
         F[F_WQ] -= est[i] - k * (tq[2, i] - w)
-        _tq_add(tq[0], i, -k)
+        _fen_add(tq[0], i, -k)
         tq[1, i] = 0.0
     else:
         F[F_WQ] -= est[i]
@@ -250,7 +232,7 @@ def arrive(i, now, F, IS, typ, bkt, est, status, lo, relevant, evicted, ring,
     if is_term[t] and F[F_KEST] > 0.0:  # its window may shrink while it waits (_shrink)
         tq[1, i] = F[F_KEST]
         tq[2, i] = w
-        _tq_add(tq[0], i, F[F_KEST])
+        _fen_add(tq[0], i, F[F_KEST])
     if relevant[i]:
         _fen_add(fen, i, 1)
     if active[t]:
