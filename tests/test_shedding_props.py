@@ -53,10 +53,10 @@ COSTS = st.builds(
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(load=loads(), rule=st.sampled_from(PATTERNS), costs=COSTS,
        bound=st.floats(0.005, 0.2), beta=st.floats(0.1, 1.0), buckets=st.integers(1, 100),
-       policy=st.sampled_from(["darling", "random"]))
-def test_bound_is_never_violated_in_virtual_time(load, rule, costs, bound, beta, buckets, policy):
+       policy=st.sampled_from(["darling", "random"]), allocation=st.sampled_from(["paper", "spread"]))
+def test_bound_is_never_violated_in_virtual_time(load, rule, costs, bound, beta, buckets, policy, allocation):
     ev, arr, seed = load
-    sh = Shedder(bound, beta=beta, buckets=buckets, policy=policy, seed=seed)
+    sh = Shedder(bound, beta=beta, buckets=buckets, policy=policy, seed=seed, allocation=allocation)
     eng = SheddingEngine(rule, sh, mode="virtual", cost_model=costs)
     warm = ev.iloc[: max(2, len(ev) // 3)]
     if not set(warm["type"]) & {p.event_type for r in eng.rules for p in r.predicates}:
@@ -75,12 +75,14 @@ def test_bound_is_never_violated_in_virtual_time(load, rule, costs, bound, beta,
 @settings(max_examples=25, deadline=None)
 @given(load=loads(max_events=2000), costs=COSTS, bound=st.floats(0.002, 0.5),
        beta=st.floats(0.1, 1.0), buckets=st.integers(1, 200),
-       policy=st.sampled_from(["darling", "random"]), rule=st.sampled_from(PATTERNS))
-def test_compiled_simulation_keeps_the_bound_and_its_buffers_consistent(load, costs, bound, beta, buckets, policy, rule):
+       policy=st.sampled_from(["darling", "random"]), rule=st.sampled_from(PATTERNS),
+       allocation=st.sampled_from(["paper", "spread"]))
+def test_compiled_simulation_keeps_the_bound_and_its_buffers_consistent(load, costs, bound, beta, buckets, policy, rule,
+                                                                        allocation):
     """The whole virtual run in Numba (no engine), on longer streams: every processed event
     finishes within the bound after its arrival, and the buffers' bookkeeping adds up."""
     ev, arr, seed = load
-    sh = Shedder(bound, beta=beta, buckets=buckets, policy=policy, seed=seed)
+    sh = Shedder(bound, beta=beta, buckets=buckets, policy=policy, seed=seed, allocation=allocation)
     warm = ev.iloc[: max(2, len(ev) // 3)]
     assume(set(warm["type"]) & {p.event_type for r in as_rules(rule) for p in r.predicates})
     sh.fit(rule, warm, costs=costs)
