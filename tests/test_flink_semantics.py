@@ -12,28 +12,10 @@ element's type before the ``KL``.
 
 from __future__ import annotations
 
-import pandas as pd
 import pytest
+from peer_cases import BACKENDS, frame, ids
 
 import cep_gpu
-
-BACKENDS = ["reference", "cpu", "aip", "gpu-host", "auto"]
-
-
-def frame(types, ts, **attrs) -> pd.DataFrame:
-    events = pd.DataFrame({"type": types, "ts": [float(t) for t in ts]})
-    for name, values in attrs.items():
-        events[name] = values
-    return events
-
-
-def ids(events: pd.DataFrame, rules, backend: str) -> list[tuple[int, ...]]:
-    """Every match of every rule, as sorted row numbers (a Kleene set's order is its time order)."""
-    out = []
-    for rule in [rules] if isinstance(rules, str) else rules:
-        out += [tuple(int(i) for i in row) for row in cep_gpu.detect(events, rule, backend=backend)["ids"]]
-    return sorted(out)
-
 
 # Agreeing cases: each expected list is Flink's published one for the same shape of input.
 AGREE = {

@@ -4,12 +4,9 @@ tests, on every backend."""
 
 from __future__ import annotations
 
-import pandas as pd
 import pytest
+from peer_cases import BACKENDS, frame, ids
 
-import cep_gpu
-
-BACKENDS = ["reference", "cpu", "aip", "gpu-host", "auto"]
 ABC = "define S pattern SEQ(AAPL a, AMZN b, GOOG c) within 5 min"
 MID = ("define N pattern SEQ(AAPL a, NOT(AMZN b), GOOG c) where a.p > b.p and b.p < c.p "
        "within 5 min")
@@ -17,11 +14,9 @@ LEAD = "define L pattern SEQ(NOT(TYP1 x), AAPL a, AMZN b) within 5 min"
 TRAIL = "define T pattern SEQ(AAPL a, AMZN b, NOT(TYP1 x)) within 5 min"
 
 
-def ids(types, minutes, rule, backend, p=None):
-    events = pd.DataFrame({"type": types, "ts": [60.0 * m for m in minutes]})
-    if p is not None:
-        events["p"] = p
-    return sorted(tuple(int(i) for i in row) for row in cep_gpu.detect(events, rule, backend=backend)["ids"])
+def _ids(types, minutes, rule, backend, p=None):
+    """The matches of events of ``types`` at ``minutes`` (with prices ``p``)."""
+    return ids(frame(types, [60.0 * m for m in minutes], **({} if p is None else {"p": p})), rule, backend)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -49,4 +44,4 @@ def ids(types, minutes, rule, backend, p=None):
     ],
 )
 def test_seq_edges_against_opencep(types, minutes, rule, p, expected, backend):
-    assert ids(types, minutes, rule, backend, p) == expected
+    assert _ids(types, minutes, rule, backend, p) == expected

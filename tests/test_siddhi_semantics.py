@@ -15,24 +15,8 @@ Siddhi sleeps 100 ms; times are seconds.
 
 from __future__ import annotations
 
-import pandas as pd
 import pytest
-
-import cep_gpu
-
-BACKENDS = ["reference", "cpu", "aip", "gpu-host", "auto"]
-
-
-def frame(types, ts, **attrs) -> pd.DataFrame:
-    events = pd.DataFrame({"type": types, "ts": [float(t) for t in ts]})
-    for name, values in attrs.items():
-        events[name] = values
-    return events
-
-
-def ids(events: pd.DataFrame, rule: str, backend: str) -> list[tuple[int, ...]]:
-    return sorted(tuple(int(i) for i in row) for row in cep_gpu.detect(events, rule, backend=backend)["ids"])
-
+from peer_cases import BACKENDS, frame, ids
 
 EVERY = ("define P from S2() and each S1(price > 20 and S2.price > price) within 10 s from S2 "
          "consuming S1")
