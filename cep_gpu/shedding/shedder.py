@@ -8,7 +8,7 @@ type, built when the buffer reaches γ_T = N_T - ⌈N_T·α_T / Z(T)⌉.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 import pandas as pd
@@ -186,7 +186,8 @@ class Shedder:
         # TYPES of Section 4.2.2 are the types of the patterns: a type no rule reads gets no share
         # of the budget (N_T = 0), so under overload it is dropped on arrival
         read = {t for r in self.rules for t in r.input_types}
-        weights = {t: self._z_alloc(t, read) * st.rates.get(t, 0.0) if t in read else 0.0 for t in self.types}
+        z_alloc = self._z_alloc(read)
+        weights = {t: z_alloc(t) * st.rates.get(t, 0.0) if t in read else 0.0 for t in self.types}
         total = sum(weights.values())
         self.n_t, self.gamma_t = {}, {}
         for t in self.types:
@@ -198,17 +199,18 @@ class Shedder:
             self.n_t[t] = nt
             self.gamma_t[t] = max(nt - lead, 0.0)
 
-    def _z_alloc(self, t: str, read: set[str]) -> float:
+    def _z_alloc(self, read: set[str]) -> Callable[[str], float]:
         """Z(T) as the split of N_in weighs it: the paper's Z(T) (``allocation="paper"``), or
         (``"spread"``) Z(T) without its combination work plus the combination work of all read
         types per read event (resolution 26: in CDP the terminator does the work every role's
         events cause; the paper's tree engine charges each event its share)."""
         st = self.stats
         if getattr(self, "allocation", "paper") == "paper":  # (shedders pickled before the option)
-            return st.z_full(t)
+            return st.z_full
         rate = sum(st.rates.get(u, 0.0) for u in read)
         work = sum(st.rates.get(u, 0.0) * (st.z_full(u) - st.costs.get(u, 0.0)) for u in read)
-        return st.costs.get(t, 0.0) + (work / rate if rate > 0 else 0.0)
+        shared = work / rate if rate > 0 else 0.0
+        return lambda t: st.costs.get(t, 0.0) + shared
 
     def constraints(self) -> dict:
         """N_in, z̄, and per type R(T), Z(T), N_T and γ_T."""
