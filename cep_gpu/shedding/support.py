@@ -214,9 +214,9 @@ def _separable(conds: list[Expr], p: int, r: int, frame: pd.DataFrame, cand: np.
         vals = []
         for role, at in ((p, cand), (r, rows)):
             expr = sides[frozenset({role})]
-            sub = frame.iloc[at]
-            v, ok = evaluate(expr, {role: {a: sub[a].to_numpy() for a in attr_names(expr).get(role, ())
-                                           if a in sub.columns}}, len(at))
+            # only the columns the side reads, taken at its rows (not the whole frame's rows)
+            v, ok = evaluate(expr, {role: {a: frame[a].to_numpy()[at] for a in attr_names(expr).get(role, ())
+                                           if a in frame.columns}}, len(at))
             if v.dtype.kind not in "iufb":
                 return None  # strings compare as objects: the pairwise path
             vals.append((as_numbers(v), np.asarray(ok, bool)))
