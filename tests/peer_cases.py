@@ -1,6 +1,7 @@
 """Helpers of the cases modelled on other engines' published test outputs
-(tests/test_opencep_semantics.py, test_flink_semantics.py, test_siddhi_semantics.py): the backends,
-events from columns, and the matches as sorted row numbers."""
+(tests/test_opencep_semantics.py, test_flink_semantics.py, test_siddhi_semantics.py,
+test_trex_semantics.py, test_esper_semantics.py): the backends, events from columns, and the matches
+as sorted row numbers."""
 
 from __future__ import annotations
 
