@@ -13,7 +13,16 @@ import argparse
 import sys
 
 from ..benchmarks.save import json_default, save_results
-from ..cli import UsageError, at_least, check_outputs, nonempty_path, number, set_command, time_unit
+from ..cli import (
+    UsageError,
+    argument,
+    at_least,
+    check_outputs,
+    nonempty_path,
+    number,
+    set_command,
+    time_unit,
+)
 from ..errors import is_finite_nonnegative, is_finite_positive
 
 #: a replay of this many events or more shows a progress bar (one event at a time: tens of µs each)
@@ -144,6 +153,10 @@ def cmd_run(args) -> int:
                          "is for --mode virtual; real time measures this engine")
     check_outputs({"--out": args.out, "--report": args.report},
                   [("rule", args.rules), ("events", args.events), ("sample", args.sample)], tables=("--out",))
+    from ..backends import get_backend
+
+    with argument("--backend"):  # (the engine's own check came out as an error of --time-unit)
+        get_backend(args.backend)
     rules = read_rules(args.rules)
     events = require_frame(read_events(args.events), args.events)
     warn_absent_types(args.prog, rules, events["type"].astype(str).unique(), args.events)
@@ -173,6 +186,8 @@ def cmd_run(args) -> int:
     arr = arrival_of(events, ts_ns)
     if args.sample:
         sample = require_frame(read_events(args.sample), args.sample)
+        if not len(sample):  # (was the engine's 'events is empty', without the option or the file)
+            raise UsageError("--sample", f"{args.sample} holds no event")
         engine.warm_up(sample, arrival_of(sample))
     else:
         n = args.warmup or max(1, min(len(events) // 10, 10_000))
@@ -287,6 +302,10 @@ def cmd_bench(args) -> int:
     for name, v in (("events", events), ("warmup", args.warmup), ("buckets", args.buckets), ("seeds", args.seeds)):
         if v < 1:
             raise UsageError(f"--{name}", f"must be >= 1, got {v}")
+    from ..backends import get_backend
+
+    with argument("--backend"):  # before the runs (was an error without the option's name, rc 1)
+        get_backend(args.backend)
     result = bench.run(args.workload, lengths, factors, n_events=events, warmup=args.warmup,
                        latency_bound=args.latency_bound, beta=args.beta, buckets=args.buckets,
                        mode=args.mode, seeds=range(args.seeds), backend=args.backend, noise=args.noise,
