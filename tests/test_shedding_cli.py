@@ -154,6 +154,33 @@ def test_bad_timestamps_name_the_row_and_the_value_as_cep_gpu_run_does(tmp_path,
                 ": every event needs a timestamp")
 
 
+@pytest.mark.parametrize("edit, words", [
+    (lambda ev: ev.assign(id=np.zeros(len(ev), np.int64)), "column 'id' has duplicate id 0"),
+    (lambda ev: ev.assign(id=np.arange(len(ev)) + 0.5), "column 'id' must hold integers, got dtype float64"),
+    (lambda ev: ev.assign(id=-np.arange(len(ev))), "column 'id' is negative (-1) at row 1"),
+    (lambda ev: ev.assign(x=ev["price"]).set_axis(["type", "ts", "price", "price"], axis=1),
+     "events have more than one column named 'price'"),
+])
+def test_ids_and_columns_are_checked_as_cep_gpu_run_checks_them(tmp_path, capsys, edit, words):
+    """The ``id`` column names the events in the output: repeated, fractional (truncated) or
+    negative ids went through, so two events came out under one id; two columns of one name
+    were a raw pandas traceback ('Grouper for 'price' not 1-dimensional')."""
+    ev = _files(tmp_path, n=300).drop(columns="arrival_s")
+    edit(ev).to_csv(tmp_path / "bad.csv", index=False)
+    for argv in ([str(tmp_path / "bad.csv")], [str(tmp_path / "ev.csv"), "--sample", str(tmp_path / "bad.csv")]):
+        assert main(["shedding", "run", str(tmp_path / "rules.txt"), *argv, "--latency-bound", "1",
+                     "--mode", "virtual"]) == 1
+        err = capsys.readouterr().err.strip().splitlines()[-1]
+        assert err.startswith(f"cep-gpu: error: {words}")
+
+
+def test_the_engine_refuses_two_columns_of_one_name():
+    ev = _files_frame(300).set_axis(["type", "ts", "price", "price"], axis=1)
+    engine = SheddingEngine(RULE, shedding=Shedder(1.0), mode="virtual", cost_model=CostModel(default=1e-3))
+    with pytest.raises(cep_gpu.EventError, match="more than one column named 'price'"):
+        engine.warm_up(ev)
+
+
 def test_an_empty_sample_file_is_named(tmp_path, capsys):
     _files(tmp_path, n=300)
     (tmp_path / "empty.csv").write_text("type,ts,price\n")

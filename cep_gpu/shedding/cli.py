@@ -138,8 +138,7 @@ def cmd_run(args) -> int:
         read_rules,
         warn_absent_types,
     )
-    from ..events.checks import require_frame
-    from ..io import read_events, write_output
+    from ..io import write_output
     from .engine import SheddingEngine
     from .shedder import UNIT_NS, Shedder
     from .stats import CostModel, times_ns
@@ -158,7 +157,7 @@ def cmd_run(args) -> int:
     with argument("--backend"):  # (the engine's own check came out as an error of --time-unit)
         get_backend(args.backend)
     rules = read_rules(args.rules)
-    events = require_frame(read_events(args.events), args.events)
+    events = _read_events(args.events)
     warn_absent_types(args.prog, rules, events["type"].astype(str).unique(), args.events)
     if not len(events):
         raise UsageError("events", f"{args.events} holds no event")
@@ -185,7 +184,7 @@ def cmd_run(args) -> int:
     ts_ns = times_ns(events["ts"], UNIT_NS[args.time_unit])  # (once: the warm-up's order and the arrivals)
     arr = arrival_of(events, ts_ns)
     if args.sample:
-        sample = require_frame(read_events(args.sample), args.sample)
+        sample = _read_events(args.sample)
         if not len(sample):  # (was the engine's 'events is empty', without the option or the file)
             raise UsageError("--sample", f"{args.sample} holds no event")
         engine.warm_up(sample, arrival_of(sample))
@@ -212,6 +211,22 @@ def cmd_run(args) -> int:
     else:
         print_table(found, args.limit)
     return 0
+
+
+def _read_events(path: str):
+    """The event file ``path`` as a frame, checked as ``cep-gpu run`` checks it where this
+    command reads it itself: ``type`` and ``ts`` present, no two columns of one name, and an
+    ``id`` column (which names the events in the output) of distinct integers >= 0, without
+    nulls (a repeated or fractional id named two events alike, silently)."""
+    from ..events.checks import check_unique_columns, require_frame
+    from ..events.from_pandas import pandas_ids
+    from ..io import read_events
+
+    events = require_frame(read_events(path), path)
+    check_unique_columns([str(c) for c in events.columns])
+    if "id" in events.columns:
+        pandas_ids(events["id"])
+    return events
 
 
 def _input_ids(ids, order, events):
