@@ -416,9 +416,15 @@ def cmd_explain(args: argparse.Namespace) -> int:
     engine = Engine(rules, backend=args.backend, time_unit=args.time_unit,
                     max_batch_latency=args.max_batch_latency)
     if args.events:
+        from .detect import check_schema
+        from .events import EventTable
+
         events = read_table(args.events)
-        print(engine.explain(events))
         warn_absent_types(args.prog, rules, event_types(events), args.events)
+        # what run refuses on these events (an attribute none of them has, a string ordered with
+        # '<'), explain refuses too: it explained such a run as if it would go
+        check_schema(rules, EventTable.from_arrow(events, time_unit=args.time_unit, sort=True))
+        print(engine.explain(events))
     else:
         print(engine.explain())
     return 0

@@ -251,16 +251,17 @@ class Engine:
                 self._publish_columns(events, output) if typ is np.ndarray else None
             if fast is not None:
                 return fast
-        new, n_rows = self._ingest(events)
+        time_before = self._time
+        try:
+            new, n_rows = self._ingest(events)
+            if self._lateness is None:
+                self._check_in_order(new, time_before)
+        except BaseException:
+            # a refused publish leaves no trace: not even the time format it would have fixed
+            # (or widened to float64), so later outputs keep the stream's ts dtype
+            self._time = time_before
+            raise
         if self._lateness is None:
-            if self._newest is not None and len(new) and new.ts[0] < self._newest:
-                raise LateEventError(
-                    f"late event {_describe(new, 0)}: older than the newest event already "
-                    f"published ({self._fmt_ts(self._newest)}); events must come in timestamp "
-                    "order, or create the Engine with allowed_lateness"
-                )
-            if self._tie_order and self._newest is not None and len(new) and new.ts[0] == self._newest:
-                self._check_tie_order(new)
             released = new
         else:
             released = self._admit_late(new)
@@ -539,6 +540,19 @@ class Engine:
             new.time = self._time
         return new
 
+    def _check_in_order(self, new: EventTable, time_before: TimeFormat | None) -> None:
+        """Refuse ``new`` (without allowed lateness) when it starts before the newest event
+        already published, or breaks the (ts, id) order a rule depends on (``time_before``: the
+        stream's time format before this publish, in which the newest event is named)."""
+        if self._newest is not None and len(new) and new.ts[0] < self._newest:
+            raise LateEventError(
+                f"late event {_describe(new, 0)}: older than the newest event already "
+                f"published ({self._fmt_ts(self._newest, time_before)}); events must come in "
+                "timestamp order, or create the Engine with allowed_lateness"
+            )
+        if self._tie_order and self._newest is not None and len(new) and new.ts[0] == self._newest:
+            self._check_tie_order(new)
+
     def _check_tie_order(self, new: EventTable) -> None:
         """Refuse events of the newest timestamp with an id below one already published at it
         (``new`` is in (ts, id) order) when a rule depends on the order of events of one timestamp:
@@ -567,7 +581,19 @@ class Engine:
     def _check_time(self, fmt: TimeFormat, ts: np.ndarray) -> None:
         """The stream's time format after a publish of format ``fmt`` and timestamps ``ts``
         (:func:`cep_gpu.events.stream_time`: the first publish with rows fixes it)."""
-        self._time = stream_time(self._time, fmt, ts)
+        self._time = stream_time(self._time, fmt, ts, self._unreported_ts)
+
+    def _unreported_ts(self) -> np.ndarray:
+        """Timestamps (int64 ns) of earlier events that a later output may still report as a
+        composite event's ``ts``: the terminators held back (trailing ``NOT``, or waiting for a
+        later timestamp) and the late-buffered events. (Only read when float timestamps widen an
+        integer stream: these must stay exact in float64.)"""
+        parts = [self._late_buffer.ts] if self._late_buffer is not None else []
+        pending = [st.pending for st in self._states.values() if len(st.pending)]
+        buf = self._buf.table() if pending else None
+        if buf is not None:
+            parts.append(buf.ts[np.isin(buf.ids, np.concatenate(pending))])
+        return np.concatenate(parts) if parts else np.empty(0, np.int64)
 
     def _admit_late(self, new: EventTable) -> EventTable | None:
         """Lateness mode: buffer ``new``, report what is too late, release what the watermark passed."""
@@ -946,10 +972,12 @@ class Engine:
                 "taken before flush"
             )
 
-    def _fmt_ts(self, ns: int | None):
-        if ns is None or self._time is None:
+    def _fmt_ts(self, ns: int | None, time: TimeFormat | None = None):
+        """A timestamp (int64 ns) in the stream's time format (or ``time``), for messages."""
+        time = time or self._time
+        if ns is None or time is None:
             return ns
-        return self._time.from_ns(np.array([ns], np.int64))[0]
+        return time.from_ns(np.array([ns], np.int64))[0]
 
 
 def composite_records(out: pd.DataFrame) -> list[dict]:

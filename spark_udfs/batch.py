@@ -139,6 +139,7 @@ def detect_spark(
     time_unit: str = "s",
     num_slices: int | None = None,
     slicing: Slicing = "auto",
+    check_ids: bool = True,
 ) -> DataFrame:
     """The composite events of ``rules`` in the Spark DataFrame ``df``, as a Spark DataFrame.
 
@@ -178,6 +179,14 @@ def detect_spark(
         ``"parquet"`` and ``"partitions"`` raise ``ValueError`` when they do not apply. The
         choice is logged (logger ``cep_gpu.spark_udfs``) and kept as ``out.cep_plan`` (a
         :class:`RunPlan`).
+    check_ids:
+        ``True`` (default): refuse an ``id`` that two rows share, wherever they are (one Spark
+        job on the driver, :func:`~cep_gpu.spark_udfs.checks.check_unique_ids`). ``False``
+        skips that job, for inputs whose ids are unique by construction (a huge input where
+        the job's shuffle of every distinct id costs too much): then a repeat is refused only
+        where one task sees both rows, and a repeat across tasks goes through unnoticed, with
+        results that may differ from ``detect``'s (docs/spark.md). No ``id`` column: no job
+        either way.
 
     Raises
     ------
@@ -185,15 +194,18 @@ def detect_spark(
         On the driver, before any task runs: missing ``type``/``ts``, a ``ts`` of the wrong type,
         rules reading unknown attributes, ``consuming`` rules that cannot be keyed; an ``id``
         that two rows share, in one input partition or in two (one Spark job on the driver,
-        :func:`~cep_gpu.spark_udfs.checks.check_unique_ids`).
+        :func:`~cep_gpu.spark_udfs.checks.check_unique_ids`; unless ``check_ids=False``).
     ArgumentError
-        ``num_slices`` not a whole number >= 1, no rules, an unknown ``backend`` name (a
-        ``ValueError`` too).
+        ``num_slices`` not a whole number >= 1, no rules, an unknown ``backend`` name, a
+        ``check_ids`` that is not a bool (a ``ValueError`` too).
     """
     if not isinstance(slicing, str) or slicing not in ("auto", "parquet", "partitions", "shuffle"):
         raise ArgumentError(f"slicing must be 'auto', 'parquet', 'partitions' or 'shuffle', not {slicing!r}")
+    if not isinstance(check_ids, bool):  # (a string such as "no" would read as True)
+        raise ArgumentError(f"check_ids must be True or False, got {check_ids!r}")
     job = plan_job(df, rules, partition_by, backend, time_unit, num_slices)
-    check_unique_ids(df)  # a repeat across partitions reaches no one task; one JVM job
+    if check_ids:
+        check_unique_ids(df)  # a repeat across partitions reaches no one task; one JVM job
     if job.plan.mode == "keyed":
         out, run = _run_keyed(_engine_events(df, job), job), RunPlan("keyed", f"by {job.plan.key!r}")
     else:

@@ -54,6 +54,9 @@ def add_spark_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--rapids", action="store_true", help="configure RAPIDS GPU executors (rapids_conf())")
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark settings")
     p.add_argument("--no-plot", action="store_true", help="skip the PNG of detections over time")
+    p.add_argument("--no-check-ids", action="store_true",
+                   help="skip the Spark job that refuses an id two rows share (ids unique by construction; "
+                        "detect_spark(check_ids=False), docs/spark.md)")
     set_command(p, spark_main)
     return p
 
@@ -170,6 +173,7 @@ def spark_main(args: argparse.Namespace) -> int:
             slicing=args.slicing,
             time_unit=args.time_unit,
             plot=not args.no_plot,
+            check_ids=not args.no_check_ids,
         )
     except Exception as err:  # Spark's own reader errors come as long Py4J traces: one line instead
         if "TIMESTAMP(NANOS" in str(err) or "PARQUET_TYPE_ILLEGAL" in str(err):

@@ -41,19 +41,23 @@ SIDE = "__decopa_side"
 
 
 def execute_plan_spark(df: DataFrame, plan: Plan, time_unit: str = "s", backend: str = "auto",
-                       slices: int = 1) -> DataFrame:
+                       slices: int = 1, check_ids: bool = True) -> DataFrame:
     """Run ``plan`` over the Spark DataFrame ``df`` with one stage per operator.
 
     ``df``: events with ``type``, ``ts`` (timestamp, or numbers in ``time_unit``), optional ``id``
     (else the row position, as ``detect`` numbers them) and attributes. ``slices``: time slices
-    per operator unit (>= 1). Returns a Spark DataFrame with ``detect``'s columns (rule, ts, ids,
-    attributes). Raises :class:`~cep_gpu.decopa.DecompositionError` for a rule outside the
-    executable scope or an invalid plan, on the driver before any task runs.
+    per operator unit (>= 1). ``check_ids``: refuse an ``id`` two rows share (one Spark job on
+    the driver; ``False`` skips it for ids unique by construction, as in ``detect_spark``).
+    Returns a Spark DataFrame with ``detect``'s columns (rule, ts, ids, attributes). Raises
+    :class:`~cep_gpu.decopa.DecompositionError` for a rule outside the executable scope or an
+    invalid plan, on the driver before any task runs.
     """
     if not isinstance(plan, Plan):
         raise DecompositionError(f"expected a cep_gpu.decopa.Plan, got {type(plan).__name__}")
     if not isinstance(slices, int) or isinstance(slices, bool) or slices < 1:
         raise DecompositionError(f"slices must be an int >= 1, got {slices!r}")
+    if not isinstance(check_ids, bool):  # (a string such as "no" would read as True)
+        raise DecompositionError(f"check_ids must be True or False, got {check_ids!r}")
     check_backend_name(backend)  # on the driver: an unknown name failed inside every task
     plan.validate()
     pattern = plan.pattern
@@ -66,7 +70,8 @@ def execute_plan_spark(df: DataFrame, plan: Plan, time_unit: str = "s", backend:
     scale = UNIT_NS[spec.engine_unit]
     ts_scale = None if spec.kind == "timestamp" or scale == 1 else float(UNIT_NS[time_unit])
     rules = PlanRules(plan, ts_scale)
-    check_unique_ids(df)  # as in detect_spark: a repeat across partitions reaches no one task
+    if check_ids:
+        check_unique_ids(df)  # as in detect_spark: a repeat across partitions reaches no one task
     df = checked_events(df, spec)  # bad rows fail naming the row, as in detect_spark
     events = df.select("type", spec.to_engine(F.col("ts")).alias("ts"), F.col("id").cast("long").alias("id"),
                        *[F.col(f"`{a}`") for a in attrs_in])

@@ -68,16 +68,17 @@ def run_job(
     time_unit: str = "s",
     plot: bool = True,
     slicing: str = "auto",
+    check_ids: bool = True,
 ) -> JobResult:
     """Detect ``rules`` in Parquet ``events`` (a path, a URI Spark reads, or a DataFrame) and write
-    ``out_dir/composite_events.parquet``."""
+    ``out_dir/composite_events.parquet`` (``check_ids``: as :func:`detect_spark`'s)."""
     df = spark.read.parquet(str(events)) if not isinstance(events, DataFrame) else events
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     out_path = out_dir / "composite_events.parquet"
     n_events = df.count()
     t0 = time.perf_counter()
-    out = detect_spark(df, rules, partition_by, backend, time_unit, num_slices, slicing)
+    out = detect_spark(df, rules, partition_by, backend, time_unit, num_slices, slicing, check_ids=check_ids)
     out.write.mode("overwrite").parquet(str(out_path))
     seconds = time.perf_counter() - t0
     written = spark.read.parquet(str(out_path))

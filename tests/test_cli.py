@@ -185,6 +185,21 @@ def test_explain_describes_what_run_does(files, tmp_path, capsys):
     assert "max batch latency 0 (one terminator per batch)" in capsys.readouterr().out
 
 
+def test_explain_with_events_refuses_what_run_refuses(tmp_path, capsys):
+    """A rule reading an attribute no event has: run is an error naming it; explain explained
+    the run (planner decisions and all) as if it would go, exit status 0."""
+    rules = tmp_path / "typo.rules"
+    rules.write_text("define Q\npattern SEQ(A a, B b)\nwhere a.prise < b.price\nwithin 5 s\n")
+    events = tmp_path / "ev.csv"
+    events.write_text("type,ts,price\nA,1,10\nB,2,11\n")
+    for command in ("run", "explain"):
+        rc, out, err = run_cli(capsys, command, rules, events)
+        assert rc == 1 and not out
+        assert err.startswith("cep-gpu: error: rule 'Q' reads attribute 'prise', which no event in the input has")
+    rc, out, err = run_cli(capsys, "explain", rules)  # without events: nothing to check it against
+    assert rc == 0 and "rule Q (seq)" in out
+
+
 def test_bench_bad_numbers_are_one_line_errors(capsys):
     """Issue 11.8: negative sizes, zero repetitions, bad policies: a usage error, no traceback."""
     for argv, option in ((["bench", "museum", "--sizes", "-5"], "--sizes"),

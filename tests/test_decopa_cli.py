@@ -263,6 +263,27 @@ def test_a_value_given_twice_is_a_usage_error(tmp_path, capsys, option, value, m
     assert err.strip().splitlines()[-1] == f"cep-gpu decompose: error: {message}"
 
 
+def test_decompose_reads_its_rule_file_as_every_subcommand(tmp_path, ticks, capsys):
+    """An empty rule file was '0 rules given: pick one with --rule ([])'; an event file given in
+    its place a parse error about its first line."""
+    (tmp_path / "empty.rules").write_text("\n# nothing here\n")
+    rc, out, err = run_cli(capsys, "decompose", tmp_path / "empty.rules", "--rates", "a=1,b=1", *UNITS)
+    assert rc == 1 and err.strip() == f"cep-gpu: error: {tmp_path / 'empty.rules'} holds no rule"
+    rc, out, err = run_cli(capsys, "decompose", ticks, "--rates", "a=1,b=1", *UNITS)
+    assert rc == 1 and "looks like an event file, where the rule file is expected" in err
+
+
+def test_decompose_names_an_empty_sample_file(tmp_path, capsys):
+    rules = tmp_path / "q.rules"
+    rules.write_text("define T pattern SEQ(GOOG a, MSFT b) where a.price < b.price within 10 s\n")
+    (tmp_path / "header.csv").write_text("type,ts,price\n")
+    rc, out, err = run_cli(capsys, "decompose", rules, "--sample", tmp_path / "header.csv", *UNITS)
+    assert rc == 2 and not out
+    assert err.strip().splitlines()[-1] == (f"cep-gpu decompose: error: argument --sample: "
+                                            f"{tmp_path / 'header.csv'} holds no event: rates and "
+                                            "selectivities need some")
+
+
 def test_stats_refuses_a_pair_given_in_both_orders():
     with pytest.raises(ArgumentError, match=r"selectivity of the pair \('a', 'b'\) given twice"):
         decopa.Stats(rates={"a": 1, "b": 1}, selectivity={("a", "b"): 0.1, ("b", "a"): 0.5})

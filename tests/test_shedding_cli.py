@@ -112,6 +112,8 @@ def test_statistics_from_a_sample_file(tmp_path):
     (["--warmup", "10", "--sample", "x.csv"], "--sample", "cannot go with --warmup"),
     (["--time-unit", "parsecs"], "--time-unit", "unknown unit"),
     (["--buckets", "0"], "--buckets", ">= 1"),
+    # the engine's check of the name came out as an error of --time-unit
+    (["--backend", "bogus"], "--backend", "unknown backend 'bogus'"),
 ])
 def test_bad_arguments_are_one_line_naming_the_option(tmp_path, capsys, extra, option, words):
     _files(tmp_path, n=300)
@@ -132,6 +134,78 @@ def test_bad_files_are_one_line_errors(tmp_path, capsys):
     assert main(["shedding", "run", str(tmp_path / "nope.txt"), str(tmp_path / "ev.csv"),
                  "--latency-bound", "1"]) == 1
     assert "no such rule file" in capsys.readouterr().err
+
+
+def test_bad_timestamps_name_the_row_and_the_value_as_cep_gpu_run_does(tmp_path, capsys):
+    """A text value in ``ts`` was ``'ts' must be numbers or datetimes, got dtype category``; a
+    null one became the int64 minimum (then a message about a missing 'ts' column)."""
+    ev = _files(tmp_path, n=300)
+    bad = ev.assign(ts=ev["ts"].astype(object))
+    bad.loc[3, "ts"] = "abc"
+    bad.to_csv(tmp_path / "text.csv", index=False)
+    bad.loc[3, "ts"] = None
+    bad.to_csv(tmp_path / "null.csv", index=False)
+    for name, words in (("text.csv", "column 'ts' holds 'abc' at row 3, which is neither a number nor a datetime"),
+                        ("null.csv", "column 'ts' is null at row 3")):
+        for argv in ([str(tmp_path / name)], [str(tmp_path / "ev.csv"), "--sample", str(tmp_path / name)]):
+            assert main(["shedding", "run", str(tmp_path / "rules.txt"), *argv, "--latency-bound", "1"]) == 1
+            assert capsys.readouterr().err.strip().splitlines()[-1] == f"cep-gpu: error: {words}" + (
+                ": use datetime64 or numbers in time_unit" if name == "text.csv" else
+                ": every event needs a timestamp")
+
+
+@pytest.mark.parametrize("edit, words", [
+    (lambda ev: ev.assign(id=np.zeros(len(ev), np.int64)), "column 'id' has duplicate id 0"),
+    (lambda ev: ev.assign(id=np.arange(len(ev)) + 0.5), "column 'id' must hold integers, got dtype float64"),
+    (lambda ev: ev.assign(id=-np.arange(len(ev))), "column 'id' is negative (-1) at row 1"),
+    (lambda ev: ev.assign(x=ev["price"]).set_axis(["type", "ts", "price", "price"], axis=1),
+     "events have more than one column named 'price'"),
+])
+def test_ids_and_columns_are_checked_as_cep_gpu_run_checks_them(tmp_path, capsys, edit, words):
+    """The ``id`` column names the events in the output: repeated, fractional (truncated) or
+    negative ids went through, so two events came out under one id; two columns of one name
+    were a raw pandas traceback ('Grouper for 'price' not 1-dimensional')."""
+    ev = _files(tmp_path, n=300).drop(columns="arrival_s")
+    edit(ev).to_csv(tmp_path / "bad.csv", index=False)
+    for argv in ([str(tmp_path / "bad.csv")], [str(tmp_path / "ev.csv"), "--sample", str(tmp_path / "bad.csv")]):
+        assert main(["shedding", "run", str(tmp_path / "rules.txt"), *argv, "--latency-bound", "1",
+                     "--mode", "virtual"]) == 1
+        err = capsys.readouterr().err.strip().splitlines()[-1]
+        assert err.startswith(f"cep-gpu: error: {words}")
+
+
+def test_the_engine_refuses_two_columns_of_one_name():
+    ev = _files_frame(300).set_axis(["type", "ts", "price", "price"], axis=1)
+    engine = SheddingEngine(RULE, shedding=Shedder(1.0), mode="virtual", cost_model=CostModel(default=1e-3))
+    with pytest.raises(cep_gpu.EventError, match="more than one column named 'price'"):
+        engine.warm_up(ev)
+
+
+def test_an_empty_sample_file_is_named(tmp_path, capsys):
+    _files(tmp_path, n=300)
+    (tmp_path / "empty.csv").write_text("type,ts,price\n")
+    assert main(["shedding", "run", str(tmp_path / "rules.txt"), str(tmp_path / "ev.csv"), "--latency-bound",
+                 "1", "--sample", str(tmp_path / "empty.csv")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err == f"cep-gpu shedding run: error: argument --sample: {tmp_path / 'empty.csv'} holds no event"
+
+
+def test_integer_timestamps_convert_exactly():
+    """They went through float64: two int64 nanosecond epochs 1 ns apart became equal."""
+    from cep_gpu.shedding.stats import times_ns
+
+    epoch = 1_700_000_000_000_000_001
+    got = times_ns(pd.Series(np.array([epoch, epoch + 1], np.int64)), 1)
+    assert got.tolist() == [epoch, epoch + 1]
+    assert times_ns(pd.Series([1.5, 2.25]), 1_000_000_000).tolist() == [1_500_000_000, 2_250_000_000]
+
+
+def test_bench_refuses_an_unknown_backend_before_any_run(monkeypatch, capsys):
+    from cep_gpu.shedding import bench
+
+    monkeypatch.setattr(bench, "run", lambda *a, **k: pytest.fail("the benchmark ran"))
+    assert main(["shedding", "bench", "--quick", "--backend", "bogus"]) == 2
+    assert "cep-gpu shedding bench: error: argument --backend: unknown backend 'bogus'" in capsys.readouterr().err
 
 
 def test_bench_quick_fills_only_what_was_not_given(monkeypatch, capsys):

@@ -12,7 +12,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest_spark import spark  # noqa: F401  (the shared session fixture)
+from conftest_spark import rows, spark  # noqa: F401  (the shared session fixture)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_spark_batch import (
@@ -278,6 +278,44 @@ def test_repeated_ids_in_a_decopa_plan_are_refused(spark):  # noqa: F811
     with pytest.raises(EventError, match=rf"^column 'id' has duplicate id {ev.loc[1, 'id']} \(at row 1 "
                        r"of input partition 0 and at row 20 of input partition 1;"):
         execute_plan_spark(df, plan, backend=BACKEND)
+
+
+def test_check_ids_false_skips_the_id_job_and_keeps_the_rows(spark):  # noqa: F811
+    """``check_ids=False`` (ids unique by construction) starts no Spark job in detect_spark:
+    the count vs countDistinct job is what the default runs, before any task; the rows are
+    still detect's."""
+    ev = museum_like_stream(n=60, seed=5)
+    df = time_partitions(spark, ev, [30]).cache()
+    df.count()  # (the cache filled: the jobs below are detect_spark's own)
+    runs = {}
+    # (False first: the helper's job group keeps the ids of every job started in it so far)
+    for check in (False, True):
+        runs[check] = _no_job_runs(spark, lambda c=check: runs.setdefault(
+            ("out", c), detect_spark(df, KEYED_RULES, partition_by="k", backend=BACKEND, check_ids=c)))
+    assert runs[False] == [] and len(runs[True]) >= 1
+    got = runs[("out", False)].toPandas()
+    assert rows(got, ["rule", "ts", "ids"]) == rows(cep_gpu.detect(ev, KEYED_RULES), ["rule", "ts", "ids"])
+
+
+def test_check_ids_false_lets_a_repeat_across_partitions_past_the_driver(spark):  # noqa: F811
+    from cep_gpu.spark_udfs import execute_plan_spark
+
+    from cep_gpu import decopa
+    from cep_gpu.decopa import DecompositionError
+
+    ev = museum_like_stream(n=60, seed=4)
+    ev.loc[50, "id"] = ev.loc[1, "id"]
+    df = time_partitions(spark, ev, [30])
+    detect_spark(df, KEYED_RULES, partition_by="k", backend=BACKEND, check_ids=False)  # no driver error
+    with pytest.raises(EventError, match="duplicate id"):
+        detect_spark(df, KEYED_RULES, partition_by="k", backend=BACKEND)
+    with pytest.raises(ArgumentError, match="check_ids must be True or False, got 'no'"):
+        detect_spark(df, KEYED_RULES, partition_by="k", backend=BACKEND, check_ids="no")
+    rule = cep_gpu.parse_rule("define Q pattern SEQ(A a, B b) within 3 s")
+    plan = decopa.optimize(rule, decopa.Stats(rates={"a": 1, "b": 1}), decopa.Units(2, 10, 10))
+    execute_plan_spark(df, plan, backend=BACKEND, check_ids=False)
+    with pytest.raises(DecompositionError, match="check_ids must be True or False, got 0"):
+        execute_plan_spark(df, plan, backend=BACKEND, check_ids=0)
 
 
 def test_task_errors_do_not_pass_for_input_rows():

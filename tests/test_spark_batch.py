@@ -387,6 +387,28 @@ def test_cli_spark_subcommand(spark, events, tmp_path, capsys, slicing, plan):  
     assert (tmp_path / "out" / "detections.png").stat().st_size > 1000
 
 
+def test_cli_spark_no_check_ids_reaches_detect_spark(spark, tmp_path, capsys, monkeypatch):  # noqa: F811
+    """``cep-gpu spark --no-check-ids`` is ``detect_spark(check_ids=False)``; without it, True."""
+    from cep_gpu.spark_udfs import job
+
+    from cep_gpu.cli import main
+
+    seen = []
+
+    def recording(*args, **kwargs):
+        seen.append(kwargs["check_ids"])
+        return detect_spark(*args, **kwargs)
+
+    monkeypatch.setattr(job, "detect_spark", recording)
+    (tmp_path / "rules.tesla").write_text(SLICED_RULES)
+    museum_like_stream(n=40).to_parquet(tmp_path / "events.parquet")
+    for flag in (["--no-check-ids"], []):
+        status = main(["spark", str(tmp_path / "rules.tesla"), str(tmp_path / "events.parquet"),
+                       "--out", str(tmp_path / "out"), "--backend", BACKEND, "--no-plot", *flag])
+        assert status == 0, capsys.readouterr().err
+    assert seen == [False, True]
+
+
 def test_museum_spark_example(spark, tmp_path, capsys):  # noqa: F811
     # `make demo`: museum events as Parquet -> detect_spark -> Parquet, a summary and a PNG
     import importlib.util

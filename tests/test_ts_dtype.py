@@ -240,6 +240,67 @@ def test_float_timestamps_in_an_integer_stream_make_it_float64():
     assert out["ts"].dtype == np.float64 and out["ts"].tolist() == [3.0]
 
 
+EPOCH_NS = 1_700_000_000_000_000_001  # an int64 nanosecond epoch: beyond 2**53, no float64 equals it
+
+
+def test_float_timestamps_cannot_widen_a_stream_that_holds_an_int64_epoch_float64_rounds():
+    """A held match (trailing NOT) at an int64 ns epoch, then a float publish: widening the
+    stream to float64 would report the match's ts rounded (1.7e18, not ...003). Refused,
+    naming the column and the value; the stream stays int64 and reports it exactly."""
+    eng = Engine(TRAIL, backend="cpu", time_unit="ns")
+    held = eng.publish(pd.DataFrame({"type": ["A", "B"], "ts": np.array([EPOCH_NS, EPOCH_NS + 2])}))
+    assert len(held) == 0
+    later = pd.DataFrame({"type": ["D"], "ts": np.array([float(EPOCH_NS + 5 * 10**9)])})
+    with pytest.raises(EventError, match=r"column 'ts' holds 1.7000000050*e\+18 \(float64\).*"
+                                         rf"{EPOCH_NS + 2} \(int64\).*cannot hold that timestamp exactly"):
+        eng.publish(later)
+    out = eng.publish(pd.DataFrame({"type": ["D"], "ts": np.array([EPOCH_NS + 5 * 10**9])}))
+    assert out["ts"].dtype == np.int64 and out["ts"].tolist() == [EPOCH_NS + 2]
+
+
+def test_float_timestamps_cannot_widen_a_stream_whose_late_buffer_holds_an_int64_epoch():
+    eng = Engine(RULE, backend="cpu", time_unit="ns", allowed_lateness=10**9)
+    eng.publish(pd.DataFrame({"type": ["A", "B"], "ts": np.array([EPOCH_NS, EPOCH_NS + 2])}))  # buffered
+    with pytest.raises(EventError, match=rf"{EPOCH_NS} \(int64\) may still be reported"):
+        eng.publish(pd.DataFrame({"type": ["A"], "ts": np.array([float(EPOCH_NS + 4)])}))
+    out = eng.flush()
+    assert out["ts"].dtype == np.int64 and out["ts"].tolist() == [EPOCH_NS + 2]
+
+
+def test_float_timestamps_still_widen_a_stream_whose_held_timestamps_float64_holds():
+    eng = Engine(TRAIL, backend="cpu")
+    assert len(eng.publish(stream_of("int64", [1, 2], "AB"))) == 0  # held
+    out = eng.publish(stream_of("float64", [9.5], "D"))
+    assert out["ts"].dtype == np.float64 and out["ts"].tolist() == [2.0]
+
+
+def test_a_refused_publish_does_not_widen_the_stream_dtype():
+    """A float publish refused (a repeated id, a late event) left the stream float64: later
+    outputs of an int64 stream came back as float64."""
+    eng = Engine(RULE, backend="cpu")
+    eng.publish(pd.DataFrame({"type": ["A"], "ts": [5], "id": [0]}))
+    with pytest.raises(EventError, match="duplicate event id 0"):
+        eng.publish(pd.DataFrame({"type": ["B"], "ts": [6.5], "id": [0]}))
+    with pytest.raises(cep_gpu.LateEventError, match=r"published \(5\)"):
+        eng.publish(pd.DataFrame({"type": ["B"], "ts": [1.5], "id": [7]}))
+    out = eng.publish(pd.DataFrame({"type": ["B"], "ts": [7], "id": [1]}))
+    assert out["ts"].dtype == np.int64 and out["ts"].tolist() == [7]
+
+
+def test_a_refused_hybrid_engine_publish_does_not_widen_the_stream_dtype():
+    from cep_gpu.parallel import HybridEngine
+
+    eng = HybridEngine(RULE, units=1)
+    try:
+        eng.publish(stream_of("int64", [5], "A"))
+        with pytest.raises(cep_gpu.LateEventError):
+            eng.publish(stream_of("float64", [1.5], "B"))
+        out = eng.publish(stream_of("int64", [7], "B"))
+        assert out["ts"].dtype == np.int64 and out["ts"].tolist() == [7]
+    finally:
+        eng.close()
+
+
 def test_datetimes_of_a_coarser_unit_or_another_zone_join_the_first_format():
     eng = Engine(RULE, backend="cpu")
     eng.publish(stream_of("datetime64[ms, Europe/Paris]", [1.5], "A"))

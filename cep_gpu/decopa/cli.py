@@ -143,14 +143,15 @@ def _load_rule(args):
 
     path = Path(args.rules)
     if path.exists():
-        from ..cli import read_text
+        from ..cli import read_rules
 
-        text = read_text(path, "rule file")
+        # (as every subcommand reads a rule file: an empty one was '0 rules given: pick one
+        # with --rule ([])', an event file a parse error)
+        rules = read_rules(args.rules)
     elif args.rules.lstrip().startswith("define"):
-        text = args.rules
+        rules = parse_rules(args.rules)
     else:
         raise DecompositionError(f"{args.rules}: no such rule file")
-    rules = parse_rules(text)
     if args.rule:
         chosen = [r for r in rules if r.name == args.rule]
         if not chosen:
@@ -181,6 +182,8 @@ def cmd_decompose(args) -> int:
         from ..io import read_table
 
         table = read_table(args.sample)
+        if not table.num_rows:  # (was 'Stats.from_sample: the sample has no events', no file named)
+            raise UsageError("--sample", f"{args.sample} holds no event: rates and selectivities need some")
         # a type the sample lacks gets rate 0: a plan of no load (c* = inf) without a word
         warn_absent_types(args.prog, [rule], event_types(table), args.sample)
         events = frame_from_arrow(table)

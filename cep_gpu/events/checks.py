@@ -3,7 +3,7 @@ columns, nulls, ids, and timestamps that must fit int64 nanoseconds (errors name
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 import numpy as np
@@ -189,13 +189,23 @@ def check_datetime_ticks(ticks: np.ndarray, scale: int, valid: np.ndarray | None
         raise _ts_range_error(row, value, None)
 
 
-def stream_time(stream: TimeFormat | None, fmt: TimeFormat, ts: np.ndarray) -> TimeFormat | None:
+def stream_time(
+    stream: TimeFormat | None,
+    fmt: TimeFormat,
+    ts: np.ndarray,
+    unreported: Callable[[], np.ndarray] | None = None,
+) -> TimeFormat | None:
     """The time format of a stream (``stream``: its format so far, None before its first rows)
     after a publish of format ``fmt`` and timestamps ``ts`` (int64 ns), or an ``EventError``:
     the first publish with rows fixes the stream's kind and ``ts`` dtype (docs/api.md, "The
     dtype of ts"); a later one of another dtype must bring values the stream's dtype holds
     exactly, but float timestamps in an integer stream make it float64 from then on. Zones may
-    differ (the first one's stays); naive and zoned datetimes do not mix."""
+    differ (the first one's stays); naive and zoned datetimes do not mix.
+
+    ``unreported`` gives the timestamps (int64 ns) of earlier events that a later output may
+    still report as a composite event's ``ts`` (held matches, late-buffered events): when float
+    timestamps widen an integer stream, each must be exact in float64, else an ``EventError``
+    names the first that is not (an int64 nanosecond epoch beyond 2**53 would come back rounded)."""
     if not len(ts):
         return stream  # no timestamp to speak of: an empty publish leaves the stream open
     if stream is None:
@@ -216,7 +226,20 @@ def stream_time(stream: TimeFormat | None, fmt: TimeFormat, ts: np.ndarray) -> T
         return stream
     if fmt.kind == "numeric" and fmt.numpy_dtype.kind == "f" and stream.numpy_dtype.kind in "iu":
         # int then float timestamps: report as float64 from then on, like a batch would
-        return replace(stream, dtype="float64")
+        wide = replace(stream, dtype="float64")
+        held = np.asarray(unreported() if unreported is not None else (), dtype=np.int64)
+        exact = wide.exact(held)
+        if not exact.all():
+            i = int(np.flatnonzero(~exact)[0])
+            raise EventError(
+                f"column 'ts' holds {fmt.from_ns(ts[:1])[0]} ({fmt.dtype}), which would widen the "
+                f"stream's ts dtype from {stream.dtype} to float64, but an earlier event at "
+                f"{stream.from_ns(held[i:i + 1])[0]} ({stream.dtype}) may still be reported (a "
+                "held match or a late-buffered event) and float64 cannot hold that timestamp "
+                f"exactly (it would read {float(wide.from_ns(held[i:i + 1])[0])!r}): publish ts as "
+                f"{stream.dtype}, or start the stream with float64 timestamps"
+            )
+        return wide
     exact = stream.exact(ts)
     if not exact.all():
         i = int(np.flatnonzero(~exact)[0])

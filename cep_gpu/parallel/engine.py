@@ -190,11 +190,13 @@ class HybridEngine:
         if "id" not in df.columns:
             table.ids = table.ids + self._published
         # the first publish with rows fixes the output's ts dtype (as Engine's; docs/api.md)
-        self._time = stream_time(self._time, table.time, table.ts)
-        time_fmt = self._time or table.time
+        time_now = stream_time(self._time, table.time, table.ts)
         if len(table) and self._newest is not None and int(table.ts[0]) < self._newest:
             raise LateEventError("events must be published in timestamp order: an event at "
                                  f"{table.time.from_ns(table.ts[:1])[0]} came after a later one")
+        # (set once the publish is accepted: a refused one leaves the stream's ts dtype as it was)
+        self._time = time_now
+        time_fmt = self._time or table.time
         self._published += len(table)
         if self._rt is None:
             self._start(table)

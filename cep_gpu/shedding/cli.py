@@ -13,7 +13,16 @@ import argparse
 import sys
 
 from ..benchmarks.save import json_default, save_results
-from ..cli import UsageError, at_least, check_outputs, nonempty_path, number, set_command, time_unit
+from ..cli import (
+    UsageError,
+    argument,
+    at_least,
+    check_outputs,
+    nonempty_path,
+    number,
+    set_command,
+    time_unit,
+)
 from ..errors import is_finite_nonnegative, is_finite_positive
 
 #: a replay of this many events or more shows a progress bar (one event at a time: tens of µs each)
@@ -129,8 +138,7 @@ def cmd_run(args) -> int:
         read_rules,
         warn_absent_types,
     )
-    from ..events.checks import require_frame
-    from ..io import read_events, write_output
+    from ..io import write_output
     from .engine import SheddingEngine
     from .shedder import UNIT_NS, Shedder
     from .stats import CostModel, times_ns
@@ -144,8 +152,12 @@ def cmd_run(args) -> int:
                          "is for --mode virtual; real time measures this engine")
     check_outputs({"--out": args.out, "--report": args.report},
                   [("rule", args.rules), ("events", args.events), ("sample", args.sample)], tables=("--out",))
+    from ..backends import get_backend
+
+    with argument("--backend"):  # (the engine's own check came out as an error of --time-unit)
+        get_backend(args.backend)
     rules = read_rules(args.rules)
-    events = require_frame(read_events(args.events), args.events)
+    events = _read_events(args.events)
     warn_absent_types(args.prog, rules, events["type"].astype(str).unique(), args.events)
     if not len(events):
         raise UsageError("events", f"{args.events} holds no event")
@@ -172,7 +184,9 @@ def cmd_run(args) -> int:
     ts_ns = times_ns(events["ts"], UNIT_NS[args.time_unit])  # (once: the warm-up's order and the arrivals)
     arr = arrival_of(events, ts_ns)
     if args.sample:
-        sample = require_frame(read_events(args.sample), args.sample)
+        sample = _read_events(args.sample)
+        if not len(sample):  # (was the engine's 'events is empty', without the option or the file)
+            raise UsageError("--sample", f"{args.sample} holds no event")
         engine.warm_up(sample, arrival_of(sample))
     else:
         n = args.warmup or max(1, min(len(events) // 10, 10_000))
@@ -197,6 +211,22 @@ def cmd_run(args) -> int:
     else:
         print_table(found, args.limit)
     return 0
+
+
+def _read_events(path: str):
+    """The event file ``path`` as a frame, checked as ``cep-gpu run`` checks it where this
+    command reads it itself: ``type`` and ``ts`` present, no two columns of one name, and an
+    ``id`` column (which names the events in the output) of distinct integers >= 0, without
+    nulls (a repeated or fractional id named two events alike, silently)."""
+    from ..events.checks import check_unique_columns, require_frame
+    from ..events.from_pandas import pandas_ids
+    from ..io import read_events
+
+    events = require_frame(read_events(path), path)
+    check_unique_columns([str(c) for c in events.columns])
+    if "id" in events.columns:
+        pandas_ids(events["id"])
+    return events
 
 
 def _input_ids(ids, order, events):
@@ -287,6 +317,10 @@ def cmd_bench(args) -> int:
     for name, v in (("events", events), ("warmup", args.warmup), ("buckets", args.buckets), ("seeds", args.seeds)):
         if v < 1:
             raise UsageError(f"--{name}", f"must be >= 1, got {v}")
+    from ..backends import get_backend
+
+    with argument("--backend"):  # before the runs (was an error without the option's name, rc 1)
+        get_backend(args.backend)
     result = bench.run(args.workload, lengths, factors, n_events=events, warmup=args.warmup,
                        latency_bound=args.latency_bound, beta=args.beta, buckets=args.buckets,
                        mode=args.mode, seeds=range(args.seeds), backend=args.backend, noise=args.noise,

@@ -29,7 +29,7 @@ import pandas as pd
 
 from .. import Engine, detect
 from ..errors import ArgumentError
-from ..events.checks import require_frame
+from ..events.checks import check_unique_columns, require_frame
 from . import _core
 from .gate import estimated_recall
 from .shedder import UNIT_NS, Shedder, SheddingError, as_rules
@@ -554,6 +554,8 @@ class SheddingEngine:
 
     def _input(self, events, arrival, where: str):
         require_frame(events, where)
+        # two columns of one name: detect's error (a grouping by it failed deep in pandas)
+        check_unique_columns([str(c) for c in events.columns])
         if len(events) == 0:
             raise ArgumentError("events is empty")
         if isinstance(arrival, str):

@@ -20,6 +20,8 @@ import pandas as pd
 
 from ..errors import ArgumentError, is_finite_nonnegative
 from ..events.checks import require_frame
+from ..events.from_pandas import convert_ts
+from ..events.values import UNIT_NS
 
 #: largest KS distance at which ``distribution="auto"`` keeps a normal fit
 KS_NORMAL = 0.05
@@ -237,9 +239,10 @@ def arrival_seconds(arrival, n: int) -> np.ndarray:
 
 
 def times_ns(ts: pd.Series, time_unit_ns: int) -> np.ndarray:
-    if pd.api.types.is_datetime64_any_dtype(ts):
-        return ts.to_numpy("datetime64[ns]").astype(np.int64)
-    v = ts.to_numpy()
-    if v.dtype.kind not in "iuf":
-        raise ArgumentError(f"'ts' must be numbers or datetimes, got dtype {ts.dtype}")
-    return np.round(v.astype(np.float64) * time_unit_ns).astype(np.int64)
+    """The ``ts`` column as int64 ns (numbers in the unit of ``time_unit_ns`` ns, or datetimes),
+    as ``detect`` reads it: the same errors naming the row and the value (a text value such as
+    ``'abc'``, a null, a NaN, a time out of range: was ``'ts' must be numbers or datetimes, got
+    dtype category``, and NaN or NaT became the int64 minimum), and integers exactly (they went
+    through float64, which rounds an int64 nanosecond epoch beyond 2**53)."""
+    unit = next(u for u, n in UNIT_NS.items() if n == time_unit_ns)
+    return convert_ts(ts, unit)[1]
