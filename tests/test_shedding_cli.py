@@ -229,18 +229,26 @@ def _files_frame(n: int) -> pd.DataFrame:
     return ev
 
 
-def test_real_time_run_takes_zone_aware_timestamps():
-    """The real-time run's warm-up engine got the sample's timestamps back as naive datetimes, so
-    a file of zone-aware (UTC) timestamps failed: 'time-zone-aware ... but earlier events had
-    naive ones'."""
+@pytest.mark.parametrize("form", ["utc", "epoch-ns"])
+def test_real_time_run_takes_the_timestamps_of_a_users_file(tmp_path, form):
+    """The real-time run's warm-up engine got the sample's timestamps back as naive datetimes or
+    floats, so a file of zone-aware (UTC) timestamps failed ('time-zone-aware ... but earlier
+    events had naive ones'), and so did integer epoch nanoseconds ('the stream's ts dtype float64
+    cannot hold exactly')."""
     ev = _files_frame(400).drop(columns="arrival_s")
-    ev["ts"] = (pd.Timestamp("2025-03-01") + pd.to_timedelta(ev["ts"], unit="s")).dt.tz_localize("UTC")
-    eng = SheddingEngine(RULE, Shedder(10.0, policy="none"), mode="real")
+    ts = pd.Timestamp("2025-03-01") + pd.to_timedelta(ev["ts"], unit="s")
+    ev["ts"] = ts.dt.tz_localize("UTC") if form == "utc" else ts.astype("int64")
+    unit = "s" if form == "utc" else "ns"
+    eng = SheddingEngine(RULE, Shedder(10.0, policy="none"), mode="real", time_unit=unit)
     eng.warm_up(ev.iloc[:100])
     got = eng.run(ev)
-    want = cep_gpu.detect(ev, RULE, backend="cpu")
-    assert len(got) == len(want) > 5 and str(got["ts"].dt.tz) == "UTC"
+    want = cep_gpu.detect(ev, RULE, backend="cpu", time_unit=unit)
+    assert len(got) == len(want) > 5 and got["ts"].dtype == want["ts"].dtype
     assert got["ts"].tolist() == want["ts"].tolist()
+    (tmp_path / "rules.txt").write_text(RULE)
+    ev.to_csv(tmp_path / "ev.csv", index=False)
+    rc, found, rep = _run(tmp_path, "--latency-bound", "10", "--policy", "none", "--time-unit", unit)
+    assert rc == 0 and rep["recall"] == 1.0 and len(found) == len(want)
 
 
 ATTR_RULES = {

@@ -648,6 +648,11 @@ def _field_column(values: list, name: str) -> pd.Series | list:
 def _moved_ts(moved_ns: np.ndarray, given: pd.Series, unit_ns: int) -> pd.Series | np.ndarray:
     """Nanosecond timestamps in the form of ``given``: datetimes keep its time zone (a stream is
     all naive or all zone-aware, and the run's events are as the warm-up's), numbers its unit."""
+    if pd.api.types.is_integer_dtype(given):
+        # integers stay integers of the input's dtype (epoch nanoseconds do not fit a float64
+        # exactly, and the engine's stream keeps the first publish's dtype); flooring moves the
+        # sample earlier, still more than the lookback before the run
+        return pd.array(moved_ns // unit_ns, dtype=given.dtype)
     if not pd.api.types.is_datetime64_any_dtype(given):
         return moved_ns / unit_ns
     tz = getattr(given.dt, "tz", None)
