@@ -296,3 +296,30 @@ def test_streams_with_another_node_column_and_time_unit():
         muse.simulate(plan, events, node_column="host")
     with pytest.raises(muse.MuseError, match="besides the node column"):
         muse.simulate(plan, ms.assign(node="a"), node_column="host")
+
+
+RETURNING = """define Q1(gain: float) pattern SEQ(A a, B b) where a.k = b.k and a.site != b.site within 1 s
+return gain := b.v - a.v
+define Q2 pattern AND(B b, C c) where b.v < c.v within 500 ms return top := c.v, at := c.site, n := b.k
+define Q3 pattern SEQ(A a, B b, C c) within 1 s"""
+
+
+@pytest.mark.parametrize("algorithm", ["amuse", "centralized"])
+def test_return_attributes_and_a_node_column_the_queries_read(algorithm):
+    """Queries with 'return' were refused ("'return' is not supported by MuSE planning"), and the
+    node column was renamed away, so a query could not read it ("reads attribute 'site', which no
+    event in the input has"). Now the sinks' matches carry the attributes detect gives them."""
+    import pandas as pd
+
+    net = muse.Network.from_dict(WORKLOAD_NET)
+    queries = muse.parse_queries(RETURNING)
+    assert [bool(q.returns) for q in queries] == [True, True, False]
+    plain = muse.place(muse.parse_queries(WORKLOAD), net, algorithm)
+    plan = muse.place(queries, net, algorithm)
+    assert plan.cost == pytest.approx(plain.cost)  # the output does not change the placement
+    events = muse.generate_streams(net, plan.queries, duration=60, seed=3).rename(columns={"node": "site"})
+    got = muse.simulate(plan, events, backend="cpu", node_column="site").composite_events()
+    want = cep_gpu.detect(events, RETURNING, backend="cpu")
+    assert set(want["rule"]) == {"Q1", "Q2", "Q3"} and want["gain"].notna().sum() > 5
+    assert list(got.columns) == [*want.columns, "node"]
+    pd.testing.assert_frame_equal(got.drop(columns=["node"]), want)

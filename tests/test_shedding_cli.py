@@ -301,3 +301,78 @@ def _files_frame(n: int) -> pd.DataFrame:
     gap[n // 2: n // 2 + n // 4] /= 100
     ev["arrival_s"] = np.cumsum(gap)
     return ev
+
+
+@pytest.mark.parametrize("form", ["utc", "epoch-ns"])
+def test_real_time_run_takes_the_timestamps_of_a_users_file(tmp_path, form):
+    """The real-time run's warm-up engine got the sample's timestamps back as naive datetimes or
+    floats, so a file of zone-aware (UTC) timestamps failed ('time-zone-aware ... but earlier
+    events had naive ones'), and so did integer epoch nanoseconds ('the stream's ts dtype float64
+    cannot hold exactly')."""
+    ev = _files_frame(400).drop(columns="arrival_s")
+    ts = pd.Timestamp("2025-03-01") + pd.to_timedelta(ev["ts"], unit="s")
+    ev["ts"] = ts.dt.tz_localize("UTC") if form == "utc" else ts.astype("int64")
+    unit = "s" if form == "utc" else "ns"
+    eng = SheddingEngine(RULE, Shedder(10.0, policy="none"), mode="real", time_unit=unit)
+    eng.warm_up(ev.iloc[:100])
+    got = eng.run(ev)
+    want = cep_gpu.detect(ev, RULE, backend="cpu", time_unit=unit)
+    assert len(got) == len(want) > 5 and got["ts"].dtype == want["ts"].dtype
+    assert got["ts"].tolist() == want["ts"].tolist()
+    (tmp_path / "rules.txt").write_text(RULE)
+    ev.to_csv(tmp_path / "ev.csv", index=False)
+    rc, found, rep = _run(tmp_path, "--latency-bound", "10", "--policy", "none", "--time-unit", unit)
+    assert rc == 0 and rep["recall"] == 1.0 and len(found) == len(want)
+
+
+ATTR_RULES = {
+    "return": "define Up pattern SEQ(A a, B b, C c) where a.price < b.price and b.price < c.price within 3 s "
+              "return gain := c.price - a.price, sym := a.sym, hops := a.n\n",
+    "kleene": "define Run(k: int, top: float) pattern SEQ(A a, KL(B b)[1..3], C c) where b.price > a.price "
+              "within 2 s return k := count(b), top := max(b.price)\n",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(ATTR_RULES))
+def test_found_composite_events_carry_the_rules_attributes(tmp_path, kind):
+    """The composite events found under shedding had only rule, ts, ids and the latencies: a
+    rule's return attributes (and a Kleene rule's id_counts) were lost. Now they follow
+    detected_s and latency_s, with detect's values and dtypes (API and file)."""
+    ev = _files_frame(600).drop(columns="arrival_s")
+    ev["sym"] = np.where(np.arange(600) % 3, "GOOG", "AAPL")
+    ev["n"] = np.arange(600) % 7
+    rule = ATTR_RULES[kind]
+    eng = SheddingEngine(rule, Shedder(10.0, policy="none"), mode="virtual", cost_model=CostModel(default=1e-4))
+    eng.warm_up(ev.iloc[:100])
+    got = eng.run(ev)
+    want = cep_gpu.detect(ev, rule, backend="cpu")
+    assert len(want) > 10
+    extra = [c for c in want.columns if c not in ("rule", "ts", "ids")]
+    assert list(got.columns) == ["rule", "ts", "ids", "detected_s", "latency_s", *extra]
+    assert [got[c].dtype for c in extra] == [want[c].dtype for c in extra]
+    assert _by_ids(got, extra) == _by_ids(want, extra)
+    (tmp_path / "rules.txt").write_text(rule)
+    ev.to_csv(tmp_path / "ev.csv", index=False)
+    rc, found, _ = _run(tmp_path, "--latency-bound", "10", "--policy", "none", "--mode", "virtual")
+    assert rc == 0 and list(found.columns) == list(got.columns)
+    assert _by_ids(found, extra) == _by_ids(want, extra)
+
+
+def _by_ids(out: pd.DataFrame, cols: list[str]) -> dict:
+    """Each composite event's fields ``cols`` by its rule and ids (lists as tuples, nulls None)."""
+    def plain(v):
+        return tuple(int(x) for x in v) if hasattr(v, "__len__") and not isinstance(v, str) else \
+            (None if pd.isna(v) else v)
+    rows = zip(out["rule"], map(tuple, out["ids"]), *(out[c].astype(object) for c in cols))
+    return {(r[0], r[1], plain(r[2]) if "id_counts" in cols else None): tuple(map(plain, r[2:])) for r in rows}
+
+
+def test_an_id_column_that_is_not_integers_is_one_line(tmp_path, capsys):
+    """Ids such as 'evt-00001' gave a raw ValueError traceback after the whole replay."""
+    ev = _files(tmp_path, n=300)
+    ev.insert(0, "id", [f"evt-{i:05d}" for i in range(len(ev))])
+    ev.to_csv(tmp_path / "ev.csv", index=False)
+    rc, _, _ = _run(tmp_path, "--latency-bound", "1", "--mode", "virtual")
+    err = capsys.readouterr().err.strip()
+    assert rc == 1 and len(err.splitlines()) == 1
+    assert "column 'id' must hold integers" in err and "'evt-00000' at row 0" in err

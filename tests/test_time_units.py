@@ -46,3 +46,28 @@ def test_streaming_uses_the_same_units(backend):
     engine = cep_gpu.Engine(SEQ_GAP, backend=backend)
     out = pd.concat([engine.publish(EVENTS.iloc[[i]]) for i in range(len(EVENTS))] + [engine.flush()])
     assert _rows(out) == [(3, (0, 1), 2.0)]
+
+
+def test_epoch_numbers_read_in_seconds_name_the_unit_that_fits(tmp_path, capsys):
+    """Integer epoch timestamps (ns, us, ms) read with the default time_unit='s' only said
+    'outside the representable range'; the error now names the unit that fits, on the API and
+    the command line."""
+    import pytest
+
+    from cep_gpu.cli import main
+    from cep_gpu.errors import EventError
+
+    t0 = pd.Timestamp("2025-03-01").value  # epoch nanoseconds
+    PAIR = "define P pattern SEQ(A a, B b) within 5 s"  # A@1, B@3 only
+    for unit, div in (("ns", 1), ("us", 1000), ("ms", 1_000_000)):
+        ev = EVENTS.assign(ts=[(t0 + t * 1_000_000_000) // div for t in EVENTS["ts"]])
+        with pytest.raises(EventError, match=rf"time_unit='{unit}' \(--time-unit {unit} "):
+            cep_gpu.detect(ev, PAIR, backend="cpu")
+        assert len(cep_gpu.detect(ev, PAIR, backend="cpu", time_unit=unit)) == 1
+    with pytest.raises(EventError) as err:  # past every unit: no hint
+        cep_gpu.detect(EVENTS.assign(ts=[1e300] * 4), PAIR, backend="cpu", time_unit="ns")
+    assert "time_unit=" in str(err.value) and "say so" not in str(err.value)
+    (tmp_path / "r.txt").write_text(PAIR)
+    ev.to_csv(tmp_path / "ev.csv", index=False)
+    assert main(["run", str(tmp_path / "r.txt"), str(tmp_path / "ev.csv")]) == 1
+    assert "--time-unit ms on the command line" in capsys.readouterr().err

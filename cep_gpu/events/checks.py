@@ -142,7 +142,24 @@ def ts_range_text(unit: str | None) -> str:
 
 def _ts_range_error(row: int | str, value, unit: str | None) -> EventError:
     where = f"at row {row}" if isinstance(row, int) else row
-    return EventError(ROW_MESSAGES["ts_range"].format(where=where, value=value, range=ts_range_text(unit)))
+    msg = ROW_MESSAGES["ts_range"].format(where=where, value=value, range=ts_range_text(unit))
+    return EventError(msg + _finer_unit_hint(value, unit))
+
+
+def _finer_unit_hint(value, unit: str | None) -> str:
+    """A hint for numbers that fit a finer unit (epoch milli-, micro- or nanoseconds read in
+    seconds, the common case): the coarsest such unit, or nothing."""
+    if unit is None:
+        return ""
+    try:
+        v = abs(float(value))
+    except (TypeError, ValueError):
+        return ""
+    for finer in ("ms", "us", "ns"):
+        if UNIT_NS[finer] < UNIT_NS[unit] and v * UNIT_NS[finer] < 2.0**63:
+            return (f"; if these are numbers of {finer}, say so: time_unit={finer!r} "
+                    f"(--time-unit {finer} on the command line)")
+    return ""
 
 
 def check_ts_range(values: np.ndarray, unit: str, where: str | None = None) -> None:

@@ -48,7 +48,10 @@ def pandas_ids(idcol: pd.Series) -> np.ndarray:
     if isna.any():
         raise null_error("id", isna)
     if not pd.api.types.is_integer_dtype(idcol.dtype):
-        raise EventError(f"column 'id' must hold integers, got dtype {idcol.dtype}")
+        first = idcol.iloc[0] if len(idcol) else None
+        first = first.item() if isinstance(first, np.generic) else first
+        raise EventError(f"column 'id' must hold integers, got dtype {idcol.dtype} ({first!r} at row 0); "
+                         "drop the column to number the events by row, or rename it to keep it as an attribute")
     if pd.api.types.is_unsigned_integer_dtype(idcol.dtype):
         check_unsigned("column", "id", idcol.to_numpy(dtype=np.uint64))
     return check_ids(idcol.to_numpy(dtype=np.int64))

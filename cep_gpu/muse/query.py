@@ -144,6 +144,10 @@ class Query:
     conjuncts: tuple[Conjunct, ...] = ()
     selectivity: Mapping[frozenset[str], float] = field(default_factory=dict)
     parent: str | None = None  # the query this is a projection of
+    # the query's own output: its attribute declarations ``(z: string, ...)`` and ``return ...``
+    # clause as written; they do not enter planning, and projections have neither
+    decls: str = ""
+    returns: str = ""
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -152,8 +156,9 @@ class Query:
         text of several, :func:`parse_queries`).
 
         The where clause is split into top-level conjuncts; a projection keeps those whose types it
-        has (§4.2, Def. 2). ``NOT``, ``select last/first``, ``return`` and repeated types are
-        outside the paper's model (§6: no type twice) and raise :class:`MuseError`.
+        has (§4.2, Def. 2). ``return`` (and declared attribute types) give the sinks' matches
+        their attributes; they do not change the plan. ``NOT``, ``select last/first`` and repeated
+        types are outside the paper's model (§6: no type twice) and raise :class:`MuseError`.
         ``selectivity`` maps a type or a pair of the query's types to σ; a key naming another
         type is an :class:`~cep_gpu.errors.ArgumentError`.
         """
@@ -191,6 +196,7 @@ class Query:
             aliases[t] = a
             alias_type[a] = t
         window = None
+        decls = returns = ""
         conjs: list[Conjunct] = []
         for clause in rt.children:
             if not isinstance(clause, Tree):
@@ -202,7 +208,9 @@ class Query:
                 if str(clause.children[0]).lower() != "each":
                     raise MuseError(f"query {rule.name}: only 'select each' (skip-till-any-match)")
             elif clause.data == "return_clause":
-                raise MuseError(f"query {rule.name}: 'return' is not supported by MuSE planning")
+                returns = text[clause.meta.start_pos : clause.meta.end_pos]
+            elif clause.data == "attr_decls":
+                decls = text[clause.meta.start_pos : clause.meta.end_pos]
             elif clause.data == "where_cond":
                 from ..language.seq import conjuncts
 
@@ -219,7 +227,7 @@ class Query:
         tree_ = (kind, tuple(types)) if len(types) > 1 else types[0]
         return cls(
             rule.name, tree_, float(window or 0.0), aliases, tuple(conjs),
-            _sel(selectivity, types, rule.name),
+            _sel(selectivity, types, rule.name), decls=decls, returns=returns,
         )
 
     @classmethod
@@ -343,6 +351,15 @@ class Query:
         kind = "SEQ" if flat_seq else "AND"
         within = f" within {_duration(self.window)}" if len(self.order) > 1 else ""
         return f"define {self.name} pattern {kind}({items}){where}{within}"
+
+    def output_rule_text(self) -> str:
+        """The query as cep-gpu rule text with its own attribute declarations and ``return``
+        clause (what a sink evaluates on the events of its matches; :meth:`rule_text` without
+        them is what the plan's vertices run)."""
+        text = self.rule_text()
+        if self.decls:
+            text = text.replace(f"define {self.name} ", f"define {self.name}{self.decls} ", 1)
+        return f"{text} {self.returns}" if self.returns else text
 
     def __repr__(self) -> str:
         return f"Query({self.name}: {tree_text(self.tree)} within {self.window:g}s)"

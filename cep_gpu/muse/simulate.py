@@ -33,7 +33,8 @@ class SimulationResult:
     ``matches``: one row per match found at a sink, in ``detect``'s order (``ts``, query, ``ids``):
     ``query``, ``node`` (the sink), ``ts`` (the time of the match's latest event, in the streams'
     ``ts`` dtype, as ``detect`` gives it) and ``ids`` (an Arrow ``list<int64>`` of the event ids in
-    the query's type order, as in ``detect``'s output); ``messages``: one row per network transfer
+    the query's type order, as in ``detect``'s output), then the queries' ``return`` attributes
+    when a query has any; ``messages``: one row per network transfer
     (``vertex``, ``to``, ``count``, ``predicted``: the plan's rate times the stream duration);
     ``duration``: seconds of event time; ``ignored``: how many events of each type that no query
     reads were left out (``{type: count}``, empty when there were none).
@@ -46,10 +47,12 @@ class SimulationResult:
 
     def composite_events(self) -> pd.DataFrame:
         """The sinks' matches as ``cep_gpu.detect`` returns the queries' composite events: the
-        columns ``rule``, ``ts``, ``ids`` (same rows, order and dtypes as ``detect`` over the
-        streams with the queries' rules), then ``node``, the sink that found each."""
+        columns ``rule``, ``ts``, ``ids`` and the queries' ``return`` attributes (same rows, order
+        and dtypes as ``detect`` over the streams with the queries' rules), then ``node``, the
+        sink that found each."""
         out = self.matches.rename(columns={"query": "rule"})
-        return out[["rule", "ts", "ids", "node"]].reset_index(drop=True)
+        attrs = [c for c in out.columns if c not in ("rule", "node", "ts", "ids")]
+        return out[["rule", "ts", "ids", *attrs, "node"]].reset_index(drop=True)
 
     @property
     def total_messages(self) -> int:
@@ -120,8 +123,43 @@ def simulate(
                      "predicted": rate * duration})
     messages = pd.DataFrame(rows, columns=["vertex", "to", "count", "predicted"])
     sinks = [(q.name, v.node, matches[v]) for q in plan.queries for v in plan.sinks[q.name]]
-    return SimulationResult(_sink_matches(sinks, ev["id"].to_numpy(), ns, time), messages, duration,
-                            ignored)
+    found = _sink_matches(sinks, ev["id"].to_numpy(), ns, time)
+    attrs = _sink_attributes(plan, sinks, ev, backend, time_unit)
+    if attrs is not None:
+        found = pd.concat([found.reset_index(drop=True), attrs.iloc[found.index].reset_index(drop=True)],
+                          axis=1)
+    return SimulationResult(found.reset_index(drop=True), messages, duration, ignored)
+
+
+def _sink_attributes(plan, sinks, ev: pd.DataFrame, backend: str, time_unit: str) -> pd.DataFrame | None:
+    """The attributes of the sinks' matches (the queries' ``return`` clauses), one row per match
+    in the order of ``sinks``' rows, or ``None`` when no query has any. Each sink evaluates its
+    query's rule, with its ``return``, on the events of its own matches (those it received):
+    ``detect`` there finds each of its matches (and maybe combinations no vertex of the plan
+    assigned to it, which are not looked up)."""
+    from .. import detect
+
+    queries = {q.name: q for q in plan.queries}
+    if not any(q.returns for q in queries.values()):
+        return None
+    parts = []
+    for name, _node, m in sinks:
+        q = queries[name]
+        if not q.returns or not len(m):
+            parts.append(pd.DataFrame(index=range(len(m))))
+            continue
+        events = ev[ev["id"].isin(np.unique(m))].drop(columns=["node"])
+        out = detect(events, q.output_rule_text(), backend=backend, time_unit=time_unit)
+        attrs = out.drop(columns=["rule", "ts", "ids"])
+        row = {tuple(int(i) for i in ids): j for j, ids in enumerate(out["ids"])}
+        parts.append(attrs.iloc[[row[tuple(int(i) for i in ids)] for ids in m]].reset_index(drop=True))
+    # the rows of several queries: the union of their attributes, null where a query has none,
+    # as detect gives several rules' composite events
+    out = pd.concat(parts, ignore_index=True)
+    for c in out.columns:  # a string attribute is None where a query lacks it, as in detect
+        if out[c].dtype == object:
+            out[c] = out[c].astype(object).where(out[c].notna(), None)
+    return out
 
 
 def _sink_matches(sinks, ids: np.ndarray, ns: np.ndarray, time: TimeFormat) -> pd.DataFrame:
@@ -158,12 +196,13 @@ def _sink_matches(sinks, ids: np.ndarray, ns: np.ndarray, time: TimeFormat) -> p
     flat = pad[np.arange(width)[None, :] < lens[:, None]]
     ids_arr = pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), pa.array(flat, type=pa.int64()))
     ts = time.from_ns(ts_ns[order])
+    # indexed by each row's position in ``sinks`` (what _sink_attributes' rows follow)
     return pd.DataFrame({
         "query": names[order],
         "node": nodes[order],
         "ts": ts.reset_index(drop=True) if isinstance(ts, pd.Series) else ts,
         "ids": pd.Series(IdsArray(pa.chunked_array([ids_arr], type=pa.list_(pa.int64())))),
-    })
+    }).set_axis(order)
 
 
 def _check_streams(plan: Plan, streams: pd.DataFrame, node_column: str = "node", time_unit: str = "s"):
@@ -198,7 +237,11 @@ def _check_streams(plan: Plan, streams: pd.DataFrame, node_column: str = "node",
     if len(np.unique(ids)) != len(ids):
         raise MuseError("streams: event ids must be unique")
     span = float(ns.max() - ns.min()) / 1e9 if len(ns) else 0.0
-    ev = streams.rename(columns={node_column: "node"}) if node_column != "node" else streams.copy()
+    ev = streams.copy()
+    if node_column != "node":
+        # the node column stays an attribute too: a query may read it (h.zone = s.zone with
+        # --node-column zone), as cep-gpu run and the selectivity sample read it
+        ev["node"] = streams[node_column]
     ev["id"] = ids
     read = {t for q in plan.queries for t in q.types}
     types = ev["type"].astype(str)

@@ -31,13 +31,15 @@ def add_parallel_parser(subparsers) -> argparse.ArgumentParser:
     )
     sub = p.add_subparsers(dest="parallel_command")
     r = sub.add_parser("run", help="detect with the hybrid engine; same rows as cep-gpu run")
-    r.add_argument("rules", help="file of SEQ rules")
+    r.add_argument("rules", help="file of SEQ rules (or TESLA chains of each)")
     r.add_argument("events", help="events (.csv/.parquet)")
     r.add_argument("--units", type=_units, default=2, help="execution units, one thread each (default 2)")
-    r.add_argument("--allocation", default="cost-model", choices=["cost-model", "equal"])
+    r.add_argument("--allocation", default="cost-model", choices=["cost-model", "equal"],
+                   help="units per agent: the paper's cost model (Eq. 6, default) or an equal split")
     r.add_argument("--no-dynamic", action="store_true", help="static roles and agents")
     r.add_argument("--no-fusion", action="store_true", help="no agent fusion (Algorithm 2)")
-    r.add_argument("--time-unit", type=time_unit, default="s")
+    r.add_argument("--time-unit", type=time_unit, default="s",
+                   help="unit of numeric ts values (default s; datetimes need none)")
     r.add_argument("--out", type=nonempty_path,
                    help="write the composite events here (.csv/.parquet); default: print them")
     r.add_argument("--limit", type=at_least(0), default=50, help="rows to print when no --out is given (default 50)")

@@ -26,10 +26,14 @@ from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from .. import Engine, detect
 from ..errors import ArgumentError
 from ..events.checks import check_unique_columns, require_frame
+from ..events.from_arrow import nullable_pandas_type
+from ..events.from_pandas import pandas_ids
+from ..output import ID_COUNTS
 from . import _core
 from .gate import estimated_recall
 from .shedder import UNIT_NS, Shedder, SheddingError, as_rules
@@ -235,8 +239,9 @@ class SheddingEngine:
         the event timestamps) through the shedder and a fresh engine.
 
         Returns the composite events found (``rule``, ``ts`` in the form of the input's, as
-        ``detect`` gives it, ``ids``: positions in ``events`` sorted by timestamp, ``detected_s``,
-        ``latency_s``). ``reference=True`` also runs
+        ``detect`` gives it, ``ids``: positions in ``events`` sorted by timestamp (:attr:`input_rows`
+        maps them to rows), ``detected_s``, ``latency_s``, then ``detect``'s columns after ``ids``:
+        ``id_counts`` of Kleene rules and the rules' attributes). ``reference=True`` also runs
         :func:`cep_gpu.detect` on every event, for the measured recall in :meth:`stats`.
         ``utilities``: the darling policy's per-event utilities in [0, 1], one per row of
         ``events``, instead of Eq. 11 (a diagnostic hook: ``bench/shedding_ratio.py`` feeds it
@@ -375,13 +380,18 @@ class SheddingEngine:
                     core.z_est[t] = z_sum[t] / z_cnt[t]
         if progress is not None:
             progress(n, n)
+        # the composite events' own fields after rule, ts, ids (id_counts of Kleene rules, the
+        # rules' attributes), as detect gives them
+        extra = eng.output_fields[3:]
         for out, det, trig in parts:  # off the clock: the run is over
-            for rule, ts, ids, k in zip(out["rule"].tolist(), out["ts"].tolist(), out["ids"].tolist(),
-                                        out["ids_len"].tolist()):
-                found.append((rule, ts, _unshift(ids[:k], offset), det, trig))
+            cols = [_field_values(out[f], f) for f in extra]
+            for j, (rule, ts, ids, k) in enumerate(zip(out["rule"].tolist(), out["ts"].tolist(),
+                                                       out["ids"].tolist(), out["ids_len"].tolist())):
+                found.append((rule, ts, _unshift(ids[:k], offset), det, trig, tuple(c[j] for c in cols)))
         for m in eng.flush(output="records"):
-            found.append((m["rule"], m["ts"], _unshift(m["ids"], offset), clock, clock))
-        self._finish(frame, arr, core, found, start, done, reference)
+            found.append((m["rule"], m["ts"], _unshift(m["ids"], offset), clock, clock,
+                          tuple(m.get(f) for f in extra)))
+        self._finish(frame, arr, core, found, start, done, reference, extra)
         self._report["full_collections"] = {"on_clock": len(paused), "longest_s": max(paused, default=0.0),
                                             "total_s": float(sum(paused))}
         return self._found
@@ -480,24 +490,28 @@ class SheddingEngine:
         ts_ns = times_ns(warm["ts"], UNIT_NS[self.time_unit])
         lookback = max((r.lookback() for r in self.rules), default=0)
         moved = ts_ns - (int(ts_ns[-1]) - first_ns) - lookback - 1_000_000_000
-        frame = warm.assign(ts=pd.to_datetime(moved) if pd.api.types.is_datetime64_any_dtype(warm["ts"])
-                            else moved / UNIT_NS[self.time_unit])
+        frame = warm.assign(ts=_moved_ts(moved, warm["ts"], UNIT_NS[self.time_unit]))
         for r in _records(frame, 0):
             eng.publish(r, output="records")
         return eng, len(frame)
 
-    def _finish(self, frame, arr, core, found, start, done, reference: bool) -> None:
+    def _finish(self, frame, arr, core, found, start, done, reference: bool,
+                extra: tuple[str, ...] = ()) -> None:
         n = len(frame)
         rows = []
-        for rule, ts, ids, det, trig in found:
+        values = []  # per composite event kept: its fields of ``extra``
+        for rule, ts, ids, det, trig, more in found:
             prim = [i for i in ids if 0 <= i < n]
             if core.IS[_core.I_EVICTED] and any(core.evicted[i] <= trig for i in prim):
                 continue  # the state-side baseline had evicted one of its events before the match
             latest = max(prim) if prim else None
             lat = det - arr[latest] if latest is not None else 0.0
             rows.append((rule, ts, ids, det, lat))
+            values.append(more)
         out = pd.DataFrame(rows, columns=["rule", "ts", "ids", "detected_s", "latency_s"])
         out["ts"] = _input_ts(out["ts"], frame["ts"])
+        for j, name in enumerate(extra):
+            out[name] = _field_column([v[j] for v in values], name)
         self._found = out
         bound = self.shedder.latency_bound
         lat = out["latency_s"].to_numpy(np.float64)
@@ -567,6 +581,9 @@ class SheddingEngine:
         self._order = order
         frame = events.iloc[order].reset_index(drop=True)
         if "id" in frame.columns:
+            # (the run numbers the events itself; the ids must still be what detect takes, for the
+            # command line and input_rows' users map the composite events' ids back to them)
+            pandas_ids(events["id"])
             frame = frame.drop(columns="id")
         ts_ns = ts_ns[order]
         if arrival is None:
@@ -604,6 +621,45 @@ def _input_ts(ts: pd.Series, given: pd.Series) -> pd.Series:
         if (v == v.round()).all():
             return v.astype(given.dtype)
     return ts
+
+
+def _field_values(col, name: str) -> list:
+    """One field of ``Engine.publish(..., output="columns")`` as Python values, ``None`` for null:
+    ``id_counts`` rows without their 0 padding (every position binds at least one event), an
+    attribute's masked array with its masked entries as ``None``."""
+    if name == ID_COUNTS:
+        return [tuple(int(c) for c in row if c > 0) for row in np.asarray(col)]
+    if isinstance(col, np.ma.MaskedArray):
+        mask = np.ma.getmaskarray(col)
+        return [None if m else v for v, m in zip(col.data.tolist(), mask.tolist())]
+    return np.asarray(col).tolist()
+
+
+def _field_column(values: list, name: str) -> pd.Series | list:
+    """A column of the found composite events as ``detect`` types it: ``id_counts`` as an Arrow
+    ``list<int32>``, integers and booleans nullable, strings as objects, floats with NaN."""
+    if name == ID_COUNTS:
+        return pd.Series(pa.array(values, type=pa.list_(pa.int32())), dtype=pd.ArrowDtype(pa.list_(pa.int32())))
+    try:
+        arr = pa.array(values)
+    except (pa.ArrowInvalid, pa.ArrowTypeError):  # mixed kinds (several rules): as they are
+        return pd.Series(values, dtype=object)
+    return arr.to_pandas(types_mapper=nullable_pandas_type)
+
+
+def _moved_ts(moved_ns: np.ndarray, given: pd.Series, unit_ns: int) -> pd.Series | np.ndarray:
+    """Nanosecond timestamps in the form of ``given``: datetimes keep its time zone (a stream is
+    all naive or all zone-aware, and the run's events are as the warm-up's), numbers its unit."""
+    if pd.api.types.is_integer_dtype(given):
+        # integers stay integers of the input's dtype (epoch nanoseconds do not fit a float64
+        # exactly, and the engine's stream keeps the first publish's dtype); flooring moves the
+        # sample earlier, still more than the lookback before the run
+        return pd.array(moved_ns // unit_ns, dtype=given.dtype)
+    if not pd.api.types.is_datetime64_any_dtype(given):
+        return moved_ns / unit_ns
+    tz = getattr(given.dt, "tz", None)
+    out = pd.to_datetime(moved_ns, utc=tz is not None)  # (times_ns reads zoned datetimes in UTC)
+    return out.tz_convert(tz) if tz is not None else out
 
 
 def _unshift(ids, offset: int) -> tuple:
