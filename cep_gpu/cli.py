@@ -329,12 +329,23 @@ def warn_absent_types(prog: str, rules, types, source: str) -> int:
 
 
 def event_types(events) -> list[str]:
-    """The distinct values of the ``type`` column of an Arrow table (none when it has none)."""
-    import pyarrow.compute as pc
+    """The event type names of ``events`` (an Arrow table or a pandas DataFrame; none when it has
+    no ``type`` column), for :func:`warn_absent_types`. The column is checked as the ingestion
+    checks it (one column, strings, no null, none empty), so that its error comes first and
+    alone: numbers in ``type`` gave a warning per type a rule reads, listing the numbers, and
+    then the error."""
+    import pandas as pd
 
-    if "type" not in events.column_names:
+    from .events.checks import check_unique_columns
+    from .events.from_arrow import arrow_types
+    from .events.from_pandas import pandas_types
+
+    frame = isinstance(events, pd.DataFrame)
+    names = [str(c) for c in events.columns] if frame else list(events.column_names)
+    if "type" not in names:
         return []
-    return [str(t) for t in pc.unique(events.column("type")).to_pylist() if t is not None]
+    check_unique_columns(names)
+    return pandas_types(events["type"])[1] if frame else arrow_types(events.column("type"))[1]
 
 
 def read_text(path: str | Path, what: str) -> str:

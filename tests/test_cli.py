@@ -531,6 +531,36 @@ def test_run_and_explain_warn_of_a_type_no_event_has(tmp_path, capsys):
     assert "warning" not in capsys.readouterr().err
 
 
+NUMBERED_TYPES = "column 'type' must hold strings (event type names), got 1 (int) at row 0"
+
+
+@pytest.mark.parametrize("command", [
+    ["explain", "{rules}", "{ev}"],
+    ["run", "{rules}", "{ev}"],
+    ["parallel", "run", "{rules}", "{ev}"],
+    ["shedding", "run", "{rules}", "{ev}", "--latency-bound", "1"],
+    ["muse", "simulate", "{rules}", "{net}", "{ev}"],
+    ["decompose", "{rules}", "--sample", "{ev}", "--units", "2", "--iota", "1", "--kappa", "1"],
+    ["decopa", "run", "{plan}", "{ev}"],
+])
+def test_numbers_in_type_are_the_one_error_with_no_warning_before_it(tmp_path, capsys, command):
+    """Event types are strings: numbers in ``type`` gave a warning per type a rule reads
+    ("reads type 'A', which no event ... has (types: 1, 2)") before that error; muse simulate
+    left every event out as of a type no query reads, and exited 0."""
+    paths = {"rules": tmp_path / "r.txt", "ev": tmp_path / "ev.csv", "net": tmp_path / "net.json",
+             "plan": tmp_path / "plan.json"}
+    paths["rules"].write_text("define Q pattern SEQ(A a, B b) within 5 s\n")
+    paths["ev"].write_text("type,ts,node\n1,1,a\n2,2,a\n1,3,b\n")
+    paths["net"].write_text('{"nodes": {"a": ["A", "B"], "b": ["A"]}, "rates": {"A": 1.0, "B": 2.0}}')
+    if command[0] == "decopa":
+        assert main(["decompose", str(paths["rules"]), "--rates", "a=1,b=2", "--units", "2", "--iota", "1",
+                     "--kappa", "1", "--json", str(paths["plan"])]) == 0
+        capsys.readouterr()
+    rc, _, err = run_cli(capsys, *[a.format(**paths) for a in command])
+    assert rc == 1
+    assert err.splitlines() == [f"cep-gpu: error: {NUMBERED_TYPES}; convert it first, e.g. df['type'].astype(str)"]
+
+
 def test_run_on_the_museum_warns_of_nothing(files, capsys):
     rules, pq_path, _, _ = files
     assert main(["run", str(rules), str(pq_path), "--backend", "cpu", "--limit", "0"]) == 0

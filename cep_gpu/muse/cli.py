@@ -340,7 +340,7 @@ def cmd_plan(args) -> int:
 
 def cmd_simulate(args) -> int:
     from .. import parse_rules
-    from ..cli import warn_absent_types
+    from ..cli import event_types, warn_absent_types
     from ..io import read_events, write_output
     from .placement import place
     from .simulate import generate_streams, simulate
@@ -352,9 +352,7 @@ def cmd_simulate(args) -> int:
         streams = read_events(args.events)
         duration = args.duration  # None: the span of the file's ts
         node_column, time_unit = args.node_column, args.time_unit
-        if "type" in streams.columns:
-            present = [str(t) for t in streams["type"].dropna().unique()]
-            warn_absent_types(args.prog, parse_rules(query_text), present, args.events)
+        warn_absent_types(args.prog, parse_rules(query_text), event_types(streams), args.events)
     else:
         duration = 60.0 if args.duration is None else args.duration
         streams = generate_streams(net, queries, duration, seed=args.seed)

@@ -133,6 +133,7 @@ def cmd_run(args) -> int:
     from ..cli import (
         argument,
         check_outputs,
+        event_types,
         print_table,
         progress_bar,
         read_rules,
@@ -158,7 +159,7 @@ def cmd_run(args) -> int:
         get_backend(args.backend)
     rules = read_rules(args.rules)
     events = _read_events(args.events)
-    warn_absent_types(args.prog, rules, events["type"].astype(str).unique(), args.events)
+    warn_absent_types(args.prog, rules, event_types(events), args.events)
     if not len(events):
         raise UsageError("events", f"{args.events} holds no event")
     costs = (CostModel(default=1e-3 if args.cost is None else args.cost,
