@@ -115,14 +115,15 @@ def nonempty_path(text: str) -> str:
     return text
 
 
-def writable(option: str, path: str | Path, *, folder: bool = False) -> Path:
+def writable(option: str, path: str | Path, *, folder: bool = False, of: str | Path | None = None) -> Path:
     """``path``, the value of ``option``, once it is known that it can be written; a
     :class:`UsageError` naming ``option`` otherwise. For the output of a subcommand, checked
     before any work, so that a typo in a folder name does not cost a whole run.
 
     A file (``folder=False``): not a folder, in a folder that exists and may be written (or an
     existing file that may be written). A folder (``folder=True``, made with its parents by the
-    subcommand): not a file, and the nearest folder that exists above it may be written."""
+    subcommand): not a file, and the nearest folder that exists above it may be written (``of``:
+    the file to be written in it, which a failed try to make a file there names)."""
     p = Path(path)
     if folder:
         if p.exists() and not p.is_dir():
@@ -134,6 +135,7 @@ def writable(option: str, path: str | Path, *, folder: bool = False) -> Path:
             raise UsageError(option, f"cannot make the folder {path}: {above} is a file")
         if not os.access(above, os.W_OK | os.X_OK):
             raise UsageError(option, f"cannot write to {path}: {above} is not writable")
+        _try_create(option, path if of is None else of, above)
         return p
     if p.is_dir():
         raise UsageError(option, f"{path} is a folder: give a file name")
@@ -144,9 +146,31 @@ def writable(option: str, path: str | Path, *, folder: bool = False) -> Path:
         raise UsageError(option, f"cannot write {path}: {parent} is not a folder")
     if p.exists() and not os.access(p, os.W_OK):
         raise UsageError(option, f"cannot write {path}: the file is not writable")
-    if not p.exists() and not os.access(parent, os.W_OK | os.X_OK):
-        raise UsageError(option, f"cannot write {path}: the folder {parent} is not writable")
+    if not p.exists():
+        if not os.access(parent, os.W_OK | os.X_OK):
+            raise UsageError(option, f"cannot write {path}: the folder {parent} is not writable")
+        _try_create(option, path, parent)
     return p
+
+
+def _try_create(option: str, path: str | Path, folder: Path) -> None:
+    """Create a file in ``folder`` and remove it; a :class:`UsageError` naming ``option`` and
+    ``path`` when that fails. ``os.access`` says yes to root for every folder, even ``/proc``
+    (where no file can be made), and cannot know a file system that refuses new files:
+    ``calibrate --out /proc/x.json`` ran the whole calibration, then ended in a bare
+    ``[Errno 2] No such file or directory``."""
+    import tempfile
+
+    try:
+        fd, name = tempfile.mkstemp(prefix=".cep-gpu-", suffix=".tmp", dir=folder)
+    except OSError as err:
+        raise UsageError(option, f"cannot write {path}: no file can be made in {folder} "
+                         f"({err.strerror or err})") from None
+    os.close(fd)
+    try:
+        os.unlink(name)
+    except OSError:  # made but not removable: the output itself can still be written
+        pass
 
 
 def writable_output(option: str, path: str | Path) -> Path:
@@ -189,7 +213,7 @@ def check_outputs(outputs: dict[str, str | Path | None],
             p = Path(path)
             if p.is_dir():
                 raise UsageError(option, f"{path} is a folder: give a file name")
-            writable(option, p.parent, folder=True)
+            writable(option, p.parent, folder=True, of=path)
         else:
             p = writable_output(option, path) if option in tables else writable(option, path)
         if option == "--plot":
@@ -329,12 +353,23 @@ def warn_absent_types(prog: str, rules, types, source: str) -> int:
 
 
 def event_types(events) -> list[str]:
-    """The distinct values of the ``type`` column of an Arrow table (none when it has none)."""
-    import pyarrow.compute as pc
+    """The event type names of ``events`` (an Arrow table or a pandas DataFrame; none when it has
+    no ``type`` column), for :func:`warn_absent_types`. The column is checked as the ingestion
+    checks it (one column, strings, no null, none empty), so that its error comes first and
+    alone: numbers in ``type`` gave a warning per type a rule reads, listing the numbers, and
+    then the error."""
+    import pandas as pd
 
-    if "type" not in events.column_names:
+    from .events.checks import check_unique_columns
+    from .events.from_arrow import arrow_types
+    from .events.from_pandas import pandas_types
+
+    frame = isinstance(events, pd.DataFrame)
+    names = [str(c) for c in events.columns] if frame else list(events.column_names)
+    if "type" not in names:
         return []
-    return [str(t) for t in pc.unique(events.column("type")).to_pylist() if t is not None]
+    check_unique_columns(names)
+    return pandas_types(events["type"])[1] if frame else arrow_types(events.column("type"))[1]
 
 
 def read_text(path: str | Path, what: str) -> str:

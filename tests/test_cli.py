@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
@@ -456,6 +458,46 @@ def test_an_unwritable_out_is_a_usage_error_before_any_work(tmp_path, capsys, mo
     assert out.exists()
 
 
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc")
+def test_an_out_where_no_file_can_be_made_is_refused_before_any_work(tmp_path, capsys, monkeypatch):
+    """``os.access`` says yes to root for every folder, /proc included, where no file can be
+    made: ``calibrate --out /proc/x.json`` calibrated (minutes), then ended in a bare
+    ``[Errno 2] No such file or directory: '/proc/x.json'``. Now a file is made (and removed)
+    in the folder first. (``os.access`` is made to say yes here as it does to root.)"""
+    import importlib
+    import os
+
+    from cep_gpu.benchmarks import calibrate as cal
+
+    def no_work(*a, **k):
+        raise AssertionError("the work ran")
+
+    monkeypatch.setattr(cal, "calibrate", no_work)
+    monkeypatch.setattr(importlib.import_module("cep_gpu.benchmarks.runner"), "run_bench", no_work)
+    monkeypatch.setattr(importlib.import_module("cep_gpu.detect"), "detect_table", no_work)
+    monkeypatch.setattr(os, "access", lambda *a, **k: True)
+    (tmp_path / "r.txt").write_text(R)
+    (tmp_path / "ev.csv").write_text("type,ts,x\nA,0,1\nB,0.5,2\n")
+    made = "no file can be made in /proc (No such file or directory)"
+    for argv, option, path in [
+        (["calibrate", "--quick", "--out", "/proc/x.json"], "--out", "/proc/x.json"),
+        (["bench", "seq3", "--sizes", "10", "--events", "50", "--repeat", "1", "--out", "/proc/new/b.json"],
+         "--out", "/proc/new/b.json"),
+        (["bench", "seq3", "--sizes", "10", "--events", "50", "--repeat", "1", "--plot", "/proc/b.png"],
+         "--plot", "/proc/b.png"),
+        (["run", str(tmp_path / "r.txt"), str(tmp_path / "ev.csv"), "--out", "/proc/o.csv"], "--out", "/proc/o.csv"),
+    ]:
+        rc, _, err = run_cli(capsys, *argv)
+        assert (rc, err.splitlines()) == (2, [f"cep-gpu {argv[0]}: error: argument {option}: cannot write "
+                                              f"{path}: {made}"])
+    # calibrate's default path (no --out) is checked too: it was found only once calibrated
+    monkeypatch.setenv("XDG_CACHE_HOME", "/proc/cache")
+    monkeypatch.delenv("CEP_GPU_PROFILE", raising=False)
+    rc, _, err = run_cli(capsys, "calibrate", "--quick")
+    assert (rc, err.splitlines()) == (2, ["cep-gpu calibrate: error: argument --out: cannot write "
+                                          f"/proc/cache/cep-gpu/profile.json: {made}"])
+
+
 def test_time_unit_and_out_are_checked_before_the_events_are_read(tmp_path, capsys):
     (tmp_path / "r.txt").write_text(R)
     ev = tmp_path / "ev.csv"
@@ -487,6 +529,7 @@ def test_writable_is_one_check_for_files_and_folders(tmp_path):
     assert writable("--out", tmp_path / "f.txt") == tmp_path / "f.txt"  # an existing file is replaced
     assert writable("--out", tmp_path / "a" / "b", folder=True) == tmp_path / "a" / "b"  # made later
     assert writable("--out", tmp_path, folder=True) == tmp_path
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f.txt"]  # the file made to try is gone
     for path, folder, message in [
         (tmp_path / "no" / "o.csv", False, "the folder .* does not exist"),
         (tmp_path / "f.txt" / "o.csv", False, "is not a folder"),
@@ -529,6 +572,36 @@ def test_run_and_explain_warn_of_a_type_no_event_has(tmp_path, capsys):
     out = cep_gpu.detect(pd.read_csv(ev), rules.read_text(), backend="cpu")
     assert out["rule"].tolist() == ["W"]
     assert "warning" not in capsys.readouterr().err
+
+
+NUMBERED_TYPES = "column 'type' must hold strings (event type names), got 1 (int) at row 0"
+
+
+@pytest.mark.parametrize("command", [
+    ["explain", "{rules}", "{ev}"],
+    ["run", "{rules}", "{ev}"],
+    ["parallel", "run", "{rules}", "{ev}"],
+    ["shedding", "run", "{rules}", "{ev}", "--latency-bound", "1"],
+    ["muse", "simulate", "{rules}", "{net}", "{ev}"],
+    ["decompose", "{rules}", "--sample", "{ev}", "--units", "2", "--iota", "1", "--kappa", "1"],
+    ["decopa", "run", "{plan}", "{ev}"],
+])
+def test_numbers_in_type_are_the_one_error_with_no_warning_before_it(tmp_path, capsys, command):
+    """Event types are strings: numbers in ``type`` gave a warning per type a rule reads
+    ("reads type 'A', which no event ... has (types: 1, 2)") before that error; muse simulate
+    left every event out as of a type no query reads, and exited 0."""
+    paths = {"rules": tmp_path / "r.txt", "ev": tmp_path / "ev.csv", "net": tmp_path / "net.json",
+             "plan": tmp_path / "plan.json"}
+    paths["rules"].write_text("define Q pattern SEQ(A a, B b) within 5 s\n")
+    paths["ev"].write_text("type,ts,node\n1,1,a\n2,2,a\n1,3,b\n")
+    paths["net"].write_text('{"nodes": {"a": ["A", "B"], "b": ["A"]}, "rates": {"A": 1.0, "B": 2.0}}')
+    if command[0] == "decopa":
+        assert main(["decompose", str(paths["rules"]), "--rates", "a=1,b=2", "--units", "2", "--iota", "1",
+                     "--kappa", "1", "--json", str(paths["plan"])]) == 0
+        capsys.readouterr()
+    rc, _, err = run_cli(capsys, *[a.format(**paths) for a in command])
+    assert rc == 1
+    assert err.splitlines() == [f"cep-gpu: error: {NUMBERED_TYPES}; convert it first, e.g. df['type'].astype(str)"]
 
 
 def test_run_on_the_museum_warns_of_nothing(files, capsys):

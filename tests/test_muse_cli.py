@@ -170,6 +170,36 @@ def test_simulate_duration_must_be_positive(user_files, capsys):
 # -- a network measured on events, selectivities, types no query reads ------------------------------
 
 
+@pytest.mark.parametrize("column, what", [("ts", "timestamp"), ("type", "type"), ("id", "id")])
+def test_the_node_column_cannot_be_type_ts_or_id(user_files, capsys, column, what):
+    """docs/muse.md: the node column names the node that emitted each event. ``--node-column ts``
+    was taken: every timestamp a node of the measured network; ``--node-column type`` made one
+    node per type, and simulate then failed with a KeyError traceback (its type column gone)."""
+    import pandas as pd
+
+    from cep_gpu import muse
+
+    d = user_files
+    events = pd.read_csv(d / "events.csv").assign(id=lambda f: range(len(f)))
+    events.to_csv(d / "with_id.csv", index=False)
+    want = (f"argument --node-column: {column!r} is the events' {what} column: the node column must be "
+            "another one, naming the node that emitted each event")
+    for argv in (["network", d / "with_id.csv", "--out", d / "n.json"],
+                 ["simulate", d / "q.txt", d / "net.json", d / "with_id.csv", "--out", d / "s.csv"]):
+        rc, out, err = run_cli(capsys, "muse", *argv, "--node-column", column)
+        assert (rc, err.splitlines()) == (2, [f"cep-gpu muse {argv[0]}: error: {want}"])
+        assert not (d / "n.json").exists() and not (d / "s.csv").exists()
+    # the API refuses it too, with the same words
+    lib = want.removeprefix("argument --node-column: ")
+    with pytest.raises(muse.MuseError) as err:
+        muse.Network.from_events(events, node_column=column)
+    assert str(err.value) == f"node_column {lib}"
+    plan = muse.place(muse.parse_queries(QUERIES), muse.Network.from_dict(NET))
+    with pytest.raises(muse.MuseError) as err:
+        muse.simulate(plan, events, backend="reference", node_column=column)
+    assert str(err.value) == f"node_column {lib}"
+
+
 def test_network_from_an_event_file(user_files, capsys):
     """was: `muse network` only generated random networks; rates were typed in by hand."""
     from cep_gpu import muse

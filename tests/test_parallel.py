@@ -447,6 +447,46 @@ def test_string_ordering_is_rejected_like_detect():
     eng.close()
 
 
+REFUSE_RULE = "define Q pattern SEQ(A a, B b) where a.x = b.n within 5 s return bs := b.s"
+
+
+def _publish_all(frames: list, refused: pd.DataFrame | None = None, at: int = 0) -> list:
+    """Each frame's output of one HybridEngine, with its events count and string dictionary's
+    size; ``refused`` (its ``ts`` just before frame ``at``'s) is published first and refused."""
+    out = []
+    with HybridEngine(REFUSE_RULE, units=2) as eng:
+        for i, frame in enumerate(frames):
+            if i == at and refused is not None:
+                bad = refused.assign(ts=frame.ts.iloc[0] - 0.5)
+                with pytest.raises((RuleError, cep_gpu.EventError)) as err:
+                    eng.publish(bad)
+                assert not isinstance(err.value, LateEventError)
+            out.append((rows_of(eng.publish(frame)), eng.stats()["events"], len(eng._strings)))
+    return out
+
+
+@pytest.mark.parametrize("refused, at", [
+    # a string compared with a number, a number from an earlier publish: the parallel engine's
+    # own string check (was after the published count had grown)
+    (pd.DataFrame({"type": ["B"], "n": ["w"], "s": ["new"]}), 1),
+    # a kind the store cannot take (the store had taken the timestamps: phantom rows)
+    (pd.DataFrame({"type": ["B"], "n": [1], "s": [3]}), 1),
+    # integers the engine cannot compare exactly (also in the first publish, which had
+    # started the engine and calibrated it on the refused events)
+    (pd.DataFrame({"type": ["B"], "n": [2**60], "s": ["new"]}), 1),
+    (pd.DataFrame({"type": ["A"], "x": [2**60], "s": ["new"]}), 0),
+])
+def test_a_refused_publish_leaves_the_engine_as_it_was(refused, at):
+    """A publish that raises changes nothing: the next ones (default ids included) give what an
+    engine that never saw it gives, and its strings are not kept."""
+    frames = [pd.DataFrame({"type": ["A", "B", "A"], "ts": [1.0, 2.0, 3.0], "x": [1, None, 2],
+                            "n": [None, 1, None], "s": ["u", "v", "u"]}),
+              pd.DataFrame({"type": ["B", "B"], "ts": [4.0, 5.0], "n": [2, 1], "s": ["v", "t"]})]
+    want = _publish_all(frames)
+    assert [len(rows) for rows, _, _ in want] == [1, 2]
+    assert _publish_all(frames, refused, at) == want
+
+
 TYPO = "define T pattern SEQ(GOOG a, MSFT b) where a.prise < b.price within 5 s"
 
 

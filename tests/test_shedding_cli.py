@@ -125,6 +125,33 @@ def test_bad_arguments_are_one_line_naming_the_option(tmp_path, capsys, extra, o
     assert err.startswith("cep-gpu shedding run: error: argument " + option) and words in err
 
 
+@pytest.mark.parametrize("value, words", [
+    ("C", "column 'arrival_s' of {path} holds 'C' at row 7: arrival times must be finite numbers of seconds"),
+    (None, "column 'arrival_s' of {path} is null (or NaN) at row 7: arrival times must be finite numbers "
+           "of seconds"),
+    (float("inf"), "column 'arrival_s' of {path} holds inf at row 7: arrival times must be "
+                   "finite numbers of seconds"),
+    (-1.0, "column 'arrival_s' of {path}: row 7 arrives at -1 s, before row 6 (0.7 s), whose timestamp is "
+           "not later: arrival times must not decrease in timestamp order"),
+])
+def test_a_bad_arrival_column_is_a_usage_error_naming_the_option_column_row_and_value(tmp_path, capsys, value, words):
+    """A text value in the --arrival column was the engine's ``arrival times must be numbers of
+    seconds (could not convert string to float: 'C')``, exit status 1, naming neither the option
+    nor the column nor the row."""
+    ev = _files(tmp_path, n=300)
+    bad = ev.assign(arrival_s=ev["arrival_s"].astype(object))
+    bad.loc[7, "arrival_s"] = value
+    bad.to_csv(tmp_path / "bad.csv", index=False)
+    for events, sample in (("bad.csv", None), ("ev.csv", "bad.csv")):
+        more = ["--sample", str(tmp_path / sample)] if sample else []
+        rc = main(["shedding", "run", str(tmp_path / "rules.txt"), str(tmp_path / events), "--latency-bound", "1",
+                   "--arrival", "arrival_s", "--no-reference", *more])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert rc == 2
+        assert err == ["cep-gpu shedding run: error: argument --arrival: " +
+                       words.format(path=tmp_path / "bad.csv")], err
+
+
 def test_bad_files_are_one_line_errors(tmp_path, capsys):
     _files(tmp_path, n=300)
     pd.DataFrame({"type": ["A"], "time": [0.0]}).to_csv(tmp_path / "bad.csv", index=False)

@@ -251,11 +251,13 @@ def calibrate_main(args: argparse.Namespace) -> int:
     from ..planner import user_profile_path
     from .calibrate import calibrate
 
-    check_outputs({"--out": args.out}, make_folders=True)  # before the calibration (minutes)
+    # before the calibration (minutes); the default path too (a cache folder that cannot be
+    # made was found only when the profile was saved)
+    out = Path(args.out) if args.out else user_profile_path()
+    check_outputs({"--out": out}, make_folders=True)
     console = Console(stderr=True)
     with console.status("calibrating") as status:
         prof = calibrate(args.quick, args.events, args.seed, on_step=lambda s: status.update(s))
-    out = Path(args.out) if args.out else user_profile_path()
     prof.save(out)
     for dev in ("cpu", "gpu"):
         coefs = ", ".join(f"{k}={v:.3g}" for k, v in (prof.cpu if dev == "cpu" else prof.gpu).items())

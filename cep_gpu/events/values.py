@@ -51,6 +51,13 @@ class StringDictionary:
         codes = np.asarray(codes)
         return lut[np.where(codes < 0, len(self._strings), codes)]
 
+    def truncate(self, n: int) -> None:
+        """Forget every string interned after the first ``n`` (those of a refused input, whose
+        codes nothing holds: the codes of the first ``n`` do not change)."""
+        for s in self._strings[n:]:
+            del self._codes[s]
+        del self._strings[n:]
+
     def __len__(self) -> int:
         return len(self._strings)
 

@@ -32,6 +32,7 @@ from ..cli import (
     time_unit,
 )
 from ..errors import is_finite_positive
+from .errors import MuseError
 
 EPILOG = """examples:
   cep-gpu muse network --nodes 8 --types 4 --ratio 0.5 --skew 1.5 --out net.json
@@ -262,9 +263,22 @@ def selectivity_arguments(values, queries) -> dict[str, dict[frozenset[str], flo
     return out
 
 
+def _check_node_column(value: str | None) -> None:
+    """A ``--node-column`` that cannot name nodes (``type``, ``ts``, ``id``: docs/muse.md) is a
+    usage error naming the option (``ts`` made a node of each timestamp)."""
+    from .network import check_node_column
+
+    if value is not None:
+        try:
+            check_node_column(value)
+        except MuseError as err:
+            raise UsageError("--node-column", str(err).removeprefix("node_column ")) from None
+
+
 def cmd_network(args) -> int:
     from .network import Network
 
+    _check_node_column(args.node_column)
     check_outputs({"--out": args.out}, [("events", args.events)])
     seeded = {"--nodes": args.nodes, "--types": args.types, "--ratio": args.ratio, "--skew": args.skew,
               "--seed": args.seed}
@@ -340,11 +354,12 @@ def cmd_plan(args) -> int:
 
 def cmd_simulate(args) -> int:
     from .. import parse_rules
-    from ..cli import warn_absent_types
+    from ..cli import event_types, warn_absent_types
     from ..io import read_events, write_output
     from .placement import place
     from .simulate import generate_streams, simulate
 
+    _check_node_column(args.node_column)
     check_outputs({"--out": args.out, "--json": args.json}, _inputs(args), tables=("--out",))  # as cep-gpu run
     queries, net, query_text = _load(args)
     plan = place(queries, net, args.algorithm)
@@ -352,9 +367,7 @@ def cmd_simulate(args) -> int:
         streams = read_events(args.events)
         duration = args.duration  # None: the span of the file's ts
         node_column, time_unit = args.node_column, args.time_unit
-        if "type" in streams.columns:
-            present = [str(t) for t in streams["type"].dropna().unique()]
-            warn_absent_types(args.prog, parse_rules(query_text), present, args.events)
+        warn_absent_types(args.prog, parse_rules(query_text), event_types(streams), args.events)
     else:
         duration = 60.0 if args.duration is None else args.duration
         streams = generate_streams(net, queries, duration, seed=args.seed)

@@ -232,14 +232,31 @@ class Network:
         )
 
 
+#: the columns that mean the same in every event file (docs/api.md): none of them names nodes
+EVENT_COLUMNS = {"type": "type", "ts": "timestamp", "id": "id"}
+
+
+def check_node_column(node_column) -> str:
+    """``node_column``, a column that can name the node that emitted each event; else a
+    :class:`MuseError`: not a column name, or ``type``, ``ts`` or ``id``, which have their own
+    meaning (``ts`` made a node of every timestamp; ``type`` one per type, and simulate then
+    lacked the type column)."""
+    if not isinstance(node_column, str) or not node_column:
+        raise MuseError(f"node_column must be a column name, got {node_column!r}")
+    if node_column in EVENT_COLUMNS:
+        raise MuseError(f"node_column {node_column!r} is the events' {EVENT_COLUMNS[node_column]} column: the "
+                        "node column must be another one, naming the node that emitted each event")
+    return node_column
+
+
 def node_rates(events, node_column: str = "node", time_unit: str = "s") -> pd.DataFrame:
     """Events per second of each type at each node over the events' time span: one row per
     (node, type) that occurs, sorted, with the columns ``node``, ``type``, ``events`` (how many)
     and ``rate`` (``events / span``); ``attrs["span_s"]`` holds the span (the latest ``ts`` minus
     the earliest) in seconds. What :meth:`Network.from_events` averages per type.
 
-    Raises :class:`MuseError` for a missing ``type``, ``ts`` or ``node_column`` column (naming
-    the columns there are), no events, a null type or node (naming the first such row) and
+    Raises :class:`MuseError` for a ``node_column`` that :func:`check_node_column` refuses, a
+    missing ``type``, ``ts`` or ``node_column`` column (naming the columns there are), no events, a null type or node (naming the first such row) and
     events that all have the same timestamp (no span to measure a rate over)."""
     import pyarrow as pa
 
@@ -251,8 +268,7 @@ def node_rates(events, node_column: str = "node", time_unit: str = "s") -> pd.Da
         events = frame_from_arrow(pa.table(events))
     if not isinstance(events, pd.DataFrame):
         raise MuseError(f"events must be a pandas DataFrame or an Arrow table, got {type(events).__name__}")
-    if not isinstance(node_column, str) or not node_column:
-        raise MuseError(f"node_column must be a column name, got {node_column!r}")
+    check_node_column(node_column)
     columns = ", ".join(map(repr, map(str, events.columns))) or "none"
     if node_column not in events.columns:
         raise MuseError(f"the events have no node column {node_column!r} naming the node that "

@@ -22,7 +22,7 @@ from ..errors import EventError, is_finite_positive
 from ..events import TimeFormat
 from .errors import MuseError
 from .graph import Plan, Vertex
-from .network import Network
+from .network import Network, check_node_column
 from .query import Query, as_queries
 
 
@@ -215,8 +215,7 @@ def _check_streams(plan: Plan, streams: pd.DataFrame, node_column: str = "node",
 
     if not isinstance(streams, pd.DataFrame):
         raise MuseError(f"streams must be a pandas DataFrame, got {type(streams).__name__}")
-    if not isinstance(node_column, str) or not node_column:
-        raise MuseError(f"node_column must be a column name, got {node_column!r}")
+    check_node_column(node_column)
     for col in ("type", "ts", node_column):
         if col not in streams.columns:
             what = " (the origin node of each event)" if col == node_column else ""

@@ -82,7 +82,7 @@ def add_bench_arguments(b: argparse.ArgumentParser) -> None:
 def cmd_run(args) -> int:
     from rich.console import Console
 
-    from ..cli import print_table, read_rules, warn_absent_types
+    from ..cli import event_types, print_table, read_rules, warn_absent_types
     from ..io import read_events, write_output
     from .engine import HybridEngine
 
@@ -94,8 +94,7 @@ def cmd_run(args) -> int:
     # (a file, rule or event error is cep-gpu's one line and exit 1, as for run: cli.run_command)
     rules = read_rules(args.rules)
     events = read_events(args.events)
-    if "type" in events.columns:
-        warn_absent_types(args.prog, rules, events["type"].astype(str).unique(), args.events)
+    warn_absent_types(args.prog, rules, event_types(events), args.events)
     eng = HybridEngine(rules, units=args.units, allocation=args.allocation, dynamic=not args.no_dynamic,
                        fusion=not args.no_fusion, time_unit=args.time_unit)
     try:

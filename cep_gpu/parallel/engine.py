@@ -184,30 +184,23 @@ class HybridEngine:
         if not isinstance(complete, bool):
             raise ArgumentError(f"complete must be True or False, got {complete!r}")
         df = _frame_of(events)
-        table = _compat.ingest(df, self.time_unit, self._strings)
-        # detect's check (Engine's call when not complete); before anything changes here
-        _compat.check_schema(self.rules, table, require_attributes=complete)
+        # every check comes before the first change: a refused publish leaves the engine as it
+        # was (its count and default ids, ts dtype, store, calibration, and strings)
+        n_strings = len(self._strings)
+        try:
+            table = _compat.ingest(df, self.time_unit, self._strings)
+            time_now, specs, store = self._check(table, complete)
+        except BaseException:
+            self._strings.truncate(n_strings)
+            raise
         if "id" not in df.columns:
             table.ids = table.ids + self._published
-        # the first publish with rows fixes the output's ts dtype (as Engine's; docs/api.md)
-        time_now = stream_time(self._time, table.time, table.ts)
-        if len(table) and self._newest is not None and int(table.ts[0]) < self._newest:
-            raise LateEventError("events must be published in timestamp order: an event at "
-                                 f"{table.time.from_ns(table.ts[:1])[0]} came after a later one")
-        # (set once the publish is accepted: a refused one leaves the stream's ts dtype as it was)
         self._time = time_now
         time_fmt = self._time or table.time
-        self._published += len(table)
         if self._rt is None:
-            self._start(table)
+            self._start(table, specs, store)
+        self._published += len(table)
         store, rt = self._store, self._rt
-        # kinds of the attributes that hold values (an all-null column has no kind)
-        kinds = {k: kind for k, (kind, _, ok) in store.columns.items() if ok.any()}
-        kinds.update({k: c.kind for k, c in table.columns.items() if c.valid.any()})
-        for spec in self._specs:
-            problem = string_compare_error(spec, kinds)
-            if problem is not None:
-                raise problem
         t0 = time.perf_counter()
         rows = store.append(table)
         arrow = output == "arrow"
@@ -381,6 +374,29 @@ class HybridEngine:
 
     # -- internals -----------------------------------------------------------------------------
 
+    def _check(self, table, complete: bool) -> tuple[_compat.TimeFormat | None, list[ChainSpec], Store]:
+        """Raise what a publish of ``table`` would be refused for; else the stream's time format
+        after it, the compiled rules and the store (a new, empty one before the first publish)
+        it would go to. Changes nothing."""
+        # detect's check (Engine's call when not complete)
+        _compat.check_schema(self.rules, table, require_attributes=complete)
+        # the first publish with rows fixes the output's ts dtype (as Engine's; docs/api.md)
+        time_now = stream_time(self._time, table.time, table.ts)
+        if len(table) and self._newest is not None and int(table.ts[0]) < self._newest:
+            raise LateEventError("events must be published in timestamp order: an event at "
+                                 f"{table.time.from_ns(table.ts[:1])[0]} came after a later one")
+        specs = self._specs if self._specs is not None else compile_rules(self.rules, table.time.scale_ns())
+        store = self._store if self._store is not None else Store(specs[0].attributes)
+        # kinds of the attributes that hold values (an all-null column has no kind)
+        kinds = {k: kind for k, (kind, _, ok) in store.columns.items() if ok.any()}
+        kinds.update({k: c.kind for k, c in table.columns.items() if c.valid.any()})
+        for spec in specs:
+            problem = string_compare_error(spec, kinds)
+            if problem is not None:
+                raise problem
+        store.check(table)
+        return time_now, specs, store
+
     def _output_job(self, held: list[list[np.ndarray]], table, arrow: bool) -> OutputJob:
         """The composite events of ``held`` as an :class:`OutputJob` of parts (:func:`output_parts`)."""
         results = [np.concatenate(h) if h else np.empty((0, spec.length), np.int64)
@@ -391,8 +407,8 @@ class HybridEngine:
         return np.array([table.strings.encode_one(s) for s in specs[0].string_consts] if specs else [],
                         dtype=np.float64)
 
-    def _start(self, table) -> None:
-        specs = compile_rules(self.rules, table.time.scale_ns())
+    def _start(self, table, specs: list[ChainSpec], store: Store) -> None:
+        """Calibrate on the first publish's events and start the units."""
         self._specs = specs
         strcodes = self._strings_for(table, specs)
         if self._given_stats is not None:
@@ -408,7 +424,7 @@ class HybridEngine:
         if self.batch_size is None:
             self.batch_size = auto_batch(self.chunk_size, max(s.length for s in specs), self.units)
         groups, per_agent = self._layout(specs, chain_stats)
-        self._store = Store(specs[0].attributes)
+        self._store = store
         self._rt = Runtime(specs, self._store, Layout(groups, per_agent, self.units), [strcodes] * len(specs),
                            dynamic=self.dynamic, batch_size=self.batch_size, jitter=self._jitter, seed=self._seed,
                            splitters=self.splitters)

@@ -87,8 +87,27 @@ class Store:
         self.columns: dict[str, tuple[str, np.ndarray, np.ndarray]] = {}
         self.type_names: list[str] = []
 
+    def check(self, table) -> None:
+        """The ``EventError`` :meth:`append` would raise for ``table``, before anything changes:
+        integers beyond 2**53 in an attribute the conditions read, or an attribute whose values
+        are of another kind than before (ints and floats mix, as floats)."""
+        for name in self.index:
+            col = table.columns.get(name)
+            if col is not None and col.kind == "int" and len(col.values) and \
+                    np.abs(col.values[col.valid]).max(initial=0) > 2**53:
+                raise EventError(f"attribute {name!r}: integers beyond 2**53 cannot be compared "
+                                 "exactly by the parallel engine")
+        for name, col in table.columns.items():
+            have = self.columns.get(name)
+            if have is None or not have[2].any() or not col.valid.any() or have[0] == col.kind:
+                continue  # new, so far all null, all null here, or the same kind
+            if not {have[0], col.kind} <= {"int", "float"}:
+                raise EventError(f"attribute {name!r} holds {have[0]} values and now {col.kind} values")
+
     def append(self, table) -> np.ndarray:
-        """Append an ingested batch (an ``EventTable``); returns its absolute rows."""
+        """Append an ingested batch (an ``EventTable``); returns its absolute rows. A batch
+        :meth:`check` refuses changes nothing."""
+        self.check(table)
         k = len(table)
         remap = np.array([self._type_code(t) for t in table.type_names] or [0], np.int32)
         self.ts = np.concatenate([self.ts, table.ts])
@@ -101,9 +120,6 @@ class Store:
             if col is None:
                 continue
             v = col.values
-            if col.kind == "int" and len(v) and np.abs(v[col.valid]).max(initial=0) > 2**53:
-                raise EventError(f"attribute {name!r}: integers beyond 2**53 cannot be compared "
-                                 "exactly by the parallel engine")
             vals[j] = v.astype(np.float64)
             valid[j] = col.valid & ~np.isnan(vals[j]) if col.kind == "float" else col.valid
         self.vals = np.concatenate([self.vals, vals], axis=1)
@@ -119,12 +135,9 @@ class Store:
                 kind, values, ok = col.kind, np.zeros(old_n, col.values.dtype), np.zeros(old_n, bool)
             else:
                 kind, values, ok = have
-            if kind != col.kind:
-                if {kind, col.kind} <= {"int", "float"}:
-                    kind = "float"
-                    values = values.astype(np.float64)
-                else:
-                    raise EventError(f"attribute {name!r} holds {kind} values and now {col.kind} values")
+            if kind != col.kind:  # ints and floats (check refused the rest)
+                kind = "float"
+                values = values.astype(np.float64)
             self.columns[name] = (kind, np.concatenate([values, col.values.astype(values.dtype)]),
                                   np.concatenate([ok, col.valid]))
         for name, (kind, values, ok) in list(self.columns.items()):

@@ -133,6 +133,7 @@ def cmd_run(args) -> int:
     from ..cli import (
         argument,
         check_outputs,
+        event_types,
         print_table,
         progress_bar,
         read_rules,
@@ -158,7 +159,7 @@ def cmd_run(args) -> int:
         get_backend(args.backend)
     rules = read_rules(args.rules)
     events = _read_events(args.events)
-    warn_absent_types(args.prog, rules, events["type"].astype(str).unique(), args.events)
+    warn_absent_types(args.prog, rules, event_types(events), args.events)
     if not len(events):
         raise UsageError("events", f"{args.events} holds no event")
     costs = (CostModel(default=1e-3 if args.cost is None else args.cost,
@@ -170,24 +171,26 @@ def cmd_run(args) -> int:
         engine = SheddingEngine(rules, shedder, backend=args.backend, time_unit=args.time_unit, mode=args.mode,
                                 cost_model=costs)
 
-    def arrival_of(frame, ts_ns=None):
+    def arrival_of(frame, path, ts_ns=None):
         if args.arrival:
             if args.arrival not in frame.columns:
                 raise UsageError("--arrival", f"no column {args.arrival!r} in the events (columns: "
                                               f"{', '.join(map(str, frame.columns))})")
-            return frame[args.arrival].to_numpy()  # (SheddingEngine checks them: numbers of seconds)
+            if ts_ns is None:
+                ts_ns = times_ns(frame["ts"], UNIT_NS[args.time_unit])
+            return arrival_column(frame[args.arrival], path, ts_ns)
         if args.speedup:
             sec = (times_ns(frame["ts"], UNIT_NS[args.time_unit]) if ts_ns is None else ts_ns) / 1e9
             return (sec - sec.min()) / args.speedup
         return None
 
     ts_ns = times_ns(events["ts"], UNIT_NS[args.time_unit])  # (once: the warm-up's order and the arrivals)
-    arr = arrival_of(events, ts_ns)
+    arr = arrival_of(events, args.events, ts_ns)
     if args.sample:
         sample = _read_events(args.sample)
         if not len(sample):  # (was the engine's 'events is empty', without the option or the file)
             raise UsageError("--sample", f"{args.sample} holds no event")
-        engine.warm_up(sample, arrival_of(sample))
+        engine.warm_up(sample, arrival_of(sample, args.sample))
     else:
         n = args.warmup or max(1, min(len(events) // 10, 10_000))
         if n > len(events):
@@ -211,6 +214,45 @@ def cmd_run(args) -> int:
     else:
         print_table(found, args.limit)
     return 0
+
+
+def arrival_column(column, path: str, ts_ns):
+    """The ``--arrival`` column ``column`` of the event file ``path`` (timestamps ``ts_ns``) as
+    float64 seconds, or a :class:`UsageError` naming the option, the column, the row and the
+    value: a value that is not a finite number (a text value was the engine's ``could not convert
+    string to float: 'C'``, naming neither), or arrivals that go back in timestamp order."""
+    import math
+
+    import numpy as np
+    import pandas as pd
+
+    def number(v) -> bool:
+        try:
+            return math.isfinite(float(v))
+        except (TypeError, ValueError):
+            return False
+
+    name = column.name
+    try:
+        arr = np.asarray(column, np.float64)
+        bad = np.flatnonzero(~np.isfinite(arr))
+    except (TypeError, ValueError):
+        arr, bad = None, np.flatnonzero([not number(v) for v in column.to_numpy(object)])
+    if len(bad):
+        row = int(bad[0])
+        value = column.iloc[row]
+        value = value.item() if isinstance(value, np.generic) else value
+        what = "is null (or NaN)" if pd.isna(value) else f"holds {value!r}"
+        raise UsageError("--arrival", f"column {name!r} of {path} {what} at row {row}: "
+                                      "arrival times must be finite numbers of seconds")
+    order = np.argsort(ts_ns, kind="stable")
+    back = np.flatnonzero(np.diff(arr[order]) < 0)
+    if len(back):  # (the engine's check, which named neither the option nor a row)
+        i, j = int(order[back[0]]), int(order[back[0] + 1])
+        raise UsageError("--arrival", f"column {name!r} of {path}: row {j} arrives at {arr[j]:g} s, before "
+                                      f"row {i} ({arr[i]:g} s), whose timestamp is not later: arrival times "
+                                      "must not decrease in timestamp order")
+    return arr
 
 
 def _read_events(path: str):
