@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -317,7 +319,9 @@ def test_engine_runs_in_arrow_udfs_only(spark, events, partition_by):  # noqa: F
 def _no_job_runs(spark, call):  # noqa: F811
     """Run ``call`` in its own job group and return the ids of the Spark jobs it started."""
     sc = spark.sparkContext
-    group = "cep-validate"
+    # a group of its own: the status tracker keeps a group's jobs, and a call that starts jobs
+    # (check_ids=True) must not show up in a later test's list
+    group = f"cep-validate-{uuid.uuid4().hex}"
     sc.setJobGroup(group, "validation must not start jobs")
     try:
         call()
