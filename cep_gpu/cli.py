@@ -1,7 +1,8 @@
 """The ``cep-gpu`` command line.
 
     cep-gpu run RULES EVENTS [--backend auto] [--out FILE] [--time-unit s] [--max-batch-latency S]
-    cep-gpu explain RULES [EVENTS] [--backend auto] [--time-unit s]
+                 [--type-column NAME] [--ts-column NAME] [--id-column NAME]
+    cep-gpu explain RULES [EVENTS] [--backend auto] [--time-unit s] [--type-column NAME] ...
     cep-gpu bench WORKLOAD ...      (see ``cep-gpu bench --help``)
     cep-gpu calibrate ...
     cep-gpu spark RULES EVENTS --master URL --out DIR
@@ -113,6 +114,43 @@ def nonempty_path(text: str) -> str:
     if not text.strip():
         raise argparse.ArgumentTypeError(f"expected a path, got {text!r}")
     return text
+
+
+def column_name(text: str) -> str:
+    """An argparse type: the name of a column (``--type-column ''`` named none)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"expected a column name, got {text!r}")
+    return text
+
+
+#: what each engine column holds, for the options' help
+_COLUMN_HELP = {"type": "event type names", "ts": "timestamps", "id": "event ids"}
+
+
+def add_column_options(parser: argparse.ArgumentParser, files: str = "the event file") -> None:
+    """Add ``--type-column``, ``--ts-column`` and ``--id-column`` to a subcommand that reads
+    event files (``files``: which ones, for the help): the columns of the user's file read as
+    ``type``, ``ts`` and ``id``. :func:`event_columns` gives them to ``cep_gpu.io.read_table``,
+    which renames on read; the output keeps the engine's columns (``rule``, ``ts``, ``ids``)."""
+    from .io import COLUMN_OPTIONS
+
+    for target, option in COLUMN_OPTIONS.items():
+        parser.add_argument(option, type=column_name, default=None, metavar="NAME",
+                            help=f"the column of {files} holding the {_COLUMN_HELP[target]} "
+                            f"(default: {target})")
+
+
+def event_columns(args: argparse.Namespace) -> dict[str, str]:
+    """The column mapping of :func:`add_column_options`' options as given (``{engine name: file
+    column}``; an option not given is not in it), for ``cep_gpu.io.read_table(path, columns)``."""
+    from .io import COLUMN_OPTIONS
+
+    out = {}
+    for target, option in COLUMN_OPTIONS.items():
+        value = getattr(args, option.lstrip("-").replace("-", "_"), None)
+        if value is not None:
+            out[target] = value
+    return out
 
 
 def writable(option: str, path: str | Path, *, folder: bool = False, of: str | Path | None = None) -> Path:
@@ -282,6 +320,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--max-matches", type=at_least(1), default=None, metavar="N",
                      help="Kleene closure: the most matches a rule's sets may be estimated to produce "
                      "(default cep_gpu.kleene.DEFAULT_MAX_MATCHES; docs/language.md)")
+    add_column_options(run)
     set_command(run, cmd_run)
 
     explain = sub.add_parser("explain", help="show how rules are compiled and planned")
@@ -294,6 +333,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-batch-latency", type=_latency, default=None, metavar="SECONDS",
         help="as for run (default: unbounded, one batch per rule, which is what run does)",
     )
+    add_column_options(explain, "EVENTS")
     set_command(explain, cmd_explain)
 
     _add_optional(sub, "cep_gpu.benchmarks.cli", ("add_bench_parser", "add_calibrate_parser"))
@@ -414,7 +454,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     rules = read_rules(args.rules)
     backend = backend_for(args.backend, args.max_batch_latency, private=True)
     t0 = time.perf_counter()
-    events = read_table(args.events)
+    events = read_table(args.events, event_columns(args))
     big = events.num_rows > PROGRESS_THRESHOLD
     with progress_bar(console, big) as progress, limit_or_default(args.max_matches):
         task = progress.add_task("ingest", total=len(rules) + 2)
@@ -443,8 +483,12 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_explain(args: argparse.Namespace) -> int:
     from . import Engine
-    from .io import read_table
+    from .io import COLUMN_OPTIONS, read_table
 
+    given = event_columns(args)
+    if given and not args.events:  # ignored without a word, the user would think them read
+        raise UsageError(COLUMN_OPTIONS[next(iter(given))], "names a column of the events: "
+                         "give EVENTS (cep-gpu explain RULES EVENTS ...)")
     rules = read_rules(args.rules)
     # explain what `run` does: run is a batch call, unbounded unless --max-batch-latency is given
     # (an Engine's own default, 0, is for streaming publish calls)
@@ -454,7 +498,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
         from .detect import check_schema
         from .events import EventTable
 
-        events = read_table(args.events)
+        events = read_table(args.events, event_columns(args))
         warn_absent_types(args.prog, rules, event_types(events), args.events)
         # what run refuses on these events (an attribute none of them has, a string ordered with
         # '<'), explain refuses too: it explained such a run as if it would go

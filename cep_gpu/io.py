@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -11,10 +12,15 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from .errors import EventError
+from .errors import ArgumentError, EventError, UsageError
 from .events import frame_from_arrow
 
 FORMATS = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
+
+#: The engine's names of the event columns, each with the command-line option that names the
+#: column of a user's file to read as it (``cep-gpu run --type-column kind``): the ``columns``
+#: mapping of :func:`read_table`, ``{engine name: file column}``.
+COLUMN_OPTIONS = {"type": "--type-column", "ts": "--ts-column", "id": "--id-column"}
 
 
 def file_format(path: str | Path) -> str:
@@ -25,33 +31,91 @@ def file_format(path: str | Path) -> str:
     return FORMATS[suffix]
 
 
-def read_table(path: str | Path) -> pa.Table:
+def column_renames(names: Sequence[str], columns: Mapping[str, str] | None,
+                   source: str | Path) -> dict[str, str]:
+    """``{file column: engine name}``: the renames that read the event file ``source``, whose
+    columns are ``names``, with ``columns`` (``{engine name: file column}``, e.g. ``{"type":
+    "kind", "ts": "time"}``; the engine names are those of :data:`COLUMN_OPTIONS`; None: none).
+    Every subcommand's ``--type-column``/``--ts-column``/``--id-column`` come here, and so does
+    the Spark path, which renames a Spark DataFrame.
+
+    A :class:`~cep_gpu.errors.UsageError` naming the option: a given column that ``source``
+    lacks (the message lists the columns it has) or has twice, one column given to two options,
+    or an engine name that another column of ``source`` already has (``--type-column kind`` on a
+    file with a ``type`` column too: which one holds the types is not known)."""
+    if not columns:
+        return {}
+    unknown = sorted(set(columns) - set(COLUMN_OPTIONS))
+    if unknown:
+        raise ArgumentError(f"columns: unknown event column(s) {', '.join(map(repr, unknown))}; "
+                            f"map {', '.join(map(repr, COLUMN_OPTIONS))}")
+    names = [str(n) for n in names]
+    renames: dict[str, str] = {}
+    for target, name in columns.items():
+        option = COLUMN_OPTIONS[target]
+        count = names.count(name)
+        if not count:
+            raise UsageError(option, f"{source} has no column {name!r} (its columns: "
+                             f"{', '.join(map(repr, names))})")
+        if count > 1:
+            raise UsageError(option, f"{source} has {count} columns named {name!r}")
+        if name in renames:
+            raise UsageError(option, f"column {name!r} is given to {COLUMN_OPTIONS[renames[name]]} "
+                             "too: give each option its own column")
+        renames[name] = target
+    for name, target in renames.items():
+        # a column that already has the name, unless it is renamed itself (a swap is fine)
+        if name != target and target in names and target not in renames:
+            raise UsageError(COLUMN_OPTIONS[target], f"{source} has a column {target!r} besides "
+                             f"{name!r}, the column given: both would be {target!r}; rename or drop "
+                             f"the column {target!r} in the file")
+    return {name: target for name, target in renames.items() if name != target}
+
+
+def rename_columns(table: pa.Table, renames: Mapping[str, str]) -> pa.Table:
+    """``table`` with the columns renamed by ``renames`` (:func:`column_renames`): a new schema
+    over the same column data, which is not copied."""
+    if not renames:
+        return table
+    return table.rename_columns([renames.get(n, n) for n in table.column_names])
+
+
+def read_table(path: str | Path, columns: Mapping[str, str] | None = None) -> pa.Table:
     """Events from a CSV or Parquet file (a directory of Parquet files works too) as an Arrow
     table, which ``detect`` and ``EventTable.from_arrow`` read without a pandas frame.
 
     Parquet string columns are read dictionary-encoded, as they are stored: the engine takes
     their codes, with no Python string per row. The files of a directory are joined column by
     column (:func:`_joined_schema`). A ``ts`` column of dates is read as datetimes at midnight.
+
+    ``columns``: ``{engine name: file column}`` for a file whose columns of event types,
+    timestamps or ids have other names (``{"type": "kind"}``), renamed on read
+    (:func:`column_renames`, which names a bad mapping's option; for Parquet, checked against
+    the schema before any data is read); the table has ``type``, ``ts`` and ``id`` then.
     """
     path = Path(path)
     if not path.exists():
         raise EventError(f"{path}: no such file")
     if not path.is_dir() and file_format(path) == "csv":
-        return _dates_as_datetimes(_read_csv(path))
+        table = _read_csv(path, (columns or {}).get("type", "type"))
+        return _dates_as_datetimes(rename_columns(table, column_renames(table.column_names, columns, path)))
     try:
         if path.is_dir():
             dataset = pq.ParquetDataset(path)
             if not dataset.fragments:
                 raise EventError(f"{path}: the folder holds no Parquet file")
             schema = _joined_schema(path, dataset)
+            renames = column_renames(schema.names, columns, path)
             try:
                 table = pq.read_table(path, schema=schema)
             except pa.ArrowInvalid as exc:  # a value that the joined type cannot hold
                 raise _cast_error(path, dataset, schema) or exc from None
-            return _dates_as_datetimes(table)
+            return _dates_as_datetimes(rename_columns(table, renames))
         schema = pq.ParquetDataset(path).schema
+        renames = column_renames(schema.names, columns, path)
         strings = [f.name for f in schema if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)]
-        return _dates_as_datetimes(pq.read_table(path, read_dictionary=strings))
+        table = pq.read_table(path, read_dictionary=strings)
+        return _dates_as_datetimes(rename_columns(table, renames))
     except (pa.ArrowException, OSError) as exc:
         # a damaged file (its footer or its pages): pyarrow's message names neither file nor folder
         raise EventError(f"{path}: cannot read the Parquet data: {exc}") from None
@@ -67,7 +131,7 @@ _BOMS = (
 )
 
 
-def _read_csv(path: Path) -> pa.Table:
+def _read_csv(path: Path, type_column: str = "type") -> pa.Table:
     with path.open("rb") as f:  # the first bytes only, not the whole file
         head = f.read(4096)
     for bom, encoding in _BOMS:  # pyarrow reads UTF-8 only
@@ -87,11 +151,11 @@ def _read_csv(path: Path) -> pa.Table:
                              f"{col[row].as_py()!r}; save the file as UTF-8")
         if pa.types.is_floating(col.type):
             _check_integers(path, name, col)
-    if "type" in table.column_names and pa.types.is_string(table.schema.field("type").type):
+    if table.column_names.count(type_column) == 1 and pa.types.is_string(table.schema.field(type_column).type):
         # an empty field of a text column is "" (a number column's is null): no type name
-        row = pc.index(table.column("type"), "").as_py()
+        row = pc.index(table.column(type_column), "").as_py()
         if row >= 0:
-            raise EventError(f"{path}: column 'type' is empty at row {row}: every event needs a type")
+            raise EventError(f"{path}: column {type_column!r} is empty at row {row}: every event needs a type")
     return table
 
 
@@ -228,10 +292,10 @@ def _joined_schema(path: Path, dataset: pq.ParquetDataset) -> pa.Schema:
     return pa.schema([pa.field(n, t) for n, (t, _) in fields.items()] + partitions)
 
 
-def read_events(path: str | Path) -> pd.DataFrame:
-    """:func:`read_table` as a pandas frame; strings come back as categoricals (see
-    :func:`cep_gpu.events.frame_from_arrow`)."""
-    return frame_from_arrow(read_table(path))
+def read_events(path: str | Path, columns: Mapping[str, str] | None = None) -> pd.DataFrame:
+    """:func:`read_table` (``columns`` too) as a pandas frame; strings come back as categoricals
+    (see :func:`cep_gpu.events.frame_from_arrow`)."""
+    return frame_from_arrow(read_table(path, columns))
 
 
 def write_output(out: pd.DataFrame | pa.Table, path: str | Path) -> None:

@@ -2,7 +2,7 @@
 
     cep-gpu spark RULES EVENTS --master URL --out DIR [--backend auto] [--partition-by COL]
                   [--slices N] [--slicing auto] [--time-unit s] [--rapids] [--conf KEY=VALUE ...]
-                  [--no-plot]
+                  [--no-plot] [--type-column NAME] [--ts-column NAME] [--id-column NAME]
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from pathlib import Path
 from cep_gpu.cli import (
     BACKENDS,
     UsageError,
+    add_column_options,
     at_least,
     nonempty_path,
     outside_input,
@@ -57,6 +58,7 @@ def add_spark_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--no-check-ids", action="store_true",
                    help="skip the Spark job that refuses an id two rows share (ids unique by construction; "
                         "detect_spark(check_ids=False), docs/spark.md)")
+    add_column_options(p, "EVENTS")
     set_command(p, spark_main)
     return p
 
@@ -79,8 +81,13 @@ NANOS_HINT = (
 )
 
 
-def spark_readable(events: str, out_dir: Path) -> str:
+def spark_readable(events: str, out_dir: Path, columns: dict[str, str] | None = None) -> str:
     """``events`` as a Parquet path Spark can read.
+
+    ``columns``: ``cep_gpu.io.read_table``'s mapping of the file's columns to ``type``, ``ts``
+    and ``id`` (``--type-column`` ...). A converted file has them renamed already; a local
+    Parquet input that is not converted has the mapping checked against its schema here, before
+    Spark starts, and :func:`rename_columns` renames the DataFrame Spark reads.
 
     Spark reads neither nanosecond Parquet timestamps (pandas' default) nor, through this command,
     CSV. A local CSV file, or local Parquet with ``timestamp[ns]`` columns, is converted once with
@@ -93,7 +100,7 @@ def spark_readable(events: str, out_dir: Path) -> str:
     import pyarrow as pa
 
     from cep_gpu.errors import EventError
-    from cep_gpu.io import read_table
+    from cep_gpu.io import column_renames, read_table
 
     local = events[len("file://"):] if events.startswith("file://") else events
     if "://" in local:
@@ -108,8 +115,9 @@ def spark_readable(events: str, out_dir: Path) -> str:
         except (pa.ArrowInvalid, OSError) as err:
             raise EventError(f"{events}: not a Parquet file or directory ({err})") from None
         if not any(pa.types.is_timestamp(f.type) and f.type.unit == "ns" for f in schema):
+            column_renames(schema.names, columns, events)  # a bad mapping before Spark starts
             return events
-    table = read_table(path)
+    table = read_table(path, columns)
     if "ts" in table.column_names:
         t = table.schema.field("ts").type
         if not (pa.types.is_timestamp(t) or pa.types.is_integer(t) or pa.types.is_floating(t)):
@@ -137,6 +145,16 @@ def spark_readable(events: str, out_dir: Path) -> str:
     return str(target)
 
 
+def rename_columns(df, columns: dict[str, str] | None, source: str):
+    """The Spark DataFrame ``df`` read from ``source`` with its columns renamed by ``columns``
+    (``cep_gpu.io.read_table``'s mapping, checked by the same :func:`cep_gpu.io.column_renames`:
+    the same errors as every other subcommand). A rename in the plan: no data is read."""
+    from cep_gpu.io import column_renames
+
+    renames = column_renames(df.columns, columns, source)
+    return df.toDF(*[renames.get(c, c) for c in df.columns]) if renames else df
+
+
 def spark_main(args: argparse.Namespace) -> int:
     """Run the job described by the parsed ``args``; returns the exit status."""
     extra_conf = parse_conf(args.conf)  # a bad argument before any file is read
@@ -147,7 +165,7 @@ def spark_main(args: argparse.Namespace) -> int:
                 outside_input("--out", args.out, source, what)
     from rich.console import Console
 
-    from cep_gpu.cli import read_rules
+    from cep_gpu.cli import event_columns, read_rules
     from cep_gpu.errors import EventError
 
     from .job import run_job, session, summary_table
@@ -159,12 +177,16 @@ def spark_main(args: argparse.Namespace) -> int:
         raise EventError(f"{events_path}: no such Parquet/CSV file or directory")
     conf = rapids_conf() if args.rapids else {}
     conf.update(extra_conf)
-    readable = spark_readable(events_path, Path(args.out))
+    columns = event_columns(args)
+    readable = spark_readable(events_path, Path(args.out), columns)
     spark = session(args.master, "cep-gpu spark", conf)
     try:
+        source = readable
+        if columns and readable == events_path:  # (a converted file has the engine's names already)
+            source = rename_columns(spark.read.parquet(readable), columns, events_path)
         result = run_job(
             spark,
-            readable,
+            source,
             rules,
             args.out,
             backend=args.backend,

@@ -807,3 +807,188 @@ def test_check_outputs_takes_its_inputs_as_pairs(tmp_path):
         check_outputs({"--out": a}, [("rule", None), ("events", a), ("sample", a)])  # the first, in order
     with pytest.raises(TypeError, match=r"\(what, path\) pairs, not a mapping"):
         check_outputs({"--out": out}, {"events": a})
+
+
+# -- --type-column, --ts-column, --id-column: a user's own column names ---------------------------
+
+UP = "define Up pattern SEQ(A a, B b) where a.x < b.x within 2 s\n"
+
+
+def _user_events(n: int = 60):
+    """Events whose ids are not their rows (so that reading ``id`` from another column shows)."""
+    import numpy as np
+
+    rng = np.random.default_rng(5)
+    return pd.DataFrame({"type": rng.choice(["A", "B", "C"], n), "ts": np.arange(n) * 0.25,
+                         "id": rng.permutation(np.arange(1000, 1000 + 3 * n))[:n],
+                         "x": rng.integers(0, 10, n)})
+
+
+USER_NAMES = {"type": "kind", "ts": "time", "id": "eid"}
+COLUMN_ARGS = ["--type-column", "kind", "--ts-column", "time", "--id-column", "eid"]
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".parquet"])
+def test_run_reads_a_files_own_column_names_and_writes_the_engines(tmp_path, capsys, suffix):
+    ev = _user_events()
+    rules = tmp_path / "up.txt"
+    rules.write_text(UP)
+    std, mine = tmp_path / f"std{suffix}", tmp_path / f"mine{suffix}"
+    for frame, path in ((ev, std), (ev.rename(columns=USER_NAMES), mine)):
+        frame.to_csv(path, index=False) if suffix == ".csv" else frame.to_parquet(path, index=False)
+    rc, _, err = run_cli(capsys, "run", rules, mine, "--backend", "reference", "--out", tmp_path / "o.csv")
+    assert rc == 1 and "no 'type' column" in err  # the file as it is: the engine's names are missing
+    rc, _, err = run_cli(capsys, "run", rules, mine, "--backend", "reference", *COLUMN_ARGS,
+                         "--out", tmp_path / "o.csv")
+    assert rc == 0, err
+    rc, _, err = run_cli(capsys, "run", rules, std, "--backend", "reference", "--out", tmp_path / "s.csv")
+    assert rc == 0, err
+    got = pd.read_csv(tmp_path / "o.csv")
+    assert list(got.columns) == ["rule", "ts", "ids"]  # the engine's output layout, not the file's names
+    assert (tmp_path / "o.csv").read_text() == (tmp_path / "s.csv").read_text()
+    want = cep_gpu.detect(ev, UP, backend="reference")
+    assert len(want) > 3
+    assert got["ids"].tolist() == [" ".join(map(str, i)) for i in want["ids"]]  # eid, not the rows
+    assert min(int(i) for text in got["ids"] for i in text.split()) >= 1000
+
+
+def test_columns_given_crosswise_are_renamed_at_once(tmp_path, capsys):
+    """A file whose ``ts`` column holds the types and ``type`` the times: a swap is no collision."""
+    ev = _user_events()
+    rules = tmp_path / "up.txt"
+    rules.write_text(UP)
+    ev.rename(columns={"type": "ts", "ts": "type"}).to_parquet(tmp_path / "x.parquet", index=False)
+    rc, out, err = run_cli(capsys, "run", rules, tmp_path / "x.parquet", "--backend", "reference",
+                           "--type-column", "ts", "--ts-column", "type", "--limit", "0")
+    assert rc == 0, err
+    assert f"{len(cep_gpu.detect(ev, UP, backend='reference'))} composite events from 60 events" in err
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".parquet"])
+@pytest.mark.parametrize("option", ["--type-column", "--ts-column", "--id-column"])
+def test_a_column_the_file_lacks_is_a_usage_error_naming_option_column_and_columns(tmp_path, capsys,
+                                                                                   suffix, option):
+    rules = tmp_path / "up.txt"
+    rules.write_text(UP)
+    path = tmp_path / f"ev{suffix}"
+    ev = _user_events(5)
+    ev.to_csv(path, index=False) if suffix == ".csv" else ev.to_parquet(path, index=False)
+    rc, out, err = run_cli(capsys, "run", rules, path, option, "nope")
+    assert rc == 2 and not out
+    assert err.strip() == (f"cep-gpu run: error: argument {option}: {path} has no column 'nope' "
+                           "(its columns: 'type', 'ts', 'id', 'x')")
+
+
+def test_a_parquet_mapping_is_checked_on_the_schema_before_any_data_is_read(tmp_path, monkeypatch):
+    import cep_gpu.io as io
+    from cep_gpu.errors import UsageError
+
+    path = tmp_path / "ev.parquet"
+    _user_events(5).to_parquet(path, index=False)
+
+    def no_data(*args, **kwargs):
+        raise AssertionError("the data was read")
+
+    monkeypatch.setattr(io.pq, "read_table", no_data)
+    with pytest.raises(UsageError, match="argument --ts-column: .* has no column 'time'"):
+        io.read_table(path, {"ts": "time"})
+
+
+def test_a_parquet_rename_shares_the_column_data(tmp_path):
+    """The rename is a new schema over the same Arrow buffers: no copy of the data."""
+    from cep_gpu.io import column_renames, rename_columns
+
+    table = pq.read_table(_parquet(tmp_path, _user_events().rename(columns=USER_NAMES)))
+    renamed = rename_columns(table, column_renames(table.column_names, USER_NAMES, "ev.parquet"))
+    assert renamed.column_names == ["type", "ts", "id", "x"]
+    for old, new in zip(table.columns, renamed.columns):
+        assert [b.address for c in old.chunks for b in c.buffers() if b is not None] == \
+               [b.address for c in new.chunks for b in c.buffers() if b is not None]
+
+
+def _parquet(tmp_path, frame):
+    path = tmp_path / "ev.parquet"
+    frame.to_parquet(path, index=False)
+    return path
+
+
+@pytest.mark.parametrize("extra, option, words", [
+    # the file has a `type` column besides the one given: which one holds the types is not known
+    (["--type-column", "kind"], "--type-column", "has a column 'type' besides 'kind', the column given: "
+                                                 "both would be 'type'; rename or drop the column 'type'"),
+    (["--id-column", "x"], "--id-column", "has a column 'id' besides 'x'"),
+    (["--type-column", "kind", "--ts-column", "kind"], "--ts-column",
+     "column 'kind' is given to --type-column too: give each option its own column"),
+])
+def test_a_mapping_that_collides_is_a_usage_error(tmp_path, capsys, extra, option, words):
+    rules = tmp_path / "up.txt"
+    rules.write_text(UP)
+    ev = _user_events(5)
+    ev["kind"] = ev["type"]
+    path = _parquet(tmp_path, ev)
+    rc, out, err = run_cli(capsys, "run", rules, path, *extra)
+    assert rc == 2 and not out
+    assert err.startswith(f"cep-gpu run: error: argument {option}: ") and words in err
+
+
+def test_explain_reads_the_columns_and_refuses_them_without_events(tmp_path, capsys):
+    rules = tmp_path / "up.txt"
+    rules.write_text(UP)
+    path = _parquet(tmp_path, _user_events().rename(columns=USER_NAMES))
+    rc, out, err = run_cli(capsys, "explain", rules, path, *COLUMN_ARGS)
+    assert rc == 0 and "Up" in out, err
+    rc, out, err = run_cli(capsys, "explain", rules, "--ts-column", "time")
+    assert rc == 2 and not out
+    assert "argument --ts-column: names a column of the events: give EVENTS" in err
+
+
+def test_a_csv_file_read_with_its_own_names_keeps_the_csv_checks(tmp_path):
+    """An empty type names the user's column; a column of dates given as ts is datetimes."""
+    from cep_gpu.errors import EventError
+    from cep_gpu.io import read_table
+
+    path = tmp_path / "ev.csv"
+    path.write_text("kind,day\nA,2024-01-01\n,2024-01-02\n")
+    with pytest.raises(EventError, match="column 'kind' is empty at row 1"):
+        read_table(path, {"type": "kind", "ts": "day"})
+    path.write_text("kind,day\nA,2024-01-01\nB,2024-01-02\n")
+    table = read_table(path, {"type": "kind", "ts": "day"})
+    assert table.column_names == ["type", "ts"] and str(table.schema.field("ts").type) == "timestamp[s]"
+
+
+#: every subcommand that reads an event file, with its required arguments
+EVENT_SUBCOMMANDS = [
+    ["run", "r", "e"], ["explain", "r", "e"], ["spark", "r", "e", "--out", "o"],
+    ["parallel", "run", "r", "e"], ["shedding", "run", "r", "e", "--latency-bound", "1"],
+    ["decompose", "r", "--units", "1", "--iota", "1", "--kappa", "1", "--sample", "e"],
+    ["decopa", "run", "p", "e"], ["muse", "network", "e"], ["muse", "plan", "q", "n"],
+    ["muse", "simulate", "q", "n", "e"],
+]
+
+
+@pytest.mark.parametrize("argv", EVENT_SUBCOMMANDS, ids=lambda a: " ".join(a[:2]))
+def test_every_subcommand_that_reads_events_has_the_column_options(argv):
+    from cep_gpu.cli import build_parser, event_columns
+
+    parser = build_parser()
+    args = parser.parse_args([*argv, "--type-column", "kind", "--ts-column", "time"])
+    assert event_columns(args) == {"type": "kind", "ts": "time"}
+    assert event_columns(parser.parse_args(argv)) == {}
+
+
+def test_spark_input_is_read_with_the_columns_given(tmp_path):
+    """`cep-gpu spark`: a converted file has the engine's names; a Parquet file Spark reads as it
+    is has the mapping checked on its schema before Spark starts."""
+    pytest.importorskip("pyspark")
+    from cep_gpu.errors import UsageError
+    from spark_udfs.cli import spark_readable
+
+    ev = _user_events().rename(columns=USER_NAMES)
+    csv_path = tmp_path / "ev.csv"
+    ev.to_csv(csv_path, index=False)
+    got = spark_readable(str(csv_path), tmp_path / "out", USER_NAMES)
+    assert pq.read_schema(got).names == ["type", "ts", "id", "x"]
+    ev.to_parquet(tmp_path / "ev.parquet", index=False)  # float ts: read by Spark as it is
+    assert spark_readable(str(tmp_path / "ev.parquet"), tmp_path / "out", USER_NAMES) == str(tmp_path / "ev.parquet")
+    with pytest.raises(UsageError, match="argument --id-column: .* has no column 'ids'"):
+        spark_readable(str(tmp_path / "ev.parquet"), tmp_path / "out", {"id": "ids"})

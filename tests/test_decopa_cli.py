@@ -299,3 +299,30 @@ def test_decompose_on_a_sample_without_the_rules_types_warns(tmp_path, capsys):
     assert rc == 0
     assert (f"cep-gpu decompose: warning: rule 'T' reads type 'MSFT', which no event in {sample} has "
             "(types: GOOG, IBM)") in err
+
+
+def test_decompose_sample_and_decopa_run_read_the_files_own_column_names(tmp_path, capsys):
+    import pandas as pd
+
+    events = fig2_events(300)
+    events.to_csv(tmp_path / "std.csv", index=False)
+    names = {"type": "what", "ts": "at"}
+    events.rename(columns=names).to_csv(tmp_path / "mine.csv", index=False)
+    rules = tmp_path / "q.rules"
+    rules.write_text(FIG2 + "\n")
+    opts = ["--type-column", "what", "--ts-column", "at"]
+    plans = tmp_path / "std.json", tmp_path / "mine.json"
+    assert run_cli(capsys, "decompose", rules, "--sample", tmp_path / "std.csv", *UNITS, "--json", plans[0])[0] == 0
+    rc, _, err = run_cli(capsys, "decompose", rules, "--sample", tmp_path / "mine.csv", *UNITS, *opts,
+                         "--json", plans[1])
+    assert rc == 0, err
+    assert plans[0].read_text() == plans[1].read_text()  # the same rates and selectivities measured
+    rc, _, err = run_cli(capsys, "decopa", "run", plans[1], tmp_path / "mine.csv", *opts, "--backend",
+                         "reference", "--out", tmp_path / "mine_out.csv")
+    assert rc == 0, err
+    assert run_cli(capsys, "run", rules, tmp_path / "std.csv", "--backend", "reference",
+                   "--out", tmp_path / "want.csv")[0] == 0
+    assert (tmp_path / "mine_out.csv").read_text() == (tmp_path / "want.csv").read_text()
+    assert len(pd.read_csv(tmp_path / "want.csv")) > 10
+    rc, out, err = run_cli(capsys, "decompose", rules, "--rates", "a=1,b=1,c=1", *UNITS, "--ts-column", "at")
+    assert rc == 2 and "argument --ts-column: names a column of the sample: give --sample EVENTS" in err

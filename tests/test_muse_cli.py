@@ -369,3 +369,26 @@ def test_a_selectivity_given_twice_is_a_usage_error(user_files, capsys, values):
     assert err.strip().splitlines() == [
         f"cep-gpu muse plan: error: argument --selectivity: {values[1]!r}: σ of these types given twice "
         f"(first {values[0]!r})"]
+
+
+def test_network_and_simulate_read_the_files_own_column_names(user_files, capsys):
+    import pandas as pd
+
+    d = user_files
+    names = {"type": "sensor", "ts": "seconds"}
+    pd.read_csv(d / "events.csv").rename(columns=names).to_csv(d / "mine.csv", index=False)
+    opts = ["--type-column", "sensor", "--ts-column", "seconds"]
+    assert main(["muse", "network", str(d / "events.csv"), "--out", str(d / "std.json")]) == 0
+    assert main(["muse", "network", str(d / "mine.csv"), *opts, "--out", str(d / "mine.json")]) == 0
+    assert (d / "mine.json").read_text() == (d / "std.json").read_text()
+    sim = ["muse", "simulate", str(d / "q.txt"), str(d / "net.json")]
+    assert main([*sim, str(d / "events.csv"), "--backend", "reference", "--out", str(d / "std.csv")]) == 0
+    assert main([*sim, str(d / "mine.csv"), *opts, "--backend", "reference", "--out", str(d / "mine.csv.out.csv")]) == 0
+    assert (d / "mine.csv.out.csv").read_text() == (d / "std.csv").read_text()
+    capsys.readouterr()
+    # the node column read as the types, and a column option without any event file: usage errors
+    rc, _, err = run_cli(capsys, *sim, d / "mine.csv", "--type-column", "node")
+    assert rc == 2 and ("argument --node-column: the column 'node' is given to --type-column too, which "
+                        "reads it as 'type': the nodes need a column of their own") in err
+    rc, _, err = run_cli(capsys, "muse", "plan", d / "q.txt", d / "net.json", "--ts-column", "seconds")
+    assert rc == 2 and "argument --ts-column: names a column of the events, and no event file is given" in err

@@ -155,6 +155,27 @@ def test_simulate_errors():
         muse.simulate("plan", events)
 
 
+def test_simulate_refuses_numbers_in_type_with_detects_error():
+    """Numbers in ``type`` matched no query's type name and were silently left out as types no
+    query reads (the command line refused them, through cli.event_types); now the API raises
+    detect's own EventError, word for word."""
+    net = muse.Network.from_dict({"nodes": {"a": ["A", "B"]}, "rates": {"A": 1.0, "B": 2.0}})
+    q = muse.Query.from_pattern("SEQ(A, B)", window=1.0)
+    plan = muse.place(q, net)
+    events = muse.generate_streams(net, [q], 5, seed=0)
+    mixed = events.astype({"type": object})
+    mixed.loc[3, "type"] = 7
+    numbers = events.assign(type=np.where(events["type"] == "A", 1, 2))
+    for bad in (mixed, numbers):
+        with pytest.raises(cep_gpu.EventError) as want:
+            cep_gpu.detect(bad.drop(columns=["node"]), "define Q pattern SEQ(A a, B b) within 1 s",
+                           backend="reference")
+        with pytest.raises(cep_gpu.EventError) as got:
+            muse.simulate(plan, bad, backend="reference")
+        assert str(got.value) == str(want.value) and "must hold strings" in str(got.value)
+    assert len(muse.simulate(plan, events, backend="reference").matches) > 0  # strings: fine
+
+
 def test_generate_streams_follows_the_rates():
     net = muse.Network.from_dict({"nodes": {"a": ["A", "B"], "b": ["B"]},
                                   "rates": {"A": 3.0, "B": 7.0}})

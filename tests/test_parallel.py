@@ -436,6 +436,36 @@ def test_hierarchies_late_events_and_closed_engine():
         run("magic", RULE, pd.DataFrame({"type": ["A"], "ts": [1.0]}))
 
 
+@pytest.mark.parametrize("units", [1, 2])
+@pytest.mark.parametrize("failure", [RuntimeError("injected"), KeyboardInterrupt()])
+def test_a_publish_that_fails_after_it_was_accepted_closes_the_engine(monkeypatch, units, failure):
+    """A failure while the units run (an internal error, Ctrl-C) left the events stored and
+    counted but the newest timestamp not updated: later publishes ran on that state. Now the
+    engine stops its threads and refuses every later publish, and flush, saying why."""
+    eng = HybridEngine(RULE, units=units)
+    eng.publish(pd.DataFrame({"type": ["A", "B"], "ts": [1.0, 2.0]}))
+    threads = list(eng._rt._threads)
+    assert threads and all(t.is_alive() for t in threads)
+
+    def fail(self):
+        raise failure
+
+    with monkeypatch.context() as m:
+        m.setattr(runtime.Runtime, "drain", fail)
+        with pytest.raises(type(failure)):
+            eng.publish(pd.DataFrame({"type": ["A", "B"], "ts": [3.0, 4.0]}))
+    assert not any(t.is_alive() for t in threads)  # the units were stopped
+    said = "injected" if isinstance(failure, RuntimeError) else ""
+    message = (rf"this HybridEngine failed in the middle of a publish \({type(failure).__name__}"
+               rf"(: {said})?\): .* create a new HybridEngine")
+    with pytest.raises(EngineClosedError, match=message):
+        eng.publish(pd.DataFrame({"type": ["A", "B"], "ts": [5.0, 6.0]}))
+    with pytest.raises(EngineClosedError, match=message):
+        eng.flush()
+    eng.close()  # still idempotent
+    assert eng.stats()["events"] == 4  # (what was stored, for a look at the failed engine)
+
+
 def test_string_ordering_is_rejected_like_detect():
     ev = pd.DataFrame({"type": ["A", "B"], "ts": [1.0, 2.0], "s": ["u", "v"]})
     rule = "define Q pattern SEQ(A a, B b) where a.s < b.s within 5 s"

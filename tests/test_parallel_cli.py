@@ -183,3 +183,21 @@ def test_too_many_units_is_a_usage_error(files, capsys):
     assert rc == 2 and not out
     assert err.strip().splitlines()[-1] == (
         "cep-gpu parallel run: error: argument --units: must be at most 1024 (one thread each), got 2000")
+
+
+def test_run_reads_a_files_own_column_names(files, capsys):
+    """--type-column/--ts-column/--id-column (cep_gpu.io.read_table): the same rows as the file with
+    the engine's names; the ids are the given column's."""
+    d, ev = files
+    ev = ev.assign(id=np.arange(len(ev)) * 3 + 7)
+    ev.to_csv(d / "ticks.csv", index=False)
+    ev.rename(columns={"type": "sym", "ts": "t", "id": "n"}).to_parquet(d / "mine.parquet", index=False)
+    rc, _, err = cli(capsys, "parallel", "run", d / "rules.txt", d / "mine.parquet", "--type-column", "sym",
+                     "--ts-column", "t", "--id-column", "n", "--out", d / "mine.csv")
+    assert rc == 0, err
+    assert cli(capsys, "parallel", "run", d / "rules.txt", d / "ticks.csv", "--out", d / "std.csv")[0] == 0
+    assert (d / "mine.csv").read_text() == (d / "std.csv").read_text()
+    assert (d / "mine.csv").read_text().splitlines()[0] == '"rule","ts","ids"'
+    rc, out, err = cli(capsys, "parallel", "run", d / "rules.txt", d / "mine.parquet", "--ts-column", "time")
+    assert rc == 2 and err.strip() == (f"cep-gpu parallel run: error: argument --ts-column: {d / 'mine.parquet'} "
+                                       "has no column 'time' (its columns: 'sym', 't', 'price', 'n')")

@@ -403,3 +403,23 @@ def test_an_id_column_that_is_not_integers_is_one_line(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert rc == 1 and len(err.splitlines()) == 1
     assert "column 'id' must hold integers" in err and "'evt-00000' at row 0" in err
+
+
+def test_run_and_its_sample_read_the_files_own_column_names(tmp_path, capsys):
+    """The mapping holds for EVENTS and --sample alike; the output keeps rule, ts, ids."""
+    ev = _files(tmp_path, n=600, ids=True)
+    ev.iloc[:150].to_csv(tmp_path / "sample.csv", index=False)
+    common = ["--latency-bound", "0.05", "--arrival", "arrival_s", "--mode", "virtual"]
+    rc, want, want_rep = _run(tmp_path, *common, "--sample", str(tmp_path / "sample.csv"))
+    assert rc == 0
+    names = {"type": "event", "ts": "when", "id": "key"}
+    ev.rename(columns=names).to_csv(tmp_path / "ev.csv", index=False)
+    ev.iloc[:150].rename(columns=names).to_csv(tmp_path / "sample.csv", index=False)
+    rc, got, rep = _run(tmp_path, *common, "--sample", str(tmp_path / "sample.csv"),
+                        "--type-column", "event", "--ts-column", "when", "--id-column", "key")
+    assert rc == 0, capsys.readouterr().err
+    assert list(got.columns[:3]) == ["rule", "ts", "ids"] and len(got) > 0
+    pd.testing.assert_frame_equal(got.drop(columns=["detected_s", "latency_s"]),
+                                  want.drop(columns=["detected_s", "latency_s"]))
+    assert rep["events"] == want_rep["events"] and rep["dropped"] == want_rep["dropped"]
+    assert set(ev["id"]) >= {i for ids in got["ids"] for i in ids}  # the key column's ids

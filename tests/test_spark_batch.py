@@ -591,3 +591,21 @@ def test_plan_says_why_partition_by_was_not_keyed(spark, events):  # noqa: F811
         assert f"not keyed: {why}" in out.cep_plan.explain()
     out = detect_spark(df, SLICED_RULES, backend=BACKEND, num_slices=2, slicing="shuffle")
     assert "not keyed: no partition_by column given" in out.cep_plan.explain()
+
+
+def test_cli_spark_reads_the_files_own_column_names(spark, tmp_path, capsys):  # noqa: F811
+    """``cep-gpu spark --type-column ...`` on Parquet that Spark reads as it is: the DataFrame is
+    renamed (spark_udfs.cli.rename_columns); the output keeps the engine's columns and rows."""
+    from cep_gpu.cli import main
+
+    events = museum_like_stream(n=60)
+    (tmp_path / "rules.tesla").write_text(SLICED_RULES)
+    events.rename(columns={"type": "kind", "ts": "time", "id": "eid"}).to_parquet(tmp_path / "ev.parquet")
+    status = main(["spark", str(tmp_path / "rules.tesla"), str(tmp_path / "ev.parquet"), "--out",
+                   str(tmp_path / "out"), "--backend", BACKEND, "--no-plot", "--type-column", "kind",
+                   "--ts-column", "time", "--id-column", "eid"])
+    assert status == 0, capsys.readouterr().err
+    got = pd.read_parquet(tmp_path / "out" / "composite_events.parquet")
+    want = cep_gpu.detect(events, SLICED_RULES, backend=BACKEND)
+    assert len(want) > 0 and list(got.columns[:3]) == ["rule", "ts", "ids"]
+    assert rows(got) == rows(want)

@@ -4,6 +4,7 @@
         --iota 6000 --kappa 60000 [--strategy decopa|hybrid|centralized] [--json plan.json]
     cep-gpu decompose RULES --sample EVENTS --units 8 --iota 2500 --kappa 80000 --json plan.json
     cep-gpu decopa run plan.json EVENTS [--out FILE] [--backend auto] [--time-unit s] [--chunk N]
+        [--type-column NAME] [--ts-column NAME] [--id-column NAME]   (decompose --sample: too)
     cep-gpu decopa bench [--quick] [--draws 20] [--out decopa.json] [--plot decopa.png]
 
 RULES is a rule file (or rule text starting with ``define``) holding one SEQ/AND rule (or pick
@@ -20,6 +21,7 @@ from pathlib import Path
 from ..benchmarks.save import save_results
 from ..cli import (
     UsageError,
+    add_column_options,
     argument,
     at_least,
     check_outputs,
@@ -94,6 +96,7 @@ def add_decompose_parser(subparsers) -> argparse.ArgumentParser:
                    help="rate estimate: the paper's (default) or order-aware for SEQ")
     p.add_argument("--compare", action="store_true", help="also print c* of the other strategies")
     p.add_argument("--json", type=nonempty_path, help="write the plan as JSON here")
+    add_column_options(p, "--sample")
     set_command(p, cmd_decompose)
     return p
 
@@ -120,6 +123,7 @@ def add_decopa_parser(subparsers) -> argparse.ArgumentParser:
     r.add_argument("--report", action="store_true",
                    help="print what each operator's units ingested and found (not with --chunk)")
     r.add_argument("--limit", type=at_least(0), default=50, help="rows to print when no --out is given")
+    add_column_options(r)
     set_command(r, cmd_run)
     b = sub.add_parser("bench", help="Table-3-style model gains, executed plans against the model, wall time")
     _bench_args(b)
@@ -173,6 +177,13 @@ def cmd_decompose(args) -> int:
                                  "(--sample measures the rates and selectivities)")
     # before any work: a typo in the folder must not cost the planning, nor --json the input
     check_outputs({"--json": args.json}, [("rule", args.rules), ("sample", args.sample)])
+    from ..cli import event_columns
+    from ..io import COLUMN_OPTIONS
+
+    columns = event_columns(args)
+    if columns and not args.sample:  # ignored without a word otherwise
+        raise UsageError(COLUMN_OPTIONS[next(iter(columns))], "names a column of the sample: give "
+                         "--sample EVENTS")
     with argument("--units"):
         units = Units(args.units, args.iota, args.kappa)
     rule = _load_rule(args)
@@ -181,7 +192,7 @@ def cmd_decompose(args) -> int:
         from ..events import frame_from_arrow
         from ..io import read_table
 
-        table = read_table(args.sample)
+        table = read_table(args.sample, columns)
         if not table.num_rows:  # (was 'Stats.from_sample: the sample has no events', no file named)
             raise UsageError("--sample", f"{args.sample} holds no event: rates and selectivities need some")
         # a type the sample lacks gets rate 0: a plan of no load (c* = inf) without a word
@@ -221,7 +232,14 @@ def cmd_run(args) -> int:
     import time
 
     from ..backends import get_backend
-    from ..cli import check_outputs, event_types, print_table, read_text, warn_absent_types
+    from ..cli import (
+        check_outputs,
+        event_columns,
+        event_types,
+        print_table,
+        read_text,
+        warn_absent_types,
+    )
     from ..io import read_table, write_output
     from . import Plan, execute, execute_stream
 
@@ -239,7 +257,7 @@ def cmd_run(args) -> int:
     except DecompositionError as err:
         raise DecompositionError(f"{args.plan}: {err}") from None
     t0 = time.perf_counter()
-    events = read_table(args.events)
+    events = read_table(args.events, event_columns(args))
     warn_absent_types(args.prog, [plan.rule], event_types(events), args.events)
     report = None
     if args.chunk is not None:

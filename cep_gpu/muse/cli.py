@@ -6,6 +6,7 @@
         [--selectivity-from SAMPLE] [--json plan.json]
     cep-gpu muse simulate QUERIES NETWORK.json [EVENTS] [--node-column node] [--time-unit s]
         [--duration 60] [--backend auto] [--selectivity ...] [--out FILE]
+    (network EVENTS, plan/simulate: also [--type-column NAME] [--ts-column NAME] [--id-column NAME])
     cep-gpu muse bench [--quick] [--out muse.json] [--plot muse.png]
 
 QUERIES is a file of cep-gpu ``define Q pattern SEQ(...)/AND(...)`` rules; NETWORK.json is
@@ -23,9 +24,11 @@ from pathlib import Path
 from ..benchmarks.save import save_results
 from ..cli import (
     UsageError,
+    add_column_options,
     argument,
     at_least,
     check_outputs,
+    event_columns,
     nonempty_path,
     number,
     set_command,
@@ -77,6 +80,7 @@ def add_muse_parser(subparsers) -> argparse.ArgumentParser:
                      default=None, help="seeded: Zipf rate skew > 1 (default 1.5)")
     net.add_argument("--seed", type=int, default=None, help="seeded: the seed (default 0)")
     net.add_argument("--out", type=nonempty_path, help="write the network here (default: print it)")
+    add_column_options(net, "EVENTS")
     set_command(net, cmd_network)
 
     for name, helptext in (("plan", "plan queries over a network and explain the plan"),
@@ -112,6 +116,7 @@ def add_muse_parser(subparsers) -> argparse.ArgumentParser:
                        "files (default: s)")
         c.add_argument("--json", type=nonempty_path,
                        help="write the plan (and results) as JSON here")
+        add_column_options(c, "EVENTS and SAMPLE" if name == "simulate" else "SAMPLE")
         set_command(c, cmd_plan if name == "plan" else cmd_simulate)
 
     b = sub.add_parser("bench", help="transmission ratios vs the paper's simulation (§7.2)")
@@ -196,7 +201,7 @@ def _queries(args, text: str):
     if args.selectivity_from:
         from ..io import read_events
 
-        measured = selectivity_from_sample(queries, read_events(args.selectivity_from),
+        measured = selectivity_from_sample(queries, read_events(args.selectivity_from, event_columns(args)),
                                            time_unit=args.time_unit,
                                            backend=getattr(args, "backend", "auto"))
         for q in queries:
@@ -263,9 +268,12 @@ def selectivity_arguments(values, queries) -> dict[str, dict[frozenset[str], flo
     return out
 
 
-def _check_node_column(value: str | None) -> None:
+def _check_node_column(value: str | None, args=None) -> None:
     """A ``--node-column`` that cannot name nodes (``type``, ``ts``, ``id``: docs/muse.md) is a
-    usage error naming the option (``ts`` made a node of each timestamp)."""
+    usage error naming the option (``ts`` made a node of each timestamp), and so is the column
+    given to ``--type-column``, ``--ts-column`` or ``--id-column`` of ``args`` (it is read as
+    ``type``, ``ts`` or ``id``)."""
+    from ..io import COLUMN_OPTIONS
     from .network import check_node_column
 
     if value is not None:
@@ -273,12 +281,30 @@ def _check_node_column(value: str | None) -> None:
             check_node_column(value)
         except MuseError as err:
             raise UsageError("--node-column", str(err).removeprefix("node_column ")) from None
+    node = "node" if value is None else value
+    for target, column in (event_columns(args) if args is not None else {}).items():
+        if column == node:
+            raise UsageError("--node-column", f"the column {node!r} is given to {COLUMN_OPTIONS[target]} "
+                             f"too, which reads it as {target!r}: the nodes need a column of their own")
+
+
+def _check_columns(args, *files: str | None) -> None:
+    """``--type-column`` and the like without any of the event ``files`` they name columns of
+    (``muse network`` without EVENTS, ``plan`` without ``--selectivity-from``): a usage error,
+    not options ignored without a word."""
+    from ..io import COLUMN_OPTIONS
+
+    given = event_columns(args)
+    if given and not any(files):
+        raise UsageError(COLUMN_OPTIONS[next(iter(given))], "names a column of the events, and no "
+                         "event file is given")
 
 
 def cmd_network(args) -> int:
     from .network import Network
 
-    _check_node_column(args.node_column)
+    _check_node_column(args.node_column, args)
+    _check_columns(args, args.events)
     check_outputs({"--out": args.out}, [("events", args.events)])
     seeded = {"--nodes": args.nodes, "--types": args.types, "--ratio": args.ratio, "--skew": args.skew,
               "--seed": args.seed}
@@ -317,7 +343,7 @@ def _network_from_events(args) -> int:
 
     node_column = args.node_column or "node"
     time_unit = args.time_unit or "s"
-    events = read_events(args.events)
+    events = read_events(args.events, event_columns(args))
     rates = node_rates(events, node_column, time_unit)
     net = Network.from_rates(rates)
     text = json.dumps(net.to_dict(), indent=2)
@@ -343,6 +369,7 @@ def _network_from_events(args) -> int:
 def cmd_plan(args) -> int:
     from .placement import place
 
+    _check_columns(args, args.selectivity_from)
     check_outputs({"--json": args.json}, _inputs(args))
     queries, net, _ = _load(args)
     plan = place(queries, net, args.algorithm)
@@ -359,12 +386,13 @@ def cmd_simulate(args) -> int:
     from .placement import place
     from .simulate import generate_streams, simulate
 
-    _check_node_column(args.node_column)
+    _check_node_column(args.node_column, args)
+    _check_columns(args, args.events, args.selectivity_from)
     check_outputs({"--out": args.out, "--json": args.json}, _inputs(args), tables=("--out",))  # as cep-gpu run
     queries, net, query_text = _load(args)
     plan = place(queries, net, args.algorithm)
     if args.events:
-        streams = read_events(args.events)
+        streams = read_events(args.events, event_columns(args))
         duration = args.duration  # None: the span of the file's ts
         node_column, time_unit = args.node_column, args.time_unit
         warn_absent_types(args.prog, parse_rules(query_text), event_types(streams), args.events)

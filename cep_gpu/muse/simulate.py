@@ -211,7 +211,7 @@ def _check_streams(plan: Plan, streams: pd.DataFrame, node_column: str = "node",
     kept row's time in ns (as ``detect`` reads ``ts``: numbers in ``time_unit`` or datetimes), the
     span of all events' times in seconds, and ``{type: count}`` of the events left out."""
     from ..events.checks import check_time_unit, null_error
-    from ..events.from_pandas import convert_ts, pandas_ids
+    from ..events.from_pandas import convert_ts, pandas_ids, pandas_types
 
     if not isinstance(streams, pd.DataFrame):
         raise MuseError(f"streams must be a pandas DataFrame, got {type(streams).__name__}")
@@ -233,6 +233,9 @@ def _check_streams(plan: Plan, streams: pd.DataFrame, node_column: str = "node",
             raise null_error("type", isna, ": every event needs a type")
     except EventError as err:
         raise MuseError(f"streams: {err}") from None
+    # numbers in `type` are refused as detect refuses them, with its EventError (they matched
+    # no query's type name and were silently left out as types no query reads)
+    pandas_types(streams["type"])
     if len(np.unique(ids)) != len(ids):
         raise MuseError("streams: event ids must be unique")
     span = float(ns.max() - ns.min()) / 1e9 if len(ns) else 0.0

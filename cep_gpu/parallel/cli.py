@@ -2,6 +2,7 @@
 
     cep-gpu parallel run RULES EVENTS [--units 2] [--allocation cost-model|equal] [--no-dynamic]
                          [--no-fusion] [--out FILE] [--limit 50] [--explain] [--stats FILE.json]
+                         [--type-column NAME] [--ts-column NAME] [--id-column NAME]
     cep-gpu parallel bench [--quick] [--events N] [--out parallel.json] [--plot parallel.png]
     cep-gpu bench parallel [--out parallel.json] [--plot parallel.png]
 """
@@ -14,7 +15,7 @@ import sys
 import time
 
 from ..benchmarks.save import json_default
-from ..cli import at_least, check_outputs, nonempty_path, set_command, time_unit
+from ..cli import add_column_options, at_least, check_outputs, nonempty_path, set_command, time_unit
 
 EPILOG = """examples:
   cep-gpu parallel run rules.txt events.csv --units 2 --explain
@@ -45,6 +46,7 @@ def add_parallel_parser(subparsers) -> argparse.ArgumentParser:
     r.add_argument("--limit", type=at_least(0), default=50, help="rows to print when no --out is given (default 50)")
     r.add_argument("--explain", action="store_true", help="print the cost model and the allocation")
     r.add_argument("--stats", type=nonempty_path, help="write the engine's stats() as JSON here")
+    add_column_options(r)
     set_command(r, cmd_run)
     b = sub.add_parser("bench", help="hybrid vs state-parallel, RIP, LLSF; real and simulated")
     add_bench_arguments(b)
@@ -82,7 +84,7 @@ def add_bench_arguments(b: argparse.ArgumentParser) -> None:
 def cmd_run(args) -> int:
     from rich.console import Console
 
-    from ..cli import event_types, print_table, read_rules, warn_absent_types
+    from ..cli import event_columns, event_types, print_table, read_rules, warn_absent_types
     from ..io import read_events, write_output
     from .engine import HybridEngine
 
@@ -93,7 +95,7 @@ def cmd_run(args) -> int:
     t0 = time.perf_counter()
     # (a file, rule or event error is cep-gpu's one line and exit 1, as for run: cli.run_command)
     rules = read_rules(args.rules)
-    events = read_events(args.events)
+    events = read_events(args.events, event_columns(args))
     warn_absent_types(args.prog, rules, event_types(events), args.events)
     eng = HybridEngine(rules, units=args.units, allocation=args.allocation, dynamic=not args.no_dynamic,
                        fusion=not args.no_fusion, time_unit=args.time_unit)

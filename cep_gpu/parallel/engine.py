@@ -158,6 +158,7 @@ class HybridEngine:
         self._published = 0
         self._newest: int | None = None
         self._closed = False
+        self._failure: str | None = None  # why a publish failed after it was accepted (_fail)
         self._seconds = 0.0
         self._matches = 0
 
@@ -176,9 +177,14 @@ class HybridEngine:
         ``events`` are the whole input (one publish, then :meth:`flush`, as ``cep-gpu parallel
         run`` and the baselines do): then a rule that reads an attribute none of them has raises
         ``detect``'s ``RuleError`` naming the rule, the attribute and the attributes there are.
+
+        A publish refused by these checks changes nothing. One that fails after it was accepted
+        (an internal error, or ``KeyboardInterrupt`` while the units run) has stored and counted
+        its events without processing them all: the engine closes its threads and refuses every
+        later publish (and :meth:`flush`) with :class:`~cep_gpu.errors.EngineClosedError` saying
+        so; create a new engine.
         """
-        if self._closed:
-            raise EngineClosedError("publish after flush: this HybridEngine's input has ended")
+        self._refuse_if_closed()
         if output not in ("pandas", "arrow"):
             raise ArgumentError(f"output must be 'pandas' or 'arrow', got {output!r}")
         if not isinstance(complete, bool):
@@ -196,20 +202,23 @@ class HybridEngine:
         if "id" not in df.columns:
             table.ids = table.ids + self._published
         self._time = time_now
+        try:
+            return self._publish_accepted(table, specs, store, output == "arrow")
+        except BaseException as exc:
+            self._fail(exc)
+            raise
+
+    def _publish_accepted(self, table, specs: list[ChainSpec], store: Store, arrow: bool):
+        """The work of a publish once its checks passed: store, run the units, build the output."""
         time_fmt = self._time or table.time
         if self._rt is None:
             self._start(table, specs, store)
         self._published += len(table)
-        store, rt = self._store, self._rt
+        store = self._store
         t0 = time.perf_counter()
         rows = store.append(table)
-        arrow = output == "arrow"
         out_table = _compat.store_table(store, self._strings, time_fmt)  # the parts index it
-        try:
-            out = self._run_chunks(rows, out_table, arrow)
-        except BaseException:
-            rt.cancel_output()  # parts of a failed publish are not built
-            raise
+        out = self._run_chunks(rows, out_table, arrow)
         self._seconds += time.perf_counter() - t0
         if len(rows):
             self._newest = int(store.ts[rows[-1] - store.base])
@@ -220,6 +229,28 @@ class HybridEngine:
             if cut - store.base > len(store.ts) // 2:
                 store.drop_before(cut)
         return out
+
+    def _fail(self, exc: BaseException) -> None:
+        """A publish failed after it was accepted: its events are stored and counted, but the
+        newest timestamp, the units' buffers and the results are those of a half-run publish.
+        Remember why, drop the output parts not built yet and stop the units; every later
+        publish is refused (:meth:`_refuse_if_closed`)."""
+        self._failure = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        try:
+            if self._rt is not None:
+                self._rt.cancel_output()  # parts of a failed publish are not built
+        finally:
+            self.close()
+
+    def _refuse_if_closed(self) -> None:
+        """:class:`EngineClosedError` when the input has ended (:meth:`flush`) or a publish failed."""
+        if self._failure is not None:
+            raise EngineClosedError(
+                f"this HybridEngine failed in the middle of a publish ({self._failure}): that publish's "
+                "events were stored but not all processed, so its state is inconsistent and it takes "
+                "no more events; create a new HybridEngine")
+        if self._closed:
+            raise EngineClosedError("publish after flush: this HybridEngine's input has ended")
 
     def _run_chunks(self, rows: np.ndarray, table, arrow: bool):
         """Feed ``rows`` chunk by chunk; the composite events, built in parts (:func:`output_parts`)."""
@@ -250,6 +281,8 @@ class HybridEngine:
         """End the input; stop the units. Returns the composite events still held (none for SEQ)."""
         if output not in ("pandas", "arrow"):
             raise ArgumentError(f"output must be 'pandas' or 'arrow', got {output!r}")
+        if self._failure is not None:  # (its composite events are not known)
+            self._refuse_if_closed()
         none = pd.DataFrame({"type": pd.Series([], dtype=str), "ts": pd.Series([], dtype=float)})
         if not self._closed and self._rt is not None:
             empty = self.publish(none, output)

@@ -3,6 +3,7 @@
     cep-gpu shedding run RULES EVENTS --latency-bound S [--policy darling|random|state|none]
                          [--arrival COLUMN | --speedup X] [--warmup N | --sample FILE]
                          [--mode real|virtual] [--out FILE] [--report F.json]
+                         [--type-column NAME] [--ts-column NAME] [--id-column NAME]
     cep-gpu shedding bench [--quick] [--workload stock|nasdaq|bus] [--mode real|virtual]
                            [--lengths 3,4,5,6] [--factors 10,100,1000] [--out F.json] [--plot F.png]
 """
@@ -15,6 +16,7 @@ import sys
 from ..benchmarks.save import json_default, save_results
 from ..cli import (
     UsageError,
+    add_column_options,
     argument,
     at_least,
     check_outputs,
@@ -123,6 +125,7 @@ def add_run_arguments(r: argparse.ArgumentParser) -> None:
                    help="write the report (stats()) here as JSON")
     r.add_argument("--limit", type=at_least(0), default=50,
                    help="composite events printed without --out (default 50), as cep-gpu run")
+    add_column_options(r, "EVENTS and --sample")
 
 
 def cmd_run(args) -> int:
@@ -133,6 +136,7 @@ def cmd_run(args) -> int:
     from ..cli import (
         argument,
         check_outputs,
+        event_columns,
         event_types,
         print_table,
         progress_bar,
@@ -158,7 +162,8 @@ def cmd_run(args) -> int:
     with argument("--backend"):  # (the engine's own check came out as an error of --time-unit)
         get_backend(args.backend)
     rules = read_rules(args.rules)
-    events = _read_events(args.events)
+    columns = event_columns(args)
+    events = _read_events(args.events, columns)
     warn_absent_types(args.prog, rules, event_types(events), args.events)
     if not len(events):
         raise UsageError("events", f"{args.events} holds no event")
@@ -187,7 +192,7 @@ def cmd_run(args) -> int:
     ts_ns = times_ns(events["ts"], UNIT_NS[args.time_unit])  # (once: the warm-up's order and the arrivals)
     arr = arrival_of(events, args.events, ts_ns)
     if args.sample:
-        sample = _read_events(args.sample)
+        sample = _read_events(args.sample, columns)
         if not len(sample):  # (was the engine's 'events is empty', without the option or the file)
             raise UsageError("--sample", f"{args.sample} holds no event")
         engine.warm_up(sample, arrival_of(sample, args.sample))
@@ -255,8 +260,9 @@ def arrival_column(column, path: str, ts_ns):
     return arr
 
 
-def _read_events(path: str):
-    """The event file ``path`` as a frame, checked as ``cep-gpu run`` checks it where this
+def _read_events(path: str, columns: dict[str, str] | None = None):
+    """The event file ``path`` (``columns``: ``cep_gpu.io.read_table``'s mapping of its columns
+    to ``type``, ``ts``, ``id``) as a frame, checked as ``cep-gpu run`` checks it where this
     command reads it itself: ``type`` and ``ts`` present, no two columns of one name, and an
     ``id`` column (which names the events in the output) of distinct integers >= 0, without
     nulls (a repeated or fractional id named two events alike, silently)."""
@@ -264,7 +270,7 @@ def _read_events(path: str):
     from ..events.from_pandas import pandas_ids
     from ..io import read_events
 
-    events = require_frame(read_events(path), path)
+    events = require_frame(read_events(path, columns), path)
     check_unique_columns([str(c) for c in events.columns])
     if "id" in events.columns:
         pandas_ids(events["id"])
