@@ -129,6 +129,9 @@ def test_network_from_events_measures_rates_per_node_and_type():
         ({"type": ["A", "B"], "ts": [0.0, 1.0], "node": ["x", "y"]}, {"time_unit": "parsec"},
          "unknown time_unit"),
         ({"ts": [0.0, 1.0], "node": ["x", "y"]}, {}, "no 'type' column"),
+        # was: the numbers became type names '1' and '2' that no query reads, without a word
+        ({"type": [1, 2], "ts": [0.0, 1.0], "node": ["x", "y"]}, {}, "column 'type' must hold strings"),
+        ({"type": ["A", 2], "ts": [0.0, 1.0], "node": ["x", "y"]}, {}, "column 'type' must hold strings"),
     ],
 )
 def test_network_from_events_errors(frame, kwargs, match):

@@ -262,7 +262,7 @@ def node_rates(events, node_column: str = "node", time_unit: str = "s") -> pd.Da
 
     from ..events import frame_from_arrow
     from ..events.checks import check_time_unit, null_error
-    from ..events.from_pandas import convert_ts
+    from ..events.from_pandas import convert_ts, pandas_types
 
     if isinstance(events, (pa.Table, pa.RecordBatch)):
         events = frame_from_arrow(pa.table(events))
@@ -285,6 +285,9 @@ def node_rates(events, node_column: str = "node", time_unit: str = "s") -> pd.Da
     try:
         check_time_unit(time_unit)
         _, ns = convert_ts(events["ts"], time_unit)
+        # numbers in `type` are refused as detect refuses them (they became type names '1', '2'
+        # that no query reads)
+        pandas_types(events["type"])
     except CepError as err:
         raise MuseError(f"events: {err}") from None
     span = (int(ns.max()) - int(ns.min())) / 1e9
