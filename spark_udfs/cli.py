@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 
 from cep_gpu.cli import (
@@ -180,6 +181,9 @@ def spark_main(args: argparse.Namespace) -> int:
     columns = event_columns(args)
     readable = spark_readable(events_path, Path(args.out), columns)
     spark = session(args.master, "cep-gpu spark", conf)
+    # a failed task is logged by the JVM at ERROR with its whole Java and Python trace (hundreds of
+    # lines on stderr) before the failure reaches this process, which reports it on one line below
+    spark.sparkContext.setLogLevel("FATAL")
     try:
         source = readable
         if columns and readable == events_path:  # (a converted file has the engine's names already)
@@ -200,6 +204,13 @@ def spark_main(args: argparse.Namespace) -> int:
     except Exception as err:  # Spark's own reader errors come as long Py4J traces: one line instead
         if "TIMESTAMP(NANOS" in str(err) or "PARQUET_TYPE_ILLEGAL" in str(err):
             raise EventError(f"{events_path}: {NANOS_HINT}") from None
+        dup = re.search(r"COLUMN_ALREADY_EXISTS\].*?column `([^`]*)` already exists", str(err))
+        if dup:  # Spark's reader refuses the file before detect_spark sees it: detect's words
+            raise EventError(
+                f"{events_path}: events have more than one column named {dup.group(1)!r} (Spark's "
+                "reader, with spark.sql.caseSensitive off, its default, also takes names that "
+                "differ only in case, like 'k' and 'K', for one): rename one"
+            ) from None
         ours = _engine_error(str(err))
         if ours is not None:  # a cep_gpu error raised in a task, behind Spark's trace: its one line
             raise ours from None

@@ -103,6 +103,14 @@ def keyed_violation(rule: Rule, key: str) -> str | None:
     for a, b in _key_equalities(rule.conditions, key):
         if a != SELF and b != SELF:
             parent[find(a)] = find(b)
+    # a Kleene position's own conditions tie each of its elements (SELF) to another predicate:
+    # `b.k = a.k` in a pattern with KL(B b) is kept there, not among the rule's conditions
+    for i, pred in enumerate(rule.predicates):
+        if pred.kleene is not None:
+            for a, b in _key_equalities(pred.kleene.conditions, key):
+                other = b if a == SELF else a if b == SELF else None
+                if other is not None and other != SELF:
+                    parent[find(i)] = find(other)
     roots = {find(i) for i in range(n)}
     if len(roots) > 1:
         loose = [rule.predicates[i].alias for i in range(n) if find(i) != find(0)]
@@ -111,7 +119,8 @@ def keyed_violation(rule: Rule, key: str) -> str | None:
             f"{rule.predicates[0].alias} by an equality on {key!r}"
         )
     parts = [("negation", x.event_type, x.conditions) for x in rule.negations]
-    parts += [("aggregate", x.event_type, x.conditions) for x in rule.aggregates]
+    # an aggregate over a Kleene set (count(b), max(b.v)) reads only that position's elements
+    parts += [("aggregate", x.event_type, x.conditions) for x in rule.aggregates if x.kleene is None]
     for kind, etype, conds in parts:
         if not any(SELF in (a, b) and (a, b) != (SELF, SELF) for a, b in _key_equalities(conds, key)):
             return f"rule {rule.name!r}: the {kind} over {etype} is not tied to the rule's events by an equality on {key!r}"

@@ -16,7 +16,18 @@ from pyspark.sql import types as T
 from cep_gpu.analysis import rule_order
 from cep_gpu.errors import EventError, RuleError
 from cep_gpu.events import UNIT_NS
-from cep_gpu.model import AggValue, Arith, Attr, Const, Expr, Neg, Rule, Timestamp, walk
+from cep_gpu.model import (
+    AggValue,
+    Arith,
+    Attr,
+    Const,
+    Expr,
+    Neg,
+    Rule,
+    Timestamp,
+    kleene_exprs,
+    walk,
+)
 from cep_gpu.output import OutputSchema
 
 from .checks import check_attribute_types
@@ -106,10 +117,11 @@ def time_spec(schema: T.StructType, time_unit: str) -> TimeSpec:
 
 
 def read_attributes(rules: Sequence[Rule]) -> set[str]:
-    """Every attribute name the rules read (conditions, negations, aggregates, outputs)."""
+    """Every attribute name the rules read (conditions, negations, aggregates, outputs, and the
+    conditions of Kleene closures, which live in the predicates, not in ``conditions``)."""
     names: set[str] = set()
     for r in rules:
-        exprs = list(r.conditions) + [a.expr for a in r.attributes]
+        exprs = list(r.conditions) + [a.expr for a in r.attributes] + list(kleene_exprs(r))
         for part in list(r.negations) + list(r.aggregates):
             exprs.extend(part.conditions)
         for node in (n for e in exprs for n in walk(e)):

@@ -62,3 +62,33 @@ def test_the_drivers_limit_reaches_the_tasks(spark, partition_by):  # noqa: F811
         detect_spark(df, text, partition_by=partition_by, backend="cpu").collect()
     with cep_gpu.kleene.limit(15):
         assert detect_spark(df, text, partition_by=partition_by, backend="cpu").count() == 15
+
+
+# `b.x = a.x` and `b.k = a.k` live in the Kleene position's own conditions, not in the rule's: x was
+# not sent to the tasks (RuleError 'reads attribute x, which no event has' in every task, or, in a
+# stream, on the first micro-batch), and the rule was planned time-sliced ("b are not tied to a")
+# where k ties every part of it, so detect_stream refused partition_by="k"
+TIED_BY_KLEENE = """
+define Tied(k: int, n: int)
+pattern SEQ(A a, KL(B b)[1..3], C c, NOT(D d))
+where a.k = c.k and b.k = a.k and d.k = a.k and b.x = a.x
+within 4 s
+return k := a.k, n := count(b)
+"""
+
+
+def test_attributes_read_only_by_a_kleene_condition(spark):  # noqa: F811
+    from cep_gpu.spark_udfs import plan_job
+
+    rng = np.random.default_rng(3)
+    ev = _events(200, seed=3).assign(type=lambda d: rng.choice(["A", "B", "C", "D"], len(d), p=[.3, .4, .25, .05]),
+                                     x=rng.integers(0, 2, 200))
+    expected = cep_gpu.detect(ev, TIED_BY_KLEENE, backend="reference")
+    assert len(expected) > 5
+    df = spark.createDataFrame(ev).repartition(3)
+    job = plan_job(df, TIED_BY_KLEENE, partition_by="k", backend="cpu")
+    assert job.plan.mode == "keyed", job.plan.reason
+    assert "x" in job.attributes
+    for partition_by in ("k", None):
+        got = detect_spark(df, TIED_BY_KLEENE, partition_by=partition_by, backend="cpu", num_slices=3).toPandas()
+        assert rows(got, list(expected.columns)) == rows(expected)

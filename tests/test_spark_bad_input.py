@@ -132,6 +132,30 @@ def test_cli_nan_ts_is_one_line(spark, tmp_path, capsys):  # noqa: F811
     assert "SQLSTATE" not in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize("names", [("k", "k"), ("k", "K")])
+def test_cli_duplicate_columns_are_one_line(spark, tmp_path, capsys, names):  # noqa: F811
+    """Spark's reader refuses a file with two columns of one name (or, case-insensitive by
+    default, of names differing in case) before detect_spark sees it: it was a Python traceback
+    ending in AnalysisException COLUMN_ALREADY_EXISTS."""
+    from cep_gpu.cli import main
+
+    (tmp_path / "r.tesla").write_text(RULE)
+    cols = [pa.array(["A", "B"]), pa.array([1.0, 2.0]), pa.array([1, 1]), pa.array([2, 2])]
+    pq.write_table(pa.Table.from_arrays(cols, names=["type", "ts", *names]), tmp_path / "ev.parquet")
+    status = main(["spark", str(tmp_path / "r.tesla"), str(tmp_path / "ev.parquet"), "--out",
+                   str(tmp_path / "out"), "--backend", "cpu", "--no-plot"])
+    err = capsys.readouterr().err
+    assert status == 1
+    assert err.strip().splitlines()[-1].startswith(
+        "cep-gpu: error: " + str(tmp_path / "ev.parquet") + ": events have more than one column named 'k'"
+    ), err[-2000:]
+    assert "Traceback" not in err and "COLUMN_ALREADY_EXISTS" not in err
+    # a failed task's Java and Python traces, logged by the JVM at ERROR (to its own stderr, which
+    # capsys cannot see), are silenced: the one line above is the report
+    level = spark.sparkContext._jvm.org.apache.logging.log4j.LogManager.getRootLogger().getLevel()
+    assert level.toString() == "FATAL"
+
+
 # -- issue 2: rows are the input's, not a task's -----------------------------------------------------
 
 
