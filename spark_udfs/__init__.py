@@ -1,14 +1,19 @@
 """Spark pipeline of cep-gpu: exact batch detection over any partitioning, stateful streaming, and
 the configuration of RAPIDS-enabled (GPU) executors.
 
-    from cep_gpu.spark_udfs import detect_spark, detect_stream, rapids_conf
+    from cep_gpu.spark_udfs import detect_spark, detect_stream, engine_errors, rapids_conf
+
+``engine_errors()`` re-raises a cep_gpu error raised inside a Spark task as that error, at the
+action that ran the task (``with engine_errors(): out.toPandas()``).
 """
 
 from __future__ import annotations
 
+from .failures import engine_errors
 from .rapids import rapids_conf, task_gpu, use_task_gpu
 
-__all__ = ["detect_spark", "detect_stream", "execute_plan_spark", "plan_job", "rapids_conf", "task_gpu", "use_task_gpu"]
+__all__ = ["detect_spark", "detect_stream", "engine_errors", "execute_plan_spark", "plan_job", "rapids_conf", "task_gpu",
+           "use_task_gpu"]
 
 # imported on first use: they pull in pyspark, which `cep-gpu --help` and `cep-gpu run` (whose
 # parser lists the spark subcommand) should not pay for

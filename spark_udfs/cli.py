@@ -169,6 +169,7 @@ def spark_main(args: argparse.Namespace) -> int:
     from cep_gpu.cli import event_columns, read_rules
     from cep_gpu.errors import EventError
 
+    from .failures import spark_cep_error
     from .job import run_job, session, summary_table
     from .rapids import rapids_conf
 
@@ -211,7 +212,7 @@ def spark_main(args: argparse.Namespace) -> int:
                 "reader, with spark.sql.caseSensitive off, its default, also takes names that "
                 "differ only in case, like 'k' and 'K', for one): rename one"
             ) from None
-        ours = _engine_error(str(err))
+        ours = spark_cep_error(err)  # engine_errors()'s reading of the failure
         if ours is not None:  # a cep_gpu error raised in a task, behind Spark's trace: its one line
             raise ours from None
         raise
@@ -224,25 +225,3 @@ def spark_main(args: argparse.Namespace) -> int:
     if result.plot_path:
         console.print(f"plot: {result.plot_path}")
     return 0
-
-
-def _engine_error(text: str):
-    """The last ``cep_gpu.errors.<Name>: message`` line of a Spark failure's text, as that error
-    (an :class:`~cep_gpu.errors.EventError` for a name this process does not know), or None."""
-    import re
-
-    from cep_gpu import errors
-
-    found = re.findall(r"cep_gpu\.errors\.(\w+): ([^\n]+)", text)
-    if not found:
-        return None
-    name, message = found[-1]
-    # a row check that failed in the JVM (raise_error) ends its line with Spark's SQL state
-    message = re.sub(r"\s*SQLSTATE: \w+\s*$", "", message)
-    cls = getattr(errors, name, None)
-    if not (isinstance(cls, type) and issubclass(cls, errors.CepError)):
-        cls = errors.EventError
-    try:
-        return cls(message.strip())
-    except TypeError:  # (an error made with more than its message: the text is what counts)
-        return errors.EventError(message.strip())

@@ -640,15 +640,16 @@ def test_spark_out_inside_the_events_folder_is_refused_before_spark_starts(tmp_p
 
 
 def test_a_cep_gpu_error_inside_a_spark_task_is_reported_as_its_one_line():
-    from cep_gpu.spark_udfs.cli import _engine_error
+    # what cep-gpu spark reads failures with
+    from cep_gpu.spark_udfs.failures import error_from_text
 
     trace = ("py4j.protocol.Py4JJavaError: An error occurred\norg.apache.spark.api.python.PythonException: "
              "Traceback (most recent call last):\n  File \"x.py\", line 1\ncep_gpu.errors.EventError: "
              "column 'value' holds numbers stored as text, such as '2.22'; store them as numbers\n\tat org.apache")
-    err = _engine_error(trace)
+    err = error_from_text(trace)
     assert isinstance(err, cep_gpu.EventError) and str(err).startswith("column 'value' holds numbers stored as text")
-    assert isinstance(_engine_error("cep_gpu.errors.RuleError: rule 'R' ..."), cep_gpu.RuleError)
-    assert _engine_error("java.lang.OutOfMemoryError") is None
+    assert isinstance(error_from_text("Traceback (most recent call last):\ncep_gpu.errors.RuleError: rule 'R' ..."), cep_gpu.RuleError)
+    assert error_from_text("java.lang.OutOfMemoryError") is None
 
 
 def test_bench_and_calibrate_refuse_a_folder_as_out_before_any_work(tmp_path, capsys):
