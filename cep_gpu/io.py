@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from .errors import ArgumentError, EventError, UsageError
+from .errors import ArgumentError, CepWarning, EventError, UsageError
 from .events import frame_from_arrow
 
 FORMATS = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
@@ -88,6 +89,11 @@ def read_table(path: str | Path, columns: Mapping[str, str] | None = None) -> pa
     their codes, with no Python string per row. The files of a directory are joined column by
     column (:func:`_joined_schema`). A ``ts`` column of dates is read as datetimes at midnight.
 
+    A CSV attribute column that pyarrow reads as text although at least
+    :data:`NUMBERS_AS_TEXT_PERCENT` % of its values are numbers (one stray word in a column of
+    numbers) gives a :class:`~cep_gpu.errors.CepWarning` naming the file, the column, the count
+    and the first value that is not a number, with its row (:func:`_warn_numbers_as_text`).
+
     ``columns``: ``{engine name: file column}`` for a file whose columns of event types,
     timestamps or ids have other names (``{"type": "kind"}``), renamed on read
     (:func:`column_renames`, which names a bad mapping's option; for Parquet, checked against
@@ -98,7 +104,9 @@ def read_table(path: str | Path, columns: Mapping[str, str] | None = None) -> pa
         raise EventError(f"{path}: no such file")
     if not path.is_dir() and file_format(path) == "csv":
         table = _read_csv(path, (columns or {}).get("type", "type"))
-        return _dates_as_datetimes(rename_columns(table, column_renames(table.column_names, columns, path)))
+        table = rename_columns(table, column_renames(table.column_names, columns, path))
+        _warn_numbers_as_text(path, table)
+        return _dates_as_datetimes(table)
     try:
         if path.is_dir():
             dataset = pq.ParquetDataset(path)
@@ -157,6 +165,61 @@ def _read_csv(path: Path, type_column: str = "type") -> pa.Table:
         if row >= 0:
             raise EventError(f"{path}: column {type_column!r} is empty at row {row}: every event needs a type")
     return table
+
+
+#: the percentage of an attribute column's values (nulls aside) that must be numbers for
+#: :func:`read_table` to warn that a CSV file's column was read as text (one stray word among
+#: numbers); a column with more text than that is taken for a text column, without a word. A
+#: whole number, so that the comparisons are exact (0.9 * 100 is 90.00000000000001)
+NUMBERS_AS_TEXT_PERCENT = 90
+
+#: a number as pyarrow's CSV reader takes one (spaces or tabs around it; an exponent; inf and
+#: infinity, any case; hexadecimal integers): what the column would have been read as
+_NUMBER = (r"(?i)^[ \t]*(?:[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:e[+-]?[0-9]+)?|[+-]?inf(?:inity)?"
+           r"|0x[0-9a-f]+)[ \t]*$")
+
+
+def _warn_numbers_as_text(path: Path, table: pa.Table) -> None:
+    """Warn about each attribute column (not ``type``, ``ts`` or ``id``, whose text is an error
+    of its own later) that pyarrow read as text although at least
+    :data:`NUMBERS_AS_TEXT_PERCENT` % of its values are numbers: rules then compare its values
+    as text (``'1.0'`` is not ``'1'``) where the user meant numbers.
+
+    In Arrow compute (a compiled regular expression), no Python per row. Values that would have
+    been nulls in a numeric column (pyarrow's ``null_values``: ``''``, ``'NA'``, ``'nan'``, ...)
+    are not counted. The column is read in steps of just over ``100 - NUMBERS_AS_TEXT_PERCENT``
+    % of its rows, so that a text column stops after its first step: more text than that
+    already rules the warning out."""
+    text_percent = 100 - NUMBERS_AS_TEXT_PERCENT
+    nulls = pa.array(pacsv.ConvertOptions().null_values)
+    for name, col in zip(table.column_names, table.columns):
+        if name in ("type", "ts", "id") or not pa.types.is_string(col.type) or len(col) == 0:
+            continue
+        step = len(col) * text_percent // 100 + 1
+        numbers = missing = 0
+        for start in range(0, len(col), step):
+            part = col.slice(start, step)
+            missing += part.null_count + (pc.sum(pc.is_in(part, value_set=nulls)).as_py() or 0)
+            numbers += pc.sum(pc.match_substring_regex(part, _NUMBER)).as_py() or 0
+            if (start + len(part) - numbers - missing) * 100 > text_percent * len(col):
+                break  # more text than a column of numbers may hold
+        else:
+            values = len(col) - missing
+            if values == 0 or numbers == values or numbers * 100 < NUMBERS_AS_TEXT_PERCENT * values:
+                continue
+            text = pc.invert(pc.or_kleene(pc.match_substring_regex(col, _NUMBER), pc.is_in(col, value_set=nulls)))
+            row = pc.index(pc.fill_null(text, False), True).as_py()
+            more = values - numbers - 1
+            warnings.warn(
+                f"{path}: column {name!r} is read as text, though {numbers} of its {values} values are "
+                f"numbers: row {row} holds {col[row].as_py()!r}"
+                + (f" (and {more} more row{'s' if more > 1 else ''} hold{'' if more > 1 else 's'} text)" if more else "")
+                + ", so rules compare its values as text (with '=', '1.0' is not '1'). Fix the file, "
+                "or cast the column to numbers after reading it (the text becoming null: "
+                f"pd.to_numeric(frame[{name!r}], errors='coerce'))",
+                CepWarning,
+                stacklevel=3,
+            )
 
 
 def _first_not_utf8(col: pa.ChunkedArray) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import warnings
 from pathlib import Path
 
 import pandas as pd
@@ -11,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import cep_gpu
-from cep_gpu.errors import EventError
+from cep_gpu.errors import CepWarning, EventError
 from cep_gpu.io import read_table, write_output
 
 
@@ -88,6 +89,74 @@ def test_a_csv_ts_of_dates_is_datetimes_at_midnight(tmp_path):
     out = cep_gpu.detect(table, "define Q pattern SEQ(A a, B b) within 25 h", backend="reference")
     assert out["ts"].tolist() == [pd.Timestamp("2024-01-02")]
     assert str(out["ts"].dtype) == "datetime64[s]"  # (dates: datetimes in seconds, docs/api.md)
+
+
+def _numbers_with_text(numbers: int, text: int, first: str = "numbers") -> bytes:
+    """A CSV file whose attribute k holds ``numbers`` numbers and ``text`` words (words first or
+    last), a null-like cell of each kind pyarrow reads as null in a number column, and text columns."""
+    cells = [f"{i % 7}" for i in range(numbers)]
+    words = [f"w{i}" for i in range(text)]
+    cells = words + cells if first == "text" else cells + words
+    cells += ["", "NA", "nan"]  # null in a column of numbers: not counted either way
+    rows = [f"{'AB'[i % 2]},{i},{cell},room{i % 3}" for i, cell in enumerate(cells)]
+    return ("type,ts,k,room\n" + "\n".join(rows) + "\n").encode()
+
+
+def test_a_csv_column_of_numbers_read_as_text_warns_naming_the_first_word(tmp_path):
+    """One word among numbers made the column text without a word, and rules compared its values
+    as text: with '=', 1.0 and 1 differ."""
+    path = _csv(tmp_path, b"type,ts,k\nA,1,1.0\nB,2,1\nA,3,  2\nB,4,oops\nA,5,inf\nB,6,\n"
+                          + b"".join(b"A,%d,%d\n" % (i, i) for i in range(7, 17)))
+    with pytest.warns(CepWarning) as caught:
+        table = read_table(path)
+    assert len(caught) == 1 and caught[0].filename == __file__  # the line that read the file
+    assert str(caught[0].message) == (
+        f"{path}: column 'k' is read as text, though 14 of its 15 values are numbers: row 3 holds "
+        "'oops', so rules compare its values as text (with '=', '1.0' is not '1'). Fix the file, or "
+        "cast the column to numbers after reading it (the text becoming null: "
+        "pd.to_numeric(frame['k'], errors='coerce'))")
+    # what it warns of: as text, the A with k 1.0 and the B with k 1 do not match
+    rule = "define P(k: string) from B(k = $k) and each A(k = $k) within 5 s from B where k = $k"
+    assert len(cep_gpu.detect(table, rule, backend="reference")) == 0
+    frame = table.to_pandas()
+    frame["k"] = pd.to_numeric(frame["k"], errors="coerce")
+    assert len(cep_gpu.detect(frame, rule.replace("string", "float"), backend="reference")) == 1
+    # more than one word: the first, and how many more
+    with pytest.warns(CepWarning, match=r"18 of its 20 values are numbers: row 18 holds 'w0' \(and 1 more row holds text\)"):
+        read_table(_csv(tmp_path, _numbers_with_text(18, 2)))
+
+
+@pytest.mark.parametrize("numbers, text, first, warns", [
+    (90, 10, "text", True),  # 90 %, the words first: the check reads on past them
+    (89, 11, "text", False),
+    (90, 10, "numbers", True),
+    (8, 2, "numbers", False),  # 80 %
+    (3, 30, "numbers", False),  # a text column with a few numbers
+])
+def test_only_a_column_of_at_least_90_percent_numbers_warns(tmp_path, numbers, text, first, warns):
+    path = _csv(tmp_path, _numbers_with_text(numbers, text, first))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        table = read_table(path)
+    assert table.column("k").type == pa.string()
+    ours = [str(w.message) for w in caught if issubclass(w.category, CepWarning)]
+    if warns:
+        row = 0 if first == "text" else numbers
+        assert len(ours) == 1 and ours[0].startswith(
+            f"{path}: column 'k' is read as text, though {numbers} of its {numbers + text} values are "
+            f"numbers: row {row} holds 'w0' (and {text - 1} more rows hold text)")
+    else:
+        assert ours == []
+
+
+def test_columns_of_numbers_text_and_the_event_columns_give_no_warning(tmp_path):
+    # numbers (with nulls), text, and text in type, ts and id, whose text is an error of its own later
+    rows = "".join(f"A,{i},{i},{i},r{i % 3}\n" for i in range(20))
+    path = _csv(tmp_path, f"type,ts,id,k,room\n{rows}B,abc,x,,r1\n1,21,21,NA,r2\n".encode())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CepWarning)
+        table = read_table(path)
+    assert [table.schema.field(n).type for n in ("type", "ts", "id", "k", "room")] == [pa.string()] * 3 + [pa.int64(), pa.string()]
 
 
 def test_the_csv_emptiness_check_reads_only_the_first_bytes(tmp_path, monkeypatch):
