@@ -7,12 +7,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+from cep_gpu.spark_udfs import engine_errors
+from cep_gpu.spark_udfs.failures import error_from_text, spark_cep_error
 from conftest_spark import spark  # noqa: F401  (the shared session fixture; skips without PySpark)
 from pyspark.errors import PySparkException
 
 from cep_gpu.errors import CepError, EventError, RuleError, UsageError
-from cep_gpu.spark_udfs import engine_errors
-from cep_gpu.spark_udfs.failures import error_from_text, spark_cep_error
 
 RULE = "define AB(k: int) from B(k = $k) as b and each A(k = $k) as a within 5 s from b where k = $k"
 
