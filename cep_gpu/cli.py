@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from .errors import ArgumentError, CepError, UsageError
+from .errors import ArgumentError, CepError, CepWarning, UsageError
 
 BACKENDS = ["auto", "cpu", "gpu", "aip", "reference"]
 PROGRESS_THRESHOLD = 1_000_000
@@ -42,13 +42,36 @@ def run_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
         parser.print_help()
         return 2
     try:
-        return int(args.func(args) or 0)
+        with _one_line_warnings(getattr(args, "prog", parser.prog)):
+            return int(args.func(args) or 0)
     except UsageError as err:
         print(f"{getattr(args, 'prog', parser.prog)}: error: {err}", file=sys.stderr)
         return 2
     except (CepError, OSError) as err:
         print(f"cep-gpu: error: {err}", file=sys.stderr)
         return 1
+
+
+@contextmanager
+def _one_line_warnings(prog: str) -> Iterator[None]:
+    """Inside: a :class:`~cep_gpu.errors.CepWarning` is one line on stderr, ``PROG: warning:
+    MESSAGE``, as errors are (not Python's ``file:line: CepWarning:`` and the source line, which
+    point into cep-gpu's code, not at the user's input). Other warnings keep Python's format."""
+    import warnings
+
+    shown = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, CepWarning):
+            print(f"{prog}: warning: {message}", file=sys.stderr if file is None else file)
+        else:
+            shown(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show
+    try:
+        yield
+    finally:
+        warnings.showwarning = shown
 
 
 @contextmanager

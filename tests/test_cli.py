@@ -993,3 +993,26 @@ def test_spark_input_is_read_with_the_columns_given(tmp_path):
     assert spark_readable(str(tmp_path / "ev.parquet"), tmp_path / "out", USER_NAMES) == str(tmp_path / "ev.parquet")
     with pytest.raises(UsageError, match="argument --id-column: .* has no column 'ids'"):
         spark_readable(str(tmp_path / "ev.parquet"), tmp_path / "out", {"id": "ids"})
+
+
+def test_warnings_of_the_input_are_one_line_like_errors(tmp_path, capsys):
+    """was: Python's format, ``.../cep_gpu/cli.py:457: CepWarning: ...`` and a line of cep-gpu's
+    source, pointing into the package instead of at the input."""
+    rows = "".join(f"A,{i},{i}\n" for i in range(1, 20))
+    (tmp_path / "events.csv").write_text(f"type,ts,k\n{rows}B,20,oops\n")
+    (tmp_path / "rules.tesla").write_text(
+        "define P(k: string) from B(k = $k) and each A(k = $k) within 5 s from B where k = $k")
+    assert main(["run", str(tmp_path / "rules.tesla"), str(tmp_path / "events.csv"),
+                 "--out", str(tmp_path / "out.csv")]) == 0
+    err = capsys.readouterr().err
+    said = [line for line in err.splitlines() if "read as text" in line]
+    assert len(said) == 1 and said[0].startswith("cep-gpu run: warning: "), err
+    assert "CepWarning" not in err and "warnings.warn" not in err and ".py:" not in err
+    import warnings
+
+    from cep_gpu.errors import CepWarning
+
+    shown = warnings.showwarning
+    with pytest.warns(CepWarning):  # outside the command, Python's handling is untouched
+        warnings.warn("x", CepWarning, stacklevel=1)
+    assert warnings.showwarning is shown
