@@ -163,7 +163,7 @@ def cmd_run(args) -> int:
         get_backend(args.backend)
     rules = read_rules(args.rules)
     columns = event_columns(args)
-    events = _read_events(args.events, columns)
+    events = _read_events(args.events, columns, args.arrival)
     warn_absent_types(args.prog, rules, event_types(events), args.events)
     if not len(events):
         raise UsageError("events", f"{args.events} holds no event")
@@ -192,7 +192,7 @@ def cmd_run(args) -> int:
     ts_ns = times_ns(events["ts"], UNIT_NS[args.time_unit])  # (once: the warm-up's order and the arrivals)
     arr = arrival_of(events, args.events, ts_ns)
     if args.sample:
-        sample = _read_events(args.sample, columns)
+        sample = _read_events(args.sample, columns, args.arrival)
         if not len(sample):  # (was the engine's 'events is empty', without the option or the file)
             raise UsageError("--sample", f"{args.sample} holds no event")
         engine.warm_up(sample, arrival_of(sample, args.sample))
@@ -260,17 +260,27 @@ def arrival_column(column, path: str, ts_ns):
     return arr
 
 
-def _read_events(path: str, columns: dict[str, str] | None = None):
+def _read_events(path: str, columns: dict[str, str] | None = None, arrival: str | None = None):
     """The event file ``path`` (``columns``: ``cep_gpu.io.read_table``'s mapping of its columns
     to ``type``, ``ts``, ``id``) as a frame, checked as ``cep-gpu run`` checks it where this
     command reads it itself: ``type`` and ``ts`` present, no two columns of one name, and an
     ``id`` column (which names the events in the output) of distinct integers >= 0, without
-    nulls (a repeated or fractional id named two events alike, silently)."""
+    nulls (a repeated or fractional id named two events alike, silently). ``arrival``: the
+    ``--arrival`` column, which no rule reads and :func:`arrival_column` checks itself, so the
+    CSV reader's warning of numbers read as text is not given for it."""
+    import re
+    import warnings
+
+    from ..errors import CepWarning
     from ..events.checks import check_unique_columns, require_frame
     from ..events.from_pandas import pandas_ids
     from ..io import read_events
 
-    events = require_frame(read_events(path, columns), path)
+    with warnings.catch_warnings():
+        if arrival:
+            warnings.filterwarnings("ignore", f".*column {re.escape(repr(arrival))} is read as text", CepWarning)
+        frame = read_events(path, columns)
+    events = require_frame(frame, path)
     check_unique_columns([str(c) for c in events.columns])
     if "id" in events.columns:
         pandas_ids(events["id"])
