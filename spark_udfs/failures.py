@@ -120,8 +120,14 @@ def engine_errors() -> Iterator[None]:
     trace chained to it). Anything else passes through unchanged: other Spark failures, errors
     the driver raised itself. Also a decorator (``@engine_errors()``).
     """
+    import warnings
+
     try:
-        yield
+        with warnings.catch_warnings():
+            # toPandas() warns with the task's whole trace before it raises the same failure,
+            # which comes out of this block on one line (or unchanged)
+            warnings.filterwarnings("ignore", "toPandas attempted Arrow optimization", UserWarning)
+            yield
     except Exception as err:
         ours = spark_cep_error(err)
         if ours is None:
