@@ -151,8 +151,7 @@ def _sink_attributes(plan, sinks, ev: pd.DataFrame, backend: str, time_unit: str
         events = ev[ev["id"].isin(np.unique(m))].drop(columns=["node"])
         out = detect(events, q.output_rule_text(), backend=backend, time_unit=time_unit)
         attrs = out.drop(columns=["rule", "ts", "ids"])
-        row = {tuple(int(i) for i in ids): j for j, ids in enumerate(out["ids"])}
-        parts.append(attrs.iloc[[row[tuple(int(i) for i in ids)] for ids in m]].reset_index(drop=True))
+        parts.append(attrs.iloc[_rows_of(_id_matrix(out["ids"], m.shape[1]), m)].reset_index(drop=True))
     # the rows of several queries: the union of their attributes, null where a query has none,
     # as detect gives several rules' composite events
     out = pd.concat(parts, ignore_index=True)
@@ -160,6 +159,29 @@ def _sink_attributes(plan, sinks, ev: pd.DataFrame, backend: str, time_unit: str
         if out[c].dtype == object:
             out[c] = out[c].astype(object).where(out[c].notna(), None)
     return out
+
+
+def _id_matrix(ids: pd.Series, width: int) -> np.ndarray:
+    """``detect``'s ``ids`` column (Arrow ``list<int64>``, every row ``width`` long) as an
+    (n, width) array, without a Python object per row."""
+    import pyarrow as pa
+
+    flat = pa.array(ids).flatten().to_numpy(zero_copy_only=False)
+    return np.asarray(flat, np.int64).reshape(-1, width)
+
+
+def _rows_of(table: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """For each row of ``wanted``, the index of the equal row of ``table`` (every one is there)."""
+    def rows(a: np.ndarray) -> np.ndarray:
+        a = np.ascontiguousarray(a, np.int64)
+        return a.view(np.dtype([("", np.int64)] * a.shape[1])).ravel()
+
+    keys = rows(table)
+    order = np.argsort(keys, kind="stable")
+    found = order[np.searchsorted(keys[order], rows(wanted))]
+    if not np.array_equal(table[found], wanted):
+        raise AssertionError("a sink's match is not among detect's matches on its events")
+    return found
 
 
 def _sink_matches(sinks, ids: np.ndarray, ns: np.ndarray, time: TimeFormat) -> pd.DataFrame:
