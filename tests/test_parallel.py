@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
 from unittest import mock
 
 import numpy as np
@@ -464,6 +465,38 @@ def test_a_publish_that_fails_after_it_was_accepted_closes_the_engine(monkeypatc
         eng.flush()
     eng.close()  # still idempotent
     assert eng.stats()["events"] == 4  # (what was stored, for a look at the failed engine)
+
+
+def test_a_failed_publish_drops_the_queued_work(monkeypatch):
+    """was: after a failure (Ctrl-C) close() waited for the units to run every queued batch of
+    the failed publish, whose results were thrown away: long for a large publish."""
+    eng = HybridEngine(RULE, units=2, batch_size=8, chunk_size=4096)
+    eng.publish(pd.DataFrame({"type": ["A", "B"], "ts": [1.0, 2.0]}))
+    ran = []
+    real_run, real_drain = runtime.Runtime._run_task, runtime.Runtime.drain
+
+    def slow(self, u, task):
+        ran.append(task)
+        time.sleep(0.002)
+        return real_run(self, u, task)
+
+    def fail(self):
+        with self._cv:
+            queued = self._pending
+        ran.clear()
+        raise KeyboardInterrupt(f"{queued} queued")
+
+    n = 4000
+    ev = pd.DataFrame({"type": np.where(np.arange(n) % 2, "B", "A"), "ts": 3.0 + np.arange(n) * 0.01})
+    with monkeypatch.context() as m:
+        m.setattr(runtime.Runtime, "_run_task", slow)
+        m.setattr(runtime.Runtime, "drain", fail)
+        with pytest.raises(KeyboardInterrupt) as info:
+            eng.publish(ev)
+    queued = int(str(info.value).split()[0])
+    assert queued > 50  # the failure came with much work queued ...
+    assert len(ran) <= 4  # ... of which only the tasks in flight ran
+    assert real_drain is runtime.Runtime.drain
 
 
 def test_string_ordering_is_rejected_like_detect():

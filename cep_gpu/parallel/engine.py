@@ -238,7 +238,7 @@ class HybridEngine:
         self._failure = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         try:
             if self._rt is not None:
-                self._rt.cancel_output()  # parts of a failed publish are not built
+                self._rt.abandon()  # its queued work and output parts are not done
         finally:
             self.close()
 

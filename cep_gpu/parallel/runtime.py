@@ -499,6 +499,19 @@ class Runtime:
         with self._cv:
             self._out_q.clear()
 
+    def abandon(self) -> None:
+        """Drop every queued split, batch and output part (a publish that failed): the units stop
+        after the task each is running, not after the whole queue (Ctrl-C on a large publish)."""
+        with self._cv:
+            self._split_q.clear()
+            self._out_q.clear()
+            for a in self.agents:
+                a.match_q.clear()
+                for q in a.event_q.values():
+                    q.clear()
+            self._pending = 0
+            self._cv.notify_all()
+
     def _run_output(self, task, u: int | None) -> None:
         job, j = task
         part, err = None, None
@@ -627,6 +640,8 @@ class Runtime:
 
     def _loop(self, u: int) -> None:
         while True:
+            if self._stop:  # (close: after a flush nothing is queued; after a failure, drop it)
+                return
             if self._split_q:  # routing comes first: it feeds every agent
                 try:
                     split = self._split_q.popleft()
