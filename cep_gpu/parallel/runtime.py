@@ -504,13 +504,8 @@ class Runtime:
         after the task each is running, not after the whole queue (Ctrl-C on a large publish)."""
         with self._cv:
             self._split_q.clear()
-            self._out_q.clear()
-            for a in self.agents:
-                a.match_q.clear()
-                for q in a.event_q.values():
-                    q.clear()
-            self._pending = 0
-            self._cv.notify_all()
+        self.cancel_output()
+        self.discard_queued()
 
     def _run_output(self, task, u: int | None) -> None:
         job, j = task
@@ -531,7 +526,7 @@ class Runtime:
             job.cv.notify_all()
 
     def discard_queued(self) -> None:
-        """Drop every queued batch unprocessed (inline runtimes only: to time the splitter alone)."""
+        """Drop every queued batch unprocessed (to time the splitter alone; and :meth:`abandon`)."""
         with self._cv:
             for a in self.agents:
                 a.match_q.clear()
