@@ -161,24 +161,20 @@ def _sink_attributes(plan, sinks, ev: pd.DataFrame, backend: str, time_unit: str
     return out
 
 
-def _id_matrix(ids: pd.Series, width: int) -> np.ndarray:
-    """``detect``'s ``ids`` column (Arrow ``list<int64>``, every row ``width`` long) as an
-    (n, width) array, without a Python object per row."""
+def _id_matrix(ids, width: int) -> np.ndarray:
+    """``detect``'s ``ids`` column (Arrow ``list<int64>``, every row ``width`` long; a pandas
+    column or an Arrow one) as an (n, width) array, without a Python object per row."""
     import pyarrow as pa
 
-    flat = pa.array(ids).flatten().to_numpy(zero_copy_only=False)
-    return np.asarray(flat, np.int64).reshape(-1, width)
+    ids = ids.combine_chunks() if isinstance(ids, pa.ChunkedArray) else pa.array(ids)
+    return np.asarray(ids.flatten(), dtype=np.int64).reshape(-1, width)
 
 
 def _rows_of(table: np.ndarray, wanted: np.ndarray) -> np.ndarray:
     """For each row of ``wanted``, the index of the equal row of ``table`` (every one is there)."""
-    def rows(a: np.ndarray) -> np.ndarray:
-        a = np.ascontiguousarray(a, np.int64)
-        return a.view(np.dtype([("", np.int64)] * a.shape[1])).ravel()
-
-    keys = rows(table)
+    keys = _rows(table)
     order = np.argsort(keys, kind="stable")
-    found = order[np.searchsorted(keys[order], rows(wanted))]
+    found = order[np.searchsorted(keys[order], _rows(wanted))]
     if not np.array_equal(table[found], wanted):
         raise AssertionError("a sink's match is not among detect's matches on its events")
     return found
@@ -301,9 +297,7 @@ def _detect(p: Query, events: pd.DataFrame, backend: str, time_unit: str = "s") 
         return np.empty((0, k), np.int64)
     out = detect(events.drop(columns=["node"]), p.rule_text(), backend=backend, time_unit=time_unit,
                  output="arrow")
-    ids = out.column("ids").combine_chunks()
-    flat = np.asarray(ids.flatten(), dtype=np.int64)
-    return flat.reshape(-1, k)
+    return _id_matrix(out.column("ids"), k)
 
 
 def _rows(a: np.ndarray) -> np.ndarray:
